@@ -1,0 +1,3 @@
+from sgdask.cli import main
+
+main()

@@ -1,0 +1,195 @@
+"""The ``sgdask`` command. Every user-facing error is one line and a non-zero exit code;
+``--debug`` (anywhere on the command line) shows the traceback instead."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from sgdask.errors import SgdaskError
+from sgdask.kernels.selection import DEFAULT_KS
+from sgdask.pipeline import DEFAULT_PARTITION_SIZE
+from sgdask.protocols import DEFAULT_PROTOCOL
+from sgdask.report import Report
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Distributed evaluation of scene graph generation models.")
+err_console = Console(stderr=True)
+out_console = Console()
+
+EXIT_ERROR = 2
+EXIT_BUG = 1
+EXIT_INTERRUPTED = 130
+
+StorageOpt = Annotated[list[str] | None, typer.Option(
+    "--storage-option", "-S", help="fsspec storage option KEY=VALUE (repeatable), "
+    "e.g. endpoint_url=http://127.0.0.1:5000")]
+Overwrite = Annotated[bool, typer.Option(help="replace an existing store at --out")]
+
+
+def parse_value(text: str) -> Any:
+    """'true'/'false' -> bool, integers -> int, anything else stays a string."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def storage_options(pairs: list[str] | None) -> dict[str, Any] | None:
+    """``["key=value", ...]`` -> fsspec storage options (None when empty)."""
+    options: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SgdaskError(f"--storage-option: {pair!r} is not KEY=VALUE")
+        if key.startswith("client_kwargs."):
+            options.setdefault("client_kwargs", {})[key.split(".", 1)[1]] = parse_value(value)
+        else:
+            options[key] = parse_value(value)
+    return options or None
+
+
+@contextmanager
+def progress_bar(description: str, total: int | None) -> Iterator[Any]:
+    """A rich progress bar on stderr; yields the ``advance(n)`` callback."""
+    with Progress(console=err_console, transient=False) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n=1: bar.advance(task, n)
+
+
+def print_report(report: Report, console: Console = out_console) -> None:
+    header, rows = report.grid()
+    title = (f"protocol {report.protocol['name']} v{report.protocol['version']} · "
+             f"aggregation {report.aggregation} · "
+             f"{report.diagnostics.get('evaluated_images', 0)} images")
+    table = Table(title=title, caption="recalls in %, PRank = mean 0-based rank (lower is better)")
+    for i, name in enumerate(header):
+        table.add_column(name, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    for metric, why in report.left_out.items():
+        console.print(f"left out {metric}: {why}")
+    for note in report.notes:
+        console.print(f"note: {note}")
+    missing = report.diagnostics.get("images_missing", 0)
+    if missing:
+        console.print(f"{missing} evaluated image(s) have no prediction (scored 0)")
+
+
+@app.command()
+def synth(out: Annotated[Path, typer.Argument(help="directory to write the dataset into")],
+          images: Annotated[int, typer.Option(help="number of test images")] = 200,
+          seed: Annotated[int, typer.Option(help="random seed")] = 0,
+          height: int = 480, width: int = 640) -> None:
+    """Write a synthetic PSG-shaped dataset: psg.json, panoptic PNGs, submission ZIP + JSON."""
+    from sgdask.synth import write_dataset
+
+    with progress_bar("synthesizing images", images) as advance:
+        paths = write_dataset(out, images, seed, height=height, width=width, progress=advance)
+    out_console.print(f"wrote {paths.psg_json}, {paths.masks_dir}/, {paths.submission_zip}, "
+                      f"{paths.submission_boxes}")
+
+
+@app.command("ingest-gt")
+def ingest_gt_cmd(psg_json: Annotated[str, typer.Argument(help="psg.json (path or URL)")],
+                  out: Annotated[str, typer.Option("--out", help="store URL to create")],
+                  masks: Annotated[str | None, typer.Option(
+                      "--masks", help="directory of panoptic PNGs (omit for box-only GT)")] = None,
+                  storage_option: StorageOpt = None, overwrite: Overwrite = False) -> None:
+    """Convert OpenPSG ground truth into a GT store (Parquet + Zarr)."""
+    from sgdask.io.ingest import ingest_gt
+
+    with progress_bar("ingesting GT images", None) as advance:
+        manifest = ingest_gt(psg_json, out, masks, storage_options(storage_option),
+                             overwrite=overwrite, progress=advance)
+    out_console.print(f"GT store {out}: {manifest['n_images']} test images, "
+                      f"{manifest['instances']}, {manifest['content_hash']}")
+
+
+@app.command()
+def convert(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP")],
+            out: Annotated[str, typer.Option("--out", help="store URL to create")],
+            gt: Annotated[str | None, typer.Option(
+                help="GT store to validate ids, sizes and classes against")] = None,
+            storage_option: StorageOpt = None, overwrite: Overwrite = False) -> None:
+    """Convert an SGBench submission into a submission store (Parquet + Zarr)."""
+    from sgdask.io.ingest import convert_submission
+
+    with progress_bar("converting images", None) as advance:
+        manifest = convert_submission(submission, out, gt, storage_options(storage_option),
+                                      overwrite=overwrite, progress=advance)
+    out_console.print(f"submission store {out}: {manifest['n_images']} images, "
+                      f"{manifest['instances']}, {manifest['content_hash']}")
+
+
+@app.command()
+def evaluate(gt: Annotated[str, typer.Option("--gt", help="GT store URL")],
+             pred: Annotated[str, typer.Option("--pred", help="submission store URL")],
+             protocol: Annotated[str, typer.Option(help="singlempo or sgbench")]
+             = DEFAULT_PROTOCOL,
+             k: Annotated[str, typer.Option("--k", help="ks: integers and relative xF")]
+             = DEFAULT_KS,
+             aggregation: Annotated[str, typer.Option(
+                 help="per_predicate, pooled or image")] = "per_predicate",
+             partition_size: Annotated[int, typer.Option(help="images per Dask task")]
+             = DEFAULT_PARTITION_SIZE,
+             scheduler: Annotated[str | None, typer.Option(
+                 help="address of an existing Dask scheduler (default: a LocalCluster)")]
+             = None,
+             out: Annotated[str | None, typer.Option(
+                 help="directory for metrics.json, per_predicate/per_image.parquet, report.md")]
+             = None,
+             storage_option: StorageOpt = None) -> None:
+    """Score a submission store against a GT store on a Dask cluster and print the table."""
+    from sgdask.pipeline import evaluate as run
+
+    options = storage_options(storage_option)
+    start = time.perf_counter()
+    report = run(gt, pred, protocol, k, aggregation, partition_size, scheduler=scheduler,
+                 storage_options=options, progress=True)
+    print_report(report)
+    err_console.print(f"evaluated in {time.perf_counter() - start:.1f} s")
+    if out:
+        for path in report.write(out, options):
+            err_console.print(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: runs the app, turning sgdask errors into one line and exit code 2."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
+    try:
+        app(args, prog_name="sgdask", standalone_mode=True)
+    except SgdaskError as err:
+        if debug:
+            raise
+        err_console.print(f"sgdask: error: {err}", markup=False, highlight=False)
+        sys.exit(EXIT_ERROR)
+    except Exception as err:  # an sgdask bug or an unforeseen environment failure
+        if debug:
+            raise
+        err_console.print(f"sgdask: error: unexpected {type(err).__name__}: {err} "
+                          "(run again with --debug for the traceback)", markup=False,
+                          highlight=False)
+        sys.exit(EXIT_BUG)
+    except KeyboardInterrupt:
+        err_console.print("sgdask: interrupted", markup=False)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""The one exception users see: a clear, one-line message naming file, image and field."""
+
+from __future__ import annotations
+
+
+class SgdaskError(Exception):
+    """A problem a user can act on. ``str(err)`` is the whole user-facing message."""
+
+
+class InputError(SgdaskError):
+    """Malformed input: says which file, which image, which field, and what was expected."""
+
+    def __init__(
+        self,
+        file: str,
+        what: str,
+        *,
+        image: object | None = None,
+        field: str | None = None,
+        expected: str | None = None,
+    ) -> None:
+        self.file, self.image, self.field, self.what, self.expected = (
+            file,
+            image,
+            field,
+            what,
+            expected,
+        )
+        parts = [str(file)]
+        if image is not None:
+            parts.append(f"image {image}")
+        if field is not None:
+            parts.append(field)
+        message = ": ".join([*parts, what])
+        if expected is not None:
+            message += f" (expected {expected})"
+        super().__init__(message)
+
+
+class StoreError(SgdaskError):
+    """A canonical store is missing, incomplete, of the wrong kind or would be overwritten."""

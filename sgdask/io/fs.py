@@ -1,0 +1,53 @@
+"""fsspec helpers: one place that turns a URL plus storage options into a filesystem."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import fsspec
+from fsspec.core import url_to_fs
+from zarr.abc.store import Store
+from zarr.storage import FsspecStore, LocalStore
+
+from sgdask.errors import SgdaskError
+
+StorageOptions = dict[str, Any]
+
+
+def filesystem(url: str, storage_options: StorageOptions | None = None
+               ) -> tuple[fsspec.AbstractFileSystem, str]:
+    """(filesystem, path inside it) for a URL, with a clear error for unusable URLs."""
+    try:
+        return url_to_fs(str(url), **(storage_options or {}))
+    except (ImportError, ValueError, TypeError) as err:
+        raise SgdaskError(f"{url}: cannot open this URL ({err})") from None
+
+
+def join(url: str, *parts: str) -> str:
+    """``url/part/part`` without doubled slashes."""
+    return "/".join([str(url).rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+
+
+def zarr_store(url: str, storage_options: StorageOptions | None = None,
+               read_only: bool = True) -> Store:
+    """A Zarr v3 store at URL: LocalStore on local disk (fastest), FsspecStore elsewhere."""
+    fs, path = filesystem(url, storage_options)
+    if is_local(fs):
+        return LocalStore(path, read_only=read_only)
+    return FsspecStore.from_url(str(url), storage_options=storage_options or None,
+                                read_only=read_only)
+
+
+def sha256_of(url: str, storage_options: StorageOptions | None = None,
+              digest: hashlib._Hash | None = None) -> hashlib._Hash:
+    """Feed a file's bytes into a SHA-256 digest (streamed, 4 MiB at a time)."""
+    digest = digest or hashlib.sha256()
+    with fsspec.open(str(url), "rb", **(storage_options or {})) as f:
+        for block in iter(lambda: f.read(4 << 20), b""):
+            digest.update(block)
+    return digest

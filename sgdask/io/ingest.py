@@ -1,0 +1,217 @@
+"""Conversion of source formats into canonical stores: ``ingest_gt`` and ``convert_submission``.
+
+Both validate everything before the manifest is written; any error removes the partial store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import fsspec
+import numpy as np
+
+from sgdask import __version__
+from sgdask.errors import InputError, SgdaskError
+from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.io.psg import GTRecord, class_lists, evaluation_records, label_image
+from sgdask.io.sgbench import (
+    SubmissionImage,
+    load_json,
+    parse_submission,
+    read_layered_tiff,
+)
+from sgdask.io.store import PartTables, StoreReader, StoreWriter, instance_rows, triplet_rows
+
+DEFAULT_STORE_PARTITION = 64
+Progress = Callable[[int], None] | None
+
+
+def chunks(items: list, size: int) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def read_bytes(url: str, options: StorageOptions | None, what: str) -> bytes:
+    try:
+        with fsspec.open(url, "rb", **(options or {})) as f:
+            return f.read()
+    except FileNotFoundError:
+        raise InputError(url, "file not found", field=what) from None
+    except OSError as err:
+        raise SgdaskError(f"{url}: cannot read ({type(err).__name__}: {err})") from None
+
+
+def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
+              storage_options: StorageOptions | None = None,
+              partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
+              progress: Progress = None) -> dict[str, Any]:
+    """psg.json (+ panoptic PNGs) -> GT store of the test split. Returns the manifest."""
+    raw = read_bytes(psg_json, storage_options, "psg.json")
+    doc = load_json(raw, psg_json)
+    names = class_lists(doc, psg_json)
+    records = sorted(evaluation_records(doc, psg_json, masks=masks_dir is not None),
+                     key=lambda r: r.image_id)
+    if not records:
+        raise InputError(psg_json, "no test images", field="test_image_ids")
+    digest = hashlib.sha256(raw)
+    with StoreWriter(out, "gt", storage_options, overwrite) as writer:
+        for part_index, part in enumerate(chunks(records, partition_size)):
+            tables = PartTables.empty()
+            for pos, record in enumerate(part):
+                key = None
+                if masks_dir is not None:
+                    key = f"{part_index * partition_size + pos:07d}"
+                    png_url = join(masks_dir, record.pan_seg_file_name or "")
+                    png = read_bytes(png_url, storage_options, "pan_seg_file_name")
+                    digest.update(png)
+                    writer.write_mask(key, label_image(png, record, png_url))
+                add_gt_rows(tables, record, key)
+                if progress:
+                    progress(1)
+            writer.write_part(tables)
+        return writer.finish(
+            sgdask_version=__version__, content_hash="sha256:" + digest.hexdigest(),
+            source=str(psg_json), instances="masks" if masks_dir else "boxes",
+            n_images=len(records), partition_size=partition_size, **names)
+
+
+def add_gt_rows(tables: PartTables, record: GTRecord, mask_key: str | None) -> None:
+    relations = record.relations
+    cols = tables.images
+    for name, value in (("image_id", record.image_id), ("height", record.height),
+                        ("width", record.width), ("n_instances", len(record.categories)),
+                        ("n_graph", len(relations)), ("n_ng", 0), ("mask_key", mask_key),
+                        ("source_file", record.pan_seg_file_name)):
+        cols[name].append(value)
+    instance_rows(tables, record.image_id, record.categories, record.boxes, None)
+    triplet_rows(tables, record.image_id, "gt", relations, None)
+
+
+class SubmissionSource:
+    """A submission file: JSON (boxes) or ZIP (triplets.json + layered TIFFs), via fsspec."""
+
+    def __init__(self, url: str, storage_options: StorageOptions | None) -> None:
+        self.url, self.options = str(url), storage_options
+        self.fs, self.path = filesystem(self.url, storage_options)
+        if not self.fs.exists(self.path):
+            raise InputError(self.url, "file not found")
+        with self.fs.open(self.path, "rb") as f:
+            self.is_zip = f.read(4) == b"PK\x03\x04"
+        self._zip: zipfile.ZipFile | None = None
+
+    def archive(self) -> zipfile.ZipFile:
+        if self._zip is None:
+            try:
+                self._zip = zipfile.ZipFile(self.fs.open(self.path, "rb"))
+            except zipfile.BadZipFile as err:
+                raise InputError(self.url, f"not a readable ZIP ({err})") from None
+        return self._zip
+
+    def member(self, name: str, image_id: str | None = None) -> bytes:
+        label = f"{self.url}:{name}"
+        try:
+            return self.archive().read(name)
+        except KeyError:
+            raise InputError(label, "missing from the archive", image=image_id,
+                             field="seg_filename" if image_id else None) from None
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:
+            raise InputError(label, f"cannot be read from the archive ({err})",
+                             image=image_id) from None
+
+    def document(self) -> tuple[str, Any]:
+        """(label for messages, parsed triplets document)."""
+        if self.is_zip:
+            label = f"{self.url}:triplets.json"
+            return label, load_json(self.member("triplets.json"), label)
+        return self.url, load_json(read_bytes(self.url, self.options, "submission"), self.url)
+
+    def content_hash(self) -> str:
+        digest = hashlib.sha256()
+        with self.fs.open(self.path, "rb") as f:
+            for block in iter(lambda: f.read(4 << 20), b""):
+                digest.update(block)
+        return "sha256:" + digest.hexdigest()
+
+    def masks(self, img: SubmissionImage) -> np.ndarray:
+        assert img.seg_filename is not None
+        data = self.member(img.seg_filename, img.image_id)
+        return read_layered_tiff(data, f"{self.url}:{img.seg_filename}", img.image_id,
+                                 len(img.categories))
+
+
+def check_against_gt(images: list[SubmissionImage], label: str, gt: StoreReader) -> dict:
+    """Ids, categories and predicates must exist in the GT; returns id -> (height, width)."""
+    gt_images = gt.images()
+    sizes = dict(zip(gt_images["image_id"].to_pylist(),
+                     zip(gt_images["height"].to_pylist(), gt_images["width"].to_pylist(),
+                         strict=True), strict=True))
+    n_classes = len(gt.manifest["thing_classes"]) + len(gt.manifest["stuff_classes"])
+    n_predicates = len(gt.manifest["predicate_classes"])
+    for img in images:
+        if img.image_id not in sizes:
+            raise InputError(label, "image id not in the ground truth's test split",
+                             image=img.image_id, field="id")
+        if len(img.categories) and img.categories.max() >= n_classes:
+            raise InputError(label, f"category {img.categories.max()} out of range",
+                             image=img.image_id, field="category",
+                             expected=f"0..{n_classes - 1}")
+        for name, trip in (("triplets", img.graph), ("ng_triplets", img.ng)):
+            if len(trip) and trip[:, 2].max() >= n_predicates:
+                raise InputError(label, f"predicate {trip[:, 2].max()} out of range",
+                                 image=img.image_id, field=name,
+                                 expected=f"0..{n_predicates - 1}")
+    return sizes
+
+
+def convert_submission(submission: str, out: str, gt: str | None = None,
+                       storage_options: StorageOptions | None = None,
+                       partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
+                       progress: Progress = None) -> dict[str, Any]:
+    """SGBench submission (JSON or ZIP) -> submission store. Returns the manifest."""
+    source = SubmissionSource(submission, storage_options)
+    label, doc = source.document()
+    images, has_ng = parse_submission(doc, label, masks=source.is_zip)
+    images.sort(key=lambda i: i.image_id)
+    sizes = check_against_gt(images, label, StoreReader(gt, storage_options, "gt")) if gt else {}
+    with StoreWriter(out, "submission", storage_options, overwrite) as writer:
+        for part_index, part in enumerate(chunks(images, partition_size)):
+            tables = PartTables.empty()
+            for pos, img in enumerate(part):
+                shape, key = (0, 0), None
+                if source.is_zip:
+                    masks = source.masks(img)
+                    shape = masks.shape[1:]
+                    expected = sizes.get(img.image_id)
+                    if expected is not None and tuple(expected) != tuple(shape):
+                        raise InputError(f"{source.url}:{img.seg_filename}",
+                                         f"masks are {shape[1]}x{shape[0]}", image=img.image_id,
+                                         field="seg_filename",
+                                         expected=f"{expected[1]}x{expected[0]} as the GT image")
+                    key = f"{part_index * partition_size + pos:07d}"
+                    writer.write_mask(key, masks)
+                add_submission_rows(tables, img, shape, key)
+                if progress:
+                    progress(1)
+            writer.write_part(tables)
+        return writer.finish(
+            sgdask_version=__version__, content_hash=source.content_hash(),
+            source=str(submission), instances="masks" if source.is_zip else "boxes",
+            has_ng=has_ng, n_images=len(images), partition_size=partition_size)
+
+
+def add_submission_rows(tables: PartTables, img: SubmissionImage, shape: tuple,
+                        mask_key: str | None) -> None:
+    cols = tables.images
+    for name, value in (("image_id", img.image_id), ("height", int(shape[0])),
+                        ("width", int(shape[1])), ("n_instances", len(img.categories)),
+                        ("n_graph", len(img.graph)), ("n_ng", len(img.ng)),
+                        ("mask_key", mask_key), ("source_file", img.seg_filename)):
+        cols[name].append(value)
+    instance_rows(tables, img.image_id, img.categories, img.boxes, img.scores)
+    triplet_rows(tables, img.image_id, "graph", img.graph, img.graph_scores)
+    triplet_rows(tables, img.image_id, "ng", img.ng, None)
+
+

@@ -1,0 +1,120 @@
+"""Reader of OpenPSG ground truth: ``psg.json`` plus panoptic PNGs (id = R + 256 G + 65536 B)."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from sgdask.errors import InputError
+
+
+@dataclass
+class GTRecord:
+    """One GT image as psg.json describes it (masks not yet read)."""
+
+    image_id: str
+    height: int
+    width: int
+    categories: np.ndarray
+    boxes: np.ndarray | None
+    segment_ids: np.ndarray | None
+    relations: np.ndarray
+    pan_seg_file_name: str | None
+
+
+def class_lists(doc: Any, file: str) -> dict[str, list[str]]:
+    """thing/stuff/predicate class names, checked."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
+        raise InputError(file, "no data list", field="data", expected="OpenPSG psg.json")
+    out = {}
+    for key in ("thing_classes", "stuff_classes", "predicate_classes"):
+        value = doc.get(key, [] if key == "stuff_classes" else None)
+        if not isinstance(value, list):
+            raise InputError(file, "missing or not a list", field=key)
+        out[key] = [str(v) for v in value]
+    return out
+
+
+def _record(entry: Any, index: int, file: str, masks: bool, n_classes: int,
+            n_predicates: int) -> GTRecord:
+    if not isinstance(entry, dict) or "image_id" not in entry:
+        raise InputError(file, "not an object with an image_id", field=f"data[{index}]")
+    image_id = str(entry["image_id"])
+    try:
+        height, width = int(entry["height"]), int(entry["width"])
+        annotations = entry.get("annotations") or []
+        segments = entry.get("segments_info") if masks else None
+        if masks and not isinstance(segments, list):
+            raise InputError(file, "missing", image=image_id, field="segments_info",
+                             expected="a list of {id, category_id} (or ingest without masks)")
+        source = segments if masks else annotations
+        categories = np.asarray([int(s["category_id"]) for s in source], dtype=np.int64)
+        boxes = (np.asarray([a["bbox"][:4] for a in annotations], dtype=np.float64).reshape(-1, 4)
+                 if len(annotations) == len(source) and annotations else None)
+        relations = np.asarray(entry.get("relations") or [], dtype=np.int64).reshape(-1, 3)
+    except InputError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError) as err:
+        raise InputError(file, f"malformed entry ({type(err).__name__}: {err})",
+                         image=image_id) from None
+    if not masks and boxes is None and len(categories):
+        raise InputError(file, "no boxes", image=image_id, field="annotations[*].bbox")
+    n = len(categories)
+    if len(relations) and (relations[:, :2].min() < 0 or relations[:, :2].max() >= n):
+        raise InputError(file, "instance index out of range", image=image_id,
+                         field="relations", expected=f"indices in 0..{n - 1}")
+    if len(relations) and (relations[:, 2].min() < 0 or relations[:, 2].max() >= n_predicates):
+        raise InputError(file, "predicate out of range", image=image_id, field="relations",
+                         expected=f"0..{n_predicates - 1}")
+    if n and (categories.min() < 0 or categories.max() >= n_classes):
+        raise InputError(file, "category out of range", image=image_id, field="category_id",
+                         expected=f"0..{n_classes - 1}")
+    seg_ids = (np.asarray([int(s["id"]) for s in segments], dtype=np.int64)
+               if masks and segments is not None else None)
+    return GTRecord(image_id, height, width, categories, boxes, seg_ids, relations,
+                    entry.get("pan_seg_file_name") if masks else None)
+
+
+def evaluation_records(doc: Any, file: str, masks: bool) -> list[GTRecord]:
+    """The test split's images (``test_image_ids``; every image if the key is absent)."""
+    names = class_lists(doc, file)
+    n_classes = len(names["thing_classes"]) + len(names["stuff_classes"])
+    n_predicates = len(names["predicate_classes"])
+    test_ids = doc.get("test_image_ids")
+    wanted = None if test_ids is None else {str(i) for i in test_ids}
+    records = [_record(e, i, file, masks, n_classes, n_predicates)
+               for i, e in enumerate(doc["data"])
+               if wanted is None or (isinstance(e, dict) and str(e.get("image_id")) in wanted)]
+    seen: set[str] = set()
+    for r in records:
+        if r.image_id in seen:
+            raise InputError(file, "duplicate image id", image=r.image_id, field="image_id")
+        seen.add(r.image_id)
+    return records
+
+
+def label_image(png: bytes, record: GTRecord, file: str) -> np.ndarray:
+    """Label image (instance index + 1, 0 = no instance) from a panoptic PNG."""
+    try:
+        with Image.open(io.BytesIO(png)) as img:
+            rgb = np.asarray(img.convert("RGB")).astype(np.int64)
+    except Exception as err:  # PIL raises many types for corrupt data
+        raise InputError(file, f"not a readable PNG ({err})", image=record.image_id,
+                         field="pan_seg_file_name") from None
+    if rgb.shape[:2] != (record.height, record.width):
+        raise InputError(file, f"PNG is {rgb.shape[1]}x{rgb.shape[0]}", image=record.image_id,
+                         field="pan_seg_file_name",
+                         expected=f"{record.width}x{record.height} as in psg.json")
+    ids = rgb[..., 0] + 256 * rgb[..., 1] + 65536 * rgb[..., 2]
+    assert record.segment_ids is not None
+    order = np.argsort(record.segment_ids, kind="stable")
+    sorted_ids = record.segment_ids[order]
+    pos = np.clip(np.searchsorted(sorted_ids, ids), 0, max(len(sorted_ids) - 1, 0))
+    hit = sorted_ids[pos] == ids if len(sorted_ids) else np.zeros(ids.shape, dtype=bool)
+    labels = np.where(hit, order[pos] + 1, 0)
+    dtype = np.uint8 if len(sorted_ids) < 255 else np.uint16
+    return labels.astype(dtype)

@@ -1,0 +1,214 @@
+"""The canonical store (SPEC section 9; layout in ``schemas/store.md``).
+
+::
+
+    URL/manifest.json                written last: a store without it is incomplete
+    URL/images/part-00000.parquet    one row per image
+    URL/instances/part-00000.parquet one row per instance
+    URL/triplets/part-00000.parquet  submission: graph + NG lists;  GT: relations
+    URL/masks/<key>                  Zarr v3: GT label image (H, W) | predicted stack (n, H, W)
+
+Images are sorted by id and cut into parts of ``partition_size`` images; the manifest lists
+each part's first and last id, so a Dask task reads only the parts holding its images.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zarr
+from zarr.codecs import BloscCodec
+
+from sgdask.errors import SgdaskError, StoreError
+from sgdask.io.fs import StorageOptions, filesystem, join, zarr_store
+
+FORMAT = "sgdask-store"
+FORMAT_VERSION = 1
+TABLES = ("images", "instances", "triplets")
+MASK_CODEC = BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle")
+
+IMAGE_SCHEMA = pa.schema([
+    ("image_id", pa.string()), ("height", pa.int32()), ("width", pa.int32()),
+    ("n_instances", pa.int32()), ("n_graph", pa.int32()), ("n_ng", pa.int32()),
+    ("mask_key", pa.string()), ("source_file", pa.string()),
+])
+INSTANCE_SCHEMA = pa.schema([
+    ("image_id", pa.string()), ("index", pa.int32()), ("category", pa.int32()),
+    ("x1", pa.float64()), ("y1", pa.float64()), ("x2", pa.float64()), ("y2", pa.float64()),
+    ("score", pa.float64()),
+])
+TRIPLET_SCHEMA = pa.schema([
+    ("image_id", pa.string()), ("list", pa.dictionary(pa.int8(), pa.string())),
+    ("rank", pa.int32()), ("subject", pa.int32()), ("object", pa.int32()),
+    ("predicate", pa.int32()), ("score", pa.float64()),
+])
+SCHEMAS = {"images": IMAGE_SCHEMA, "instances": INSTANCE_SCHEMA, "triplets": TRIPLET_SCHEMA}
+
+
+def part_name(index: int) -> str:
+    return f"part-{index:05d}"
+
+
+@dataclass
+class PartTables:
+    """Rows of one part, column -> list, ready to become Parquet tables."""
+
+    images: dict[str, list]
+    instances: dict[str, list]
+    triplets: dict[str, list]
+
+    @classmethod
+    def empty(cls) -> PartTables:
+        return cls(*({name: [] for name in SCHEMAS[t].names} for t in TABLES))
+
+
+def instance_rows(tables: PartTables, image_id: str, categories: np.ndarray,
+                  boxes: np.ndarray | None, scores: np.ndarray | None) -> None:
+    n = len(categories)
+    cols = tables.instances
+    cols["image_id"].extend([image_id] * n)
+    cols["index"].extend(range(n))
+    cols["category"].extend(categories.tolist())
+    for j, name in enumerate(("x1", "y1", "x2", "y2")):
+        cols[name].extend([None] * n if boxes is None else boxes[:, j].tolist())
+    cols["score"].extend([None] * n if scores is None else scores.tolist())
+
+
+def triplet_rows(tables: PartTables, image_id: str, list_name: str, triplets: np.ndarray,
+                 scores: np.ndarray | None) -> None:
+    n = len(triplets)
+    cols = tables.triplets
+    cols["image_id"].extend([image_id] * n)
+    cols["list"].extend([list_name] * n)
+    cols["rank"].extend(range(n))
+    for j, name in enumerate(("subject", "object", "predicate")):
+        cols[name].extend(triplets[:, j].tolist())
+    cols["score"].extend([None] * n if scores is None else scores.tolist())
+
+
+class StoreWriter:
+    """Writes a store all-or-nothing: on any failure (even Ctrl-C) the partial store is removed.
+
+    The manifest is written last, so a reader never mistakes a partial store for a store.
+    """
+
+    def __init__(self, url: str, kind: str, storage_options: StorageOptions | None = None,
+                 overwrite: bool = False) -> None:
+        self.url, self.kind, self.options = str(url).rstrip("/"), kind, storage_options
+        self.fs, self.path = filesystem(self.url, storage_options)
+        if self.fs.exists(self.path):
+            if not overwrite:
+                raise StoreError(f"{self.url}: already exists (choose another --out, "
+                                 "or pass --overwrite to replace it)")
+            self.fs.rm(self.path, recursive=True)
+        self.parts: list[dict[str, Any]] = []
+        self._masks: zarr.Group | None = None
+
+    def __enter__(self) -> StoreWriter:
+        self.fs.makedirs(self.path, exist_ok=True)
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: Any) -> None:
+        if exc_type is not None and self.fs.exists(self.path):
+            self.fs.rm(self.path, recursive=True)
+
+    def mask_group(self) -> zarr.Group:
+        if self._masks is None:
+            store = zarr_store(join(self.url, "masks"), self.options, read_only=False)
+            self._masks = zarr.open_group(store, mode="w")
+        return self._masks
+
+    def write_mask(self, key: str, array: np.ndarray) -> None:
+        """One image's masks as a single-chunk Zarr array (bitshuffle + zstd)."""
+        self.mask_group().create_array(key, data=array, chunks=array.shape,
+                                       compressors=MASK_CODEC)
+
+    def write_part(self, tables: PartTables) -> None:
+        index = len(self.parts)
+        ids = tables.images["image_id"]
+        for name in TABLES:
+            table = pa.Table.from_pydict(getattr(tables, name), schema=SCHEMAS[name])
+            self.fs.makedirs(join(self.path, name), exist_ok=True)
+            with self.fs.open(join(self.path, name, part_name(index) + ".parquet"), "wb") as f:
+                pq.write_table(table, f, compression="zstd")
+        self.parts.append({"name": part_name(index), "first_id": ids[0], "last_id": ids[-1],
+                           "n_images": len(ids)})
+
+    def finish(self, **fields: Any) -> dict[str, Any]:
+        """Write the manifest (the store's commit point) and return it."""
+        manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": self.kind,
+                    **fields, "parts": self.parts}
+        with self.fs.open(join(self.path, "manifest.json"), "w") as f:
+            json.dump(manifest, f, indent=1)
+        return manifest
+
+
+class StoreReader:
+    """Reads a complete store; refuses incomplete ones and ones of the wrong kind."""
+
+    def __init__(self, url: str, storage_options: StorageOptions | None = None,
+                 kind: str | None = None) -> None:
+        self.url, self.options = str(url).rstrip("/"), storage_options
+        self.fs, self.path = filesystem(self.url, storage_options)
+        self.manifest = self._read_manifest()
+        if kind is not None and self.manifest.get("kind") != kind:
+            raise StoreError(f"{self.url}: is a {self.manifest.get('kind')} store "
+                             f"(expected a {kind} store)")
+        self._masks: zarr.Group | None = None
+
+    def _read_manifest(self) -> dict[str, Any]:
+        mpath = join(self.path, "manifest.json")
+        try:
+            with self.fs.open(mpath, "r") as f:
+                manifest = json.load(f)
+        except FileNotFoundError:
+            raise StoreError(f"{self.url}: not a complete sgdask store (no manifest.json: "
+                             "wrong path, or a conversion that did not finish)") from None
+        except json.JSONDecodeError as err:
+            raise StoreError(f"{self.url}/manifest.json: corrupt ({err})") from None
+        except OSError as err:
+            raise SgdaskError(f"{self.url}: cannot read ({type(err).__name__}: {err})") \
+                from None
+        if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+            raise StoreError(f"{self.url}/manifest.json: format {manifest.get('format')!r} "
+                             f"version {manifest.get('format_version')!r} "
+                             f"(expected {FORMAT!r} version {FORMAT_VERSION})")
+        return manifest
+
+    @property
+    def parts(self) -> list[dict[str, Any]]:
+        return self.manifest["parts"]
+
+    def table(self, name: str, parts: Iterable[str], ids: list[str] | None = None) -> pa.Table:
+        """Rows of table ``name`` from the given parts, only of ``ids`` when given."""
+        tables = []
+        for part in parts:
+            with self.fs.open(join(self.path, name, part + ".parquet"), "rb") as f:
+                table = pq.read_table(f)
+            if ids is not None:
+                table = table.filter(pa.compute.is_in(table["image_id"],
+                                                      value_set=pa.array(ids, pa.string())))
+            tables.append(table)
+        if not tables:
+            return SCHEMAS[name].empty_table()
+        return pa.concat_tables(tables)
+
+    def images(self) -> pa.Table:
+        """The images table of the whole store, with the part each image lives in."""
+        tables = []
+        for part in self.parts:
+            t = self.table("images", [part["name"]])
+            tables.append(t.append_column("part", pa.array([part["name"]] * len(t))))
+        return pa.concat_tables(tables) if tables else IMAGE_SCHEMA.empty_table()
+
+    def read_mask(self, key: str) -> np.ndarray:
+        if self._masks is None:
+            self._masks = zarr.open_group(zarr_store(join(self.url, "masks"), self.options),
+                                          mode="r")
+        return self._masks[key][...]

@@ -1,0 +1,55 @@
+"""Instance matching (SPEC section 4): predicted instance index -> GT index or -1."""
+
+from __future__ import annotations
+
+import numpy as np
+
+IOU_THRESHOLD = 0.5
+
+
+def allowed_iou(iou: np.ndarray, pred_labels: np.ndarray, gt_labels: np.ndarray,
+                match_labels: bool = True) -> np.ndarray:
+    """The IoU matrix with pairs of different categories set to 0 (never matchable)."""
+    if not match_labels:
+        return iou
+    same = np.asarray(pred_labels)[:, None] == np.asarray(gt_labels)[None, :]
+    return np.where(same, iou, 0.0)
+
+
+def match_many_to_one(iou: np.ndarray, threshold: float = IOU_THRESHOLD) -> np.ndarray:
+    """SGBench 1.0 matching: each prediction takes its argmax GT (lowest index on ties)."""
+    if iou.shape[1] == 0:
+        return np.full(iou.shape[0], -1, dtype=np.int64)
+    best = iou.argmax(axis=1).astype(np.int64)
+    best[iou[np.arange(len(iou)), best] < threshold] = -1
+    return best
+
+
+def match_one_to_one(iou: np.ndarray, threshold: float = IOU_THRESHOLD) -> np.ndarray:
+    """SGBench paper Algorithm 2: a GT instance is claimed by at most one prediction.
+
+    Predictions are visited in index order; a later one steals a GT instance only with a
+    strictly higher IoU, so earlier predictions win ties. The loser stays unmatched.
+    """
+    n_pred, n_gt = iou.shape
+    owner = np.full(n_gt, -1, dtype=np.int64)
+    if n_gt:
+        for m in range(n_pred):
+            x = int(iou[m].argmax())
+            value = iou[m, x]
+            if value >= threshold and (owner[x] < 0 or value > iou[owner[x], x]):
+                owner[x] = m
+    mapping = np.full(n_pred, -1, dtype=np.int64)
+    claimed = owner >= 0
+    mapping[owner[claimed]] = np.nonzero(claimed)[0]
+    return mapping
+
+
+def match_instances(iou: np.ndarray, pred_labels: np.ndarray, gt_labels: np.ndarray, *,
+                    one_to_one: bool, match_labels: bool = True,
+                    threshold: float = IOU_THRESHOLD) -> np.ndarray:
+    """Mapping pred -> GT (-1 = unmatched) under the chosen matching rule."""
+    scores = allowed_iou(iou, pred_labels, gt_labels, match_labels)
+    if one_to_one:
+        return match_one_to_one(scores, threshold)
+    return match_many_to_one(scores, threshold)

@@ -1,0 +1,56 @@
+"""Top-k selection: absolute k or relative k (``xF``: k = ceil(F * |G|) per image)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from sgdask.errors import SgdaskError
+
+DEFAULT_KS = "20,50,100,x1,x10"
+
+
+@dataclass(frozen=True)
+class KSpec:
+    """One k of the report: ``label`` is what metric names carry (``R@20``, ``R@x10``)."""
+
+    label: str
+    absolute: int | None = None
+    factor: Fraction | None = None
+
+    def resolve(self, n_gt_triplets: int) -> int:
+        """The number of triplets to select for an image with this many GT triplets."""
+        if self.absolute is not None:
+            return self.absolute
+        assert self.factor is not None
+        return math.ceil(self.factor * n_gt_triplets)
+
+
+def parse_k(text: str) -> KSpec:
+    """``"50"`` -> absolute k, ``"x10"`` / ``"x0.5"`` -> relative k (exact decimal factor)."""
+    token = text.strip()
+    try:
+        if token.startswith("x"):
+            factor = Fraction(token[1:])
+            if factor <= 0:
+                raise ValueError
+            return KSpec(label=token, factor=factor)
+        value = int(token)
+        if value <= 0:
+            raise ValueError
+        return KSpec(label=str(value), absolute=value)
+    except ValueError:
+        raise SgdaskError(
+            f"--k: {token!r} is not a k (expected a positive integer like 50 "
+            "or a relative k like x1, x10, x0.5)"
+        ) from None
+
+
+def parse_ks(text: str | list[str] | tuple[str, ...]) -> tuple[KSpec, ...]:
+    """The ks of a comma-separated list, duplicates removed, order kept."""
+    tokens = text.split(",") if isinstance(text, str) else list(text)
+    specs = [parse_k(t) for t in tokens if t.strip()]
+    if not specs:
+        raise SgdaskError("--k: no k given (expected e.g. 20,50,100,x1,x10)")
+    return tuple(dict.fromkeys(specs))

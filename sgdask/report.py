@@ -1,0 +1,160 @@
+"""The Report object (what an evaluation found) and its writers: JSON, Parquet, Markdown, table."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sgdask import __version__
+from sgdask.accum import Accumulator, metric_sort_key
+from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.kernels.selection import KSpec
+from sgdask.protocols import Protocol
+
+RECALL_FAMILIES = ("R", "mR", "ngR", "mNgR")
+NG_FAMILIES = ("ngR", "mNgR")
+NOT_PERCENT = ("PRank",)
+
+
+@dataclass
+class Report:
+    """Overall numbers, per-predicate and per-image tables, diagnostics and provenance.
+
+    Metric values are fractions in [0, 1] (PRank: a mean 0-based rank, lower is better).
+    """
+
+    protocol: dict[str, Any]
+    aggregation: str
+    ks: list[str]
+    metrics: dict[str, float]
+    per_predicate: list[dict[str, Any]]
+    per_image: list[dict[str, Any]]
+    diagnostics: dict[str, int]
+    left_out: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """Everything but the per-predicate and per-image tables (what metrics.json holds)."""
+        data = asdict(self)
+        data.pop("per_image")
+        data.pop("per_predicate")
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.summary(), indent=2, sort_keys=False)
+
+    def write(self, out: str, storage_options: StorageOptions | None = None) -> list[str]:
+        """Write metrics.json, per_predicate.parquet, per_image.parquet and report.md."""
+        fs, path = filesystem(out, storage_options)
+        fs.makedirs(path, exist_ok=True)
+        written = []
+        for name, text in (("metrics.json", self.to_json()), ("report.md", self.markdown())):
+            with fs.open(join(path, name), "w") as f:
+                f.write(text)
+            written.append(join(out, name))
+        for name, rows in (("per_predicate", self.per_predicate), ("per_image", self.per_image)):
+            with fs.open(join(path, f"{name}.parquet"), "wb") as f:
+                pq.write_table(pa.Table.from_pylist(rows), f)
+            written.append(join(out, f"{name}.parquet"))
+        return written
+
+    def grid(self) -> tuple[list[str], list[list[str]]]:
+        """(header, rows) of the overall table: recall families x ks, then the rest."""
+        header = ["metric", *self.ks]
+        rows = []
+        for family in RECALL_FAMILIES:
+            cells = [fmt_metric(f"{family}@{k}", self.metrics.get(f"{family}@{k}"))
+                     for k in self.ks]
+            if any(c != "-" for c in cells):
+                rows.append([family, *cells])
+        for name in ("InstR", "PRank"):
+            if name in self.metrics:
+                rows.append([name, fmt_metric(name, self.metrics[name]),
+                             *[""] * (len(self.ks) - 1)])
+        return header, rows
+
+    def markdown(self) -> str:
+        header, rows = self.grid()
+        lines = [f"# sgdask report: protocol {self.protocol['name']} "
+                 f"v{self.protocol['version']}, aggregation {self.aggregation}", "",
+                 "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        lines += ["", "Recalls in percent; PRank is a mean 0-based rank (lower is better).", ""]
+        lines += [f"- left out: {m}: {why}" for m, why in self.left_out.items()]
+        lines += [f"- note: {n}" for n in self.notes]
+        lines += [f"- {k}: {v}" for k, v in self.diagnostics.items()]
+        return "\n".join(lines) + "\n"
+
+
+def fmt_metric(name: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if name in NOT_PERCENT else f"{100 * value:.2f}"
+
+
+def as_float(value: Fraction | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def left_out_metrics(with_ng: bool) -> dict[str, str]:
+    if with_ng:
+        return {}
+    reason = "the submission has no ng_triplets (NG list)"
+    return {"ngR@k": reason, "mNgR@k": reason, "PRank": reason}
+
+
+def predicate_table(acc: Accumulator, names: list[str], aggregation: str
+                    ) -> list[dict[str, Any]]:
+    """One row per predicate occurring in the evaluated GT: GT count and every mean metric."""
+    per_pred_mode = "pooled" if aggregation == "pooled" else "per_predicate"
+    values = {m: acc.predicate_values(m, per_pred_mode) for m in acc.mean_metric_names()}
+    rows = []
+    for p in sorted(acc.gt_per_predicate):
+        row: dict[str, Any] = {"predicate": p, "name": names[p] if p < len(names) else str(p),
+                               "gt_count": acc.gt_per_predicate[p]}
+        row.update({m: as_float(v.get(p)) for m, v in values.items()})
+        rows.append(row)
+    return rows
+
+
+def build_report(acc: Accumulator, images: list[dict[str, Any]], protocol: Protocol,
+                 aggregation: str, ks: tuple[KSpec, ...], with_ng: bool,
+                 gt_manifest: dict[str, Any], pred_manifest: dict[str, Any],
+                 counts: dict[str, int]) -> Report:
+    """Finalize the accumulator under an aggregation mode into a Report."""
+    metrics: dict[str, float] = {}
+    for name in acc.image_metric_names():
+        value = acc.image_level[name].mean()
+        if value is not None:
+            metrics[name] = float(value)
+    for name in acc.mean_metric_names():
+        over_cells = protocol.prank_over_cells and name == "PRank"
+        value = acc.mean_metric(name, aggregation, over_cells)
+        if value is not None:
+            metrics[name] = float(value)
+    metrics = dict(sorted(metrics.items(), key=lambda kv: metric_sort_key(kv[0])))
+    names = gt_manifest.get("predicate_classes", [])
+    notes = []
+    absent = len(names) - len(acc.gt_per_predicate)
+    if protocol.name == "sgbench" and absent > 0:
+        notes.append(f"{absent} predicate class(es) never occur in the evaluated GT: "
+                     "sgbench 1.0.0 prints NaN for mR@k then; sgdask averages over the "
+                     "predicates that occur")
+    diagnostics = {**counts, **{k: v for k, v in acc.diagnostics.items() if k != "images"}}
+    provenance = {"sgdask_version": __version__,
+                  "gt": {"source": gt_manifest.get("source"),
+                         "content_hash": gt_manifest.get("content_hash")},
+                  "submission": {"source": pred_manifest.get("source"),
+                                 "content_hash": pred_manifest.get("content_hash")}}
+    return Report(protocol=protocol.as_dict(), aggregation=aggregation,
+                  ks=[k.label for k in ks], metrics=metrics,
+                  per_predicate=predicate_table(acc, names, aggregation),
+                  per_image=sorted(images, key=lambda r: r["image_id"]),
+                  diagnostics=diagnostics, left_out=left_out_metrics(with_ng), notes=notes,
+                  provenance=provenance)
