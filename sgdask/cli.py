@@ -177,17 +177,16 @@ def main(argv: list[str] | None = None) -> None:
     except SgdaskError as err:
         if debug:
             raise
-        err_console.print(f"sgdask: error: {err}", markup=False, highlight=False)
+        print(f"sgdask: error: {err}", file=sys.stderr)
         sys.exit(EXIT_ERROR)
     except Exception as err:  # an sgdask bug or an unforeseen environment failure
         if debug:
             raise
-        err_console.print(f"sgdask: error: unexpected {type(err).__name__}: {err} "
-                          "(run again with --debug for the traceback)", markup=False,
-                          highlight=False)
+        print(f"sgdask: error: unexpected {type(err).__name__}: {err} "
+              "(run again with --debug for the traceback)", file=sys.stderr)
         sys.exit(EXIT_BUG)
     except KeyboardInterrupt:
-        err_console.print("sgdask: interrupted", markup=False)
+        print("sgdask: interrupted", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
 
 

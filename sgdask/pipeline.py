@@ -142,7 +142,7 @@ def dask_client(client: Client | None = None, scheduler: str | None = None
     else:
         workers = max(1, min(2, os.cpu_count() or 1))
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                          dashboard_address=None) as cluster, Client(cluster) as local:
+                          dashboard_address=":0") as cluster, Client(cluster) as local:
             yield local
 
 
@@ -153,9 +153,10 @@ def run_bag(client: Client, specs: list[PartitionSpec], job: Job, progress: bool
     scored = client.persist(bag)
     futures = futures_of(scored)
     if progress:
+        from rich.console import Console
         from rich.progress import Progress
 
-        with Progress(transient=False) as bar:
+        with Progress(console=Console(stderr=True), transient=False) as bar:
             task = bar.add_task("evaluating partitions", total=len(futures))
             for _ in as_completed(futures):
                 bar.advance(task)

@@ -19,7 +19,7 @@ from sgdask.synth import SynthPaths, write_dataset
 def client():
     """A real two-process distributed cluster on 127.0.0.1."""
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None, host="127.0.0.1") as cluster, \
+                      dashboard_address=":0", host="127.0.0.1") as cluster, \
             Client(cluster) as c:
         yield c
 

@@ -24,7 +24,7 @@ def test_partition_sizes_give_identical_reports(stores, client, protocol):
 def test_one_or_two_workers_give_identical_reports(stores, client):
     two = evaluate(stores.gt, stores.pred, partition_size=5, client=client)
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                      dashboard_address=None, host="127.0.0.1") as cluster, \
+                      dashboard_address=":0", host="127.0.0.1") as cluster, \
             Client(cluster) as one_worker:
         one = evaluate(stores.gt, stores.pred, partition_size=5, client=one_worker)
     assert comparable(one) == comparable(two)

@@ -52,4 +52,4 @@ def test_sgbench_protocol_through_the_cli(dataset, stores, tmp_path):
     for metric in COMPARED:
         assert metrics["metrics"][metric] == pytest.approx(ref[metric], abs=1e-9), metric
     assert (out / "per_predicate.parquet").exists() and (out / "per_image.parquet").exists()
-    assert "R@50" in proc.stdout
+    assert f"{100 * ref['R@50']:.2f}" in proc.stdout  # the printed table, in percent
