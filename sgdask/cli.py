@@ -80,6 +80,7 @@ def print_report(report: Report, console: Console = out_console) -> None:
     for row in rows:
         table.add_row(*row)
     console.print(table)
+    console.print("  ".join(f"{name} {value}" for name, value in report.scalars()))
     for metric, why in report.left_out.items():
         console.print(f"left out {metric}: {why}")
     for note in report.notes:

@@ -16,8 +16,6 @@ from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.kernels.selection import KSpec
 from sgdask.protocols import Protocol
 
-RECALL_FAMILIES = ("R", "mR", "ngR", "mNgR")
-NG_FAMILIES = ("ngR", "mNgR")
 NOT_PERCENT = ("PRank",)
 
 
@@ -65,19 +63,20 @@ class Report:
         return written
 
     def grid(self) -> tuple[list[str], list[list[str]]]:
-        """(header, rows) of the overall table: recall families x ks, then the rest."""
+        """(header, rows) of the overall table: metric families x ks."""
         header = ["metric", *self.ks]
         rows = []
-        for family in RECALL_FAMILIES:
+        for family in families_with_k(self.metrics):
             cells = [fmt_metric(f"{family}@{k}", self.metrics.get(f"{family}@{k}"))
                      for k in self.ks]
             if any(c != "-" for c in cells):
                 rows.append([family, *cells])
-        for name in ("InstR", "PRank"):
-            if name in self.metrics:
-                rows.append([name, fmt_metric(name, self.metrics[name]),
-                             *[""] * (len(self.ks) - 1)])
         return header, rows
+
+    def scalars(self) -> list[tuple[str, str]]:
+        """Metrics without k (InstR, PRank, R@inf...), formatted."""
+        return [(name, fmt_metric(name, value)) for name, value in self.metrics.items()
+                if not k_of(name, self.ks)]
 
     def markdown(self) -> str:
         header, rows = self.grid()
@@ -86,10 +85,23 @@ class Report:
                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         lines += ["", "Recalls in percent; PRank is a mean 0-based rank (lower is better).", ""]
+        lines += ["", ", ".join(f"{name} {value}" for name, value in self.scalars())]
         lines += [f"- left out: {m}: {why}" for m, why in self.left_out.items()]
         lines += [f"- note: {n}" for n in self.notes]
         lines += [f"- {k}: {v}" for k, v in self.diagnostics.items()]
         return "\n".join(lines) + "\n"
+
+
+def k_of(name: str, ks: list[str]) -> str | None:
+    """The k label of a metric name (``mR@x10`` -> ``x10``), None for metrics without k."""
+    _, _, k = name.partition("@")
+    return k if k in ks else None
+
+
+def families_with_k(metrics: dict[str, float]) -> list[str]:
+    """Metric families (``R``, ``mR``...) that have a k, in report order."""
+    return list(dict.fromkeys(name.partition("@")[0] for name in metrics if "@" in name
+                              and not name.endswith("@inf")))
 
 
 def fmt_metric(name: str, value: float | None) -> str:
