@@ -8,7 +8,6 @@ bit-identical final numbers. Floats appear only in ``finalize``.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from fractions import Fraction
 from math import gcd
@@ -46,10 +45,9 @@ class RationalSum:
 
 
 def _merge_sums(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for key, value in b.items():
-        out[key] = out[key].merged(value) if key in out else value
-    return out
+    # fresh RationalSums on every key: the merge must not share (and later mutate) its inputs
+    empty = RationalSum()
+    return {key: a.get(key, empty).merged(b.get(key, empty)) for key in {**a, **b}}
 
 
 def _merge_counts(a: dict, b: dict) -> dict:
@@ -75,7 +73,8 @@ class Accumulator:
     - ``per_predicate[(m, p)]``: sum over images where p occurs of the image's value;
     - ``pooled[(m, p)]``: (total numerator, total denominator), e.g. hits / GT count;
     - ``image_mean[m]``: sum over images of the mean over the image's predicates;
-    - ``cells[m]``: sum over all defined (image, predicate) cells.
+    - ``cells[m]``: sum over all defined (image, predicate) cells;
+    - ``pooled_totals[m]``: (total numerator, total denominator) of pooled metrics (A@k).
     """
 
     image_level: dict[str, RationalSum] = field(default_factory=dict)
@@ -83,6 +82,7 @@ class Accumulator:
     pooled: dict[tuple[str, int], Term] = field(default_factory=dict)
     image_mean: dict[str, RationalSum] = field(default_factory=dict)
     cells: dict[str, RationalSum] = field(default_factory=dict)
+    pooled_totals: dict[str, Term] = field(default_factory=dict)
     gt_per_predicate: dict[int, int] = field(default_factory=dict)
     diagnostics: dict[str, int] = field(default_factory=dict)
 
@@ -101,6 +101,9 @@ class Accumulator:
                 cells.add(term)
                 old = self.pooled.get((name, p), (0, 0))
                 self.pooled[(name, p)] = (old[0] + term[0], old[1] + term[1])
+        for name, (num, den) in result.pooled.items():
+            old = self.pooled_totals.get(name, (0, 0))
+            self.pooled_totals[name] = (old[0] + num, old[1] + den)
         for p, n in result.gt_per_predicate.items():
             self.gt_per_predicate[p] = self.gt_per_predicate.get(p, 0) + n
         counts = {**result.diagnostics, "images": 1, "images_missing": int(result.missing)}
@@ -115,6 +118,7 @@ class Accumulator:
             pooled=_merge_pairs(self.pooled, other.pooled),
             image_mean=_merge_sums(self.image_mean, other.image_mean),
             cells=_merge_sums(self.cells, other.cells),
+            pooled_totals=_merge_pairs(self.pooled_totals, other.pooled_totals),
             gt_per_predicate=_merge_counts(self.gt_per_predicate, other.gt_per_predicate),
             diagnostics=_merge_counts(self.diagnostics, other.diagnostics),
         )
@@ -145,25 +149,13 @@ class Accumulator:
 def metric_sort_key(name: str) -> tuple:
     """Report order: family, then absolute k ascending, then relative k ascending."""
     family, _, k = name.partition("@")
-    families = ["R", "mR", "ngR", "mNgR", "InstR", "PRank"]
+    families = ["R", "mR", "ngR", "mNgR", "PR", "zR", "mzR", "IMR", "wIMR", "A",
+                "InstR", "PRank"]
     fam = families.index(family) if family in families else len(families)
     if not k:
         return (fam, 0, Fraction(0), name)
+    if k == "inf":
+        return (fam, 3, Fraction(0), name)
     if k.startswith("x"):
         return (fam, 2, Fraction(k[1:]), name)
     return (fam, 1, Fraction(k), name)
-
-
-def merge_all(items: list[Accumulator]) -> Accumulator:
-    total = Accumulator()
-    for item in items:
-        total = total.merged(item)
-    return total
-
-
-def group_by_metric(pairs: dict[tuple[str, int], object]) -> dict[str, dict[int, object]]:
-    """``{(metric, p): v}`` -> ``{metric: {p: v}}``."""
-    out: dict[str, dict[int, object]] = defaultdict(dict)
-    for (m, p), v in pairs.items():
-        out[m][p] = v
-    return dict(out)

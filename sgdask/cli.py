@@ -90,6 +90,29 @@ def print_report(report: Report, console: Console = out_console) -> None:
         console.print(f"{missing} evaluated image(s) have no prediction (scored 0)")
 
 
+def print_delta(reports: dict[str, Report], console: Console = out_console) -> None:
+    """Metrics of every protocol side by side, with the difference to the first one."""
+    from sgdask.report.writers import protocol_delta
+
+    names = list(reports)
+    table = Table(title=f"protocol delta (percentage points, vs {names[0]})")
+    table.add_column("metric")
+    for name in names:
+        table.add_column(name, justify="right")
+    for name in names[1:]:
+        table.add_column(f"{name} − {names[0]}", justify="right")
+    for row in protocol_delta(reports):
+        table.add_row(row["metric"], *[fmt(row[n]) for n in names],
+                      *[fmt(row[f"delta_{n}"], signed=True) for n in names[1:]])
+    console.print(table)
+
+
+def fmt(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{100 * value:+.2f}" if signed else f"{100 * value:.2f}"
+
+
 @app.command()
 def synth(out: Annotated[Path, typer.Argument(help="directory to write the dataset into")],
           images: Annotated[int, typer.Option(help="number of test images")] = 200,
@@ -137,9 +160,28 @@ def convert(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP"
 
 
 @app.command()
+def stats(psg_json: Annotated[str, typer.Argument(help="psg.json (path or URL)")],
+          out: Annotated[str, typer.Option("--out", help="Parquet file URL to write")],
+          storage_option: StorageOpt = None) -> None:
+    """Training-split triplet statistics (zero-shot types, wIMR weights) as Parquet."""
+    from sgdask.io.ingest import read_bytes
+    from sgdask.io.sgbench import load_json
+    from sgdask.io.stats import train_stats, write_stats
+
+    options = storage_options(storage_option)
+    table = train_stats(load_json(read_bytes(psg_json, options, "psg.json"), psg_json),
+                        psg_json)
+    if not len(table):
+        raise SgdaskError(f"{psg_json}: train_image_ids: no training relation found")
+    write_stats(table, out, options)
+    out_console.print(f"wrote {out}: {len(table)} triplet types")
+
+
+@app.command()
 def evaluate(gt: Annotated[str, typer.Option("--gt", help="GT store URL")],
              pred: Annotated[str, typer.Option("--pred", help="submission store URL")],
-             protocol: Annotated[str, typer.Option(help="singlempo or sgbench")]
+             protocol: Annotated[str, typer.Option(
+                 help="singlempo, sgbench, multimpo, or several: singlempo,multimpo")]
              = DEFAULT_PROTOCOL,
              k: Annotated[str, typer.Option("--k", help="ks: integers and relative xF")]
              = DEFAULT_KS,
@@ -151,20 +193,32 @@ def evaluate(gt: Annotated[str, typer.Option("--gt", help="GT store URL")],
                  help="address of an existing Dask scheduler (default: a LocalCluster)")]
              = None,
              out: Annotated[str | None, typer.Option(
-                 help="directory for metrics.json, per_predicate/per_image.parquet, report.md")]
+                 help="directory for metrics.json, per_predicate/per_image.parquet, "
+                 "report.md, report.html")] = None,
+             stats: Annotated[str | None, typer.Option(
+                 help="training statistics from `sgdask stats` (default: the GT store's)")]
              = None,
+             legacy_metrics: Annotated[bool, typer.Option(
+                 "--legacy-metrics", help="also compute the legacy pair accuracy A@k")]
+             = False,
+             tau: Annotated[float, typer.Option(help="wIMR weight exponent")] = 0.5,
              storage_option: StorageOpt = None) -> None:
     """Score a submission store against a GT store on a Dask cluster and print the table."""
-    from sgdask.pipeline import evaluate as run
+    from sgdask.pipeline import evaluate_protocols
+    from sgdask.report.writers import write_reports
 
     options = storage_options(storage_option)
     start = time.perf_counter()
-    report = run(gt, pred, protocol, k, aggregation, partition_size, scheduler=scheduler,
-                 storage_options=options, progress=True)
-    print_report(report)
+    reports = evaluate_protocols(gt, pred, protocol, k, aggregation, partition_size,
+                                 scheduler=scheduler, storage_options=options, progress=True,
+                                 stats=stats, legacy=legacy_metrics, tau=tau)
+    for report in reports.values():
+        print_report(report)
+    if len(reports) > 1:
+        print_delta(reports)
     err_console.print(f"evaluated in {time.perf_counter() - start:.1f} s")
     if out:
-        for path in report.write(out, options):
+        for path in write_reports(reports, out, options):
             err_console.print(f"wrote {path}")
 
 

@@ -17,13 +17,15 @@ from distributed import Client, LocalCluster, as_completed, futures_of
 
 from sgdask.accum import AGGREGATIONS, Accumulator
 from sgdask.errors import InputError, SgdaskError
-from sgdask.io.fs import StorageOptions
+from sgdask.io.fs import StorageOptions, join
 from sgdask.io.partition import load_gt_images, pred_loaders
+from sgdask.io.stats import STATS_FILE, composition_counts, read_stats, zero_shot_from
 from sgdask.io.store import StoreReader
-from sgdask.kernels.image import ImageResult, evaluate_image, missing_image_result
+from sgdask.kernels.image import ImageResult, ZeroShot, evaluate_image, missing_image_result
 from sgdask.kernels.selection import DEFAULT_KS, KSpec, parse_ks
-from sgdask.protocols import DEFAULT_PROTOCOL, Protocol, get_protocol
-from sgdask.report import Report, build_report
+from sgdask.protocols import DEFAULT_PROTOCOL, Protocol, get_protocols
+from sgdask.report import EvalSettings, Report, build_report
+from sgdask.types import ImageGT, ImagePred
 
 DEFAULT_PARTITION_SIZE = 32
 
@@ -35,9 +37,11 @@ class Job:
     gt_url: str
     pred_url: str
     storage_options: StorageOptions | None
-    protocol: Protocol
+    protocols: tuple[Protocol, ...]
     ks: tuple[KSpec, ...]
     with_ng: bool
+    zero_shot: ZeroShot | None = None
+    legacy: bool = False
 
 
 @dataclass(frozen=True)
@@ -52,14 +56,22 @@ class PartitionSpec:
 
 @dataclass
 class PartitionResult:
-    """A partition's accumulator and its per-image rows; merging is associative."""
+    """Per protocol: an accumulator and per-image rows. Merging is associative."""
 
-    accumulator: Accumulator = field(default_factory=Accumulator)
-    images: list[dict[str, Any]] = field(default_factory=list)
+    accumulators: dict[str, Accumulator] = field(default_factory=dict)
+    images: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def add(self, protocol: str, result: ImageResult) -> None:
+        self.accumulators.setdefault(protocol, Accumulator()).update(result)
+        self.images.setdefault(protocol, []).append(image_row(result))
 
     def merged(self, other: PartitionResult) -> PartitionResult:
-        return PartitionResult(self.accumulator.merged(other.accumulator),
-                               self.images + other.images)
+        names = list(dict.fromkeys([*self.accumulators, *other.accumulators]))
+        empty = Accumulator()
+        return PartitionResult(
+            {n: self.accumulators.get(n, empty).merged(other.accumulators.get(n, empty))
+             for n in names},
+            {n: self.images.get(n, []) + other.images.get(n, []) for n in names})
 
 
 def image_row(result: ImageResult) -> dict[str, Any]:
@@ -79,17 +91,23 @@ def score_partition(spec: PartitionSpec, job: Job) -> PartitionResult:
     preds = pred_loaders(pred_reader, list(spec.pred_parts), list(spec.pred_ids))
     out = PartitionResult()
     for gt in load_gt_images(gt_reader, list(spec.gt_parts), list(spec.image_ids)):
-        if gt.image_id in preds:
-            try:
-                result = evaluate_image(gt, preds[gt.image_id](), job.protocol, job.ks,
-                                        job.with_ng)
-            except ValueError as err:
-                raise SgdaskError(f"{job.pred_url}: image {gt.image_id}: {err}") from None
-        else:
-            result = missing_image_result(gt, job.protocol, job.ks, job.with_ng)
-        out.accumulator.update(result)
-        out.images.append(image_row(result))
+        pred = preds[gt.image_id]() if gt.image_id in preds else None
+        for protocol in job.protocols:
+            out.add(protocol.name, score_image_under(gt, pred, protocol, job))
     return out
+
+
+def score_image_under(gt: ImageGT, pred: ImagePred | None, protocol: Protocol, job: Job
+                      ) -> ImageResult:
+    """One image's terms under one protocol (the masks are read once for all protocols)."""
+    if pred is None:
+        return missing_image_result(gt, protocol, job.ks, job.with_ng, job.zero_shot,
+                                    job.legacy)
+    try:
+        return evaluate_image(gt, pred, protocol, job.ks, job.with_ng, job.zero_shot,
+                              job.legacy)
+    except ValueError as err:
+        raise SgdaskError(f"{job.pred_url}: image {gt.image_id}: {err}") from None
 
 
 def parts_holding(ids: list[str], parts: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -160,30 +178,61 @@ def run_bag(client: Client, specs: list[PartitionSpec], job: Job, progress: bool
             task = bar.add_task("evaluating partitions", total=len(futures))
             for _ in as_completed(futures):
                 bar.advance(task)
-    folded = scored.fold(lambda a, b: a.merged(b), initial=PartitionResult())
+    folded = scored.fold(PartitionResult.merged, initial=PartitionResult())
     return client.compute(folded).result()
 
 
-def evaluate(gt: str, pred: str, protocol: str = DEFAULT_PROTOCOL, ks: str = DEFAULT_KS,
-             aggregation: str = "per_predicate", partition_size: int = DEFAULT_PARTITION_SIZE,
-             client: Client | None = None, scheduler: str | None = None,
-             storage_options: StorageOptions | None = None, progress: bool = False) -> Report:
-    """Score the submission store ``pred`` against the GT store ``gt``; returns a Report."""
+def training_stats(gt: StoreReader, stats: str | None, options: StorageOptions | None
+                   ) -> tuple[ZeroShot | None, dict[int, int] | None]:
+    """Zero-shot look-up and wIMR composition counts, from ``stats`` or the GT store."""
+    url = stats or (join(gt.url, STATS_FILE) if gt.manifest.get("train_stats") else None)
+    if url is None:
+        return None, None
+    table = read_stats(url, options)
+    n_classes = len(gt.manifest["thing_classes"]) + len(gt.manifest["stuff_classes"])
+    n_predicates = len(gt.manifest["predicate_classes"])
+    return zero_shot_from(table, n_classes, n_predicates), composition_counts(table)
+
+
+def evaluate_protocols(gt: str, pred: str, protocols: str = DEFAULT_PROTOCOL,
+                       ks: str = DEFAULT_KS, aggregation: str = "per_predicate",
+                       partition_size: int = DEFAULT_PARTITION_SIZE,
+                       client: Client | None = None, scheduler: str | None = None,
+                       storage_options: StorageOptions | None = None, progress: bool = False,
+                       stats: str | None = None, legacy: bool = False, tau: float = 0.5
+                       ) -> dict[str, Report]:
+    """Score ``pred`` against ``gt`` under several protocols in one pass over the data."""
     if aggregation not in AGGREGATIONS:
         raise SgdaskError(f"--aggregation: unknown mode {aggregation!r} "
                           f"(expected one of: {', '.join(AGGREGATIONS)})")
     if partition_size < 1:
         raise SgdaskError("--partition-size: must be at least 1")
-    proto = get_protocol(protocol)
+    protos = get_protocols(protocols)
     gt_reader = StoreReader(gt, storage_options, "gt")
     pred_reader = StoreReader(pred, storage_options, "submission")
     if pred_reader.manifest["instances"] == "masks" and gt_reader.manifest["instances"] != "masks":
         raise SgdaskError(f"{pred}: a mask submission needs a GT store with masks "
                           f"({gt} was ingested without --masks)")
     specs, counts = plan_partitions(gt_reader, pred_reader, partition_size)
-    job = Job(gt, pred, storage_options, proto, parse_ks(ks),
-              bool(pred_reader.manifest.get("has_ng")))
+    zero_shot, composition = training_stats(gt_reader, stats, storage_options)
+    job = Job(gt, pred, storage_options, protos, parse_ks(ks),
+              bool(pred_reader.manifest.get("has_ng")), zero_shot, legacy)
     with dask_client(client, scheduler) as active:
         result = run_bag(active, specs, job, progress)
-    return build_report(result.accumulator, result.images, proto, aggregation, job.ks,
-                        job.with_ng, gt_reader.manifest, pred_reader.manifest, counts)
+    return {p.name: build_report(
+        result.accumulators[p.name], result.images[p.name],
+        EvalSettings(p, aggregation, job.ks, job.with_ng, zero_shot is not None, legacy, tau),
+        composition, gt_reader.manifest, pred_reader.manifest, counts) for p in protos}
+
+
+def evaluate(gt: str, pred: str, protocol: str = DEFAULT_PROTOCOL, ks: str = DEFAULT_KS,
+             aggregation: str = "per_predicate", partition_size: int = DEFAULT_PARTITION_SIZE,
+             client: Client | None = None, scheduler: str | None = None,
+             storage_options: StorageOptions | None = None, progress: bool = False,
+             stats: str | None = None, legacy: bool = False, tau: float = 0.5) -> Report:
+    """Score the submission store ``pred`` against the GT store ``gt`` under one protocol."""
+    reports = evaluate_protocols(gt, pred, protocol, ks, aggregation, partition_size, client,
+                                 scheduler, storage_options, progress, stats, legacy, tau)
+    if len(reports) != 1:
+        raise SgdaskError("evaluate() takes one protocol; use evaluate_protocols() for several")
+    return next(iter(reports.values()))

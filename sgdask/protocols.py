@@ -15,6 +15,8 @@ from sgdask.errors import SgdaskError
 class Protocol:
     """A bundle of evaluation choices.
 
+    ``normalization``: ``singlempo`` | ``dedup`` | ``none``; ``matching``: ``one_to_one`` |
+    ``many_to_one`` (instance mappings) | ``triplet`` (legacy triplet-level matching).
     ``missing_counts_in_means``: an image without prediction scores 0 in the mean metrics
     (else it is left out of them, as SGBench 1.0.0 does). ``prank_over_cells``: PRank is the
     mean over all defined (image, predicate) cells (SGBench) instead of following the
@@ -24,7 +26,7 @@ class Protocol:
     name: str
     version: str
     normalization: str
-    one_to_one: bool
+    matching: str
     missing_counts_in_means: bool
     prank_over_cells: bool
     description: str
@@ -37,7 +39,7 @@ SINGLEMPO = Protocol(
     name="singlempo",
     version="1.0",
     normalization="singlempo",
-    one_to_one=True,
+    matching="one_to_one",
     missing_counts_in_means=True,
     prank_over_cells=False,
     description="fair protocol: mask merge, relation dedup, graph constraint, 1:1 matching",
@@ -47,14 +49,32 @@ SGBENCH = Protocol(
     name="sgbench",
     version="1.0.0",
     normalization="dedup",
-    one_to_one=False,
+    matching="many_to_one",
     missing_counts_in_means=False,
     prank_over_cells=True,
     description="reproduces sgbench==1.0.0: exact-duplicate removal, many-to-one matching",
 )
 
-PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (SINGLEMPO, SGBENCH)}
+MULTIMPO = Protocol(
+    name="multimpo",
+    version="1.0",
+    normalization="none",
+    matching="triplet",
+    missing_counts_in_means=True,
+    prank_over_cells=False,
+    description="legacy OpenPSG / Neural-MOTIFS: triplet-level matching, duplicates allowed",
+)
+
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (SINGLEMPO, SGBENCH, MULTIMPO)}
 DEFAULT_PROTOCOL = SINGLEMPO.name
+
+
+def get_protocols(names: str) -> tuple[Protocol, ...]:
+    """Protocols of a comma-separated list (``singlempo,multimpo``), order kept."""
+    found = tuple(dict.fromkeys(get_protocol(n) for n in names.split(",") if n.strip()))
+    if not found:
+        raise SgdaskError("--protocol: no protocol given")
+    return found
 
 
 def get_protocol(name: str) -> Protocol:

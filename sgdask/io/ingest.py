@@ -23,6 +23,7 @@ from sgdask.io.sgbench import (
     parse_submission,
     read_layered_tiff,
 )
+from sgdask.io.stats import STATS_FILE, train_stats, write_stats
 from sgdask.io.store import PartTables, StoreReader, StoreWriter, instance_rows, triplet_rows
 
 DEFAULT_STORE_PARTITION = 64
@@ -72,7 +73,11 @@ def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
                 if progress:
                     progress(1)
             writer.write_part(tables)
+        stats = train_stats(doc, psg_json)
+        if len(stats):
+            write_stats(stats, join(out, STATS_FILE), storage_options)
         return writer.finish(
+            train_stats=STATS_FILE if len(stats) else None,
             sgdask_version=__version__, content_hash="sha256:" + digest.hexdigest(),
             source=str(psg_json), instances="masks" if masks_dir else "boxes",
             n_images=len(records), partition_size=partition_size, **names)

@@ -21,7 +21,7 @@ def mask_iou_matrix(pred_masks: np.ndarray, gt_label_image: np.ndarray, n_gt: in
     n_pred = len(pred_masks)
     flat_gt = gt_label_image.reshape(-1).astype(np.int64)
     gt_area = np.bincount(flat_gt, minlength=n_gt + 1)[1 : n_gt + 1]
-    layers = pred_masks.reshape(n_pred, -1)
+    layers = pred_masks.reshape(n_pred, flat_gt.size)
     layer_idx, pixel_idx = np.nonzero(layers)
     joint = np.bincount(
         layer_idx * (n_gt + 1) + flat_gt[pixel_idx], minlength=n_pred * (n_gt + 1)
@@ -35,7 +35,7 @@ def mask_iou_matrix(pred_masks: np.ndarray, gt_label_image: np.ndarray, n_gt: in
 def pairwise_mask_iou(masks: np.ndarray) -> np.ndarray:
     """IoU (n, n) between the layers of one boolean stack, via a product over covered pixels."""
     n = len(masks)
-    flat = masks.reshape(n, -1)
+    flat = masks.reshape(n, int(np.prod(masks.shape[1:])))
     covered = flat.any(axis=0)
     # float32 counts are exact below 2**24 pixels; larger images fall back to float64
     dtype = np.float32 if covered.sum() < 2**24 else np.float64

@@ -79,3 +79,41 @@ def instance_recall_term(mapping: np.ndarray, n_gt_instances: int) -> Term:
     """Distinct matched GT instances over all GT instances."""
     matched = np.unique(mapping[mapping >= 0])
     return (len(matched), n_gt_instances)
+
+
+def rank_within_predicate(triplets: np.ndarray) -> np.ndarray:
+    """0-based position of each list entry among the entries with the same predicate."""
+    if len(triplets) == 0:
+        return np.empty(0, dtype=np.int64)
+    predicates = triplets[:, 2]
+    order = np.argsort(predicates, kind="stable")
+    start = np.searchsorted(predicates[order], predicates[order], side="left")
+    ranks = np.empty(len(triplets), dtype=np.int64)
+    ranks[order] = np.arange(len(triplets)) - start
+    return ranks
+
+
+def first_hits_by_matrix(hit: np.ndarray) -> np.ndarray:
+    """First list position per GT row of a (n_gt, list_len) hit matrix (``NEVER`` if none)."""
+    out = np.full(hit.shape[0], NEVER, dtype=np.int64)
+    if hit.size:
+        any_hit = hit.any(axis=1)
+        out[any_hit] = hit[any_hit].argmax(axis=1)
+    return out
+
+
+def triplet_hit_matrix(relations: np.ndarray, triplets: np.ndarray, instance_hit: np.ndarray,
+                       with_predicate: bool = True) -> np.ndarray:
+    """(n_gt_triplets, list_len): list entry j hits GT triplet t at the triplet level.
+
+    ``instance_hit[m, g]``: predicted instance m may stand for GT instance g (same category
+    and IoU >= 0.5); legacy multimpo matching, no one-to-one instance mapping.
+    """
+    if len(relations) == 0 or len(triplets) == 0:
+        return np.zeros((len(relations), len(triplets)), dtype=bool)
+    subj = instance_hit[triplets[:, 0]][:, relations[:, 0]].T
+    obj = instance_hit[triplets[:, 1]][:, relations[:, 1]].T
+    hit = subj & obj
+    if with_predicate:
+        hit &= relations[:, 2][:, None] == triplets[:, 2][None, :]
+    return hit

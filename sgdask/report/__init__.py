@@ -114,11 +114,56 @@ def as_float(value: Fraction | None) -> float | None:
     return None if value is None else float(value)
 
 
-def left_out_metrics(with_ng: bool) -> dict[str, str]:
-    if with_ng:
+@dataclass(frozen=True)
+class EvalSettings:
+    """What an evaluation was asked to compute (decides what is reported or left out)."""
+
+    protocol: Protocol
+    aggregation: str
+    ks: tuple[KSpec, ...]
+    with_ng: bool
+    has_stats: bool
+    legacy: bool
+    tau: float
+
+
+def left_out_metrics(settings: EvalSettings, metrics: dict[str, float]) -> dict[str, str]:
+    """Metric families absent from the report, each with the reason."""
+    reasons: dict[str, str] = {}
+    if not settings.with_ng:
+        for name in ("ngR@k", "mNgR@k", "PRank", "IMR@k", "wIMR@k"):
+            reasons[name] = "the submission has no ng_triplets (NG list)"
+    if settings.protocol.matching == "triplet":
+        reasons.setdefault("PRank", "needs an instance mapping; multimpo matches triplets")
+        if settings.legacy:
+            reasons["A@k"] = "needs an instance mapping; multimpo matches triplets"
+    if not settings.has_stats:
+        why = ("no training statistics (the GT has no train_image_ids; "
+               "give --stats from `sgdask stats`)")
+        for name in ("zR@k", "mzR@k", "wIMR@k"):
+            reasons.setdefault(name, why)
+    elif not any(m.startswith("zR@") for m in metrics):
+        reasons["zR@k"] = reasons["mzR@k"] = "no zero-shot GT triplet in the evaluated images"
+    if not settings.legacy:
+        reasons["A@k"] = "legacy metric, off by default (--legacy-metrics)"
+    return reasons
+
+
+def weighted_imr(acc: Accumulator, settings: EvalSettings, composition: dict[int, int] | None
+                 ) -> dict[str, float]:
+    """wIMR@k = sum_c w_c IMR_c, w_c = n_c^tau / sum n^tau over predicates of the evaluated GT."""
+    if not composition:
         return {}
-    reason = "the submission has no ng_triplets (NG list)"
-    return {"ngR@k": reason, "mNgR@k": reason, "PRank": reason}
+    mode = "pooled" if settings.aggregation == "pooled" else "per_predicate"
+    out = {}
+    for k in settings.ks:
+        values = acc.predicate_values(f"IMR@{k.label}", mode)
+        weights = {c: composition.get(c, 0) ** settings.tau for c in sorted(values)}
+        total = sum(weights.values())
+        if values and total > 0:
+            out[f"wIMR@{k.label}"] = sum(weights[c] / total * float(values[c])
+                                         for c in sorted(values))
+    return out
 
 
 def predicate_table(acc: Accumulator, names: list[str], aggregation: str
@@ -135,11 +180,11 @@ def predicate_table(acc: Accumulator, names: list[str], aggregation: str
     return rows
 
 
-def build_report(acc: Accumulator, images: list[dict[str, Any]], protocol: Protocol,
-                 aggregation: str, ks: tuple[KSpec, ...], with_ng: bool,
-                 gt_manifest: dict[str, Any], pred_manifest: dict[str, Any],
-                 counts: dict[str, int]) -> Report:
+def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalSettings,
+                 composition: dict[int, int] | None, gt_manifest: dict[str, Any],
+                 pred_manifest: dict[str, Any], counts: dict[str, int]) -> Report:
     """Finalize the accumulator under an aggregation mode into a Report."""
+    protocol, aggregation = settings.protocol, settings.aggregation
     metrics: dict[str, float] = {}
     for name in acc.image_metric_names():
         value = acc.image_level[name].mean()
@@ -150,6 +195,10 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], protocol: Proto
         value = acc.mean_metric(name, aggregation, over_cells)
         if value is not None:
             metrics[name] = float(value)
+    for name, (num, den) in acc.pooled_totals.items():
+        if den:
+            metrics[name] = num / den
+    metrics.update(weighted_imr(acc, settings, composition))
     metrics = dict(sorted(metrics.items(), key=lambda kv: metric_sort_key(kv[0])))
     names = gt_manifest.get("predicate_classes", [])
     notes = []
@@ -158,6 +207,9 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], protocol: Proto
         notes.append(f"{absent} predicate class(es) never occur in the evaluated GT: "
                      "sgbench 1.0.0 prints NaN for mR@k then; sgdask averages over the "
                      "predicates that occur")
+    if settings.legacy and any(m.startswith("A@") for m in metrics):
+        notes.append("A@k is a legacy pair accuracy, not a recall: only predictions on GT "
+                     "pairs count, so it is not comparable with R@k")
     diagnostics = {**counts, **{k: v for k, v in acc.diagnostics.items() if k != "images"}}
     provenance = {"sgdask_version": __version__,
                   "gt": {"source": gt_manifest.get("source"),
@@ -165,8 +217,8 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], protocol: Proto
                   "submission": {"source": pred_manifest.get("source"),
                                  "content_hash": pred_manifest.get("content_hash")}}
     return Report(protocol=protocol.as_dict(), aggregation=aggregation,
-                  ks=[k.label for k in ks], metrics=metrics,
+                  ks=[k.label for k in settings.ks], metrics=metrics,
                   per_predicate=predicate_table(acc, names, aggregation),
                   per_image=sorted(images, key=lambda r: r["image_id"]),
-                  diagnostics=diagnostics, left_out=left_out_metrics(with_ng), notes=notes,
-                  provenance=provenance)
+                  diagnostics=diagnostics, left_out=left_out_metrics(settings, metrics),
+                  notes=notes, provenance=provenance)

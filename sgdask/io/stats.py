@@ -1,0 +1,79 @@
+"""Training-split statistics: how often each (subject category, object category, predicate)
+occurs in ``train_image_ids``. They define zero-shot triplets (zR@k) and the compositional
+diversity weights of wIMR@k. Stored as ``train_stats.parquet`` in the GT store, or wherever
+``sgdask stats`` writes them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sgdask.errors import InputError, StoreError
+from sgdask.io.fs import StorageOptions, filesystem
+from sgdask.kernels.image import ZeroShot
+
+STATS_SCHEMA = pa.schema([("subject_category", pa.int32()), ("object_category", pa.int32()),
+                          ("predicate", pa.int32()), ("count", pa.int64())])
+STATS_FILE = "train_stats.parquet"
+
+
+def train_stats(doc: Any, file: str) -> pa.Table:
+    """Triplet-type counts over the training split of a parsed psg.json."""
+    train = {str(i) for i in doc.get("train_image_ids") or []}
+    counts: Counter[tuple[int, int, int]] = Counter()
+    for index, entry in enumerate(doc["data"]):
+        if str(entry.get("image_id")) not in train:
+            continue
+        try:
+            source = entry.get("segments_info") or entry.get("annotations") or []
+            cats = [int(s["category_id"]) for s in source]
+            for s, o, p in entry.get("relations") or []:
+                counts[(cats[s], cats[o], int(p))] += 1
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            raise InputError(file, f"malformed training entry ({type(err).__name__}: {err})",
+                             image=entry.get("image_id"), field=f"data[{index}]") from None
+    rows = sorted(counts.items())
+    return pa.table({"subject_category": [r[0][0] for r in rows],
+                     "object_category": [r[0][1] for r in rows],
+                     "predicate": [r[0][2] for r in rows],
+                     "count": [r[1] for r in rows]}, schema=STATS_SCHEMA)
+
+
+def write_stats(table: pa.Table, url: str, storage_options: StorageOptions | None = None
+                ) -> None:
+    fs, path = filesystem(url, storage_options)
+    with fs.open(path, "wb") as f:
+        pq.write_table(table, f)
+
+
+def read_stats(url: str, storage_options: StorageOptions | None = None) -> pa.Table:
+    fs, path = filesystem(url, storage_options)
+    try:
+        with fs.open(path, "rb") as f:
+            table = pq.read_table(f)
+    except FileNotFoundError:
+        raise StoreError(f"{url}: no training statistics here (write them with "
+                         "`sgdask stats PSG_JSON --out URL`)") from None
+    missing = [c for c in STATS_SCHEMA.names if c not in table.column_names]
+    if missing:
+        raise InputError(url, f"missing columns {missing}", expected=str(STATS_SCHEMA.names))
+    return table.select(STATS_SCHEMA.names).cast(STATS_SCHEMA)
+
+
+def zero_shot_from(table: pa.Table, n_classes: int, n_predicates: int) -> ZeroShot:
+    """The seen triplet types as a ZeroShot look-up."""
+    subj, obj, pred = (table[c].to_numpy().astype(np.int64)
+                       for c in ("subject_category", "object_category", "predicate"))
+    z = ZeroShot(np.empty(0, dtype=np.int64), n_classes, n_predicates)
+    return ZeroShot(np.unique(z.key(subj, obj, pred)), n_classes, n_predicates)
+
+
+def composition_counts(table: pa.Table) -> dict[int, int]:
+    """Predicate -> number of distinct (subject, object) category pairs it has in training."""
+    pred = table["predicate"].to_numpy()
+    values, counts = np.unique(pred, return_counts=True)
+    return dict(zip(values.tolist(), counts.tolist(), strict=True))

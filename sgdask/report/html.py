@@ -1,0 +1,331 @@
+"""A single self-contained HTML page for one or several protocols evaluated on the same data.
+
+Plots are PNGs embedded as data URIs and the CSS is inline, so the page opens offline and can
+be mailed or archived as one file. Figures are built with ``matplotlib.figure.Figure`` (never
+pyplot) so rendering is thread-safe and does not touch a global backend.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import posixpath
+from collections.abc import Iterable
+from itertools import cycle
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from sgdask.io.fs import StorageOptions, filesystem, is_local
+from sgdask.report import NOT_PERCENT, Report, fmt_metric
+
+ROW_KEYS = ("predicate", "name", "gt_count")
+CURVE_FAMILIES = ("R", "mR", "ngR", "mNgR")
+LINE_STYLES = ("-", "--", ":", "-.")
+DEFAULT_PREDICATE_METRIC = "mR@50"
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1200px; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.3em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
+h3 { font-size: 1.1em; }
+table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }
+th { background: #f0f0f0; }
+td:first-child, th:first-child { text-align: left; }
+tbody tr:nth-child(even) { background: #fafafa; }
+img { max-width: 100%; display: block; margin: 0.6em 0; }
+.note { color: #555; font-size: 0.9em; }
+"""
+
+
+def render_html(reports: dict[str, Report], title: str = "sgdask report") -> str:
+    """The whole page; ``reports`` maps protocol name -> Report, the first is the baseline."""
+    if not reports:
+        raise ValueError("render_html needs at least one report")
+    sections = [header_section(title, reports), overall_section(reports),
+                plots_section(reports), details_section(reports)]
+    return page(title, "\n".join(sections))
+
+
+def write_html(reports: dict[str, Report], url: str,
+               storage_options: StorageOptions | None = None) -> str:
+    """Render the page and write it to a local path or any fsspec URL; returns the URL."""
+    fs, path = filesystem(url, storage_options)
+    parent = posixpath.dirname(path)
+    if is_local(fs) and parent:
+        # Object stores have no directories; creating one there may even need extra rights.
+        fs.makedirs(parent, exist_ok=True)
+    with fs.open(path, "w", encoding="utf-8") as f:
+        f.write(render_html(reports))
+    return url
+
+
+# --- page skeleton and small HTML helpers ---------------------------------------------------
+
+def page(title: str, body: str) -> str:
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+            f"{body}\n</body>\n</html>\n")
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def table(header: list[str], rows: Iterable[list[str]]) -> str:
+    """An HTML table; every cell is escaped here, so callers pass plain text."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "\n".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
+                     for row in rows)
+    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"
+
+
+def paragraph(text: str) -> str:
+    return f'<p class="note">{esc(text)}</p>'
+
+
+def bullet_list(items: Iterable[str]) -> str:
+    return "<ul>\n" + "\n".join(f"<li>{esc(item)}</li>" for item in items) + "\n</ul>"
+
+
+# --- header ----------------------------------------------------------------------------------
+
+def header_section(title: str, reports: dict[str, Report]) -> str:
+    protocols = table(["protocol", "version", "aggregation", "evaluated images"],
+                      protocol_rows(reports))
+    provenance = table(["protocols", "sgdask", "GT source", "GT content hash",
+                        "submission source", "submission content hash"],
+                       provenance_rows(reports))
+    return f"<h1>{esc(title)}</h1>\n{protocols}\n<h3>Provenance</h3>\n{provenance}"
+
+
+def protocol_rows(reports: dict[str, Report]) -> list[list[str]]:
+    return [[name, str(r.protocol.get("version", "?")), r.aggregation,
+             str(evaluated_images(r))] for name, r in reports.items()]
+
+
+def evaluated_images(report: Report) -> int:
+    """The pipeline's count when recorded, else the per-image table's length."""
+    return int(report.diagnostics.get("evaluated_images", len(report.per_image)))
+
+
+def provenance_rows(reports: dict[str, Report]) -> list[list[str]]:
+    """One row per distinct provenance: protocols run on the same inputs share a row."""
+    groups: dict[str, list[str]] = {}
+    for name, report in reports.items():
+        key = json.dumps(report.provenance, sort_keys=True, default=str)
+        groups.setdefault(key, []).append(name)
+    rows = []
+    for key, names in groups.items():
+        prov = json.loads(key)
+        gt, sub = prov.get("gt") or {}, prov.get("submission") or {}
+        rows.append([", ".join(names), str(prov.get("sgdask_version", "?")),
+                     str(gt.get("source")), str(gt.get("content_hash")),
+                     str(sub.get("source")), str(sub.get("content_hash"))])
+    return rows
+
+
+# --- overall numbers and protocol deltas -----------------------------------------------------
+
+def overall_section(reports: dict[str, Report]) -> str:
+    parts = ["<h2>Overall</h2>",
+             paragraph("Recalls in percent; PRank is a mean 0-based rank (lower is better).")]
+    for name, report in reports.items():
+        header, rows = report.grid()
+        scalars = ", ".join(f"{m} {v}" for m, v in report.scalars())
+        parts += [f"<h3>{esc(name)}</h3>", table(header, rows)]
+        if scalars:
+            parts.append(f"<p>{esc(scalars)}</p>")
+    if len(reports) >= 2:
+        parts += ["<h3>Protocol delta</h3>",
+                  paragraph(f"Differences relative to {first_name(reports)}, in percentage "
+                            "points (PRank: in ranks)."),
+                  table(delta_header(reports), delta_rows(reports))]
+    return "\n".join(parts)
+
+
+def first_name(reports: dict[str, Report]) -> str:
+    return next(iter(reports))
+
+
+def common_metrics(reports: dict[str, Report]) -> list[str]:
+    """Metrics every report has, in the first report's order."""
+    first, *others = reports.values()
+    return [m for m in first.metrics if all(m in r.metrics for r in others)]
+
+
+def delta_header(reports: dict[str, Report]) -> list[str]:
+    base, *others = reports
+    return ["metric", *reports, *(f"{o} − {base}" for o in others)]
+
+
+def delta_rows(reports: dict[str, Report]) -> list[list[str]]:
+    first, *others = reports.values()
+    return [[m, *(fmt_metric(m, r.metrics[m]) for r in reports.values()),
+             *(fmt_delta(m, r.metrics[m], first.metrics[m]) for r in others)]
+            for m in common_metrics(reports)]
+
+
+def fmt_delta(name: str, value: float, base: float) -> str:
+    """Signed difference, in percentage points (ranks for PRank); never ``-0.00``."""
+    scale = 1 if name in NOT_PERCENT else 100
+    return f"{round(scale * (value - base), 2) + 0.0:+.2f}"
+
+
+# --- plots -----------------------------------------------------------------------------------
+
+def plots_section(reports: dict[str, Report]) -> str:
+    parts = ["<h2>Plots</h2>"]
+    metric = predicate_metric(reports)
+    if metric is not None:
+        parts.append(image(predicate_bars_figure(reports, metric),
+                           f"per-predicate {metric} by GT frequency"))
+        if len(reports) >= 2:
+            parts.append(image(predicate_delta_figure(reports, metric),
+                               f"per-predicate {metric} delta vs {first_name(reports)}"))
+    if curve_ks(reports):
+        parts.append(image(recall_curve_figure(reports), "recall over k"))
+    return "\n".join(parts)
+
+
+def image(fig: Figure, alt: str) -> str:
+    return f'<img alt="{esc(alt)}" src="{png_data_uri(fig)}">'
+
+
+def png_data_uri(fig: Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def mean_columns(report: Report) -> list[str]:
+    """The per-predicate table's metric columns, in table order."""
+    return [c for c in dict.fromkeys(k for row in report.per_predicate for k in row)
+            if c not in ROW_KEYS]
+
+
+def predicate_metric(reports: dict[str, Report]) -> str | None:
+    """``mR@50`` when the first report has it, else its first ``mR@`` column, else None."""
+    columns = mean_columns(next(iter(reports.values())))
+    if DEFAULT_PREDICATE_METRIC in columns:
+        return DEFAULT_PREDICATE_METRIC
+    return next((c for c in columns if c.startswith("mR@")), None)
+
+
+def predicates_by_frequency(reports: dict[str, Report]) -> list[tuple[int, str]]:
+    """(predicate id, name) of every predicate in any report, most frequent in GT first."""
+    seen: dict[int, dict[str, Any]] = {}
+    for report in reports.values():
+        for row in report.per_predicate:
+            seen.setdefault(row["predicate"], row)
+    return [(row["predicate"], str(row["name"])) for row in by_frequency(seen.values())]
+
+
+def by_frequency(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-predicate rows, most frequent in GT first (ties by predicate id)."""
+    return sorted(rows, key=lambda row: (-row["gt_count"], row["predicate"]))
+
+
+def predicate_values(report: Report, metric: str, predicates: list[int]) -> np.ndarray:
+    """The metric per predicate in the given order, percent; NaN where there is no value."""
+    by_id = {row["predicate"]: row.get(metric) for row in report.per_predicate}
+    return np.array([np.nan if by_id.get(p) is None else 100 * by_id[p] for p in predicates])
+
+
+def predicate_axes(n_predicates: int, names: list[str], ylabel: str) -> tuple[Figure, Axes]:
+    """A figure wide enough for one labelled bar group per predicate."""
+    fig = Figure(figsize=(max(6.0, 2.0 + 0.3 * n_predicates), 4.0))
+    ax = fig.add_subplot()
+    ax.set_xticks(np.arange(n_predicates), names, rotation=90, fontsize=8, parse_math=False)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    return fig, ax
+
+
+def grouped_bars(ax: Axes, series: dict[str, np.ndarray]) -> None:
+    """One bar per series side by side within each x position."""
+    width = 0.8 / len(series)
+    for i, (label, values) in enumerate(series.items()):
+        x = np.arange(len(values)) - 0.4 + width * (i + 0.5)
+        ax.bar(x, values, width=width, label=label)
+    ax.legend(fontsize=8)
+
+
+def predicate_bars_figure(reports: dict[str, Report], metric: str) -> Figure:
+    ids, names = zip(*predicates_by_frequency(reports), strict=True)
+    fig, ax = predicate_axes(len(ids), list(names), f"{metric} (%)")
+    grouped_bars(ax, {name: predicate_values(r, metric, list(ids))
+                      for name, r in reports.items()})
+    ax.set_title(f"Per-predicate {metric}, predicates by GT frequency (most frequent left)")
+    return fig
+
+
+def predicate_delta_figure(reports: dict[str, Report], metric: str) -> Figure:
+    ids, names = zip(*predicates_by_frequency(reports), strict=True)
+    (base_name, base), *others = reports.items()
+    base_values = predicate_values(base, metric, list(ids))
+    fig, ax = predicate_axes(len(ids), list(names), f"{metric} difference (pp)")
+    grouped_bars(ax, {f"{name} − {base_name}": predicate_values(r, metric, list(ids))
+                      - base_values for name, r in others})
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_title(f"Per-predicate {metric} relative to {base_name}")
+    return fig
+
+
+def curve_ks(reports: dict[str, Report]) -> list[int]:
+    """Absolute ks (relative ``xF`` ones have no common x axis) with at least one curve point."""
+    ks = {int(k) for r in reports.values() for k in r.ks if k.isdigit()
+          for f in CURVE_FAMILIES if f"{f}@{k}" in r.metrics}
+    return sorted(ks)
+
+
+def recall_curve_figure(reports: dict[str, Report]) -> Figure:
+    """R, mR, ngR, mNgR over absolute k: colour per metric family, line style per protocol."""
+    fig = Figure(figsize=(7.0, 4.5))
+    ax = fig.add_subplot()
+    for (name, report), style in zip(reports.items(), cycle(LINE_STYLES), strict=False):
+        for i, family in enumerate(CURVE_FAMILIES):
+            points = [(int(k), 100 * report.metrics[f"{family}@{k}"]) for k in report.ks
+                      if k.isdigit() and f"{family}@{k}" in report.metrics]
+            if points:
+                xs, ys = zip(*sorted(points), strict=True)
+                ax.plot(xs, ys, linestyle=style, marker="o", color=f"C{i}",
+                        label=f"{family} ({name})")
+    ax.set_xticks(curve_ks(reports))
+    ax.set_xlabel("k")
+    ax.set_ylabel("recall (%)")
+    ax.set_title("Recall over k")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+# --- per-predicate tables, diagnostics, left-out metrics, notes ------------------------------
+
+def details_section(reports: dict[str, Report]) -> str:
+    parts = ["<h2>Per protocol details</h2>"]
+    for name, report in reports.items():
+        parts += [f"<h3>{esc(name)}: per predicate</h3>",
+                  paragraph("Predicates by GT frequency; recalls in percent, PRank a mean rank."),
+                  table(["name", "gt_count", *mean_columns(report)],
+                        predicate_rows(report)),
+                  f"<h3>{esc(name)}: diagnostics</h3>",
+                  table(["diagnostic", "value"],
+                        [[k, str(v)] for k, v in report.diagnostics.items()])]
+        if report.left_out:
+            parts += [f"<h3>{esc(name)}: left-out metrics</h3>",
+                      bullet_list(f"{m}: {why}" for m, why in report.left_out.items())]
+        if report.notes:
+            parts += [f"<h3>{esc(name)}: notes</h3>", bullet_list(report.notes)]
+    return "\n".join(parts)
+
+
+def predicate_rows(report: Report) -> list[list[str]]:
+    columns = mean_columns(report)
+    return [[str(row["name"]), str(row["gt_count"]),
+             *(fmt_metric(c, row.get(c)) for c in columns)]
+            for row in by_frequency(report.per_predicate)]

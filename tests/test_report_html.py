@@ -1,0 +1,152 @@
+"""The HTML report page: numbers, protocol deltas, embedded plots, escaping and writing."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+import uuid
+
+import fsspec
+import pytest
+from PIL import Image
+
+from sgdask.report import Report
+from sgdask.report.html import fmt_delta, render_html, write_html
+
+KS = ["20", "50", "100", "x1", "x10"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+IMG_SRC = re.compile(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)">')
+PREDICATES = [(0, "on", 120), (1, "<b>wearing</b>", 30), (2, "has", 80), (3, "in front of", 5)]
+
+
+def make_report(name: str, recall: float, mean_recall: list[float], prank: float) -> Report:
+    """A hand-made report: R@k = recall + 0.1 per k step, per-predicate mR@50 as given."""
+    metrics = {"R@20": recall, "R@50": recall + 0.1, "R@100": recall + 0.2,
+               "R@x1": recall + 0.05, "mR@20": 0.1, "mR@50": 0.15, "mR@100": 0.2,
+               "ngR@50": recall + 0.15, "InstR": 0.9, "PRank": prank}
+    per_predicate = [{"predicate": p, "name": label, "gt_count": n, "mR@20": None,
+                      "mR@50": value, "mR@100": value} for (p, label, n), value
+                     in zip(PREDICATES, mean_recall, strict=True)]
+    return Report(protocol={"name": name, "version": "1.0"}, aggregation="per_predicate",
+                  ks=KS, metrics=metrics, per_predicate=per_predicate,
+                  per_image=[{"image_id": "a"}, {"image_id": "b"}],
+                  diagnostics={"evaluated_images": 2, "masks_merged": 3},
+                  left_out={"zR@k": "no training statistics"},
+                  notes=["a note with <script>"],
+                  provenance={"sgdask_version": "0.1.0",
+                              "gt": {"source": "/data/gt", "content_hash": "abc123"},
+                              "submission": {"source": "/data/sub", "content_hash": "def456"}})
+
+
+@pytest.fixture
+def reports() -> dict[str, Report]:
+    return {"singlempo": make_report("singlempo", 0.25, [0.5, 0.25, None, 0.0], 1.5),
+            "multimpo": make_report("multimpo", 0.30, [0.55, 0.2, 0.4, 0.0], 1.25)}
+
+
+def embedded_pngs(page: str) -> list[bytes]:
+    return [base64.b64decode(data) for data in IMG_SRC.findall(page)]
+
+
+def test_overall_numbers_in_percent(reports):
+    page = render_html(reports)
+    assert "<td>R</td><td>25.00</td><td>35.00</td><td>45.00</td><td>30.00</td><td>-</td>" in page
+    assert "<td>R</td><td>30.00</td><td>40.00</td><td>50.00</td><td>35.00</td><td>-</td>" in page
+    assert "InstR 90.00, PRank 1.50" in page
+    assert "evaluated images" in page and "<td>2</td>" in page
+    assert "abc123" in page and "def456" in page and "/data/gt" in page
+
+
+def test_protocol_delta_table(reports):
+    page = render_html(reports)
+    assert "<th>multimpo − singlempo</th>" in page
+    # 0.30 vs 0.25: +5.00 percentage points; PRank 1.25 vs 1.5: -0.25 ranks
+    assert "<td>R@20</td><td>25.00</td><td>30.00</td><td>+5.00</td>" in page
+    assert "<td>mR@50</td><td>15.00</td><td>15.00</td><td>+0.00</td>" in page
+    assert "<td>PRank</td><td>1.50</td><td>1.25</td><td>-0.25</td>" in page
+
+
+def test_fmt_delta_sign_and_units():
+    assert fmt_delta("R@20", 0.3, 0.25) == "+5.00"
+    assert fmt_delta("R@20", 0.1 + 0.2, 0.3) == "+0.00"
+    assert fmt_delta("R@20", 0.3 - 1e-17, 0.3) == "+0.00"
+    assert fmt_delta("PRank", 2.0, 2.5) == "-0.50"
+
+
+def test_embedded_plots_are_pngs(reports):
+    page = render_html(reports)
+    pngs = embedded_pngs(page)
+    assert len(pngs) == 3 == page.count("<img ")
+    for png in pngs:
+        assert png.startswith(PNG_SIGNATURE)
+        with Image.open(io.BytesIO(png)) as img:
+            width, height = img.size
+        assert width > 0 and height > 0
+
+
+def test_page_is_self_contained(reports):
+    page = render_html(reports)
+    assert "http://" not in page and "https://" not in page
+    assert "<script" not in page and "<link" not in page
+
+
+def test_text_is_escaped(reports):
+    page = render_html(reports, title="runs <1> & <2>")
+    assert "<td>&lt;b&gt;wearing&lt;/b&gt;</td>" in page
+    assert "<b>wearing" not in page
+    assert "a note with &lt;script&gt;" in page
+    assert "<title>runs &lt;1&gt; &amp; &lt;2&gt;</title>" in page
+
+
+def test_per_predicate_table_by_frequency(reports):
+    page = render_html({"singlempo": reports["singlempo"]})
+    rows = re.findall(r"<tr><td>([^<]*)</td><td>(\d+)</td><td>([^<]*)</td>"
+                      r"<td>([^<]*)</td><td>([^<]*)</td></tr>", page)
+    assert rows == [("on", "120", "-", "50.00", "50.00"), ("has", "80", "-", "-", "-"),
+                    ("&lt;b&gt;wearing&lt;/b&gt;", "30", "-", "25.00", "25.00"),
+                    ("in front of", "5", "-", "0.00", "0.00")]
+    assert "zR@k: no training statistics" in page
+    assert "<td>masks_merged</td><td>3</td>" in page
+
+
+def test_single_protocol_page(reports):
+    page = render_html({"singlempo": reports["singlempo"]})
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "Protocol delta" not in page and " − " not in page
+    assert len(embedded_pngs(page)) == 2
+
+
+def test_page_without_plottable_metrics():
+    report = make_report("singlempo", 0.25, [0.5, 0.25, None, 0.0], 1.5)
+    report.ks = ["x1"]
+    report.metrics = {"R@x1": 0.3, "InstR": 0.9}
+    report.per_predicate = [{"predicate": 0, "name": "on", "gt_count": 3, "PRank": 2.0}]
+    page = render_html({"singlempo": report})
+    assert embedded_pngs(page) == []
+    assert "<td>R</td><td>30.00</td>" in page and "<td>on</td><td>3</td><td>2.00</td>" in page
+
+
+def test_render_is_deterministic(reports):
+    assert render_html(reports) == render_html(reports)
+
+
+def test_write_html_local(reports, tmp_path):
+    url = str(tmp_path / "out" / "report.html")
+    assert write_html(reports, url) == url
+    assert (tmp_path / "out" / "report.html").read_text(encoding="utf-8") == render_html(reports)
+
+
+def test_write_html_memory(reports):
+    url = f"memory://sgdask-html-{uuid.uuid4().hex}/report.html"
+    assert write_html(reports, url) == url
+    try:
+        with fsspec.open(url, "r", encoding="utf-8") as f:
+            assert f.read() == render_html(reports)
+    finally:
+        fsspec.filesystem("memory").rm(url.removeprefix("memory://"))
+
+
+def test_empty_reports_rejected():
+    with pytest.raises(ValueError):
+        render_html({})
