@@ -1,0 +1,232 @@
+"""Reader of per-pair predicate score files (Parquet or NPZ, ``schemas/scores.md``).
+
+Validates every row, then derives each image's graph and NG list with
+``sgdask.kernels.scores``. NPZ archives are read with ``allow_pickle=False``: an object
+array is refused, never unpickled.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from typing import IO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from sgdask.errors import InputError, SgdaskError
+from sgdask.io.fs import StorageOptions, filesystem
+from sgdask.kernels.scores import DerivedLists, triplet_lists
+
+PARQUET_MAGIC = b"PAR1"
+ZIP_MAGIC = b"PK\x03\x04"
+REQUIRED = ("image_id", "subject", "object", "scores")
+NO_RELATION = "no_relation"
+NPZ_ARRAYS = {  # name -> (accepted dtype kinds, dimensions, what is expected)
+    "image_id": ("iuU", 1, "a 1-D str or int array"),
+    "subject": ("iu", 1, "a 1-D int array"),
+    "object": ("iu", 1, "a 1-D int array"),
+    "scores": ("iuf", 2, "an N x P float array, one column per predicate"),
+    NO_RELATION: ("iuf", 1, "a 1-D float array"),
+}
+
+
+@dataclass(frozen=True)
+class ScoreRows:
+    """All rows of a score file as numpy arrays (N rows, P predicates), not yet validated."""
+
+    image_ids: np.ndarray
+    subjects: np.ndarray
+    objects: np.ndarray
+    scores: np.ndarray
+    no_rel: np.ndarray | None
+
+
+def load_score_lists(url: str, storage_options: StorageOptions | None = None,
+                     ng_limit: int | None = None) -> dict[str, DerivedLists]:
+    """Image id -> derived graph and NG lists, images in the order they first occur."""
+    rows = read_score_rows(url, storage_options)
+    check_values(rows, url)
+    return {
+        image_id: triplet_lists(rows.subjects[index], rows.objects[index], rows.scores[index],
+                                None if rows.no_rel is None else rows.no_rel[index],
+                                ng_limit=ng_limit)
+        for image_id, index in rows_by_image(rows.image_ids).items()
+    }
+
+
+def read_score_rows(url: str, storage_options: StorageOptions | None) -> ScoreRows:
+    """The rows of a Parquet or NPZ score file, told apart by their magic bytes."""
+    fs, path = filesystem(url, storage_options)
+    try:
+        f = fs.open(path, "rb")
+    except FileNotFoundError:
+        raise InputError(url, "file not found") from None
+    except OSError as err:
+        raise SgdaskError(f"{url}: cannot read ({type(err).__name__}: {err})") from None
+    with f:
+        magic = f.read(4)
+        f.seek(0)
+        if magic == PARQUET_MAGIC:
+            return parquet_rows(f, url)
+        if magic == ZIP_MAGIC:
+            return npz_rows(f, url)
+    raise InputError(url, f"unknown file format (starts with {magic!r})",
+                     expected="a Parquet file or an NPZ archive")
+
+
+def rows_by_image(image_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """Image id -> its row indices (ascending), images in first-occurrence order."""
+    _, first, inverse = np.unique(image_ids, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    grouped = np.split(np.argsort(inverse, kind="stable"),
+                       np.cumsum(np.bincount(inverse, minlength=len(first)))[:-1])
+    return {str(image_ids[first[g]]): grouped[g] for g in np.argsort(first)}
+
+
+def check_values(rows: ScoreRows, file: str) -> None:
+    """InputError naming the first offending row's image for any value out of its domain."""
+    checks = [
+        ("subject", rows.subjects, rows.subjects < 0, "a non-negative instance index"),
+        ("object", rows.objects, rows.objects < 0, "a non-negative instance index"),
+        ("scores", rows.scores, ~np.isfinite(rows.scores).all(axis=1),
+         "finite numbers (no null, NaN or inf)"),
+    ]
+    if rows.no_rel is not None:
+        in_range = (rows.no_rel >= 0.0) & (rows.no_rel <= 1.0)
+        checks.append((NO_RELATION, rows.no_rel, ~in_range, "a number in [0, 1]"))
+    for field, values, bad, expected in checks:
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise InputError(file, f"row {row}: invalid value {values[row].tolist()}",
+                             image=rows.image_ids[row], field=field, expected=expected)
+
+
+def parquet_rows(f: IO[bytes], file: str) -> ScoreRows:
+    """The rows of a Parquet score file (columns and types checked, values not yet)."""
+    try:
+        table = pq.read_table(f)
+    except pa.ArrowException as err:
+        raise InputError(file, f"not a readable Parquet file ({err})") from None
+    for name in REQUIRED:
+        if name not in table.column_names:
+            raise InputError(file, "missing column", field=name,
+                             expected=f"columns {', '.join(REQUIRED)} [, {NO_RELATION}]")
+    columns = {name: table.column(name).combine_chunks()
+               for name in (*REQUIRED, NO_RELATION) if name in table.column_names}
+    image_ids = parquet_image_ids(columns["image_id"], file)
+    return ScoreRows(
+        image_ids,
+        parquet_indices(columns["subject"], image_ids, file, "subject"),
+        parquet_indices(columns["object"], image_ids, file, "object"),
+        parquet_scores(columns["scores"], image_ids, file),
+        (parquet_floats(columns[NO_RELATION], image_ids, file, NO_RELATION)
+         if NO_RELATION in columns else None),
+    )
+
+
+def first_null(column: pa.Array, image_ids: np.ndarray | None, file: str, field: str) -> None:
+    """InputError for the first null entry of a column, if any."""
+    if column.null_count:
+        row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+        image = None if image_ids is None else image_ids[row]
+        raise InputError(file, f"row {row}: null", image=image, field=field)
+
+
+def parquet_image_ids(column: pa.Array, file: str) -> np.ndarray:
+    """Image ids as a str array (integer ids become their decimal spelling)."""
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+            or pa.types.is_integer(column.type)):
+        raise InputError(file, f"column has type {column.type}", field="image_id",
+                         expected="string or integer")
+    first_null(column, None, file, "image_id")
+    return np.asarray(column.cast(pa.string()).to_pylist(), dtype=str)
+
+
+def parquet_indices(column: pa.Array, image_ids: np.ndarray, file: str, field: str
+                    ) -> np.ndarray:
+    """An integer column as int64."""
+    if not pa.types.is_integer(column.type):
+        raise InputError(file, f"column has type {column.type}", field=field,
+                         expected="an integer column")
+    first_null(column, image_ids, file, field)
+    return column.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def parquet_floats(column: pa.Array, image_ids: np.ndarray, file: str, field: str
+                   ) -> np.ndarray:
+    """A numeric column as float64."""
+    if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
+        raise InputError(file, f"column has type {column.type}", field=field,
+                         expected="a float column")
+    first_null(column, image_ids, file, field)
+    return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+
+
+def parquet_scores(column: pa.Array, image_ids: np.ndarray, file: str) -> np.ndarray:
+    """The ``scores`` list column as an (N, P) float64 array; null elements become NaN."""
+    kind = column.type
+    is_list = (pa.types.is_list(kind) or pa.types.is_large_list(kind)
+               or pa.types.is_fixed_size_list(kind))
+    if not is_list or not (pa.types.is_floating(kind.value_type)
+                           or pa.types.is_integer(kind.value_type)):
+        raise InputError(file, f"column has type {kind}", field="scores",
+                         expected="list<float>, one score per predicate")
+    first_null(column, image_ids, file, "scores")
+    lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
+    n_predicates = int(lengths[0]) if len(lengths) else 0
+    ragged = np.flatnonzero(lengths != n_predicates)
+    if len(ragged):
+        row = int(ragged[0])
+        raise InputError(file, f"row {row} has {lengths[row]} scores but row 0 has "
+                         f"{n_predicates}", image=image_ids[row], field="scores",
+                         expected="the same number of scores (one per predicate) in every row")
+    if len(column) and n_predicates == 0:
+        raise InputError(file, "row 0 has no scores", image=image_ids[0], field="scores",
+                         expected="one score per predicate")
+    values = column.flatten().cast(pa.float64()).to_numpy(zero_copy_only=False)
+    return values.reshape(len(column), n_predicates)
+
+
+def npz_rows(f: IO[bytes], file: str) -> ScoreRows:
+    """The rows of an NPZ score file (array kinds and shapes checked, values not yet)."""
+    try:
+        archive = np.load(f, allow_pickle=False)
+    except (ValueError, OSError, zipfile.BadZipFile) as err:
+        raise InputError(file, f"not a readable NPZ archive ({err})") from None
+    with archive:
+        image_ids = npz_array(archive, "image_id", file).astype(str)
+        arrays = {name: npz_array(archive, name, file, len(image_ids))
+                  for name in (*REQUIRED[1:], NO_RELATION)
+                  if name in REQUIRED or name in archive.files}
+    scores = arrays["scores"].astype(np.float64)
+    if len(image_ids) and scores.shape[1] == 0:
+        raise InputError(file, "no columns (no predicate scores)", image=image_ids[0],
+                         field="scores", expected=NPZ_ARRAYS["scores"][2])
+    no_rel = arrays.get(NO_RELATION)
+    return ScoreRows(image_ids, arrays["subject"].astype(np.int64),
+                     arrays["object"].astype(np.int64), scores,
+                     None if no_rel is None else no_rel.astype(np.float64))
+
+
+def npz_array(archive: np.lib.npyio.NpzFile, name: str, file: str,
+              n_rows: int | None = None) -> np.ndarray:
+    """One array of the archive, checked for dtype kind, dimensions and row count."""
+    kinds, ndim, expected = NPZ_ARRAYS[name]
+    if name not in archive.files:
+        raise InputError(file, "missing array", field=name,
+                         expected=f"arrays {', '.join(REQUIRED)} [, {NO_RELATION}]")
+    try:
+        array = archive[name]
+    except (ValueError, OSError, zipfile.BadZipFile) as err:
+        raise InputError(file, f"unreadable array ({err})", field=name,
+                         expected=f"{expected}; object arrays are refused") from None
+    if array.dtype.kind not in kinds or array.ndim != ndim:
+        raise InputError(file, f"array has dtype {array.dtype} and shape {array.shape}",
+                         field=name, expected=expected)
+    if n_rows is not None and len(array) != n_rows:
+        raise InputError(file, f"{len(array)} rows but image_id has {n_rows}", field=name,
+                         expected="one row per pair")
+    return array
