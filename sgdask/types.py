@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sgdask.kernels.masks import CropMasks
+
 EMPTY_TRIPLETS = np.empty((0, 3), dtype=np.int64)
 
 
@@ -41,7 +43,8 @@ class ImageGT:
 class ImagePred:
     """A model's output for one image: instances plus the graph and no-graph triplet lists.
 
-    ``masks`` is a boolean (n, H, W) stack (layer i = instance i); ``scores`` are optional
+    ``masks`` is a boolean (n, H, W) stack (layer i = instance i) or the same as
+    ``CropMasks``; ``scores`` are optional
     per-instance confidences (used by the singlempo mask merge).
     """
 
@@ -50,7 +53,7 @@ class ImagePred:
     graph: np.ndarray
     ng: np.ndarray = field(default_factory=lambda: EMPTY_TRIPLETS.copy())
     boxes: np.ndarray | None = None
-    masks: np.ndarray | None = None
+    masks: np.ndarray | CropMasks | None = None
     scores: np.ndarray | None = None
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from typing import Any
 
@@ -19,9 +20,28 @@ def filesystem(url: str, storage_options: StorageOptions | None = None
                ) -> tuple[fsspec.AbstractFileSystem, str]:
     """(filesystem, path inside it) for a URL, with a clear error for unusable URLs."""
     try:
-        return url_to_fs(str(url), **(storage_options or {}))
+        fs, path = url_to_fs(str(url), **(storage_options or {}))
     except (ImportError, ValueError, TypeError) as err:
         raise SgdaskError(f"{url}: cannot open this URL ({err})") from None
+    if not is_local(fs):
+        check_access(fs, path, url)
+    return fs, path
+
+
+def check_access(fs: fsspec.AbstractFileSystem, path: str, url: str) -> None:
+    """One cheap request per remote filesystem instance (fsspec caches instances per storage
+    options), so that an unreachable endpoint or refused credentials become one line naming
+    the URL instead of a botocore/aiohttp traceback from deep inside a read. A path that
+    does not exist (yet) is fine: readers and writers report that themselves."""
+    if getattr(fs, "_sgdask_checked", False):
+        return
+    try:
+        fs.exists(path)
+    except Exception as err:  # botocore, aiohttp, gcsfs... errors share no base class
+        detail = " ".join(f"{type(err).__name__}: {err}".split())
+        raise SgdaskError(f"{url}: cannot access the object store ({detail})") from None
+    with contextlib.suppress(AttributeError, TypeError):
+        fs._sgdask_checked = True
 
 
 def join(url: str, *parts: str) -> str:
@@ -47,7 +67,8 @@ def sha256_of(url: str, storage_options: StorageOptions | None = None,
               digest: hashlib._Hash | None = None) -> hashlib._Hash:
     """Feed a file's bytes into a SHA-256 digest (streamed, 4 MiB at a time)."""
     digest = digest or hashlib.sha256()
-    with fsspec.open(str(url), "rb", **(storage_options or {})) as f:
+    fs, path = filesystem(url, storage_options)
+    with fs.open(path, "rb") as f:
         for block in iter(lambda: f.read(4 << 20), b""):
             digest.update(block)
     return digest

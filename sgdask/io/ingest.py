@@ -24,7 +24,15 @@ from sgdask.io.sgbench import (
     read_layered_tiff,
 )
 from sgdask.io.stats import STATS_FILE, train_stats, write_stats
-from sgdask.io.store import PartTables, StoreReader, StoreWriter, instance_rows, triplet_rows
+from sgdask.io.store import (
+    PartTables,
+    StoreReader,
+    StoreWriter,
+    instance_rows,
+    part_name,
+    triplet_rows,
+)
+from sgdask.kernels.masks import CropMasks
 
 DEFAULT_STORE_PARTITION = 64
 Progress = Callable[[int], None] | None
@@ -61,15 +69,14 @@ def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
     with StoreWriter(out, "gt", storage_options, overwrite) as writer:
         for part_index, part in enumerate(chunks(records, partition_size)):
             tables = PartTables.empty()
-            for pos, record in enumerate(part):
-                key = None
+            for record in part:
+                offset = None
                 if masks_dir is not None:
-                    key = f"{part_index * partition_size + pos:07d}"
                     png_url = join(masks_dir, record.pan_seg_file_name or "")
                     png = read_bytes(png_url, storage_options, "pan_seg_file_name")
                     digest.update(png)
-                    writer.write_mask(key, label_image(png, record, png_url))
-                add_gt_rows(tables, record, key)
+                    offset = tables.add_masks(label_image(png, record, png_url).reshape(-1))
+                add_gt_rows(tables, record, part_name(part_index), offset)
                 if progress:
                     progress(1)
             writer.write_part(tables)
@@ -83,13 +90,14 @@ def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
             n_images=len(records), partition_size=partition_size, **names)
 
 
-def add_gt_rows(tables: PartTables, record: GTRecord, mask_key: str | None) -> None:
+def add_gt_rows(tables: PartTables, record: GTRecord, part: str, offset: int | None) -> None:
     relations = record.relations
     cols = tables.images
     for name, value in (("image_id", record.image_id), ("height", record.height),
                         ("width", record.width), ("n_instances", len(record.categories)),
-                        ("n_graph", len(relations)), ("n_ng", 0), ("mask_key", mask_key),
-                        ("source_file", record.pan_seg_file_name)):
+                        ("n_graph", len(relations)), ("n_ng", 0),
+                        ("mask_array", None if offset is None else part),
+                        ("mask_offset", offset), ("source_file", record.pan_seg_file_name)):
         cols[name].append(value)
     instance_rows(tables, record.image_id, record.categories, record.boxes, None)
     triplet_rows(tables, record.image_id, "gt", relations, None)
@@ -184,8 +192,8 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
     with StoreWriter(out, "submission", storage_options, overwrite) as writer:
         for part_index, part in enumerate(chunks(images, partition_size)):
             tables = PartTables.empty()
-            for pos, img in enumerate(part):
-                shape, key = (0, 0), None
+            for img in part:
+                shape, crops = (0, 0), None
                 if source.is_zip:
                     masks = source.masks(img)
                     shape = masks.shape[1:]
@@ -195,9 +203,8 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
                                          f"masks are {shape[1]}x{shape[0]}", image=img.image_id,
                                          field="seg_filename",
                                          expected=f"{expected[1]}x{expected[0]} as the GT image")
-                    key = f"{part_index * partition_size + pos:07d}"
-                    writer.write_mask(key, masks)
-                add_submission_rows(tables, img, shape, key)
+                    crops = CropMasks.from_dense(masks)
+                add_submission_rows(tables, img, shape, part_name(part_index), crops)
                 if progress:
                     progress(1)
             writer.write_part(tables)
@@ -207,15 +214,16 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
             has_ng=has_ng, n_images=len(images), partition_size=partition_size)
 
 
-def add_submission_rows(tables: PartTables, img: SubmissionImage, shape: tuple,
-                        mask_key: str | None) -> None:
+def add_submission_rows(tables: PartTables, img: SubmissionImage, shape: tuple, part: str,
+                        crops: CropMasks | None) -> None:
     cols = tables.images
     for name, value in (("image_id", img.image_id), ("height", int(shape[0])),
                         ("width", int(shape[1])), ("n_instances", len(img.categories)),
                         ("n_graph", len(img.graph)), ("n_ng", len(img.ng)),
-                        ("mask_key", mask_key), ("source_file", img.seg_filename)):
+                        ("mask_array", None if crops is None else part), ("mask_offset", None),
+                        ("source_file", img.seg_filename)):
         cols[name].append(value)
-    instance_rows(tables, img.image_id, img.categories, img.boxes, img.scores)
+    instance_rows(tables, img.image_id, img.categories, img.boxes, img.scores, crops)
     triplet_rows(tables, img.image_id, "graph", img.graph, img.graph_scores)
     triplet_rows(tables, img.image_id, "ng", img.ng, None)
 

@@ -1,7 +1,7 @@
 """Reading one evaluation partition from the stores into kernel inputs (ImageGT, ImagePred).
 
-Tables of the partition are read at once (small); masks are read one image at a time, so a
-task holds the masks of a single image, whatever the partition size.
+Tables are read once per partition; mask data is read as one contiguous slice per store
+part (parts are small), and a predicted image's crops are unpacked only when it is scored.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from sgdask.io.store import StoreReader
+from sgdask.kernels.masks import packed_size, unpack
 from sgdask.types import ImageGT, ImagePred
 
 
@@ -25,10 +26,9 @@ def row_ranges(table: pa.Table) -> dict[str, tuple[int, int]]:
     stops = np.concatenate([change, [len(ids)]])
     return {ids[s]: (int(s), int(e)) for s, e in zip(starts, stops, strict=True)}
 
-
 def column(table: pa.Table, name: str, dtype: type = np.int64) -> np.ndarray:
+    """A column as numpy (nulls become NaN for float dtypes)."""
     return table[name].to_numpy(zero_copy_only=False).astype(dtype, copy=False)
-
 
 class InstanceColumns:
     """Instance table columns as numpy, sliced per image."""
@@ -36,11 +36,14 @@ class InstanceColumns:
     def __init__(self, table: pa.Table) -> None:
         self.ranges = row_ranges(table)
         self.category = column(table, "category")
-        box_cols = [table[c].to_numpy(zero_copy_only=False).astype(np.float64)
-                    for c in ("x1", "y1", "x2", "y2")]
-        self.boxes = np.stack(box_cols, axis=1) if box_cols[0].size else np.empty((0, 4))
+        self.boxes = np.stack([column(table, c, np.float64) for c in ("x1", "y1", "x2", "y2")],
+                              axis=1) if len(table) else np.empty((0, 4))
         self.has_box = ~np.isnan(self.boxes).any(axis=1)
-        self.score = table["score"].to_numpy(zero_copy_only=False).astype(np.float64)
+        self.score = column(table, "score", np.float64)
+        self.mask_boxes = np.stack(
+            [column(table, c, np.float64) for c in ("mask_y0", "mask_x0", "mask_y1", "mask_x1")],
+            axis=1) if len(table) else np.empty((0, 4))
+        self.mask_offset = column(table, "mask_offset", np.float64)
 
     def of(self, image_id: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """(categories, boxes or None, scores or None) of one image."""
@@ -50,6 +53,13 @@ class InstanceColumns:
         return (self.category[start:stop], boxes,
                 None if np.isnan(scores).any() or stop == start else scores)
 
+    def mask_layout(self, image_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """(crop boxes, absolute byte offsets with an end marker) of one image's masks."""
+        start, stop = self.ranges.get(image_id, (0, 0))
+        boxes = self.mask_boxes[start:stop].astype(np.int64)
+        offsets = self.mask_offset[start:stop].astype(np.int64)
+        end = offsets[-1] + packed_size(boxes[-1:])[0] if len(offsets) else 0
+        return boxes, np.append(offsets, end)
 
 class TripletColumns:
     """Triplet table columns as numpy, sliced per image and list."""
@@ -65,11 +75,22 @@ class TripletColumns:
         rows = self.spo[start:stop]
         return rows[self.lists[start:stop] == list_name]
 
-
 def image_rows(reader: StoreReader, parts: list[str], ids: list[str]) -> dict[str, dict]:
     table = reader.table("images", parts, ids)
     return {row["image_id"]: row for row in table.to_pylist()}
 
+class MaskSlices:
+    """One contiguous read per mask array covering the requested ranges, then slices."""
+
+    def __init__(self, reader: StoreReader, ranges: dict[str, list[tuple[int, int]]]) -> None:
+        self.buffers: dict[str, tuple[int, np.ndarray]] = {}
+        for array, spans in ranges.items():
+            lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
+            self.buffers[array] = (lo, reader.read_masks(array, lo, hi))
+
+    def get(self, array: str, start: int, stop: int) -> np.ndarray:
+        base, data = self.buffers[array]
+        return data[start - base:stop - base]
 
 def load_gt_images(reader: StoreReader, parts: list[str], ids: list[str]
                    ) -> Iterator[ImageGT]:
@@ -77,27 +98,50 @@ def load_gt_images(reader: StoreReader, parts: list[str], ids: list[str]
     images = image_rows(reader, parts, ids)
     instances = InstanceColumns(reader.table("instances", parts, ids))
     triplets = TripletColumns(reader.table("triplets", parts, ids))
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for row in images.values():
+        if row["mask_array"] is not None:
+            start = row["mask_offset"]
+            spans.setdefault(row["mask_array"], []).append(
+                (start, start + row["height"] * row["width"]))
+    masks = MaskSlices(reader, spans)
     for image_id in ids:
         labels, boxes, _ = instances.of(image_id)
-        key = images[image_id]["mask_key"]
-        yield ImageGT(image_id, labels, triplets.of(image_id, "gt"), boxes,
-                      None if key is None else reader.read_mask(key))
-
+        row = images[image_id]
+        label_image = None
+        if row["mask_array"] is not None:
+            start = row["mask_offset"]
+            label_image = masks.get(row["mask_array"], start,
+                                    start + row["height"] * row["width"]
+                                    ).reshape(row["height"], row["width"])
+        yield ImageGT(image_id, labels, triplets.of(image_id, "gt"), boxes, label_image)
 
 def pred_loaders(reader: StoreReader, parts: list[str], ids: list[str]
                  ) -> dict[str, Callable[[], ImagePred]]:
-    """image id -> function loading that image's prediction (masks read only when called)."""
+    """image id -> function building that image's prediction (crops unpacked when called)."""
     images = image_rows(reader, parts, ids)
     instances = InstanceColumns(reader.table("instances", parts, ids))
     triplets = TripletColumns(reader.table("triplets", parts, ids))
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for image_id, row in images.items():
+        boxes, offsets = instances.mask_layout(image_id)
+        if row["mask_array"] is not None and len(boxes):
+            spans.setdefault(row["mask_array"], []).append((offsets[0], offsets[-1]))
+    masks = MaskSlices(reader, spans)
 
     def loader(image_id: str) -> Callable[[], ImagePred]:
         def load() -> ImagePred:
             labels, boxes, scores = instances.of(image_id)
-            key = images[image_id]["mask_key"]
-            masks = None if key is None else reader.read_mask(key)
+            row = images[image_id]
+            crops = None
+            if row["mask_array"] is not None:
+                mask_boxes, offsets = instances.mask_layout(image_id)
+                data = (masks.get(row["mask_array"], offsets[0], offsets[-1])
+                        if len(mask_boxes) else np.empty(0, dtype=np.uint8))
+                crops = unpack(data, offsets - offsets[0], mask_boxes,
+                               (row["height"], row["width"]))
             return ImagePred(image_id, labels, triplets.of(image_id, "graph"),
-                             triplets.of(image_id, "ng"), boxes, masks, scores)
+                             triplets.of(image_id, "ng"), boxes, crops, scores)
         return load
 
     return {image_id: loader(image_id) for image_id in images}

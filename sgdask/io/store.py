@@ -6,42 +6,48 @@
     URL/images/part-00000.parquet    one row per image
     URL/instances/part-00000.parquet one row per instance
     URL/triplets/part-00000.parquet  submission: graph + NG lists;  GT: relations
-    URL/masks/<key>                  Zarr v3: GT label image (H, W) | predicted stack (n, H, W)
+    URL/masks/part-00000             Zarr v3, 1-D, one per part: GT label images (flattened,
+                                     concatenated) | predicted crops (bit-packed, concatenated)
 
 Images are sorted by id and cut into parts of ``partition_size`` images; the manifest lists
 each part's first and last id, so a Dask task reads only the parts holding its images.
+Offsets into a part's mask array are in the images table (GT) or instances table (predictions).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zarr
-from zarr.codecs import BloscCodec
+from zarr.codecs import ZstdCodec
 
 from sgdask.errors import SgdaskError, StoreError
 from sgdask.io.fs import StorageOptions, filesystem, join, zarr_store
+from sgdask.kernels.masks import CropMasks, pack
 
 FORMAT = "sgdask-store"
 FORMAT_VERSION = 1
 TABLES = ("images", "instances", "triplets")
-MASK_CODEC = BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle")
+MASK_CODEC = ZstdCodec(level=7)
+MASK_CHUNK = 1 << 20
 
 IMAGE_SCHEMA = pa.schema([
     ("image_id", pa.string()), ("height", pa.int32()), ("width", pa.int32()),
     ("n_instances", pa.int32()), ("n_graph", pa.int32()), ("n_ng", pa.int32()),
-    ("mask_key", pa.string()), ("source_file", pa.string()),
+    ("mask_array", pa.string()), ("mask_offset", pa.int64()), ("source_file", pa.string()),
 ])
 INSTANCE_SCHEMA = pa.schema([
     ("image_id", pa.string()), ("index", pa.int32()), ("category", pa.int32()),
     ("x1", pa.float64()), ("y1", pa.float64()), ("x2", pa.float64()), ("y2", pa.float64()),
     ("score", pa.float64()),
+    ("mask_y0", pa.int32()), ("mask_x0", pa.int32()), ("mask_y1", pa.int32()),
+    ("mask_x1", pa.int32()), ("mask_offset", pa.int64()),
 ])
 TRIPLET_SCHEMA = pa.schema([
     ("image_id", pa.string()), ("list", pa.dictionary(pa.int8(), pa.string())),
@@ -57,21 +63,42 @@ def part_name(index: int) -> str:
 
 @dataclass
 class PartTables:
-    """Rows of one part, column -> list, ready to become Parquet tables."""
+    """Rows of one part, column -> list, ready to become Parquet tables, plus the part's
+    mask data (chunks of one 1-D array)."""
 
     images: dict[str, list]
     instances: dict[str, list]
     triplets: dict[str, list]
+    masks: list[np.ndarray] = field(default_factory=list)
+    mask_length: int = 0
 
     @classmethod
     def empty(cls) -> PartTables:
         return cls(*({name: [] for name in SCHEMAS[t].names} for t in TABLES))
 
+    def add_masks(self, flat: np.ndarray) -> int:
+        """Append mask data; returns its offset in the part's mask array."""
+        offset = self.mask_length
+        self.masks.append(flat)
+        self.mask_length += len(flat)
+        return offset
+
 
 def instance_rows(tables: PartTables, image_id: str, categories: np.ndarray,
-                  boxes: np.ndarray | None, scores: np.ndarray | None) -> None:
+                  boxes: np.ndarray | None, scores: np.ndarray | None,
+                  masks: CropMasks | None = None) -> None:
+    """Instance rows; with ``masks``, each crop is bit-packed into the part's mask array."""
     n = len(categories)
     cols = tables.instances
+    if masks is None:
+        for name in ("mask_y0", "mask_x0", "mask_y1", "mask_x1", "mask_offset"):
+            cols[name].extend([None] * n)
+    else:
+        data, offsets = pack(masks)
+        start = tables.add_masks(data)
+        for j, name in enumerate(("mask_y0", "mask_x0", "mask_y1", "mask_x1")):
+            cols[name].extend(masks.boxes[:, j].tolist())
+        cols["mask_offset"].extend((offsets[:-1] + start).tolist())
     cols["image_id"].extend([image_id] * n)
     cols["index"].extend(range(n))
     cols["category"].extend(categories.tolist())
@@ -124,14 +151,15 @@ class StoreWriter:
             self._masks = zarr.open_group(store, mode="w")
         return self._masks
 
-    def write_mask(self, key: str, array: np.ndarray) -> None:
-        """One image's masks as a single-chunk Zarr array (bitshuffle + zstd)."""
-        self.mask_group().create_array(key, data=array, chunks=array.shape,
-                                       compressors=MASK_CODEC)
-
     def write_part(self, tables: PartTables) -> None:
+        """The part's three Parquet files and, if it has masks, its Zarr mask array."""
         index = len(self.parts)
         ids = tables.images["image_id"]
+        if tables.masks:
+            data = np.concatenate(tables.masks)
+            self.mask_group().create_array(part_name(index), data=data,
+                                           chunks=(min(MASK_CHUNK, max(len(data), 1)),),
+                                           compressors=MASK_CODEC)
         for name in TABLES:
             table = pa.Table.from_pydict(getattr(tables, name), schema=SCHEMAS[name])
             self.fs.makedirs(join(self.path, name), exist_ok=True)
@@ -161,6 +189,7 @@ class StoreReader:
             raise StoreError(f"{self.url}: is a {self.manifest.get('kind')} store "
                              f"(expected a {kind} store)")
         self._masks: zarr.Group | None = None
+        self._arrays: dict[str, zarr.Array] = {}
 
     def _read_manifest(self) -> dict[str, Any]:
         mpath = join(self.path, "manifest.json")
@@ -207,8 +236,11 @@ class StoreReader:
             tables.append(t.append_column("part", pa.array([part["name"]] * len(t))))
         return pa.concat_tables(tables) if tables else IMAGE_SCHEMA.empty_table()
 
-    def read_mask(self, key: str) -> np.ndarray:
+    def read_masks(self, array: str, start: int, stop: int) -> np.ndarray:
+        """Elements [start, stop) of a part's 1-D mask array."""
         if self._masks is None:
             self._masks = zarr.open_group(zarr_store(join(self.url, "masks"), self.options),
                                           mode="r")
-        return self._masks[key][...]
+        if array not in self._arrays:
+            self._arrays[array] = self._masks[array]
+        return self._arrays[array][start:stop]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sgdask.kernels.masks import CropMasks, as_crops
+
 
 def _ratio(inter: np.ndarray, union: np.ndarray) -> np.ndarray:
     """inter / union as float64, 0 where the union is empty (as SGBench does)."""
@@ -12,36 +14,47 @@ def _ratio(inter: np.ndarray, union: np.ndarray) -> np.ndarray:
     return out
 
 
-def mask_iou_matrix(pred_masks: np.ndarray, gt_label_image: np.ndarray, n_gt: int) -> np.ndarray:
-    """IoU (n_pred, n_gt) of boolean layers against a GT label image (index + 1, 0 = none).
+def mask_iou_matrix(pred_masks: np.ndarray | CropMasks, gt_label_image: np.ndarray,
+                    n_gt: int) -> np.ndarray:
+    """IoU (n_pred, n_gt) of predicted masks against a GT label image (index + 1, 0 = none).
 
-    One joint histogram of (layer, GT label) over the pixels each layer covers replaces the
-    n_pred * n_gt full-image mask comparisons of the reference implementation.
+    Per predicted instance, one histogram of the GT labels under its pixels (inside its box)
+    replaces the n_pred * n_gt full-image mask comparisons of the reference implementation.
     """
-    n_pred = len(pred_masks)
-    flat_gt = gt_label_image.reshape(-1).astype(np.int64)
-    gt_area = np.bincount(flat_gt, minlength=n_gt + 1)[1 : n_gt + 1]
-    layers = pred_masks.reshape(n_pred, flat_gt.size)
-    layer_idx, pixel_idx = np.nonzero(layers)
-    joint = np.bincount(
-        layer_idx * (n_gt + 1) + flat_gt[pixel_idx], minlength=n_pred * (n_gt + 1)
-    ).reshape(n_pred, n_gt + 1)
+    crops = as_crops(pred_masks)
+    gt_area = np.bincount(gt_label_image.reshape(-1), minlength=n_gt + 1)[1 : n_gt + 1]
+    joint = np.zeros((len(crops), n_gt + 1), dtype=np.int64)
+    for i, ((y0, x0, y1, x1), crop) in enumerate(zip(crops.boxes, crops.crops, strict=True)):
+        labels = gt_label_image[y0:y1, x0:x1][crop]
+        joint[i] = np.bincount(labels, minlength=n_gt + 1)[: n_gt + 1]
     pred_area = joint.sum(axis=1)
     inter = joint[:, 1:]
     union = pred_area[:, None] + gt_area[None, :] - inter
     return _ratio(inter, union)
 
 
-def pairwise_mask_iou(masks: np.ndarray) -> np.ndarray:
-    """IoU (n, n) between the layers of one boolean stack, via a product over covered pixels."""
-    n = len(masks)
-    flat = masks.reshape(n, int(np.prod(masks.shape[1:])))
-    covered = flat.any(axis=0)
-    # float32 counts are exact below 2**24 pixels; larger images fall back to float64
-    dtype = np.float32 if covered.sum() < 2**24 else np.float64
-    dense = flat[:, covered].astype(dtype)
-    inter = np.rint(dense @ dense.T).astype(np.int64)
-    area = np.diag(inter)
+def overlapping_pairs(boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index pairs (i < j) whose boxes (y0, x0, y1, x1) share at least one pixel."""
+    y0 = np.maximum(boxes[:, None, 0], boxes[None, :, 0])
+    x0 = np.maximum(boxes[:, None, 1], boxes[None, :, 1])
+    y1 = np.minimum(boxes[:, None, 2], boxes[None, :, 2])
+    x1 = np.minimum(boxes[:, None, 3], boxes[None, :, 3])
+    overlap = np.triu((y1 > y0) & (x1 > x0), k=1)
+    return np.nonzero(overlap)
+
+
+def pairwise_mask_iou(masks: np.ndarray | CropMasks) -> np.ndarray:
+    """IoU (n, n) between the instances of one image, computed only where boxes overlap."""
+    crops = as_crops(masks)
+    area = crops.areas()
+    inter = np.diag(area).astype(np.int64)
+    boxes = crops.boxes
+    for i, j in zip(*overlapping_pairs(boxes), strict=True):
+        y0, x0 = max(boxes[i, 0], boxes[j, 0]), max(boxes[i, 1], boxes[j, 1])
+        y1, x1 = min(boxes[i, 2], boxes[j, 2]), min(boxes[i, 3], boxes[j, 3])
+        a = crops.crops[i][y0 - boxes[i, 0]:y1 - boxes[i, 0], x0 - boxes[i, 1]:x1 - boxes[i, 1]]
+        b = crops.crops[j][y0 - boxes[j, 0]:y1 - boxes[j, 0], x0 - boxes[j, 1]:x1 - boxes[j, 1]]
+        inter[i, j] = inter[j, i] = np.count_nonzero(a & b)
     union = area[:, None] + area[None, :] - inter
     return _ratio(inter, union)
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sgdask.kernels.iou import pairwise_mask_iou
+from sgdask.kernels.masks import CropMasks, as_crops
 from sgdask.types import ImagePred
 
 MERGE_IOU = 0.5
@@ -31,10 +32,11 @@ class MaskMerge:
     """Result of the singlempo mask merge.
 
     ``instance_map[i]`` is the kept index original instance i now belongs to (-1: dropped);
-    ``kept`` lists, per kept instance, the original index that defined it.
+    ``kept`` lists, per kept instance, the original index that defined it; ``masks`` are the
+    kept instances' new (non-overlapping) masks.
     """
 
-    masks: np.ndarray
+    masks: CropMasks
     kept: np.ndarray
     instance_map: np.ndarray
     n_merged: int
@@ -48,34 +50,36 @@ def merge_order(n: int, scores: np.ndarray | None) -> np.ndarray:
     return np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
 
 
-def merge_masks(masks: np.ndarray, scores: np.ndarray | None = None) -> MaskMerge:
+def merge_masks(masks: np.ndarray | CropMasks, scores: np.ndarray | None = None) -> MaskMerge:
     """NMS-like merge of duplicate masks into non-overlapping kept masks (SPEC 5.1)."""
-    n = len(masks)
+    crops = as_crops(masks)
+    n = len(crops)
     order = merge_order(n, scores)
-    iou = pairwise_mask_iou(masks) if n else np.zeros((0, 0))
+    iou = pairwise_mask_iou(crops)
     instance_map = np.full(n, -1, dtype=np.int64)
     merged = np.zeros(n, dtype=bool)
-    claimed = np.zeros(masks.shape[1:], dtype=bool)
-    kept_masks: list[np.ndarray] = []
+    claimed = np.zeros(crops.shape, dtype=bool)
     kept: list[int] = []
+    kept_crops: list[np.ndarray] = []
     n_dropped = 0
     for pos, m in enumerate(order):
         if merged[m]:
             continue
-        new = masks[m] & ~claimed
+        y0, x0, y1, x1 = crops.boxes[m]
+        new = crops.crops[m] & ~claimed[y0:y1, x0:x1]
         if not new.any():
             n_dropped += 1
             continue
         instance_map[m] = len(kept)
         kept.append(int(m))
-        kept_masks.append(new)
-        claimed |= new
+        kept_crops.append(new)
+        claimed[y0:y1, x0:x1] |= new
         later = order[pos + 1 :]
         absorb = later[(iou[m, later] >= MERGE_IOU) & ~merged[later] & (instance_map[later] < 0)]
         merged[absorb] = True
         instance_map[absorb] = instance_map[m]
-    stack = np.stack(kept_masks) if kept_masks else np.zeros((0, *masks.shape[1:]), dtype=bool)
-    return MaskMerge(stack, np.asarray(kept, dtype=np.int64), instance_map,
+    kept_index = np.asarray(kept, dtype=np.int64)
+    return MaskMerge(crops.subset(kept_index, kept_crops), kept_index, instance_map,
                      int(merged.sum()), n_dropped)
 
 
@@ -87,8 +91,12 @@ class NormalizedPred:
     graph: np.ndarray
     ng: np.ndarray
     boxes: np.ndarray | None
-    masks: np.ndarray | None
+    masks: CropMasks | None
     diagnostics: dict[str, int] = field(default_factory=dict)
+
+
+def crops_of(pred: ImagePred) -> CropMasks | None:
+    return None if pred.masks is None else as_crops(pred.masks)
 
 
 def remap_instances(triplets: np.ndarray, instance_map: np.ndarray) -> np.ndarray:
@@ -137,14 +145,15 @@ def normalize_dedup(pred: ImagePred) -> NormalizedPred:
         "graph_triplets_removed": len(pred.graph) - len(graph),
         "ng_triplets_removed": len(pred.ng) - len(ng),
     }
-    return NormalizedPred(pred.labels, graph, ng, pred.boxes, pred.masks, diagnostics)
+    return NormalizedPred(pred.labels, graph, ng, pred.boxes, crops_of(pred), diagnostics)
 
 
 def normalize_none(pred: ImagePred) -> NormalizedPred:
     """No normalization at all (legacy multimpo)."""
     diagnostics = {"masks_merged": 0, "masks_dropped": 0,
                    "graph_triplets_removed": 0, "ng_triplets_removed": 0}
-    return NormalizedPred(pred.labels, pred.graph, pred.ng, pred.boxes, pred.masks, diagnostics)
+    return NormalizedPred(pred.labels, pred.graph, pred.ng, pred.boxes, crops_of(pred),
+                          diagnostics)
 
 
 NORMALIZERS = {"singlempo": normalize_singlempo, "dedup": normalize_dedup, "none": normalize_none}

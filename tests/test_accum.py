@@ -1,0 +1,292 @@
+"""Accumulators (SPEC section 7): aggregation modes, exact sums, associative merging.
+
+Images are built through ``evaluate_image`` on 10x10 boxes in a row (GT instance i =
+``box(i)``, predictions copy the GT boxes, so matching is the identity); the expected
+dataset values are exact fractions worked out by hand in each docstring.
+"""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+
+from sgdask.accum import AGGREGATIONS, Accumulator, RationalSum
+from sgdask.kernels import evaluate_image, missing_image_result
+from sgdask.kernels.image import ImageResult
+from sgdask.kernels.selection import parse_ks
+from sgdask.protocols import SGBENCH, SINGLEMPO, Protocol
+from sgdask.types import ImageGT, ImagePred, as_triplets
+
+KS = parse_ks("20")
+
+
+def box(i: int) -> list[float]:
+    return [10.0 * i, 0.0, 10.0 * i + 10.0, 10.0]
+
+
+def scene(image_id: str, n: int, relations, graph, ng=()) -> tuple[ImageGT, ImagePred]:
+    """n GT instances of category 0 and a prediction with exactly the same boxes."""
+    boxes = np.asarray([box(i) for i in range(n)], dtype=np.float64)
+    labels = np.zeros(n, dtype=np.int64)
+    gt = ImageGT(image_id, labels, as_triplets(relations), boxes=boxes)
+    pred = ImagePred(image_id, labels.copy(), as_triplets(graph), as_triplets(ng),
+                     boxes=boxes.copy())
+    return gt, pred
+
+
+def evaluated(protocol: Protocol, image_id: str, n: int, relations, graph, ng=()
+              ) -> ImageResult:
+    gt, pred = scene(image_id, n, relations, graph, ng)
+    return evaluate_image(gt, pred, protocol, KS)
+
+
+def merge_all(items: list[Accumulator]) -> Accumulator:
+    total = Accumulator()
+    for item in items:
+        total = total.merged(item)
+    return total
+
+
+def accumulate(results: list[ImageResult]) -> Accumulator:
+    acc = Accumulator()
+    for r in results:
+        acc.update(r)
+    return acc
+
+
+def snapshot(acc: Accumulator) -> dict:
+    """Every final number of an accumulator (exact Fractions) plus its counts."""
+    out: dict = {}
+    for name in acc.mean_metric_names():
+        for aggregation in AGGREGATIONS:
+            out[(name, aggregation)] = acc.mean_metric(name, aggregation, False)
+            out[(name, "values", aggregation)] = acc.predicate_values(
+                name, "pooled" if aggregation == "pooled" else "per_predicate")
+        out[(name, "cells")] = acc.mean_metric(name, "per_predicate", True)
+    for name in acc.image_metric_names():
+        out[name] = acc.image_level[name].mean()
+    out["gt_per_predicate"] = dict(acc.gt_per_predicate)
+    out["diagnostics"] = dict(acc.diagnostics)
+    out["pooled_totals"] = dict(getattr(acc, "pooled_totals", {}))
+    return out
+
+
+# --------------------------------------------------------------------------- aggregation
+
+
+def mr_dataset() -> list[ImageResult]:
+    """Two images under singlempo.
+
+    img1: GT (0,1,0) (1,2,1) (2,0,1) (0,2,1); graph (0,1,0) (1,2,1)
+          -> R@20 = 2/4; mR@20: p0 1/1, p1 1/3.
+    img2: GT (0,1,0) (1,2,0) (2,0,0); graph (1,0,0) (a miss) -> R@20 = 0/3; mR@20: p0 0/3.
+    """
+    return [
+        evaluated(SINGLEMPO, "img1", 3, [[0, 1, 0], [1, 2, 1], [2, 0, 1], [0, 2, 1]],
+                  [[0, 1, 0], [1, 2, 1]]),
+        evaluated(SINGLEMPO, "img2", 3, [[0, 1, 0], [1, 2, 0], [2, 0, 0]], [[1, 0, 0]]),
+    ]
+
+
+def test_image_results_of_the_mr_dataset():
+    img1, img2 = mr_dataset()
+    assert img1.per_predicate["mR@20"] == {0: (1, 1), 1: (1, 3)}
+    assert img2.per_predicate["mR@20"] == {0: (0, 3)}
+
+
+def test_three_aggregation_modes_differ():
+    """per_predicate: p0 = mean(1, 0) = 1/2, p1 = mean(1/3) = 1/3 -> (1/2 + 1/3)/2 = 5/12.
+    pooled:        p0 = (1+0)/(1+3) = 1/4, p1 = 1/3       -> (1/4 + 1/3)/2 = 7/24.
+    image:         img1 (1 + 1/3)/2 = 2/3, img2 0/3 = 0    -> (2/3 + 0)/2 = 1/3.
+    R@20 (image level): (2/4 + 0)/2 = 1/4.
+    """
+    acc = accumulate(mr_dataset())
+    expected = {"per_predicate": Fraction(5, 12), "pooled": Fraction(7, 24),
+                "image": Fraction(1, 3)}
+    for aggregation, value in expected.items():
+        got = acc.mean_metric("mR@20", aggregation, False)
+        assert got == value
+        assert float(got) == float(value)
+    assert float(acc.mean_metric("mR@20", "per_predicate", False)) == 5 / 12
+    assert float(acc.mean_metric("mR@20", "pooled", False)) == 7 / 24
+    assert float(acc.mean_metric("mR@20", "image", False)) == 1 / 3
+    assert acc.predicate_values("mR@20", "per_predicate") == {0: Fraction(1, 2),
+                                                             1: Fraction(1, 3)}
+    assert acc.predicate_values("mR@20", "pooled") == {0: Fraction(1, 4), 1: Fraction(1, 3)}
+    assert acc.image_level["R@20"].mean() == Fraction(1, 4)
+    assert acc.image_level["InstR"].mean() == 1
+    assert acc.gt_per_predicate == {0: 4, 1: 3}
+    assert acc.diagnostics["images"] == 2
+    assert acc.diagnostics["images_missing"] == 0
+
+
+def prank_dataset() -> list[ImageResult]:
+    """Three images under sgbench (NG lists only).
+
+    img1: GT (0,1,0) (1,2,1) (2,0,1); NG (0,1,0) (1,2,3) (1,2,1) (2,0,4) (2,0,5) (2,0,1)
+          ranks: (0,1,0) 0; (1,2,1) 1; (2,0,1) 2 -> PRank p0 (0, 1), p1 (3, 2).
+    img2: GT (0,1,0); NG (0,1,2) (0,1,0) -> rank 1 -> PRank p0 (1, 1).
+    img3: GT (0,1,0); NG (1,0,0): the GT triplet is not found -> no PRank value at all.
+    """
+    return [
+        evaluated(SGBENCH, "img1", 3, [[0, 1, 0], [1, 2, 1], [2, 0, 1]], [],
+                  [[0, 1, 0], [1, 2, 3], [1, 2, 1], [2, 0, 4], [2, 0, 5], [2, 0, 1]]),
+        evaluated(SGBENCH, "img2", 2, [[0, 1, 0]], [], [[0, 1, 2], [0, 1, 0]]),
+        evaluated(SGBENCH, "img3", 2, [[0, 1, 0]], [], [[1, 0, 0]]),
+    ]
+
+
+def test_image_results_of_the_prank_dataset():
+    img1, img2, img3 = prank_dataset()
+    assert img1.per_predicate["PRank"] == {0: (0, 1), 1: (3, 2)}
+    assert img2.per_predicate["PRank"] == {0: (1, 1)}
+    assert img3.per_predicate["PRank"] == {}
+
+
+def test_sgbench_prank_over_cells_vs_per_predicate():
+    """Defined cells (image, predicate): (img1, p0) 0, (img1, p1) 3/2, (img2, p0) 1.
+
+    over cells (sgbench): (0 + 3/2 + 1)/3 = 5/6.
+    per_predicate: p0 = mean(0, 1) = 1/2, p1 = 3/2 -> (1/2 + 3/2)/2 = 1.
+    pooled: p0 = (0+1)/(1+1) = 1/2, p1 = 3/2 -> 1.
+    image: img1 (0 + 3/2)/2 = 3/4, img2 1; img3 has no value -> (3/4 + 1)/2 = 7/8.
+    """
+    acc = accumulate(prank_dataset())
+    assert SGBENCH.prank_over_cells
+    assert acc.mean_metric("PRank", "per_predicate", over_cells=True) == Fraction(5, 6)
+    assert float(acc.mean_metric("PRank", "per_predicate", over_cells=True)) == 5 / 6
+    assert acc.mean_metric("PRank", "per_predicate", False) == 1
+    assert acc.mean_metric("PRank", "pooled", False) == 1
+    assert acc.mean_metric("PRank", "image", False) == Fraction(7, 8)
+    assert acc.predicate_values("PRank", "per_predicate") == {0: Fraction(1, 2),
+                                                             1: Fraction(3, 2)}
+
+
+def test_missing_images_in_the_means():
+    """img1 (evaluated): GT (0,1,0), hit -> R@20 1/1, mR@20 p0 1/1.
+    img2 (missing): GT (0,1,0) (1,0,1) -> R@20 0/2.
+
+    singlempo: the missing image counts 0 in the means: p0 = mean(1, 0) = 1/2, p1 = 0
+      -> mR@20 = 1/4; R@20 = (1 + 0)/2 = 1/2.
+    sgbench: left out of the means: p0 = 1, p1 never evaluated -> mR@20 = 1;
+      still 0 for R@20 -> 1/2. Neither gives the missing image a PRank value.
+    """
+    for protocol, mr in ((SINGLEMPO, Fraction(1, 4)), (SGBENCH, Fraction(1))):
+        gt2, _ = scene("img2", 2, [[0, 1, 0], [1, 0, 1]], [])
+        results = [evaluated(protocol, "img1", 2, [[0, 1, 0]], [[0, 1, 0]], [[0, 1, 0]]),
+                   missing_image_result(gt2, protocol, KS)]
+        acc = accumulate(results)
+        assert acc.mean_metric("mR@20", "per_predicate", False) == mr
+        assert acc.image_level["R@20"].mean() == Fraction(1, 2)
+        assert acc.image_level["InstR"].mean() == Fraction(1, 2)
+        assert acc.mean_metric("PRank", "per_predicate", False) == 0
+        assert acc.mean_metric("PRank", "per_predicate", True) == 0
+        assert acc.diagnostics["images_missing"] == 1
+        assert acc.gt_per_predicate == {0: 2, 1: 1}
+
+
+def test_undefined_metric_is_none():
+    acc = accumulate([prank_dataset()[2]])
+    assert acc.mean_metric("PRank", "per_predicate", False) is None
+    assert acc.mean_metric("PRank", "image", False) is None
+    assert acc.mean_metric("PRank", "per_predicate", True) is None
+
+
+# --------------------------------------------------------------------------- merging
+
+
+def all_results() -> list[ImageResult]:
+    gt_missing, _ = scene("img9", 3, [[0, 1, 2], [2, 1, 0]], [])
+    return [*mr_dataset(), *prank_dataset(), missing_image_result(gt_missing, SINGLEMPO, KS)]
+
+
+def singletons(results: list[ImageResult]) -> list[Accumulator]:
+    return [accumulate([r]) for r in results]
+
+
+def test_merge_of_singletons_equals_sequential_update():
+    results = all_results()
+    assert snapshot(merge_all(singletons(results))) == snapshot(accumulate(results))
+
+
+def test_merge_is_commutative_and_associative_exactly():
+    """Every order of 4 partial accumulators and every bracketing gives identical values."""
+    results = all_results()
+    parts = [accumulate(results[:2]), accumulate(results[2:3]), accumulate(results[3:5]),
+             accumulate(results[5:])]
+    reference = snapshot(accumulate(results))
+    for a, b, c, d in itertools.permutations(parts):
+        left = a.merged(b).merged(c).merged(d)
+        right = a.merged(b.merged(c.merged(d)))
+        balanced = a.merged(b).merged(c.merged(d))
+        assert snapshot(left) == reference
+        assert snapshot(right) == reference
+        assert snapshot(balanced) == reference
+
+
+def test_any_split_of_the_images_gives_identical_values():
+    results = all_results()
+    reference = snapshot(accumulate(results))
+    for order in itertools.permutations(range(len(results)), len(results)):
+        if order[0] > 1:  # keep the test quick: 2 * 5! orders, each split at every point
+            continue
+        ordered = [results[i] for i in order]
+        for cut in range(len(ordered) + 1):
+            merged = accumulate(ordered[:cut]).merged(accumulate(ordered[cut:]))
+            assert snapshot(merged) == reference
+
+
+def test_merging_an_empty_accumulator_changes_nothing():
+    acc = accumulate(all_results())
+    assert snapshot(acc.merged(Accumulator())) == snapshot(acc)
+    assert snapshot(Accumulator().merged(acc)) == snapshot(acc)
+
+
+def test_merged_is_a_new_accumulator():
+    """Updating the result of a merge must not change the accumulators that were merged."""
+    results = all_results()
+    a, b = accumulate(results[:3]), accumulate(results[3:5])
+    before_a, before_b = snapshot(a), snapshot(b)
+    c = a.merged(b)
+    c.update(results[5])
+    c.update(results[0])
+    assert snapshot(a) == before_a
+    assert snapshot(b) == before_b
+    assert snapshot(c) == snapshot(accumulate([*results, results[0]]))
+
+
+# --------------------------------------------------------------------------- RationalSum
+
+
+def test_rational_sum_is_exact():
+    """1/3 three times is exactly 1 (float: 0.333.. * 3 sums may not be); 1/10 ten times is
+    exactly 1 (float sum 0.9999999999999999)."""
+    thirds = RationalSum()
+    for _ in range(3):
+        thirds.add((1, 3))
+    assert thirds.total() == 1
+    assert thirds.mean() == Fraction(1, 3)
+    assert thirds.count == 3
+    tenths = RationalSum()
+    for _ in range(10):
+        tenths.add((1, 10))
+    assert tenths.total() == 1
+    assert sum([0.1] * 10) != 1.0
+
+
+def test_rational_sum_mixed_terms_and_merge():
+    """(2, 6) reduces to 1/3; 1/3 + 1/3 + Fraction(1, 2) + 0/5 = 7/6 over 4 terms."""
+    a, b = RationalSum(), RationalSum()
+    a.add((2, 6))
+    a.add((1, 3))
+    b.add(Fraction(1, 2))
+    b.add((0, 5))
+    merged = a.merged(b)
+    assert merged.total() == Fraction(7, 6)
+    assert merged.count == 4
+    assert merged.mean() == Fraction(7, 24)
+    assert b.merged(a).total() == merged.total()
+    assert RationalSum().mean() is None
+    assert RationalSum().total() == 0
