@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -34,6 +36,17 @@ StorageOpt = Annotated[list[str] | None, typer.Option(
     "--storage-option", "-S", help="fsspec storage option KEY=VALUE (repeatable), "
     "e.g. endpoint_url=http://127.0.0.1:5000")]
 Overwrite = Annotated[bool, typer.Option(help="replace an existing store at --out")]
+Scheduler = Annotated[str | None, typer.Option(
+    help="address of an existing Dask scheduler (default: an in-process LocalCluster)")]
+InProcess = Annotated[bool, typer.Option(
+    "--in-process", help="convert in this process, without Dask (small inputs)")]
+
+
+def cluster_choice(scheduler: str | None, in_process: bool) -> str | None:
+    """What conversion runs on: nothing (in process), a scheduler, or a LocalCluster."""
+    if in_process:
+        return None
+    return scheduler or "local"
 
 
 def parse_value(text: str) -> Any:
@@ -132,13 +145,15 @@ def ingest_gt_cmd(psg_json: Annotated[str, typer.Argument(help="psg.json (path o
                   out: Annotated[str, typer.Option("--out", help="store URL to create")],
                   masks: Annotated[str | None, typer.Option(
                       "--masks", help="directory of panoptic PNGs (omit for box-only GT)")] = None,
-                  storage_option: StorageOpt = None, overwrite: Overwrite = False) -> None:
+                  storage_option: StorageOpt = None, overwrite: Overwrite = False,
+                  scheduler: Scheduler = None, in_process: InProcess = False) -> None:
     """Convert OpenPSG ground truth into a GT store (Parquet + Zarr)."""
     from sgdask.io.ingest import ingest_gt
 
     with progress_bar("ingesting GT images", None) as advance:
         manifest = ingest_gt(psg_json, out, masks, storage_options(storage_option),
-                             overwrite=overwrite, progress=advance)
+                             overwrite=overwrite, progress=advance,
+                             cluster=cluster_choice(scheduler, in_process))
     out_console.print(f"GT store {out}: {manifest['n_images']} test images, "
                       f"{manifest['instances']}, {manifest['content_hash']}")
 
@@ -148,13 +163,15 @@ def convert(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP"
             out: Annotated[str, typer.Option("--out", help="store URL to create")],
             gt: Annotated[str | None, typer.Option(
                 help="GT store to validate ids, sizes and classes against")] = None,
-            storage_option: StorageOpt = None, overwrite: Overwrite = False) -> None:
+            storage_option: StorageOpt = None, overwrite: Overwrite = False,
+            scheduler: Scheduler = None, in_process: InProcess = False) -> None:
     """Convert an SGBench submission into a submission store (Parquet + Zarr)."""
     from sgdask.io.ingest import convert_submission
 
     with progress_bar("converting images", None) as advance:
         manifest = convert_submission(submission, out, gt, storage_options(storage_option),
-                                      overwrite=overwrite, progress=advance)
+                                      overwrite=overwrite, progress=advance,
+                                      cluster=cluster_choice(scheduler, in_process))
     out_console.print(f"submission store {out}: {manifest['n_images']} images, "
                       f"{manifest['instances']}, {manifest['content_hash']}")
 
@@ -187,11 +204,10 @@ def evaluate(gt: Annotated[str, typer.Option("--gt", help="GT store URL")],
              = DEFAULT_KS,
              aggregation: Annotated[str, typer.Option(
                  help="per_predicate, pooled or image")] = "per_predicate",
-             partition_size: Annotated[int, typer.Option(help="images per Dask task")]
+             partition_size: Annotated[int | None, typer.Option(
+                 help="images per Dask task (default: one task per GT store part)")]
              = DEFAULT_PARTITION_SIZE,
-             scheduler: Annotated[str | None, typer.Option(
-                 help="address of an existing Dask scheduler (default: a LocalCluster)")]
-             = None,
+             scheduler: Scheduler = None,
              out: Annotated[str | None, typer.Option(
                  help="directory for metrics.json, per_predicate/per_image.parquet, "
                  "report.md, report.html")] = None,
@@ -222,11 +238,20 @@ def evaluate(gt: Annotated[str, typer.Option("--gt", help="GT store URL")],
             err_console.print(f"wrote {path}")
 
 
+def quiet_dask_logs() -> None:
+    """Task failures are reported once, as sgdask's one-line error: keep Dask's own logs
+    (with their tracebacks) out of the terminal, here and in worker processes we start."""
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: runs the app, turning sgdask errors into one line and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
+    if not debug:
+        quiet_dask_logs()
     try:
         app(args, prog_name="sgdask", standalone_mode=True)
     except SgdaskError as err:

@@ -9,9 +9,11 @@ import argparse
 import time
 from pathlib import Path
 
-from sgdask.cli import err_console, print_report, progress_bar
+from sgdask.cli import err_console, print_delta, print_report, progress_bar
+from sgdask.cluster import dask_client
 from sgdask.io.ingest import convert_submission, ingest_gt
-from sgdask.pipeline import dask_client, evaluate
+from sgdask.pipeline import evaluate_protocols
+from sgdask.report.writers import write_reports
 from sgdask.synth import write_dataset
 
 
@@ -25,20 +27,23 @@ def main(argv: list[str] | None = None) -> None:
     with progress_bar(f"synthesizing {args.images} images", args.images) as advance:
         paths = write_dataset(args.dir / "raw", args.images, args.seed, progress=advance)
     gt, pred = str(args.dir / "gt.store"), str(args.dir / "pred.store")
-    with progress_bar("ingesting GT", args.images) as advance:
-        ingest_gt(str(paths.psg_json), gt, str(paths.masks_dir), overwrite=True,
-                  progress=advance)
-    with progress_bar("converting submission", None) as advance:
-        convert_submission(str(paths.submission_zip), pred, gt, overwrite=True,
-                           progress=advance)
     with dask_client() as client:
         err_console.print(f"LocalCluster: {len(client.scheduler_info()['workers'])} workers")
-        for protocol in ("singlempo", "sgbench"):
-            report = evaluate(gt, pred, protocol=protocol, client=client, progress=True)
-            print_report(report)
-            report.write(str(args.dir / f"report-{protocol}"))
+        with progress_bar("ingesting GT", args.images) as advance:
+            ingest_gt(str(paths.psg_json), gt, str(paths.masks_dir), overwrite=True,
+                      progress=advance, cluster=client)
+        with progress_bar("converting submission", None) as advance:
+            convert_submission(str(paths.submission_zip), pred, gt, overwrite=True,
+                               progress=advance, cluster=client)
+        reports = evaluate_protocols(gt, pred, "singlempo,multimpo,sgbench", client=client,
+                                     progress=True)
+    for report in reports.values():
+        print_report(report)
+    print_delta(reports)
+    for path in write_reports(reports, str(args.dir / "report")):
+        err_console.print(f"wrote {path}")
     err_console.print(f"demo finished in {time.perf_counter() - start:.1f} s; "
-                      f"reports in {args.dir}/report-*/")
+                      f"reports in {args.dir}/report/")
 
 
 if __name__ == "__main__":

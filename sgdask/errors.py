@@ -36,6 +36,16 @@ class InputError(SgdaskError):
             message += f" (expected {expected})"
         super().__init__(message)
 
+    def __reduce__(self) -> tuple:
+        """Picklable with its keyword fields, so errors raised on Dask workers arrive whole."""
+        return (_rebuild_input_error, (self.file, self.what, self.image, self.field,
+                                       self.expected))
+
+
+def _rebuild_input_error(file: str, what: str, image: object, field: str | None,
+                         expected: str | None) -> InputError:
+    return InputError(file, what, image=image, field=field, expected=expected)
+
 
 class StoreError(SgdaskError):
     """A canonical store is missing, incomplete, of the wrong kind or would be overwritten."""

@@ -6,16 +6,15 @@ This module only wires: reading is ``sgdask.io``, computing is ``sgdask.kernels`
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import dask.bag as db
-from distributed import Client, LocalCluster, as_completed, futures_of
+import pyarrow as pa
+from distributed import Client, as_completed, futures_of
 
 from sgdask.accum import AGGREGATIONS, Accumulator
+from sgdask.cluster import dask_client
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.fs import StorageOptions, join
 from sgdask.io.partition import load_gt_images, pred_loaders
@@ -27,7 +26,7 @@ from sgdask.protocols import DEFAULT_PROTOCOL, Protocol, get_protocols
 from sgdask.report import EvalSettings, Report, build_report
 from sgdask.types import ImageGT, ImagePred
 
-DEFAULT_PARTITION_SIZE = 32
+DEFAULT_PARTITION_SIZE: int | None = None  # one task per GT store part
 
 
 @dataclass(frozen=True)
@@ -116,12 +115,26 @@ def parts_holding(ids: list[str], parts: list[dict[str, Any]]) -> tuple[str, ...
     return tuple(p["name"] for p in parts if p["first_id"] <= hi and p["last_id"] >= lo)
 
 
-def plan_partitions(gt: StoreReader, pred: StoreReader, partition_size: int
+def evaluation_chunks(gt_images: pa.Table, partition_size: int | None) -> list[list[str]]:
+    """Sorted ids of GT images with relations, cut into ``partition_size`` chunks, or by
+    store part when None (each task then reads exactly one GT part)."""
+    rows = sorted((r["image_id"], r["part"]) for r in
+                  gt_images.select(["image_id", "part", "n_graph"]).to_pylist() if r["n_graph"])
+    if partition_size is None:
+        by_part: dict[str, list[str]] = {}
+        for image_id, part in rows:
+            by_part.setdefault(part, []).append(image_id)
+        return [by_part[p] for p in sorted(by_part)]
+    ids = [i for i, _ in rows]
+    return [ids[s:s + partition_size] for s in range(0, len(ids), partition_size)]
+
+
+def plan_partitions(gt: StoreReader, pred: StoreReader, partition_size: int | None
                     ) -> tuple[list[PartitionSpec], dict[str, int]]:
     """Evaluation partitions over the GT images that have relations, plus counts."""
     gt_images = gt.images()
-    evaluated = sorted(i for i, n in zip(gt_images["image_id"].to_pylist(),
-                                         gt_images["n_graph"].to_pylist(), strict=True) if n)
+    chunks = evaluation_chunks(gt_images, partition_size)
+    evaluated = [i for chunk in chunks for i in chunk]
     pred_ids = sorted(pred.images()["image_id"].to_pylist())
     known = set(gt_images["image_id"].to_pylist())
     unknown = [i for i in pred_ids if i not in known]
@@ -132,8 +145,7 @@ def plan_partitions(gt: StoreReader, pred: StoreReader, partition_size: int
         raise SgdaskError(f"{gt.url}: no test image has a relation: nothing to evaluate")
     pred_set = set(pred_ids)
     specs = []
-    for start in range(0, len(evaluated), partition_size):
-        ids = evaluated[start:start + partition_size]
+    for ids in chunks:
         present = [i for i in ids if i in pred_set]
         specs.append(PartitionSpec(tuple(ids), parts_holding(ids, gt.parts),
                                    parts_holding(present, pred.parts) if present else (),
@@ -143,25 +155,6 @@ def plan_partitions(gt: StoreReader, pred: StoreReader, partition_size: int
               "submission_images": len(pred_ids),
               "submission_images_not_evaluated": len(pred_set - set(evaluated))}
     return specs, counts
-
-
-@contextmanager
-def dask_client(client: Client | None = None, scheduler: str | None = None
-                ) -> Iterator[Client]:
-    """The given client, a client of ``scheduler``, or an in-process LocalCluster."""
-    if client is not None:
-        yield client
-    elif scheduler:
-        try:
-            with Client(scheduler, timeout="20s") as connected:
-                yield connected
-        except OSError as err:
-            raise SgdaskError(f"--scheduler {scheduler}: cannot connect ({err})") from None
-    else:
-        workers = max(1, min(2, os.cpu_count() or 1))
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                          dashboard_address=":0") as cluster, Client(cluster) as local:
-            yield local
 
 
 def run_bag(client: Client, specs: list[PartitionSpec], job: Job, progress: bool
@@ -196,7 +189,7 @@ def training_stats(gt: StoreReader, stats: str | None, options: StorageOptions |
 
 def evaluate_protocols(gt: str, pred: str, protocols: str = DEFAULT_PROTOCOL,
                        ks: str = DEFAULT_KS, aggregation: str = "per_predicate",
-                       partition_size: int = DEFAULT_PARTITION_SIZE,
+                       partition_size: int | None = DEFAULT_PARTITION_SIZE,
                        client: Client | None = None, scheduler: str | None = None,
                        storage_options: StorageOptions | None = None, progress: bool = False,
                        stats: str | None = None, legacy: bool = False, tau: float = 0.5
@@ -205,7 +198,7 @@ def evaluate_protocols(gt: str, pred: str, protocols: str = DEFAULT_PROTOCOL,
     if aggregation not in AGGREGATIONS:
         raise SgdaskError(f"--aggregation: unknown mode {aggregation!r} "
                           f"(expected one of: {', '.join(AGGREGATIONS)})")
-    if partition_size < 1:
+    if partition_size is not None and partition_size < 1:
         raise SgdaskError("--partition-size: must be at least 1")
     protos = get_protocols(protocols)
     gt_reader = StoreReader(gt, storage_options, "gt")
@@ -226,7 +219,8 @@ def evaluate_protocols(gt: str, pred: str, protocols: str = DEFAULT_PROTOCOL,
 
 
 def evaluate(gt: str, pred: str, protocol: str = DEFAULT_PROTOCOL, ks: str = DEFAULT_KS,
-             aggregation: str = "per_predicate", partition_size: int = DEFAULT_PARTITION_SIZE,
+             aggregation: str = "per_predicate",
+             partition_size: int | None = DEFAULT_PARTITION_SIZE,
              client: Client | None = None, scheduler: str | None = None,
              storage_options: StorageOptions | None = None, progress: bool = False,
              stats: str | None = None, legacy: bool = False, tau: float = 0.5) -> Report:

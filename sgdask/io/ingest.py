@@ -5,6 +5,7 @@ Both validate everything before the manifest is written; any error removes the p
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import zipfile
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ import fsspec
 import numpy as np
 
 from sgdask import __version__
+from sgdask.cluster import ClusterSpec, map_tasks
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.psg import GTRecord, class_lists, evaluation_records, label_image
@@ -31,6 +33,7 @@ from sgdask.io.store import (
     instance_rows,
     part_name,
     triplet_rows,
+    write_part,
 )
 from sgdask.kernels.masks import CropMasks
 
@@ -56,8 +59,11 @@ def read_bytes(url: str, options: StorageOptions | None, what: str) -> bytes:
 def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
               storage_options: StorageOptions | None = None,
               partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
-              progress: Progress = None) -> dict[str, Any]:
-    """psg.json (+ panoptic PNGs) -> GT store of the test split. Returns the manifest."""
+              progress: Progress = None, cluster: ClusterSpec = None) -> dict[str, Any]:
+    """psg.json (+ panoptic PNGs) -> GT store of the test split. Returns the manifest.
+
+    One task per part of ``partition_size`` images (on ``cluster`` when given).
+    """
     raw = read_bytes(psg_json, storage_options, "psg.json")
     doc = load_json(raw, psg_json)
     names = class_lists(doc, psg_json)
@@ -65,29 +71,44 @@ def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
                      key=lambda r: r.image_id)
     if not records:
         raise InputError(psg_json, "no test images", field="test_image_ids")
-    digest = hashlib.sha256(raw)
+    stats = train_stats(doc, psg_json)
     with StoreWriter(out, "gt", storage_options, overwrite) as writer:
-        for part_index, part in enumerate(chunks(records, partition_size)):
-            tables = PartTables.empty()
-            for record in part:
-                offset = None
-                if masks_dir is not None:
-                    png_url = join(masks_dir, record.pan_seg_file_name or "")
-                    png = read_bytes(png_url, storage_options, "pan_seg_file_name")
-                    digest.update(png)
-                    offset = tables.add_masks(label_image(png, record, png_url).reshape(-1))
-                add_gt_rows(tables, record, part_name(part_index), offset)
-                if progress:
-                    progress(1)
-            writer.write_part(tables)
-        stats = train_stats(doc, psg_json)
+        tasks = [(out, storage_options, i, part, masks_dir)
+                 for i, part in enumerate(chunks(records, partition_size))]
+        done = map_tasks(write_gt_part, tasks, cluster,
+                         (lambda r: progress(r[0]["n_images"])) if progress else None)
         if len(stats):
             write_stats(stats, join(out, STATS_FILE), storage_options)
+        digest = hashlib.sha256(raw)
+        for _, png_digests in done:
+            for d in png_digests:
+                digest.update(d)
         return writer.finish(
+            [info for info, _ in done],
             train_stats=STATS_FILE if len(stats) else None,
             sgdask_version=__version__, content_hash="sha256:" + digest.hexdigest(),
             source=str(psg_json), instances="masks" if masks_dir else "boxes",
             n_images=len(records), partition_size=partition_size, **names)
+
+
+def write_gt_part(out: str, options: StorageOptions | None, index: int,
+                  records: list[GTRecord], masks_dir: str | None
+                  ) -> tuple[dict[str, Any], list[bytes]]:
+    """One GT part (a Dask task): reads its PNGs, writes tables and label images.
+
+    Returns the part's manifest entry and the SHA-256 digest of each PNG, in order.
+    """
+    tables = PartTables.empty()
+    digests = []
+    for record in records:
+        offset = None
+        if masks_dir is not None:
+            png_url = join(masks_dir, record.pan_seg_file_name or "")
+            png = read_bytes(png_url, options, "pan_seg_file_name")
+            digests.append(hashlib.sha256(png).digest())
+            offset = tables.add_masks(label_image(png, record, png_url).reshape(-1))
+        add_gt_rows(tables, record, part_name(index), offset)
+    return write_part(out, options, index, tables), digests
 
 
 def add_gt_rows(tables: PartTables, record: GTRecord, part: str, offset: int | None) -> None:
@@ -179,39 +200,68 @@ def check_against_gt(images: list[SubmissionImage], label: str, gt: StoreReader)
     return sizes
 
 
+def submission_parts(images: list[SubmissionImage], gt: StoreReader | None,
+                     partition_size: int) -> list[list[SubmissionImage]]:
+    """Images (sorted by id) cut like the GT's parts when a GT is given, so that an
+    evaluation task reads one GT part and one submission part; else by ``partition_size``."""
+    if gt is None:
+        return list(chunks(images, partition_size))
+    starts = [p["first_id"] for p in gt.parts]
+    groups: dict[int, list[SubmissionImage]] = {}
+    for img in images:
+        groups.setdefault(max(bisect.bisect_right(starts, img.image_id) - 1, 0), []).append(img)
+    return [groups[k] for k in sorted(groups)]
+
+
 def convert_submission(submission: str, out: str, gt: str | None = None,
                        storage_options: StorageOptions | None = None,
                        partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
-                       progress: Progress = None) -> dict[str, Any]:
-    """SGBench submission (JSON or ZIP) -> submission store. Returns the manifest."""
+                       progress: Progress = None, cluster: ClusterSpec = None
+                       ) -> dict[str, Any]:
+    """SGBench submission (JSON or ZIP) -> submission store. Returns the manifest.
+
+    The document is parsed and validated first; then one task per part reads its TIFFs
+    (ranged reads from the ZIP, wherever it is) and writes its files.
+    """
     source = SubmissionSource(submission, storage_options)
     label, doc = source.document()
     images, has_ng = parse_submission(doc, label, masks=source.is_zip)
     images.sort(key=lambda i: i.image_id)
-    sizes = check_against_gt(images, label, StoreReader(gt, storage_options, "gt")) if gt else {}
+    gt_reader = StoreReader(gt, storage_options, "gt") if gt else None
+    sizes = check_against_gt(images, label, gt_reader) if gt_reader else {}
+    parts = submission_parts(images, gt_reader, partition_size)
     with StoreWriter(out, "submission", storage_options, overwrite) as writer:
-        for part_index, part in enumerate(chunks(images, partition_size)):
-            tables = PartTables.empty()
-            for img in part:
-                shape, crops = (0, 0), None
-                if source.is_zip:
-                    masks = source.masks(img)
-                    shape = masks.shape[1:]
-                    expected = sizes.get(img.image_id)
-                    if expected is not None and tuple(expected) != tuple(shape):
-                        raise InputError(f"{source.url}:{img.seg_filename}",
-                                         f"masks are {shape[1]}x{shape[0]}", image=img.image_id,
-                                         field="seg_filename",
-                                         expected=f"{expected[1]}x{expected[0]} as the GT image")
-                    crops = CropMasks.from_dense(masks)
-                add_submission_rows(tables, img, shape, part_name(part_index), crops)
-                if progress:
-                    progress(1)
-            writer.write_part(tables)
+        tasks = [(submission, out, storage_options, i, part,
+                  {img.image_id: sizes[img.image_id] for img in part if img.image_id in sizes})
+                 for i, part in enumerate(parts)]
+        infos = map_tasks(write_submission_part, tasks, cluster,
+                          (lambda info: progress(info["n_images"])) if progress else None)
         return writer.finish(
-            sgdask_version=__version__, content_hash=source.content_hash(),
+            infos, sgdask_version=__version__, content_hash=source.content_hash(),
             source=str(submission), instances="masks" if source.is_zip else "boxes",
             has_ng=has_ng, n_images=len(images), partition_size=partition_size)
+
+
+def write_submission_part(submission: str, out: str, options: StorageOptions | None,
+                          index: int, images: list[SubmissionImage],
+                          sizes: dict[str, tuple[int, int]]) -> dict[str, Any]:
+    """One submission part (a Dask task): decodes its TIFFs, writes tables and mask crops."""
+    source = SubmissionSource(submission, options)
+    tables = PartTables.empty()
+    for img in images:
+        shape, crops = (0, 0), None
+        if source.is_zip:
+            masks = source.masks(img)
+            shape = masks.shape[1:]
+            expected = sizes.get(img.image_id)
+            if expected is not None and tuple(expected) != tuple(shape):
+                raise InputError(f"{source.url}:{img.seg_filename}",
+                                 f"masks are {shape[1]}x{shape[0]}", image=img.image_id,
+                                 field="seg_filename",
+                                 expected=f"{expected[1]}x{expected[0]} as the GT image")
+            crops = CropMasks.from_dense(masks)
+        add_submission_rows(tables, img, shape, part_name(index), crops)
+    return write_part(out, options, index, tables)
 
 
 def add_submission_rows(tables: PartTables, img: SubmissionImage, shape: tuple, part: str,

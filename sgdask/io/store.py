@@ -119,10 +119,36 @@ def triplet_rows(tables: PartTables, image_id: str, list_name: str, triplets: np
     cols["score"].extend([None] * n if scores is None else scores.tolist())
 
 
+def write_part(url: str, storage_options: StorageOptions | None, index: int,
+               tables: PartTables) -> dict[str, Any]:
+    """A part's three Parquet files and, if it has masks, its Zarr mask array.
+
+    Runs on any worker: parts are independent files, and the masks group exists already.
+    Returns the part's manifest entry.
+    """
+    fs, path = filesystem(url, storage_options)
+    ids = tables.images["image_id"]
+    if tables.masks:
+        data = np.concatenate(tables.masks)
+        group = zarr.open_group(zarr_store(join(url, "masks"), storage_options,
+                                           read_only=False), mode="r+")
+        group.create_array(part_name(index), data=data,
+                           chunks=(min(MASK_CHUNK, max(len(data), 1)),),
+                           compressors=MASK_CODEC)
+    for name in TABLES:
+        table = pa.Table.from_pydict(getattr(tables, name), schema=SCHEMAS[name])
+        fs.makedirs(join(path, name), exist_ok=True)
+        with fs.open(join(path, name, part_name(index) + ".parquet"), "wb") as f:
+            pq.write_table(table, f, compression="zstd")
+    return {"name": part_name(index), "first_id": ids[0], "last_id": ids[-1],
+            "n_images": len(ids)}
+
+
 class StoreWriter:
     """Writes a store all-or-nothing: on any failure (even Ctrl-C) the partial store is removed.
 
-    The manifest is written last, so a reader never mistakes a partial store for a store.
+    Parts may be written by any process (``write_part``); the manifest, listing them, is
+    written last by ``finish``, so a reader never mistakes a partial store for a store.
     """
 
     def __init__(self, url: str, kind: str, storage_options: StorageOptions | None = None,
@@ -134,44 +160,21 @@ class StoreWriter:
                 raise StoreError(f"{self.url}: already exists (choose another --out, "
                                  "or pass --overwrite to replace it)")
             self.fs.rm(self.path, recursive=True)
-        self.parts: list[dict[str, Any]] = []
-        self._masks: zarr.Group | None = None
 
     def __enter__(self) -> StoreWriter:
         self.fs.makedirs(self.path, exist_ok=True)
+        zarr.open_group(zarr_store(join(self.url, "masks"), self.options, read_only=False),
+                        mode="w")
         return self
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: Any) -> None:
         if exc_type is not None and self.fs.exists(self.path):
             self.fs.rm(self.path, recursive=True)
 
-    def mask_group(self) -> zarr.Group:
-        if self._masks is None:
-            store = zarr_store(join(self.url, "masks"), self.options, read_only=False)
-            self._masks = zarr.open_group(store, mode="w")
-        return self._masks
-
-    def write_part(self, tables: PartTables) -> None:
-        """The part's three Parquet files and, if it has masks, its Zarr mask array."""
-        index = len(self.parts)
-        ids = tables.images["image_id"]
-        if tables.masks:
-            data = np.concatenate(tables.masks)
-            self.mask_group().create_array(part_name(index), data=data,
-                                           chunks=(min(MASK_CHUNK, max(len(data), 1)),),
-                                           compressors=MASK_CODEC)
-        for name in TABLES:
-            table = pa.Table.from_pydict(getattr(tables, name), schema=SCHEMAS[name])
-            self.fs.makedirs(join(self.path, name), exist_ok=True)
-            with self.fs.open(join(self.path, name, part_name(index) + ".parquet"), "wb") as f:
-                pq.write_table(table, f, compression="zstd")
-        self.parts.append({"name": part_name(index), "first_id": ids[0], "last_id": ids[-1],
-                           "n_images": len(ids)})
-
-    def finish(self, **fields: Any) -> dict[str, Any]:
+    def finish(self, parts: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
         """Write the manifest (the store's commit point) and return it."""
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": self.kind,
-                    **fields, "parts": self.parts}
+                    **fields, "parts": parts}
         with self.fs.open(join(self.path, "manifest.json"), "w") as f:
             json.dump(manifest, f, indent=1)
         return manifest
