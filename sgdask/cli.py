@@ -61,16 +61,20 @@ def parse_value(text: str) -> Any:
 
 
 def storage_options(pairs: list[str] | None) -> dict[str, Any] | None:
-    """``["key=value", ...]`` -> fsspec storage options (None when empty)."""
+    """``["key=value", "config_kwargs.connect_timeout=2", ...]`` -> fsspec storage options
+    (dotted keys build nested dicts; None when empty)."""
     options: dict[str, Any] = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
+        if not sep or not key or "" in key.split("."):
             raise SgdaskError(f"--storage-option: {pair!r} is not KEY=VALUE")
-        if key.startswith("client_kwargs."):
-            options.setdefault("client_kwargs", {})[key.split(".", 1)[1]] = parse_value(value)
-        else:
-            options[key] = parse_value(value)
+        *parents, leaf = key.split(".")
+        target = options
+        for name in parents:
+            target = target.setdefault(name, {})
+            if not isinstance(target, dict):
+                raise SgdaskError(f"--storage-option: {pair!r} conflicts with an earlier option")
+        target[leaf] = parse_value(value)
     return options or None
 
 

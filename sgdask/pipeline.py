@@ -30,47 +30,71 @@ DEFAULT_PARTITION_SIZE: int | None = None  # one task per GT store part
 
 
 @dataclass(frozen=True)
+class Submission:
+    """A submission store to score and the protocols to score it under."""
+
+    name: str
+    url: str
+    protocols: tuple[Protocol, ...]
+    with_ng: bool = True
+
+
+@dataclass(frozen=True)
 class Job:
     """Everything a worker needs to score a partition (small and picklable)."""
 
     gt_url: str
-    pred_url: str
     storage_options: StorageOptions | None
-    protocols: tuple[Protocol, ...]
+    submissions: tuple[Submission, ...]
     ks: tuple[KSpec, ...]
-    with_ng: bool
     zero_shot: ZeroShot | None = None
     legacy: bool = False
 
 
 @dataclass(frozen=True)
+class PredSlice:
+    """Where one submission's images of a partition live."""
+
+    parts: tuple[str, ...]
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class PartitionSpec:
-    """The GT images one task evaluates and the store parts that hold them."""
+    """The GT images one task evaluates, the GT parts that hold them, and per submission
+    the parts holding its predictions for them."""
 
     image_ids: tuple[str, ...]
     gt_parts: tuple[str, ...]
-    pred_parts: tuple[str, ...]
-    pred_ids: tuple[str, ...]
+    preds: tuple[PredSlice, ...]
+
+
+Key = tuple[str, str]  # (submission name, protocol name)
 
 
 @dataclass
 class PartitionResult:
-    """Per protocol: an accumulator and per-image rows. Merging is associative."""
+    """Per (submission, protocol): an accumulator and per-image rows; the GT parts read.
 
-    accumulators: dict[str, Accumulator] = field(default_factory=dict)
-    images: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    Merging is associative (accumulators merge exactly; rows and parts concatenate).
+    """
 
-    def add(self, protocol: str, result: ImageResult) -> None:
-        self.accumulators.setdefault(protocol, Accumulator()).update(result)
-        self.images.setdefault(protocol, []).append(image_row(result))
+    accumulators: dict[Key, Accumulator] = field(default_factory=dict)
+    images: dict[Key, list[dict[str, Any]]] = field(default_factory=dict)
+    gt_parts_read: list[str] = field(default_factory=list)
+
+    def add(self, key: Key, result: ImageResult) -> None:
+        self.accumulators.setdefault(key, Accumulator()).update(result)
+        self.images.setdefault(key, []).append(image_row(result))
 
     def merged(self, other: PartitionResult) -> PartitionResult:
-        names = list(dict.fromkeys([*self.accumulators, *other.accumulators]))
+        keys = list(dict.fromkeys([*self.accumulators, *other.accumulators]))
         empty = Accumulator()
         return PartitionResult(
-            {n: self.accumulators.get(n, empty).merged(other.accumulators.get(n, empty))
-             for n in names},
-            {n: self.images.get(n, []) + other.images.get(n, []) for n in names})
+            {k: self.accumulators.get(k, empty).merged(other.accumulators.get(k, empty))
+             for k in keys},
+            {k: self.images.get(k, []) + other.images.get(k, []) for k in keys},
+            self.gt_parts_read + other.gt_parts_read)
 
 
 def image_row(result: ImageResult) -> dict[str, Any]:
@@ -84,29 +108,32 @@ def image_row(result: ImageResult) -> dict[str, Any]:
 
 
 def score_partition(spec: PartitionSpec, job: Job) -> PartitionResult:
-    """Read one partition and run every image through the kernels (runs on a worker)."""
+    """Read one GT partition once and score every submission and protocol on it."""
     gt_reader = StoreReader(job.gt_url, job.storage_options)
-    pred_reader = StoreReader(job.pred_url, job.storage_options)
-    preds = pred_loaders(pred_reader, list(spec.pred_parts), list(spec.pred_ids))
-    out = PartitionResult()
+    loaders = [pred_loaders(StoreReader(sub.url, job.storage_options), list(sl.parts),
+                            list(sl.ids))
+               for sub, sl in zip(job.submissions, spec.preds, strict=True)]
+    out = PartitionResult(gt_parts_read=list(spec.gt_parts))
     for gt in load_gt_images(gt_reader, list(spec.gt_parts), list(spec.image_ids)):
-        pred = preds[gt.image_id]() if gt.image_id in preds else None
-        for protocol in job.protocols:
-            out.add(protocol.name, score_image_under(gt, pred, protocol, job))
+        for sub, preds in zip(job.submissions, loaders, strict=True):
+            pred = preds[gt.image_id]() if gt.image_id in preds else None
+            for protocol in sub.protocols:
+                out.add((sub.name, protocol.name),
+                        score_image_under(gt, pred, protocol, sub, job))
     return out
 
 
-def score_image_under(gt: ImageGT, pred: ImagePred | None, protocol: Protocol, job: Job
-                      ) -> ImageResult:
+def score_image_under(gt: ImageGT, pred: ImagePred | None, protocol: Protocol,
+                      sub: Submission, job: Job) -> ImageResult:
     """One image's terms under one protocol (the masks are read once for all protocols)."""
     if pred is None:
-        return missing_image_result(gt, protocol, job.ks, job.with_ng, job.zero_shot,
+        return missing_image_result(gt, protocol, job.ks, sub.with_ng, job.zero_shot,
                                     job.legacy)
     try:
-        return evaluate_image(gt, pred, protocol, job.ks, job.with_ng, job.zero_shot,
+        return evaluate_image(gt, pred, protocol, job.ks, sub.with_ng, job.zero_shot,
                               job.legacy)
     except ValueError as err:
-        raise SgdaskError(f"{job.pred_url}: image {gt.image_id}: {err}") from None
+        raise SgdaskError(f"{sub.url}: image {gt.image_id}: {err}") from None
 
 
 def parts_holding(ids: list[str], parts: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -129,32 +156,42 @@ def evaluation_chunks(gt_images: pa.Table, partition_size: int | None) -> list[l
     return [ids[s:s + partition_size] for s in range(0, len(ids), partition_size)]
 
 
-def plan_partitions(gt: StoreReader, pred: StoreReader, partition_size: int | None
-                    ) -> tuple[list[PartitionSpec], dict[str, int]]:
-    """Evaluation partitions over the GT images that have relations, plus counts."""
-    gt_images = gt.images()
-    chunks = evaluation_chunks(gt_images, partition_size)
-    evaluated = [i for chunk in chunks for i in chunk]
+def pred_slices(chunks: list[list[str]], known: set[str], pred: StoreReader
+                ) -> tuple[list[PredSlice], dict[str, int]]:
+    """Per evaluation chunk, where this submission's predictions are; plus its counts."""
     pred_ids = sorted(pred.images()["image_id"].to_pylist())
-    known = set(gt_images["image_id"].to_pylist())
     unknown = [i for i in pred_ids if i not in known]
     if unknown:
         raise InputError(pred.url, f"not among the ground truth's test images "
                          f"({len(unknown)} such image(s))", image=unknown[0], field="id")
-    if not evaluated:
-        raise SgdaskError(f"{gt.url}: no test image has a relation: nothing to evaluate")
     pred_set = set(pred_ids)
-    specs = []
+    slices = []
     for ids in chunks:
         present = [i for i in ids if i in pred_set]
-        specs.append(PartitionSpec(tuple(ids), parts_holding(ids, gt.parts),
-                                   parts_holding(present, pred.parts) if present else (),
-                                   tuple(present)))
-    counts = {"gt_images": len(known), "evaluated_images": len(evaluated),
-              "gt_images_without_relations": len(known) - len(evaluated),
-              "submission_images": len(pred_ids),
-              "submission_images_not_evaluated": len(pred_set - set(evaluated))}
-    return specs, counts
+        slices.append(PredSlice(parts_holding(present, pred.parts) if present else (),
+                                tuple(present)))
+    evaluated = {i for chunk in chunks for i in chunk}
+    return slices, {"submission_images": len(pred_ids),
+                    "submission_images_not_evaluated": len(pred_set - evaluated)}
+
+
+def plan_partitions(gt: StoreReader, preds: list[StoreReader], partition_size: int | None
+                    ) -> tuple[list[PartitionSpec], dict[str, int], list[dict[str, int]]]:
+    """Evaluation partitions over the GT images that have relations; GT and per-submission
+    counts."""
+    gt_images = gt.images()
+    chunks = evaluation_chunks(gt_images, partition_size)
+    if not chunks:
+        raise SgdaskError(f"{gt.url}: no test image has a relation: nothing to evaluate")
+    known = set(gt_images["image_id"].to_pylist())
+    per_pred = [pred_slices(chunks, known, p) for p in preds]
+    specs = [PartitionSpec(tuple(ids), parts_holding(ids, gt.parts),
+                           tuple(slices[i] for slices, _ in per_pred))
+             for i, ids in enumerate(chunks)]
+    n_evaluated = sum(len(c) for c in chunks)
+    counts = {"gt_images": len(known), "evaluated_images": n_evaluated,
+              "gt_images_without_relations": len(known) - n_evaluated}
+    return specs, counts, [c for _, c in per_pred]
 
 
 def run_bag(client: Client, specs: list[PartitionSpec], job: Job, progress: bool
@@ -187,6 +224,67 @@ def training_stats(gt: StoreReader, stats: str | None, options: StorageOptions |
     return zero_shot_from(table, n_classes, n_predicates), composition_counts(table)
 
 
+@dataclass(frozen=True)
+class Options:
+    """How to evaluate (the same for every submission of a job)."""
+
+    ks: str = DEFAULT_KS
+    aggregation: str = "per_predicate"
+    partition_size: int | None = DEFAULT_PARTITION_SIZE
+    stats: str | None = None
+    legacy: bool = False
+    tau: float = 0.5
+
+    def check(self) -> None:
+        if self.aggregation not in AGGREGATIONS:
+            raise SgdaskError(f"--aggregation: unknown mode {self.aggregation!r} "
+                              f"(expected one of: {', '.join(AGGREGATIONS)})")
+        if self.partition_size is not None and self.partition_size < 1:
+            raise SgdaskError("--partition-size: must be at least 1")
+
+
+@dataclass
+class ManyResult:
+    """Reports per submission name and protocol, and which GT parts the tasks read."""
+
+    reports: dict[str, dict[str, Report]]
+    gt_parts_read: list[str]
+
+
+def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Options,
+                  client: Client | None = None, scheduler: str | None = None,
+                  storage_options: StorageOptions | None = None, progress: bool = False
+                  ) -> ManyResult:
+    """Score several submissions ``(name, store URL, protocols)`` in one Dask graph that
+    reads each GT partition once."""
+    options.check()
+    if len({name for name, _, _ in submissions}) != len(submissions):
+        raise SgdaskError("submission names must be unique")
+    gt_reader = StoreReader(gt, storage_options, "gt")
+    readers = [StoreReader(url, storage_options, "submission") for _, url, _ in submissions]
+    for reader in readers:
+        if reader.manifest["instances"] == "masks" and gt_reader.manifest["instances"] != "masks":
+            raise SgdaskError(f"{reader.url}: a mask submission needs a GT store with masks "
+                              f"({gt} was ingested without --masks)")
+    specs, counts, pred_counts = plan_partitions(gt_reader, readers, options.partition_size)
+    zero_shot, composition = training_stats(gt_reader, options.stats, storage_options)
+    subs = tuple(Submission(name, url, get_protocols(protocols),
+                            bool(reader.manifest.get("has_ng")))
+                 for (name, url, protocols), reader in zip(submissions, readers, strict=True))
+    job = Job(gt, storage_options, subs, parse_ks(options.ks), zero_shot, options.legacy)
+    with dask_client(client, scheduler) as active:
+        result = run_bag(active, specs, job, progress)
+    reports = {
+        sub.name: {p.name: build_report(
+            result.accumulators[(sub.name, p.name)], result.images[(sub.name, p.name)],
+            EvalSettings(p, options.aggregation, job.ks, sub.with_ng, zero_shot is not None,
+                         options.legacy, options.tau),
+            composition, gt_reader.manifest, reader.manifest, {**counts, **pred_count})
+            for p in sub.protocols}
+        for sub, reader, pred_count in zip(subs, readers, pred_counts, strict=True)}
+    return ManyResult(reports, result.gt_parts_read)
+
+
 def evaluate_protocols(gt: str, pred: str, protocols: str = DEFAULT_PROTOCOL,
                        ks: str = DEFAULT_KS, aggregation: str = "per_predicate",
                        partition_size: int | None = DEFAULT_PARTITION_SIZE,
@@ -195,27 +293,10 @@ def evaluate_protocols(gt: str, pred: str, protocols: str = DEFAULT_PROTOCOL,
                        stats: str | None = None, legacy: bool = False, tau: float = 0.5
                        ) -> dict[str, Report]:
     """Score ``pred`` against ``gt`` under several protocols in one pass over the data."""
-    if aggregation not in AGGREGATIONS:
-        raise SgdaskError(f"--aggregation: unknown mode {aggregation!r} "
-                          f"(expected one of: {', '.join(AGGREGATIONS)})")
-    if partition_size is not None and partition_size < 1:
-        raise SgdaskError("--partition-size: must be at least 1")
-    protos = get_protocols(protocols)
-    gt_reader = StoreReader(gt, storage_options, "gt")
-    pred_reader = StoreReader(pred, storage_options, "submission")
-    if pred_reader.manifest["instances"] == "masks" and gt_reader.manifest["instances"] != "masks":
-        raise SgdaskError(f"{pred}: a mask submission needs a GT store with masks "
-                          f"({gt} was ingested without --masks)")
-    specs, counts = plan_partitions(gt_reader, pred_reader, partition_size)
-    zero_shot, composition = training_stats(gt_reader, stats, storage_options)
-    job = Job(gt, pred, storage_options, protos, parse_ks(ks),
-              bool(pred_reader.manifest.get("has_ng")), zero_shot, legacy)
-    with dask_client(client, scheduler) as active:
-        result = run_bag(active, specs, job, progress)
-    return {p.name: build_report(
-        result.accumulators[p.name], result.images[p.name],
-        EvalSettings(p, aggregation, job.ks, job.with_ng, zero_shot is not None, legacy, tau),
-        composition, gt_reader.manifest, pred_reader.manifest, counts) for p in protos}
+    options = Options(ks, aggregation, partition_size, stats, legacy, tau)
+    many = evaluate_many(gt, [("submission", pred, protocols)], options, client, scheduler,
+                         storage_options, progress)
+    return many.reports["submission"]
 
 
 def evaluate(gt: str, pred: str, protocol: str = DEFAULT_PROTOCOL, ks: str = DEFAULT_KS,

@@ -11,7 +11,6 @@ import zipfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import fsspec
 import numpy as np
 
 from sgdask import __version__
@@ -47,8 +46,9 @@ def chunks(items: list, size: int) -> Iterator[list]:
 
 
 def read_bytes(url: str, options: StorageOptions | None, what: str) -> bytes:
+    fs, path = filesystem(url, options)
     try:
-        with fsspec.open(url, "rb", **(options or {})) as f:
+        with fs.open(path, "rb") as f:
             return f.read()
     except FileNotFoundError:
         raise InputError(url, "file not found", field=what) from None

@@ -1,0 +1,224 @@
+"""A real multi-process cluster started by hand: ``dask scheduler`` + ``dask worker`` processes
+on 127.0.0.1, used through ``sgdask evaluate --scheduler`` and through the Python API.
+
+Worker loss: a worker process group is SIGKILLed while it is scoring partitions; Dask
+recomputes what it held and the numbers are bit-identical to the undisturbed run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from distributed import Client
+
+from sgdask.io.ingest import convert_submission, ingest_gt
+from sgdask.pipeline import evaluate
+from sgdask.synth import write_dataset
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+DASK = str(Path(sys.executable).with_name("dask"))
+WORKER_ARGS = ("--nworkers", "1", "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Terminate a process and everything it started (its own process group)."""
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@dataclass
+class HandCluster:
+    """``dask scheduler`` and ``dask worker`` processes, each in its own process group."""
+
+    root: Path
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def scheduler_file(self) -> str:
+        return str(self.root / "scheduler.json")
+
+    @property
+    def address(self) -> str:
+        return json.loads(Path(self.scheduler_file).read_text())["address"]
+
+    def spawn(self, name: str, *args: str) -> subprocess.Popen:
+        log = open(self.root / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        proc = subprocess.Popen([DASK, *args], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def start_scheduler(self) -> None:
+        proc = self.spawn("scheduler", "scheduler", "--host", "127.0.0.1", "--port", "0",
+                          "--no-dashboard", "--scheduler-file", self.scheduler_file)
+        deadline = time.monotonic() + 60
+        while not Path(self.scheduler_file).exists():
+            assert proc.poll() is None, self.logs()
+            assert time.monotonic() < deadline, "scheduler did not start\n" + self.logs()
+            time.sleep(0.1)
+        assert self.address.startswith("tcp://127.0.0.1:"), self.address
+
+    def start_worker(self, name: str) -> subprocess.Popen:
+        return self.spawn(name, "worker", "--scheduler-file", self.scheduler_file,
+                          "--name", name, *WORKER_ARGS)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+                         for p in sorted(self.root.glob("*.log")))
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            stop(proc)
+
+
+@pytest.fixture(scope="module")
+def hand_cluster(tmp_path_factory) -> Iterator[HandCluster]:
+    """``dask scheduler`` + two ``dask worker`` processes on 127.0.0.1; always torn down."""
+    cluster = HandCluster(tmp_path_factory.mktemp("dask-cluster"))
+    try:
+        cluster.start_scheduler()
+        for i in range(2):
+            cluster.start_worker(f"w{i}")
+        with Client(scheduler_file=cluster.scheduler_file, timeout="30s") as c:
+            try:
+                c.wait_for_workers(2, timeout=60)
+            except TimeoutError:
+                pytest.fail("workers did not connect\n" + cluster.logs())
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def observer(hand_cluster: HandCluster) -> Iterator[Client]:
+    with Client(scheduler_file=hand_cluster.scheduler_file, timeout="30s") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def local_report(stores, client):
+    """The reference: the LocalCluster numbers."""
+    return evaluate(stores.gt, stores.pred, client=client)
+
+
+@pytest.fixture(scope="module")
+def big_stores(tmp_path_factory) -> tuple[str, str]:
+    """60 larger images, ingested and converted locally: a few seconds of scoring with
+    one image per task, long enough to kill a worker mid-run."""
+    root = tmp_path_factory.mktemp("big")
+    paths = write_dataset(root / "raw", n_images=60, seed=3, height=240, width=320)
+    gt, pred = str(root / "gt"), str(root / "pred")
+    ingest_gt(str(paths.psg_json), gt, str(paths.masks_dir))
+    convert_submission(str(paths.submission_zip), pred, gt)
+    return gt, pred
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sgdask", *args], capture_output=True,
+                          text=True, timeout=240)
+
+
+def comparable(report) -> tuple[Any, ...]:
+    return report.metrics, report.per_predicate, report.per_image, report.diagnostics
+
+
+def test_cli_on_hand_started_cluster_equals_local_cluster(hand_cluster, stores, local_report,
+                                                          tmp_path):
+    out = tmp_path / "results"
+    proc = run_cli("evaluate", "--gt", stores.gt, "--pred", stores.pred,
+                   "--scheduler", hand_cluster.address, "--partition-size", "3",
+                   "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr + hand_cluster.logs()
+    summary = json.loads((out / "metrics.json").read_text())
+    assert summary["metrics"] == local_report.metrics
+    assert summary["diagnostics"] == local_report.diagnostics
+    rows = pq.read_table(out / "per_predicate.parquet").to_pylist()
+    assert rows == local_report.per_predicate
+
+
+def test_python_api_on_hand_started_cluster(hand_cluster, observer, stores, local_report):
+    report = evaluate(stores.gt, stores.pred, client=observer, partition_size=1)
+    assert comparable(report) == comparable(local_report)
+    # both hand-started workers took part
+    assert len(observer.scheduler_info()["workers"]) == 2
+
+
+def test_worker_loss_mid_evaluation(hand_cluster, observer, big_stores):
+    """A third worker joins, scores partitions, and is SIGKILLed (nanny and worker process)
+    while it both holds finished partition results and processes more; the evaluation
+    completes on the two survivors with identical numbers."""
+    gt, pred = big_stores
+    undisturbed = evaluate(gt, pred, client=observer, partition_size=1)
+
+    victim = hand_cluster.start_worker("victim")
+    observer.wait_for_workers(3, timeout=60)
+    workers = observer.scheduler_info(n_workers=-1)["workers"]
+    victim_address = next(a for a, w in workers.items() if w["name"] == "victim")
+    # import sgdask on the victim now, so it gets partitions from the start of the run
+    observer.run(importlib.import_module, "sgdask.pipeline", workers=[victim_address])
+
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            with Client(scheduler_file=hand_cluster.scheduler_file, timeout="30s") as c:
+                outcome["report"] = evaluate(gt, pred, client=c, partition_size=1)
+        except BaseException as err:
+            outcome["error"] = err
+
+    thread = threading.Thread(target=run, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    deadline = started + 60
+    while True:
+        busy = observer.processing(workers=[victim_address]).get(victim_address) or []
+        held = observer.has_what(workers=[victim_address]).get(victim_address) or []
+        if busy and held:
+            break
+        assert thread.is_alive(), f"finished before the victim held results: {outcome}"
+        assert time.monotonic() < deadline, "the victim never held a partition result"
+        time.sleep(0.01)
+    os.killpg(victim.pid, signal.SIGKILL)
+    killed_at = time.monotonic() - started
+    assert thread.is_alive(), "the evaluation finished before the kill"
+    victim.wait(30)
+
+    thread.join(240)
+    assert not thread.is_alive(), "the evaluation did not finish after the worker loss"
+    if "error" in outcome:
+        raise AssertionError(f"evaluation failed after the worker loss: "
+                             f"{type(outcome['error']).__name__}: {outcome['error']}")
+    report = outcome["report"]
+    survivors = observer.scheduler_info(n_workers=-1)["workers"]
+    assert victim_address not in survivors
+    assert len(survivors) == 2
+
+    print(f"\nworker loss: killed {victim_address} at {killed_at:.2f} s while it processed "
+          f"{len(busy)} and held {len(held)} partition result(s); total "
+          f"{time.monotonic() - started:.2f} s\n"
+          f"  undisturbed  mR@50 {undisturbed.metrics['mR@50']!r}  "
+          f"R@50 {undisturbed.metrics['R@50']!r}\n"
+          f"  worker loss  mR@50 {report.metrics['mR@50']!r}  R@50 {report.metrics['R@50']!r}")
+    assert comparable(report) == comparable(undisturbed)
