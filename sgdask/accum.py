@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from math import gcd
+from math import gcd, lcm
 
 from sgdask.kernels.image import ImageResult
 from sgdask.kernels.metrics import Term
@@ -42,6 +42,13 @@ class RationalSum:
 
     def mean(self) -> Fraction | None:
         return self.total() / self.count if self.count else None
+
+
+def mean_of_terms(terms: dict[int, Term]) -> Term:
+    """(sum of num/den over the terms) / count, as one exact (numerator, denominator)."""
+    common = lcm(*(den for _, den in terms.values()))
+    total = sum(num * (common // den) for num, den in terms.values())
+    return (total, common * len(terms))
 
 
 def _merge_sums(a: dict, b: dict) -> dict:
@@ -93,8 +100,7 @@ class Accumulator:
         for name, terms in result.per_predicate.items():
             if not terms:
                 continue
-            per_image = sum((Fraction(*t) for t in terms.values()), Fraction(0)) / len(terms)
-            self.image_mean.setdefault(name, RationalSum()).add(per_image)
+            self.image_mean.setdefault(name, RationalSum()).add(mean_of_terms(terms))
             cells = self.cells.setdefault(name, RationalSum())
             for p, term in terms.items():
                 self.per_predicate.setdefault((name, p), RationalSum()).add(term)

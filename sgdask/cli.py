@@ -18,10 +18,11 @@ from rich.progress import Progress
 from rich.table import Table
 
 from sgdask.errors import SgdaskError
+from sgdask.io.archive import ArchiveLimits, limits_help
 from sgdask.kernels.selection import DEFAULT_KS
 from sgdask.pipeline import DEFAULT_PARTITION_SIZE
 from sgdask.protocols import DEFAULT_PROTOCOL
-from sgdask.report import Report
+from sgdask.report import Report, fmt_metric
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Distributed evaluation of scene graph generation models.")
@@ -40,6 +41,9 @@ Scheduler = Annotated[str | None, typer.Option(
     help="address of an existing Dask scheduler (default: an in-process LocalCluster)")]
 InProcess = Annotated[bool, typer.Option(
     "--in-process", help="convert in this process, without Dask (small inputs)")]
+Limits = Annotated[list[str] | None, typer.Option(
+    "--limit", help="raise a limit on untrusted input, NAME=VALUE (repeatable; sizes in bytes "
+    f"or e.g. 4GiB); defaults: {limits_help()}")]
 
 
 def cluster_choice(scheduler: str | None, in_process: bool) -> str | None:
@@ -168,16 +172,45 @@ def convert(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP"
             gt: Annotated[str | None, typer.Option(
                 help="GT store to validate ids, sizes and classes against")] = None,
             storage_option: StorageOpt = None, overwrite: Overwrite = False,
-            scheduler: Scheduler = None, in_process: InProcess = False) -> None:
-    """Convert an SGBench submission into a submission store (Parquet + Zarr)."""
+            scheduler: Scheduler = None, in_process: InProcess = False,
+            limit: Limits = None) -> None:
+    """Convert an SGBench submission into a submission store (Parquet + Zarr).
+
+    Runs `sgdask validate`'s checks first and stops at the first error."""
     from sgdask.io.ingest import convert_submission
 
+    limits = ArchiveLimits.from_pairs(limit)
     with progress_bar("converting images", None) as advance:
         manifest = convert_submission(submission, out, gt, storage_options(storage_option),
                                       overwrite=overwrite, progress=advance,
-                                      cluster=cluster_choice(scheduler, in_process))
+                                      cluster=cluster_choice(scheduler, in_process),
+                                      limits=limits)
     out_console.print(f"submission store {out}: {manifest['n_images']} images, "
                       f"{manifest['instances']}, {manifest['content_hash']}")
+
+
+@app.command()
+def validate(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP")],
+             gt: Annotated[str | None, typer.Option(
+                 help="GT store to check ids, sizes and classes against")] = None,
+             max_problems: Annotated[int, typer.Option(
+                 min=1, help="stop after this many problems")] = 50,
+             storage_option: StorageOpt = None, limit: Limits = None) -> None:
+    """Check a submission without converting it: print every problem, one per line.
+
+    Exit code 2 if there is any error, 0 otherwise (warnings included)."""
+    from sgdask.io.validate import validate_submission
+
+    problems = validate_submission(submission, gt, storage_options(storage_option),
+                                   ArchiveLimits.from_pairs(limit), max_problems)
+    for problem in problems:
+        print(problem)
+    errors = sum(p.is_error for p in problems)
+    more = " (stopped at --max-problems)" if len(problems) >= max_problems else ""
+    print(f"sgdask: {submission}: {errors} error(s), {len(problems) - errors} warning(s)"
+          f"{more}", file=sys.stderr)
+    if errors:
+        raise typer.Exit(EXIT_ERROR)
 
 
 @app.command()
@@ -240,6 +273,83 @@ def evaluate(gt: Annotated[str, typer.Option("--gt", help="GT store URL")],
     if out:
         for path in write_reports(reports, out, options):
             err_console.print(f"wrote {path}")
+
+
+@app.command("evaluate-many")
+def evaluate_many_cmd(manifest: Annotated[str, typer.Argument(
+                          help="YAML/JSON manifest: gt, submissions, out, cache, options")],
+                      scheduler: Scheduler = None,
+                      dry_run: Annotated[bool, typer.Option(
+                          "--dry-run", help="list what would be evaluated, then stop")] = False,
+                      storage_option: StorageOpt = None) -> None:
+    """Evaluate many submissions against one GT in one Dask graph, through the cache."""
+    from sgdask.batch.many import load_manifest, run_many, summary_rows
+
+    job = load_manifest(manifest, storage_options(storage_option))
+    outcome = run_many(job, scheduler=scheduler, progress=True, dry_run=dry_run,
+                       log=err_console.print)
+    rows = summary_rows(outcome.reports)
+    if rows:
+        table = Table(title=f"{len(outcome.reports)} submissions "
+                      f"({len(outcome.cached)} cached, {len(outcome.evaluated)} evaluated)")
+        columns = [c for c in ("mR@20", "mR@50", "mR@100", "R@50", "mNgR@50", "PRank")
+                   if any(c in r for r in rows)]
+        for name in ("submission", "protocol", *columns):
+            table.add_column(name, justify="left" if name in ("submission", "protocol")
+                             else "right")
+        for r in rows:
+            table.add_row(r["submission"], r["protocol"],
+                          *[fmt_metric(c, r.get(c)) for c in columns])
+        out_console.print(table)
+
+
+@app.command()
+def submit(submission: Annotated[str, typer.Argument(help="SGBench ZIP or JSON")],
+           registry: Annotated[str, typer.Option(help="registry URL")],
+           gt: Annotated[str, typer.Option(help="GT store URL (validates against it)")],
+           name: Annotated[str, typer.Option(help="model name shown on the leaderboard")],
+           approved: Annotated[bool, typer.Option(help="show on the approved board")] = False,
+           paper: Annotated[str | None, typer.Option(help="paper link")] = None,
+           scheduler: Scheduler = None, in_process: InProcess = False,
+           storage_option: StorageOpt = None) -> None:
+    """Validate, convert and register a submission."""
+    from sgdask.batch.registry import submit as register
+
+    entry = register(submission, registry, gt, name, approved, paper,
+                     storage_options(storage_option),
+                     cluster=cluster_choice(scheduler, in_process))
+    out_console.print(f"registered {entry.submission_id}: {entry.name} "
+                      f"({'approved' if entry.approved else 'not approved'}) -> {entry.url}")
+
+
+@app.command()
+def rerank(registry: Annotated[str, typer.Option(help="registry URL")],
+           gt: Annotated[str, typer.Option(help="GT store URL")],
+           out: Annotated[str, typer.Option(help="leaderboard URL (publishes here)")],
+           scheduler: Scheduler = None,
+           dry_run: Annotated[bool, typer.Option(
+               "--dry-run", help="list what would be evaluated, then stop")] = False,
+           stale_lock_after: Annotated[float, typer.Option(
+               help="seconds after which a lock left by a crashed run is broken")]
+           = 6 * 3600,
+           storage_option: StorageOpt = None) -> None:
+    """Evaluate what is missing under the current protocols and publish the leaderboard.
+
+    Exit codes: 0 published or up to date, 2 bad input, 3 another rerank holds the lock.
+    """
+    from sgdask.batch.rerank import EXIT_LOCKED, LockHeld
+    from sgdask.batch.rerank import rerank as run_rerank
+
+    try:
+        outcome = run_rerank(registry, gt, out, storage_options=storage_options(storage_option),
+                             scheduler=scheduler, dry_run=dry_run, progress=True,
+                             log=err_console.print, stale_after=stale_lock_after)
+    except LockHeld as err:
+        print(f"sgdask: {err}", file=sys.stderr)
+        sys.exit(EXIT_LOCKED)
+    for row in outcome.board:
+        out_console.print(f"{row['rank']:3d}. {row['name']}  mR@50 "
+                          f"{fmt_metric('mR@50', row['metrics'].get('mR@50'))}")
 
 
 def quiet_dask_logs() -> None:

@@ -241,6 +241,8 @@ class Options:
                               f"(expected one of: {', '.join(AGGREGATIONS)})")
         if self.partition_size is not None and self.partition_size < 1:
             raise SgdaskError("--partition-size: must be at least 1")
+        if not self.tau >= 0:
+            raise SgdaskError(f"--tau: {self.tau} must be a number >= 0")
 
 
 @dataclass

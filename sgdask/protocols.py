@@ -10,6 +10,10 @@ from dataclasses import asdict, dataclass
 
 from sgdask.errors import SgdaskError
 
+# Version of the metric definitions shared by all protocols (kernels, accumulators,
+# aggregation). Cached results carry it: bump it when any number could change.
+METRICS_VERSION = "1"
+
 
 @dataclass(frozen=True)
 class Protocol:

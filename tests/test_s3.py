@@ -70,7 +70,8 @@ def s3() -> Iterator[S3]:
             endpoint = f"http://127.0.0.1:{port}"
             options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
             fs = s3fs.S3FileSystem(**options)
-            fs.mkdir(BUCKET)
+            if not fs.exists(BUCKET):  # moto state is per process: another module may have it
+                fs.mkdir(BUCKET)
             yield S3(endpoint, options, fs)
         finally:
             server.stop()

@@ -7,23 +7,16 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import zipfile
 from collections.abc import Callable, Iterator
 from typing import Any
-
-import numpy as np
 
 from sgdask import __version__
 from sgdask.cluster import ClusterSpec, map_tasks
 from sgdask.errors import InputError, SgdaskError
+from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.psg import GTRecord, class_lists, evaluation_records, label_image
-from sgdask.io.sgbench import (
-    SubmissionImage,
-    load_json,
-    parse_submission,
-    read_layered_tiff,
-)
+from sgdask.io.sgbench import SubmissionImage, SubmissionSource, load_json
 from sgdask.io.stats import STATS_FILE, train_stats, write_stats
 from sgdask.io.store import (
     PartTables,
@@ -34,6 +27,7 @@ from sgdask.io.store import (
     triplet_rows,
     write_part,
 )
+from sgdask.io.validate import GTInfo, checked_submission
 from sgdask.kernels.masks import CropMasks
 
 DEFAULT_STORE_PARTITION = 64
@@ -124,82 +118,6 @@ def add_gt_rows(tables: PartTables, record: GTRecord, part: str, offset: int | N
     triplet_rows(tables, record.image_id, "gt", relations, None)
 
 
-class SubmissionSource:
-    """A submission file: JSON (boxes) or ZIP (triplets.json + layered TIFFs), via fsspec."""
-
-    def __init__(self, url: str, storage_options: StorageOptions | None) -> None:
-        self.url, self.options = str(url), storage_options
-        self.fs, self.path = filesystem(self.url, storage_options)
-        if not self.fs.exists(self.path):
-            raise InputError(self.url, "file not found")
-        with self.fs.open(self.path, "rb") as f:
-            self.is_zip = f.read(4) == b"PK\x03\x04"
-        self._zip: zipfile.ZipFile | None = None
-
-    def archive(self) -> zipfile.ZipFile:
-        if self._zip is None:
-            try:
-                self._zip = zipfile.ZipFile(self.fs.open(self.path, "rb"))
-            except zipfile.BadZipFile as err:
-                raise InputError(self.url, f"not a readable ZIP ({err})") from None
-        return self._zip
-
-    def member(self, name: str, image_id: str | None = None) -> bytes:
-        label = f"{self.url}:{name}"
-        try:
-            return self.archive().read(name)
-        except KeyError:
-            raise InputError(label, "missing from the archive", image=image_id,
-                             field="seg_filename" if image_id else None) from None
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:
-            raise InputError(label, f"cannot be read from the archive ({err})",
-                             image=image_id) from None
-
-    def document(self) -> tuple[str, Any]:
-        """(label for messages, parsed triplets document)."""
-        if self.is_zip:
-            label = f"{self.url}:triplets.json"
-            return label, load_json(self.member("triplets.json"), label)
-        return self.url, load_json(read_bytes(self.url, self.options, "submission"), self.url)
-
-    def content_hash(self) -> str:
-        digest = hashlib.sha256()
-        with self.fs.open(self.path, "rb") as f:
-            for block in iter(lambda: f.read(4 << 20), b""):
-                digest.update(block)
-        return "sha256:" + digest.hexdigest()
-
-    def masks(self, img: SubmissionImage) -> np.ndarray:
-        assert img.seg_filename is not None
-        data = self.member(img.seg_filename, img.image_id)
-        return read_layered_tiff(data, f"{self.url}:{img.seg_filename}", img.image_id,
-                                 len(img.categories))
-
-
-def check_against_gt(images: list[SubmissionImage], label: str, gt: StoreReader) -> dict:
-    """Ids, categories and predicates must exist in the GT; returns id -> (height, width)."""
-    gt_images = gt.images()
-    sizes = dict(zip(gt_images["image_id"].to_pylist(),
-                     zip(gt_images["height"].to_pylist(), gt_images["width"].to_pylist(),
-                         strict=True), strict=True))
-    n_classes = len(gt.manifest["thing_classes"]) + len(gt.manifest["stuff_classes"])
-    n_predicates = len(gt.manifest["predicate_classes"])
-    for img in images:
-        if img.image_id not in sizes:
-            raise InputError(label, "image id not in the ground truth's test split",
-                             image=img.image_id, field="id")
-        if len(img.categories) and img.categories.max() >= n_classes:
-            raise InputError(label, f"category {img.categories.max()} out of range",
-                             image=img.image_id, field="category",
-                             expected=f"0..{n_classes - 1}")
-        for name, trip in (("triplets", img.graph), ("ng_triplets", img.ng)):
-            if len(trip) and trip[:, 2].max() >= n_predicates:
-                raise InputError(label, f"predicate {trip[:, 2].max()} out of range",
-                                 image=img.image_id, field=name,
-                                 expected=f"0..{n_predicates - 1}")
-    return sizes
-
-
 def submission_parts(images: list[SubmissionImage], gt: StoreReader | None,
                      partition_size: int) -> list[list[SubmissionImage]]:
     """Images (sorted by id) cut like the GT's parts when a GT is given, so that an
@@ -216,49 +134,48 @@ def submission_parts(images: list[SubmissionImage], gt: StoreReader | None,
 def convert_submission(submission: str, out: str, gt: str | None = None,
                        storage_options: StorageOptions | None = None,
                        partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
-                       progress: Progress = None, cluster: ClusterSpec = None
-                       ) -> dict[str, Any]:
+                       progress: Progress = None, cluster: ClusterSpec = None,
+                       limits: ArchiveLimits | None = None) -> dict[str, Any]:
     """SGBench submission (JSON or ZIP) -> submission store. Returns the manifest.
 
-    The document is parsed and validated first; then one task per part reads its TIFFs
-    (ranged reads from the ZIP, wherever it is) and writes its files.
+    The archive, the document and every image are checked first (``sgdask validate``'s
+    checks, the first error raised); then one task per part reads its TIFFs (ranged reads
+    from the ZIP, wherever it is; each TIFF checked before it is decoded) and writes its
+    files. ``limits`` bound what the archive, its JSON and its TIFFs may hold.
     """
-    source = SubmissionSource(submission, storage_options)
-    label, doc = source.document()
-    images, has_ng = parse_submission(doc, label, masks=source.is_zip)
-    images.sort(key=lambda i: i.image_id)
+    source = SubmissionSource(submission, storage_options, limits)
     gt_reader = StoreReader(gt, storage_options, "gt") if gt else None
-    sizes = check_against_gt(images, label, gt_reader) if gt_reader else {}
+    gt_info = GTInfo.of(gt_reader) if gt_reader else None
+    check = checked_submission(source, gt_info)
+    images = sorted(check.images, key=lambda i: i.image_id)
+    sizes = gt_info.sizes if gt_info else {}
     parts = submission_parts(images, gt_reader, partition_size)
     with StoreWriter(out, "submission", storage_options, overwrite) as writer:
         tasks = [(submission, out, storage_options, i, part,
-                  {img.image_id: sizes[img.image_id] for img in part if img.image_id in sizes})
+                  {img.image_id: sizes[img.image_id] for img in part if img.image_id in sizes},
+                  limits)
                  for i, part in enumerate(parts)]
         infos = map_tasks(write_submission_part, tasks, cluster,
                           (lambda info: progress(info["n_images"])) if progress else None)
         return writer.finish(
             infos, sgdask_version=__version__, content_hash=source.content_hash(),
             source=str(submission), instances="masks" if source.is_zip else "boxes",
-            has_ng=has_ng, n_images=len(images), partition_size=partition_size)
+            has_ng=check.has_ng, n_images=len(images), partition_size=partition_size)
 
 
 def write_submission_part(submission: str, out: str, options: StorageOptions | None,
                           index: int, images: list[SubmissionImage],
-                          sizes: dict[str, tuple[int, int]]) -> dict[str, Any]:
-    """One submission part (a Dask task): decodes its TIFFs, writes tables and mask crops."""
-    source = SubmissionSource(submission, options)
+                          sizes: dict[str, tuple[int, int]],
+                          limits: ArchiveLimits | None = None) -> dict[str, Any]:
+    """One submission part (a Dask task): decodes its TIFFs (each checked against its
+    image's instance count and GT size first), writes tables and mask crops."""
+    source = SubmissionSource(submission, options, limits)
     tables = PartTables.empty()
     for img in images:
         shape, crops = (0, 0), None
         if source.is_zip:
-            masks = source.masks(img)
+            masks = source.masks(img, sizes.get(img.image_id))
             shape = masks.shape[1:]
-            expected = sizes.get(img.image_id)
-            if expected is not None and tuple(expected) != tuple(shape):
-                raise InputError(f"{source.url}:{img.seg_filename}",
-                                 f"masks are {shape[1]}x{shape[0]}", image=img.image_id,
-                                 field="seg_filename",
-                                 expected=f"{expected[1]}x{expected[0]} as the GT image")
             crops = CropMasks.from_dense(masks)
         add_submission_rows(tables, img, shape, part_name(index), crops)
     return write_part(out, options, index, tables)

@@ -1,23 +1,122 @@
 """Reader of SGBench file format version 1: a JSON file (boxes) or a ZIP of triplets.json
-plus one layered TIFF per image (masks). Validates as it parses; every error names the
-file, the image and the field."""
+plus one layered TIFF per image (masks).
+
+Each image is checked against ``SCHEMA`` (``schemas/sgbench-v1.schema.json``) first, then
+for what a schema cannot say (indices within the instance count, subject != object, finite
+and ordered boxes, list lengths, classes within the GT's lists); every problem names the
+file, the image and the field. ZIP members are read through ``SafeZip``; TIFF headers are
+checked (layer count, size, pixels) before any pixel is decoded.
+"""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import io
 import json
-import math
+import logging
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+import fastjsonschema
 import numpy as np
 import tifffile
 
-from sgdask.errors import InputError
+from sgdask.errors import InputError, SgdaskError
+from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
+from sgdask.io.fs import StorageOptions, filesystem
 from sgdask.types import EMPTY_TRIPLETS
 
+# tifffile logs what it finds wrong in a corrupt TIFF; the reader reports it as one
+# InputError instead, so without logging configured nothing may reach stderr
+logging.getLogger("tifffile").addHandler(logging.NullHandler())
+
 FILE_VERSION = 1
-SPELLINGS = ("instances", "bboxes+categories", "annotation")
+INT32_MAX = 2**31 - 1
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+DEFAULT_LIMITS = ArchiveLimits()
+#: spelling name -> the image keys it uses
+SPELLINGS = {"instances": ("instances",), "bboxes + categories": ("bboxes", "categories"),
+             "annotation": ("annotation",)}
+TYPE_NAMES = {"integer": "an integer", "number": "a number", "string": "a string",
+              "array": "a list", "object": "an object", "null": "null",
+              "boolean": "true or false"}
+BOX_EXPECTED = "[x1, y1, x2, y2], finite, x2 >= x1, y2 >= y1"
+
+_INDEX = {"type": "integer", "minimum": 0, "maximum": INT32_MAX,
+          "description": f"an integer in 0..{INT32_MAX}"}
+_TRIPLETS = {"type": "array", "items": {"$ref": "#/definitions/triplet"},
+             "description": "a list of [subject, object, predicate] triplets"}
+SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "SGBench submission, file format version 1",
+    "$comment": "triplets.json of a ZIP submission (masks in layered TIFFs named by "
+                "seg_filename) or a JSON submission (boxes). Instances in one of three "
+                "spellings; ng_triplets, score and scores are optional.",
+    "description": '{"version": 1, "images": [...]}',
+    "type": "object",
+    "required": ["version", "images"],
+    "properties": {
+        "version": {"const": FILE_VERSION, "description": "1, the file format version"},
+        "images": {"type": "array", "items": {"$ref": "#/definitions/image"},
+                   "description": "a list of image objects"},
+    },
+    "definitions": {
+        "index": _INDEX,
+        "box": {"type": "array", "minItems": 4, "items": {"type": "number"},
+                "description": "[x1, y1, x2, y2] in pixels"},
+        "instance": {
+            "type": "object", "required": ["category"],
+            "properties": {
+                "category": {"$ref": "#/definitions/index"},
+                "bbox": {"$ref": "#/definitions/box"},
+                "score": {"type": "number", "description": "a number (instance confidence)"},
+            },
+            "description": "an object {category, bbox, score}",
+        },
+        "instance_list": {"type": "array", "items": {"$ref": "#/definitions/instance"},
+                          "description": "a list of {category, bbox, score} objects"},
+        "triplet": {"type": "array", "minItems": 3, "maxItems": 3,
+                    "items": {"$ref": "#/definitions/index"},
+                    "description": "[subject, object, predicate]: three integers >= 0"},
+        "triplets": _TRIPLETS,
+        "one_spelling": {
+            "oneOf": [{"required": list(keys)} for keys in SPELLINGS.values()],
+            "description": "exactly one of: " + ", ".join(SPELLINGS),
+        },
+        "image": {
+            "type": "object",
+            "required": ["id", "triplets"],
+            "allOf": [{"$ref": "#/definitions/one_spelling"}],
+            "properties": {
+                "id": {"type": ["string", "integer"],
+                       "description": "the image id: a string or an integer"},
+                "instances": {"$ref": "#/definitions/instance_list"},
+                "annotation": {"$ref": "#/definitions/instance_list"},
+                "bboxes": {"type": "array", "items": {"$ref": "#/definitions/box"},
+                           "description": "a list of [x1, y1, x2, y2] boxes"},
+                "categories": {"type": "array", "items": {"$ref": "#/definitions/index"},
+                               "description": "a list of category indices"},
+                "triplets": {"$ref": "#/definitions/triplets"},
+                "ng_triplets": {**_TRIPLETS, "type": ["array", "null"]},
+                "scores": {"type": "array", "items": {"type": "number"},
+                           "description": "one number per triplet"},
+                "seg_filename": {"type": "string",
+                                 "description": "the name of the image's layered TIFF "
+                                                "inside the ZIP"},
+            },
+            "description": "an image object {id, triplets, instances...}",
+        },
+    },
+}
+
+
+class ClassCounts(NamedTuple):
+    """Sizes of the GT's class lists (thing + stuff categories, predicates)."""
+
+    categories: int
+    predicates: int
 
 
 @dataclass
@@ -34,162 +133,497 @@ class SubmissionImage:
     seg_filename: str | None
 
 
-def load_json(data: bytes, file: str) -> Any:
-    """Parsed JSON or an InputError naming the file and position."""
+# --------------------------------------------------------------------------- JSON
+
+
+def load_json(data: bytes, file: str, limits: ArchiveLimits = DEFAULT_LIMITS) -> Any:
+    """Parsed JSON within the size and depth limits, or an InputError naming the file."""
+    if len(data) > limits.max_json_size:
+        raise InputError(file, f"is {len(data)} bytes", expected=limit_hint(limits,
+                                                                             "max_json_size"))
+    too_deep = InputError(file, "JSON nested too deeply",
+                          expected=limit_hint(limits, "max_json_depth"))
     try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(file, f"not valid JSON ({err})") from None
+        doc = json.loads(data)
+    except RecursionError:
+        raise too_deep from None
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, too many digits
+        raise InputError(file, f"not valid JSON ({printable(str(err))})") from None
+    if nested_deeper(doc, limits.max_json_depth):
+        raise too_deep
+    return doc
 
 
-def _instance_rows(img: dict, file: str, image_id: str) -> tuple[list, list | None, list | None]:
-    """(categories, boxes or None, scores or None) from whichever spelling the image uses."""
-    present = [s for s in SPELLINGS
-               if (s in img if "+" not in s else "bboxes" in img or "categories" in img)]
-    if len(present) != 1:
-        what = "no instances" if not present else f"several instance spellings {present}"
-        raise InputError(file, what, image=image_id, field="instances",
-                         expected="exactly one of: instances, bboxes + categories, annotation")
-    if present[0] == "bboxes+categories":
-        cats, boxes = img.get("categories"), img.get("bboxes")
-        if not isinstance(cats, list) or not isinstance(boxes, list) or len(cats) != len(boxes):
-            raise InputError(file, "bboxes and categories must be lists of equal length",
-                             image=image_id, field="bboxes")
-        return cats, boxes, None
-    key = present[0]
-    rows = img[key]
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise InputError(file, "not a list of objects", image=image_id, field=key,
-                         expected="[{bbox, category}]")
-    for i, r in enumerate(rows):
-        if "category" not in r:
-            raise InputError(file, "missing", image=image_id, field=f"{key}[{i}].category")
-    cats = [r["category"] for r in rows]
-    boxes = [r.get("bbox") for r in rows]
-    scores = [r.get("score") for r in rows]
-    return (cats, None if all(b is None for b in boxes) else boxes,
-            None if all(s is None for s in scores) else scores)
+def nested_deeper(doc: Any, limit: int) -> bool:
+    """Whether lists and objects nest more than ``limit`` levels (iterative, no recursion)."""
+    level = [doc] if isinstance(doc, dict | list) else []
+    for _ in range(limit):
+        level = [child for node in level
+                 for child in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(child, dict | list)]
+        if not level:
+            return False
+    return bool(level)
 
 
-def _int_vector(values: list, file: str, image_id: str, field: str) -> np.ndarray:
-    for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise InputError(file, f"{v!r} is not a non-negative integer", image=image_id,
-                             field=f"{field}[{i}]")
-    return np.asarray(values, dtype=np.int64)
+# --------------------------------------------------------------------------- schema
 
 
-def _float_vector(values: list, file: str, image_id: str, field: str, n: int) -> np.ndarray:
-    if not isinstance(values, list) or len(values) != n:
-        raise InputError(file, "wrong length", image=image_id, field=field,
-                         expected=f"a list of {n} numbers")
-    for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise InputError(file, f"{v!r} is not a finite number", image=image_id,
-                             field=f"{field}[{i}]")
-    return np.asarray(values, dtype=np.float64)
+@functools.cache
+def validators() -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    """(document, image) validators compiled from SCHEMA: the document without the images'
+    content, and one image (so that each image reports its own first problem)."""
+    top = {**SCHEMA, "properties": {**SCHEMA["properties"], "images": {
+        k: v for k, v in SCHEMA["properties"]["images"].items() if k != "items"}}}
+    image = {"$schema": SCHEMA["$schema"], "definitions": SCHEMA["definitions"],
+             "$ref": "#/definitions/image"}
+    handlers = dict.fromkeys(("http", "https", "ftp", "file", "data"), no_remote)
+    return (fastjsonschema.compile(top, handlers=handlers),
+            fastjsonschema.compile(image, handlers=handlers))
 
 
-def _boxes(values: list, file: str, image_id: str, field: str) -> np.ndarray:
-    for i, b in enumerate(values):
-        ok = (isinstance(b, list) and len(b) >= 4
-              and all(isinstance(v, int | float) and not isinstance(v, bool)
-                      and math.isfinite(v) for v in b[:4]))
-        if not ok or b[2] < b[0] or b[3] < b[1]:
-            raise InputError(file, f"{b!r} is not a box", image=image_id, field=f"{field}[{i}]",
-                             expected="[x1, y1, x2, y2], finite, x2 >= x1, y2 >= y1")
-    return np.asarray([b[:4] for b in values], dtype=np.float64).reshape(-1, 4)
+def no_remote(uri: str) -> Any:
+    """fastjsonschema's fetcher for remote ``$ref``s: the schema has none, never fetch."""
+    raise ValueError(f"the SGBench schema refers to {uri}: remote references are not allowed")
 
 
-def _triplets(values: Any, n_instances: int, file: str, image_id: str, field: str
-              ) -> np.ndarray:
-    if values is None:
+def short(value: Any) -> str:
+    """A value as JSON, cut to 60 characters."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def dotted(field: str, key: str) -> str:
+    return f"{field}.{key}" if field else key
+
+
+def field_name(root: Any, path: list[str], prefix: str) -> str:
+    """``triplets[2][1]``-style name of a fastjsonschema path (``data`` first) in ``root``."""
+    name, node = prefix, root
+    for step in path[1:]:
+        if isinstance(node, list):
+            name, node = f"{name}[{step}]", node[int(step)]
+        else:
+            name, node = dotted(name, step), node.get(step) if isinstance(node, dict) else None
+    return name
+
+
+def spelling_problem(img: dict) -> str:
+    """What is wrong with an image's instance spelling."""
+    present = [name for name, keys in SPELLINGS.items() if any(k in img for k in keys)]
+    if not present:
+        return "no instances"
+    if len(present) > 1:
+        return f"several instance spellings: {', '.join(present)}"
+    given = [k for k in SPELLINGS[present[0]] if k in img]
+    missing = [k for k in SPELLINGS[present[0]] if k not in img]
+    return f"{given[0]} without {missing[0]}"
+
+
+def type_names(kinds: str | list[str]) -> str:
+    return " or ".join(TYPE_NAMES[k] for k in ([kinds] if isinstance(kinds, str) else kinds))
+
+
+#: schema rule -> what is wrong with the value that broke it
+WHAT: dict[str, Callable[[fastjsonschema.JsonSchemaValueException], str]] = {
+    "type": lambda err: f"{short(err.value)} is not {type_names(err.rule_definition)}",
+    "minItems": lambda err: f"{short(err.value)} has {len(err.value)} items",
+    "maxItems": lambda err: f"{short(err.value)} has {len(err.value)} items",
+    "minimum": lambda err: f"{short(err.value)} is out of range",
+    "maximum": lambda err: f"{short(err.value)} is out of range",
+    "const": lambda err: f"{short(err.value)} is not supported",
+    "oneOf": lambda err: spelling_problem(err.value),
+}
+
+
+def schema_problem(err: fastjsonschema.JsonSchemaValueException, root: Any, file: str,
+                   image: str | None, prefix: str) -> InputError:
+    """A schema violation as an InputError: field path, what is wrong, what was expected
+    (the description of the schema the value broke)."""
+    field = field_name(root, err.path, prefix)
+    expected = err.definition.get("description")
+    if err.rule == "required":
+        missing = next(k for k in err.rule_definition if k not in err.value)
+        field, what = dotted(field, missing), "missing"
+        expected = err.definition.get("properties", {}).get(missing, {}).get("description")
+    elif err.rule == "oneOf":
+        field, what = dotted(field, "instances"), WHAT["oneOf"](err)
+    else:
+        what = WHAT.get(err.rule, lambda e: e.message.removeprefix("data").strip())(err)
+    return InputError(file, what, image=image, field=field or None, expected=expected)
+
+
+def document_problems(doc: Any, file: str) -> list[InputError]:
+    """Problems of the document around the images (version, the images list)."""
+    try:
+        validators()[0](doc)
+    except fastjsonschema.JsonSchemaValueException as err:
+        return [schema_problem(err, doc, file, None, "")]
+    return []
+
+
+# --------------------------------------------------------------------------- one image
+
+
+def image_label(img: Any, index: int) -> tuple[str | None, str]:
+    """(image id for messages, field prefix): the id when it is usable (a printable string
+    or an integer), else ``images[i]``."""
+    raw = img.get("id") if isinstance(img, dict) else None
+    if (isinstance(raw, str) and raw.isprintable()) or (isinstance(raw, int)
+                                                        and not isinstance(raw, bool)):
+        return str(raw), ""
+    return None, f"images[{index}]"
+
+
+def instance_key(img: dict) -> str:
+    """The key holding an image's instance objects (``bboxes`` for the third spelling)."""
+    return next((k for k in ("instances", "annotation") if k in img), "bboxes")
+
+
+def instance_values(img: dict, name: str) -> list:
+    """``category``, ``bbox`` or ``score`` of every instance (None where absent)."""
+    key = instance_key(img)
+    if key == "bboxes":
+        return {"category": img["categories"], "bbox": img["bboxes"],
+                "score": [None] * len(img["bboxes"])}[name]
+    return [row.get(name) for row in img[key]]
+
+
+def instance_field(img: dict, i: int, name: str) -> str:
+    key = instance_key(img)
+    if key == "bboxes":
+        return f"bboxes[{i}]" if name == "bbox" else f"categories[{i}]"
+    return f"{key}[{i}].{name}"
+
+
+def floats(values: list) -> np.ndarray:
+    """JSON numbers (or lists of them) as float64; integers beyond the float range become
+    +-inf."""
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except OverflowError:
+        return np.asarray([floats(v) if isinstance(v, list) else huge_int(v) for v in values],
+                          dtype=np.float64)
+
+
+def huge_int(value: float) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        return np.inf if value > 0 else -np.inf
+
+
+def optional_column(values: list) -> list | None:
+    return None if all(v is None for v in values) else values
+
+
+def box_array(boxes: list) -> np.ndarray:
+    return floats([b[:4] for b in boxes]).reshape(-1, 4)
+
+
+def box_problems(img: dict, file: str, image: str, masks: bool) -> Iterator[InputError]:
+    """Every instance has a box or none has (a JSON submission needs them); boxes are finite
+    with x2 >= x1 and y2 >= y1."""
+    boxes = instance_values(img, "bbox")
+    missing = [i for i, b in enumerate(boxes) if b is None]
+    if boxes and len(missing) == len(boxes):
+        if not masks:
+            yield InputError(file, "missing", image=image, field=instance_field(img, 0, "bbox"),
+                             expected="[x1, y1, x2, y2] per instance in a JSON (box) submission")
+        return
+    for i in missing:
+        yield InputError(file, "missing", image=image, field=instance_field(img, i, "bbox"),
+                         expected="a box for every instance or for none")
+    if missing or not boxes:
+        return
+    arr = box_array(boxes)
+    bad = ~np.isfinite(arr).all(axis=1) | (arr[:, 2] < arr[:, 0]) | (arr[:, 3] < arr[:, 1])
+    for i in np.flatnonzero(bad).tolist():
+        yield InputError(file, f"{short(boxes[i])} is not a box", image=image,
+                         field=instance_field(img, i, "bbox"), expected=BOX_EXPECTED)
+
+
+def score_problems(img: dict, file: str, image: str) -> Iterator[InputError]:
+    """Instance scores (for every instance or for none) and triplet scores (one per
+    triplet) are finite."""
+    scores = instance_values(img, "score")
+    if optional_column(scores) is not None:
+        arr = floats([np.nan if v is None else v for v in scores])
+        for i in np.flatnonzero(~np.isfinite(arr)).tolist():
+            yield InputError(file, "missing" if scores[i] is None else
+                             f"{short(scores[i])} is not a finite number", image=image,
+                             field=instance_field(img, i, "score"),
+                             expected="a finite score for every instance, or none")
+    scores = img.get("scores")
+    if scores is None:
+        return
+    if len(scores) != len(img["triplets"]):
+        yield InputError(file, f"{len(scores)} scores for {len(img['triplets'])} triplets",
+                         image=image, field="scores", expected="one score per triplet")
+        return
+    for i in np.flatnonzero(~np.isfinite(floats(scores))).tolist():
+        yield InputError(file, f"{short(scores[i])} is not a finite number", image=image,
+                         field=f"scores[{i}]", expected="a finite score per triplet")
+
+
+def triplet_problems(values: list | None, n: int, file: str, image: str, field: str,
+                     n_predicates: int | None) -> Iterator[InputError]:
+    """Subject and object within the instances and different; predicate within the GT's."""
+    if not values:
+        return
+    t = triplet_array(values)
+    bad_index = (t[:, :2] >= n).any(axis=1)
+    same = t[:, 0] == t[:, 1]
+    bad_predicate = (np.zeros(len(t), dtype=bool) if n_predicates is None
+                     else t[:, 2] >= n_predicates)
+    for i in np.flatnonzero(bad_index | same | bad_predicate).tolist():
+        where = f"{field}[{i}]"
+        if bad_index[i]:
+            yield InputError(file, f"instance index out of range in {values[i]}", image=image,
+                             field=where, expected=f"subject and object in 0..{n - 1}" if n
+                             else "no triplet: the image has no instances")
+        elif same[i]:
+            yield InputError(file, f"subject equals object in {values[i]}", image=image,
+                             field=where, expected="two different instances")
+        else:
+            yield InputError(file, f"predicate {values[i][2]} out of range", image=image,
+                             field=where, expected=f"0..{n_predicates - 1} as in the GT")
+
+
+def category_problems(img: dict, file: str, image: str, n_categories: int
+                      ) -> Iterator[InputError]:
+    for i, c in enumerate(instance_values(img, "category")):
+        if c >= n_categories:
+            yield InputError(file, f"category {c} out of range", image=image,
+                             field=instance_field(img, i, "category"),
+                             expected=f"0..{n_categories - 1} as in the GT")
+
+
+def semantic_problems(img: dict, index: int, file: str, masks: bool,
+                      classes: ClassCounts | None) -> Iterator[InputError]:
+    """What a schema cannot check, on a schema-valid image."""
+    image, prefix = image_label(img, index)
+    if image is None:
+        yield InputError(file, f"{short(img['id'])} is not an image id", field=prefix + ".id",
+                         expected="a printable string or an integer")
+        return
+    seg = img.get("seg_filename")
+    if isinstance(seg, str) and not seg.isprintable():
+        yield InputError(file, f"{short(seg)} has unprintable characters", image=image,
+                         field="seg_filename", expected="a file name inside the ZIP")
+    n = len(instance_values(img, "category"))
+    if "bboxes" in img and len(img["bboxes"]) != len(img["categories"]):
+        yield InputError(file, f"{len(img['bboxes'])} boxes for {len(img['categories'])} "
+                         "categories", image=image, field="bboxes",
+                         expected="one box per category")
+        return
+    yield from box_problems(img, file, image, masks)
+    yield from score_problems(img, file, image)
+    if classes is not None:
+        yield from category_problems(img, file, image, classes.categories)
+    n_predicates = None if classes is None else classes.predicates
+    for name in ("triplets", "ng_triplets"):
+        yield from triplet_problems(img.get(name), n, file, image, name, n_predicates)
+    if masks and n and not isinstance(img.get("seg_filename"), str):
+        yield InputError(file, "missing", image=image, field="seg_filename",
+                         expected="the name of the image's layered TIFF inside the ZIP")
+
+
+def image_problems(img: Any, index: int, file: str, masks: bool,
+                   classes: ClassCounts | None = None) -> list[InputError]:
+    """Every problem of ``images[index]``: its first schema violation, or else every
+    semantic problem."""
+    image, prefix = image_label(img, index)
+    try:
+        validators()[1](img)
+    except fastjsonschema.JsonSchemaValueException as err:
+        return [schema_problem(err, img, file, image, prefix)]
+    return list(semantic_problems(img, index, file, masks, classes))
+
+
+def to_image(img: dict, masks: bool) -> SubmissionImage:
+    """The SubmissionImage of an image that passed ``image_problems``."""
+    boxes = optional_column(instance_values(img, "bbox"))
+    scores = optional_column(instance_values(img, "score"))
+    graph_scores = img.get("scores")
+    return SubmissionImage(
+        image_id=str(img["id"]),
+        categories=np.asarray(instance_values(img, "category"), dtype=np.int64),
+        boxes=None if boxes is None else box_array(boxes),
+        scores=None if scores is None else floats(scores),
+        graph=triplet_array(img["triplets"]),
+        graph_scores=None if graph_scores is None else floats(graph_scores),
+        ng=triplet_array(img.get("ng_triplets")),
+        seg_filename=img.get("seg_filename") if masks else None)
+
+
+def triplet_array(values: list | None) -> np.ndarray:
+    if not values:
         return EMPTY_TRIPLETS.copy()
-    if not isinstance(values, list):
-        raise InputError(file, "not a list", image=image_id, field=field,
-                         expected="[[subject, object, predicate], ...]")
-    for i, t in enumerate(values):
-        if (not isinstance(t, list) or len(t) != 3
-                or any(isinstance(v, bool) or not isinstance(v, int) for v in t)):
-            raise InputError(file, f"{t!r} is not a triplet", image=image_id,
-                             field=f"{field}[{i}]", expected="[subject, object, predicate] ints")
-        s, o, p = t
-        if not (0 <= s < n_instances and 0 <= o < n_instances):
-            raise InputError(file, f"instance index out of range in {t}", image=image_id,
-                             field=f"{field}[{i}]",
-                             expected=f"subject and object in 0..{n_instances - 1}")
-        if s == o:
-            raise InputError(file, f"subject equals object in {t}", image=image_id,
-                             field=f"{field}[{i}]")
-        if p < 0:
-            raise InputError(file, f"negative predicate in {t}", image=image_id,
-                             field=f"{field}[{i}]")
     return np.asarray(values, dtype=np.int64).reshape(-1, 3)
 
 
-def parse_image(img: Any, index: int, file: str, masks: bool) -> SubmissionImage:
-    """One validated ``images[index]`` entry."""
-    if not isinstance(img, dict) or "id" not in img:
-        raise InputError(file, "not an object with an id", field=f"images[{index}]")
-    raw_id = img["id"]
-    if isinstance(raw_id, bool) or not isinstance(raw_id, str | int):
-        raise InputError(file, f"{raw_id!r} is not an image id", field=f"images[{index}].id",
-                         expected="a string or an integer")
-    image_id = str(raw_id)
-    cats, boxes, scores = _instance_rows(img, file, image_id)
-    categories = _int_vector(cats, file, image_id, "category")
-    n = len(categories)
-    box_arr = None if boxes is None else _boxes(boxes, file, image_id, "bbox")
-    if box_arr is None and not masks:
-        raise InputError(file, "no boxes in a JSON (box) submission", image=image_id,
-                         field="bbox", expected="[x1, y1, x2, y2] per instance")
-    score_arr = None if scores is None else _float_vector(scores, file, image_id, "score", n)
-    graph = _triplets(img.get("triplets", []), n, file, image_id, "triplets")
-    graph_scores = img.get("scores")
-    if graph_scores is not None:
-        graph_scores = _float_vector(graph_scores, file, image_id, "scores", len(graph))
-    ng = _triplets(img.get("ng_triplets"), n, file, image_id, "ng_triplets")
-    seg = img.get("seg_filename")
-    if masks and not isinstance(seg, str):
-        raise InputError(file, "missing", image=image_id, field="seg_filename",
-                         expected="the name of the image's layered TIFF inside the ZIP")
-    return SubmissionImage(image_id, categories, box_arr, score_arr, graph, graph_scores, ng,
-                           seg if masks else None)
+def checked_images(doc: dict, file: str, masks: bool, classes: ClassCounts | None = None
+                   ) -> Iterator[tuple[SubmissionImage | None, list[InputError]]]:
+    """Per image of a document without ``document_problems``: the image (None when it has
+    problems) and its problems."""
+    for index, img in enumerate(doc["images"]):
+        found = image_problems(img, index, file, masks, classes)
+        yield (None if found else to_image(img, masks)), found
 
 
-def parse_submission(doc: Any, file: str, masks: bool) -> tuple[list[SubmissionImage], bool]:
-    """All images of a submission document, and whether any image carries an NG list."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("images"), list):
-        raise InputError(file, "no images list", field="images",
-                         expected='{"version": 1, "images": [...]}')
-    if doc.get("version") != FILE_VERSION:
-        raise InputError(file, f"unsupported version {doc.get('version')!r}", field="version",
-                         expected=str(FILE_VERSION))
-    images = [parse_image(img, i, file, masks) for i, img in enumerate(doc["images"])]
+def duplicate_problems(images: list[SubmissionImage], file: str) -> Iterator[InputError]:
     seen: set[str] = set()
     for img in images:
         if img.image_id in seen:
-            raise InputError(file, "duplicate image id", image=img.image_id, field="id")
+            yield InputError(file, "duplicate image id", image=img.image_id, field="id",
+                             expected="each image once")
         seen.add(img.image_id)
-    has_ng = any(isinstance(i, dict) and i.get("ng_triplets") is not None
-                 for i in doc["images"])
-    return images, has_ng
 
 
-def read_layered_tiff(data: bytes, file: str, image_id: str, n_instances: int) -> np.ndarray:
-    """The (n, H, W) boolean stack of a layered TIFF, checked against the instance count."""
+def has_ng(doc: dict) -> bool:
+    """Whether any image carries an NG list."""
+    return any(isinstance(i, dict) and i.get("ng_triplets") is not None for i in doc["images"])
+
+
+def parse_submission(doc: Any, file: str, masks: bool) -> tuple[list[SubmissionImage], bool]:
+    """All images of a submission document, and whether any image carries an NG list.
+
+    Raises the first problem found.
+    """
+    raise_first(document_problems(doc, file))
+    images = []
+    for image, found in checked_images(doc, file, masks):
+        raise_first(found)
+        images.append(image)
+    raise_first(duplicate_problems(images, file))
+    return images, has_ng(doc)
+
+
+def raise_first(problems: Iterable[InputError]) -> None:
+    first = next(iter(problems), None)
+    if first is not None:
+        raise first
+
+
+# --------------------------------------------------------------------------- TIFF
+
+
+def tiff_layout(tif: tifffile.TiffFile, limits: ArchiveLimits,
+                fail: Callable[[str, str], InputError]) -> tuple[int, int, int]:
+    """(layers, height, width) of a layered TIFF, from its headers, within the limits."""
+    for count, _ in enumerate(tif.pages, start=1):
+        if count > limits.max_tiff_layers:
+            raise fail(f"TIFF has more than {limits.max_tiff_layers} pages",
+                       limit_hint(limits, "max_tiff_layers"))
+    if len(tif.series) != 1:
+        raise fail(f"TIFF holds {len(tif.series)} series (pages of different shapes)",
+                   "one page per instance, all of the image's size")
+    series = tif.series[0]
+    shape = (1, *series.shape) if len(series.shape) == 2 else series.shape
+    if len(shape) != 3:
+        raise fail(f"TIFF has shape {shape}", "layers x height x width")
+    n, h, w = shape
+    if n > limits.max_tiff_layers:
+        raise fail(f"TIFF has {n} layers", limit_hint(limits, "max_tiff_layers"))
+    if h * w > limits.max_layer_pixels:
+        raise fail(f"TIFF layers are {w}x{h} pixels", limit_hint(limits, "max_layer_pixels"))
+    if n * h * w * series.dtype.itemsize > limits.max_member_size:
+        raise fail(f"TIFF decodes to {n * h * w * series.dtype.itemsize} bytes",
+                   limit_hint(limits, "max_member_size"))
+    return n, h, w
+
+
+def read_layered_tiff(data: bytes, file: str, image_id: str, n_instances: int,
+                      shape: tuple[int, int] | None = None,
+                      limits: ArchiveLimits = DEFAULT_LIMITS) -> np.ndarray:
+    """The (n, H, W) boolean stack of a layered TIFF, checked against the instance count
+    and (when given) the GT image's (height, width) before it is decoded."""
+    def fail(what: str, expected: str | None = None) -> InputError:
+        return InputError(file, what, image=image_id, field="seg_filename", expected=expected)
+
     try:
-        arr = tifffile.imread(io.BytesIO(data))
-    except Exception as err:  # tifffile raises many types for corrupt data
-        raise InputError(file, f"not a readable TIFF ({type(err).__name__}: {err})",
-                         image=image_id, field="seg_filename") from None
-    if arr.ndim == 2:
-        arr = arr[None]
-    if arr.ndim != 3:
-        raise InputError(file, f"TIFF has shape {arr.shape}", image=image_id,
-                         field="seg_filename", expected="layers x height x width")
-    if len(arr) != n_instances:
-        raise InputError(file, f"TIFF has {len(arr)} layers but the image has {n_instances} "
-                         "instances", image=image_id, field="seg_filename",
-                         expected="one layer per instance")
-    return arr.astype(bool, copy=False)
+        with tifffile.TiffFile(io.BytesIO(data)) as tif:
+            n, h, w = tiff_layout(tif, limits, fail)
+            if n != n_instances:
+                raise fail(f"TIFF has {n} layers but the image has {n_instances} instances",
+                           "one layer per instance")
+            if shape is not None and tuple(shape) != (h, w):
+                raise fail(f"masks are {w}x{h}", f"{shape[1]}x{shape[0]} as the GT image")
+            arr = tif.series[0].asarray()
+    except InputError:
+        raise
+    except Exception as err:  # tifffile and its codecs raise many types for corrupt data
+        raise fail(f"not a readable TIFF ({type(err).__name__}: {printable(str(err))})") \
+            from None
+    return arr.reshape(n, h, w).astype(bool, copy=False)
+
+
+# --------------------------------------------------------------------------- files
+
+
+class SubmissionSource:
+    """A submission file: JSON (boxes) or ZIP (triplets.json + layered TIFFs), via fsspec."""
+
+    def __init__(self, url: str, storage_options: StorageOptions | None,
+                 limits: ArchiveLimits | None = None) -> None:
+        self.url, self.options = str(url), storage_options
+        self.limits = limits or DEFAULT_LIMITS
+        self.fs, self.path = filesystem(self.url, storage_options)
+        if not self.fs.exists(self.path):
+            raise InputError(self.url, "file not found")
+        if self.fs.isdir(self.path):
+            raise InputError(self.url, "is a directory", expected="an SGBench JSON or ZIP file")
+        with self._open() as f:
+            self.is_zip = f.read(4) in ZIP_MAGIC
+        self.label = f"{self.url}:triplets.json" if self.is_zip else self.url
+        self._zip: SafeZip | None = None
+
+    def _open(self) -> Any:
+        try:
+            return self.fs.open(self.path, "rb")
+        except OSError as err:
+            raise self._unreadable(err) from None
+
+    def _unreadable(self, err: OSError) -> SgdaskError:
+        return SgdaskError(f"{self.url}: cannot read ({type(err).__name__}: {err})")
+
+    def archive(self) -> SafeZip:
+        """The ZIP, its entries checked (raises the first unsafe entry)."""
+        if self._zip is None:
+            self._zip = SafeZip(self._open(), self.url, self.limits)
+        return self._zip
+
+    def document(self) -> Any:
+        """The parsed triplets document (``triplets.json`` of a ZIP, or the JSON file)."""
+        if self.is_zip:
+            data = self.archive().read("triplets.json", "max_json_size")
+        else:
+            data = self._read_json_file()
+        return load_json(data, self.label, self.limits)
+
+    def _read_json_file(self) -> bytes:
+        try:
+            with self._open() as f:
+                return read_capped(f, self.limits.max_json_size)
+        except ValueError:
+            raise InputError(self.url, "too large", expected=limit_hint(
+                self.limits, "max_json_size")) from None
+        except OSError as err:
+            raise self._unreadable(err) from None
+
+    def content_hash(self) -> str:
+        digest = hashlib.sha256()
+        with self._open() as f:
+            for block in iter(lambda: f.read(4 << 20), b""):
+                digest.update(block)
+        return "sha256:" + digest.hexdigest()
+
+    def masks(self, img: SubmissionImage, shape: tuple[int, int] | None = None) -> np.ndarray:
+        """The image's (n, H, W) masks; an image without instances needs no TIFF."""
+        if img.seg_filename is None and not len(img.categories):
+            return np.zeros((0, *(shape or (0, 0))), dtype=bool)
+        assert img.seg_filename is not None
+        data = self.archive().read(img.seg_filename, image=img.image_id, field="seg_filename")
+        return read_layered_tiff(data, f"{self.url}:{img.seg_filename}", img.image_id,
+                                 len(img.categories), shape, self.limits)

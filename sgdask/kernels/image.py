@@ -263,8 +263,8 @@ def missing_image_result(gt: ImageGT, protocol: Protocol, ks: tuple[KSpec, ...],
     """
     relations = gt_relations(gt)
     result = score_image(gt, relations, EMPTY_TRIPLETS, EMPTY_TRIPLETS,
-                         NullMatcher(gt.n_instances), ks, with_ng, zero_shot, legacy,
-                         missing=True)
+                         NullMatcher(gt.n_instances), ks, with_ng, zero_shot,
+                         legacy and protocol.matching != "triplet", missing=True)
     if not protocol.missing_counts_in_means:
         result.per_predicate = {}
     result.diagnostics = {"gt_instances": gt.n_instances, "gt_unmatched": gt.n_instances}

@@ -37,12 +37,13 @@ def first_positions(gt_keys: np.ndarray, list_keys: np.ndarray) -> np.ndarray:
 
 def recall_terms(hit: np.ndarray, gt_predicates: np.ndarray) -> tuple[Term, dict[int, Term]]:
     """Image recall and per-predicate recall terms from a boolean hit per GT triplet."""
-    overall = (int(hit.sum()), len(hit))
-    per_pred = {}
-    for p in np.unique(gt_predicates):
-        sel = gt_predicates == p
-        per_pred[int(p)] = (int(hit[sel].sum()), int(sel.sum()))
-    return overall, per_pred
+    overall = (int(np.count_nonzero(hit)), len(hit))
+    if len(hit) == 0:
+        return overall, {}
+    totals = np.bincount(gt_predicates)
+    hits = np.bincount(gt_predicates, weights=hit, minlength=len(totals))
+    present = np.flatnonzero(totals)
+    return overall, {int(p): (int(hits[p]), int(totals[p])) for p in present}
 
 
 def predicate_rank_terms(gt_keys: np.ndarray, gt_predicates: np.ndarray, ng_keys: np.ndarray,

@@ -13,12 +13,25 @@ from sgdask.types import ImagePred
 MERGE_IOU = 0.5
 
 
+def row_keys(rows: np.ndarray) -> np.ndarray:
+    """One int64 per row of non-negative ints, equal exactly when the rows are equal."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.ndim == 1:
+        return rows
+    keys = np.zeros(len(rows), dtype=np.int64)
+    for col in rows.T:
+        keys = keys * (int(col.max(initial=0)) + 1) + col
+    return keys
+
+
 def first_occurrences(keys: np.ndarray) -> np.ndarray:
     """Sorted positions of the first occurrence of each distinct row/value of ``keys``."""
     if len(keys) == 0:
         return np.empty(0, dtype=np.int64)
-    axis = 0 if keys.ndim > 1 else None
-    _, first = np.unique(keys, axis=axis, return_index=True)
+    if keys.ndim > 1 and keys.min() < 0:
+        _, first = np.unique(keys, axis=0, return_index=True)
+    else:
+        _, first = np.unique(row_keys(keys), return_index=True)
     return np.sort(first)
 
 

@@ -62,6 +62,18 @@ class Report:
             written.append(join(out, f"{name}.parquet"))
         return written
 
+    @classmethod
+    def read(cls, url: str, storage_options: StorageOptions | None = None) -> Report:
+        """A report written by ``write`` (tables come back with the union of their columns)."""
+        fs, path = filesystem(url, storage_options)
+        with fs.open(join(path, "metrics.json"), "r") as f:
+            summary = json.load(f)
+        tables = {}
+        for name in ("per_predicate", "per_image"):
+            with fs.open(join(path, f"{name}.parquet"), "rb") as f:
+                tables[name] = pq.read_table(f).to_pylist()
+        return cls(**summary, **tables)
+
     def grid(self) -> tuple[list[str], list[list[str]]]:
         """(header, rows) of the overall table: metric families x ks."""
         header = ["metric", *self.ks]
@@ -158,7 +170,8 @@ def weighted_imr(acc: Accumulator, settings: EvalSettings, composition: dict[int
     out = {}
     for k in settings.ks:
         values = acc.predicate_values(f"IMR@{k.label}", mode)
-        weights = {c: composition.get(c, 0) ** settings.tau for c in sorted(values)}
+        weights = {c: composition[c] ** settings.tau if composition.get(c, 0) > 0 else 0.0
+                   for c in sorted(values)}
         total = sum(weights.values())
         if values and total > 0:
             out[f"wIMR@{k.label}"] = sum(weights[c] / total * float(values[c])

@@ -1,0 +1,1 @@
+"""Batch work: many models at once, the submission registry, scheduled re-ranking."""

@@ -1,0 +1,219 @@
+"""The leaderboard page: one static, self-contained HTML file with sortable boards.
+
+The CSS and the sorter (a few lines of vanilla JS) are inline and nothing is loaded from
+anywhere, so the page opens offline. Every cell carries its raw value in ``data-value`` so the
+sorter compares the exact numbers, not the rounded text. Only http(s) and relative links become
+``href``; any other link (``javascript:``, ``data:``, ...) is shown as plain text.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+Entry = dict[str, Any]
+
+DELTA_METRIC = "mR@50"
+DELTA_COLUMN = "Δ multimpo"
+MISSING = "-"
+SAFE_SCHEMES = ("http", "https")
+# Browsers drop ASCII whitespace and control characters inside a URL before reading its scheme.
+URL_IGNORED = re.compile(r"[\x00-\x20\x7f]")
+URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+h1 { font-size: 1.6em; margin-bottom: 0.2em; }
+h2 { font-size: 1.25em; border-bottom: 1px solid #ccc; }
+.meta, .note { color: #555; font-size: 0.9em; margin: 0.2em 0; }
+.boards { display: flex; flex-wrap: wrap; gap: 2.5em; align-items: flex-start; }
+table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; white-space: nowrap; }
+th { background: #f0f0f0; cursor: pointer; user-select: none; }
+th[aria-sort="ascending"]::after { content: " \\25B2"; }
+th[aria-sort="descending"]::after { content: " \\25BC"; }
+td.text, th.text { text-align: left; }
+tbody tr:nth-child(even) { background: #fafafa; }
+td.empty { text-align: center; color: #777; font-style: italic; }
+.up { color: #1a7f37; } .down { color: #c62828; } .same { color: #777; }
+.new { color: #1565c0; font-size: 0.85em; }
+.approved { color: #1a7f37; }
+.unsafe-link { color: #777; }
+"""
+
+# Rows are sorted by the clicked column's data-value: numerically when both values are
+# numbers, as text otherwise; missing values ("") stay last in both directions. The first click
+# sorts ascending, the next one descending; ties keep the rank order (data-order).
+SORTER_JS = """
+(function () {
+  function key(row, col) { return row.cells[col].getAttribute("data-value"); }
+  function compare(a, b) {
+    var x = Number(a), y = Number(b);
+    if (!isNaN(x) && !isNaN(y)) { return x - y; }
+    return a < b ? -1 : (a > b ? 1 : 0);
+  }
+  function sortBy(table, th) {
+    var col = th.cellIndex;
+    var dir = th.getAttribute("aria-sort") === "ascending" ? -1 : 1;
+    var body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows).filter(function (r) {
+      return r.hasAttribute("data-order");
+    });
+    rows.sort(function (r, s) {
+      var a = key(r, col), b = key(s, col);
+      if (a === "" || b === "") {
+        if (a !== b) { return a === "" ? 1 : -1; }
+      } else {
+        var c = compare(a, b);
+        if (c !== 0) { return dir * c; }
+      }
+      return Number(r.getAttribute("data-order")) - Number(s.getAttribute("data-order"));
+    });
+    rows.forEach(function (r) { body.appendChild(r); });
+    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (h) {
+      h.removeAttribute("aria-sort");
+    });
+    th.setAttribute("aria-sort", dir === 1 ? "ascending" : "descending");
+  }
+  document.querySelectorAll("table.board").forEach(function (table) {
+    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th) {
+      th.addEventListener("click", function () { sortBy(table, th); });
+    });
+  });
+})();
+"""
+
+
+def render_leaderboard(boards: dict[str, list[Entry]], columns: list[str],
+                       title: str = "sgdask leaderboard", generated_at: str = "",
+                       previous_generated_at: str | None = None) -> str:
+    """The whole page; ``boards`` maps board name -> entries in rank order."""
+    body = "\n".join([header(title, generated_at, previous_generated_at),
+                      '<div class="boards">',
+                      *(board_section(name, entries, columns) for name, entries in boards.items()),
+                      "</div>"])
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+            f"{body}\n<script>{SORTER_JS}</script>\n</body>\n</html>\n")
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value))
+
+
+# --- header ----------------------------------------------------------------------------------
+
+def header(title: str, generated_at: str, previous_generated_at: str | None) -> str:
+    parts = [f"<h1>{esc(title)}</h1>"]
+    if generated_at:
+        parts.append(f'<p class="meta">generated {esc(generated_at)}</p>')
+    if previous_generated_at:
+        parts.append(f'<p class="meta">compared with the leaderboard of '
+                     f"{esc(previous_generated_at)}</p>")
+    parts.append('<p class="note">Recalls in percent, PRank in ranks (lower is better); '
+                 f"{esc(DELTA_COLUMN)} is multimpo − singlempo {esc(DELTA_METRIC)} in percentage "
+                 "points. Click a column header to sort.</p>")
+    return "\n".join(parts)
+
+
+# --- one board -------------------------------------------------------------------------------
+
+def board_section(name: str, entries: list[Entry], columns: list[str]) -> str:
+    return (f'<section>\n<h2>{esc(name)}</h2>\n<table class="board" id="{esc(board_id(name))}">\n'
+            f"<thead><tr>{header_cells(columns)}</tr></thead>\n"
+            f"<tbody>\n{body_rows(entries, columns)}\n</tbody>\n</table>\n</section>")
+
+
+def board_id(name: str) -> str:
+    return "board-" + re.sub(r"[^A-Za-z0-9_-]", "-", name)
+
+
+def header_cells(columns: list[str]) -> str:
+    cells = [th("rank", "#"), th("name", "model", text=True),
+             th("submitted_at", "submitted", text=True),
+             *(th(c, c) for c in columns), th(DELTA_COLUMN, DELTA_COLUMN)]
+    return "".join(cells)
+
+
+def th(col: str, label: str, text: bool = False) -> str:
+    cls = ' class="text"' if text else ""
+    return f'<th data-col="{esc(col)}"{cls}>{esc(label)}</th>'
+
+
+def body_rows(entries: list[Entry], columns: list[str]) -> str:
+    if not entries:
+        return f'<tr><td class="empty" colspan="{len(columns) + 4}">no submissions</td></tr>'
+    return "\n".join(entry_row(order, entry, columns) for order, entry in enumerate(entries))
+
+
+def entry_row(order: int, entry: Entry, columns: list[str]) -> str:
+    metrics = entry.get("metrics") or {}
+    delta = (entry.get("delta") or {}).get(DELTA_METRIC)
+    submitted = str(entry.get("submitted_at") or "")
+    cells = [td(entry["rank"], f"{esc(entry['rank'])} {rank_change(entry.get('rank_change'))}"),
+             td(entry["name"], name_cell(entry), text=True),
+             td(submitted, esc(submitted[:10]), text=True),
+             *(number_td(metrics.get(c), fmt_metric(c, metrics.get(c))) for c in columns),
+             number_td(delta, fmt_delta(delta))]
+    return f'<tr data-order="{order}">' + "".join(cells) + "</tr>"
+
+
+def td(value: Any, content: str, text: bool = False) -> str:
+    """A cell; ``content`` is HTML the caller has escaped, ``value`` is escaped here."""
+    cls = ' class="text"' if text else ""
+    return f'<td data-value="{esc(value)}"{cls}>{content}</td>'
+
+
+def number_td(value: float | None, shown: str) -> str:
+    # repr() round-trips a float exactly, so the sorter sees the unrounded number.
+    return td("" if value is None else repr(float(value)), esc(shown))
+
+
+# --- cell contents ---------------------------------------------------------------------------
+
+def fmt_metric(name: str, value: float | None) -> str:
+    """Percent with 2 decimals; PRank-like metrics as plain numbers."""
+    if value is None:
+        return MISSING
+    return f"{value:.2f}" if "PRank" in name else f"{100 * value:.2f}"
+
+
+def fmt_delta(value: float | None) -> str:
+    """A signed difference in percentage points; never ``-0.00``."""
+    if value is None:
+        return MISSING
+    return f"{round(100 * value, 2) + 0.0:+.2f}"
+
+
+def rank_change(change: int | None) -> str:
+    if change is None:
+        return '<span class="new">new</span>'
+    if change > 0:
+        return f'<span class="up">▲{change}</span>'
+    if change < 0:
+        return f'<span class="down">▼{-change}</span>'
+    return '<span class="same">=</span>'
+
+
+def name_cell(entry: Entry) -> str:
+    parts = [link(entry.get("report"), entry["name"])]
+    if entry.get("approved"):
+        parts.append('<span class="approved" title="approved">✓</span>')
+    if entry.get("paper"):
+        parts.append(f"({link(entry['paper'], 'paper')})")
+    return " ".join(parts)
+
+
+def link(url: str | None, text: str) -> str:
+    """An ``<a>`` for http(s) and relative URLs; anything else is escaped text."""
+    if not url:
+        return esc(text)
+    if not is_safe_url(url):
+        return f'<span class="unsafe-link" title="{esc(url)}">{esc(text)}</span>'
+    return f'<a href="{esc(url)}">{esc(text)}</a>'
+
+
+def is_safe_url(url: str) -> bool:
+    scheme = URL_SCHEME.match(URL_IGNORED.sub("", url))
+    return scheme is None or scheme.group(1).lower() in SAFE_SCHEMES

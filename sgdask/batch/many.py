@@ -1,0 +1,169 @@
+"""``sgdask evaluate-many MANIFEST``: many submissions against one GT, in one Dask graph,
+through the result cache.
+
+Manifest (YAML or JSON; schema in ``schemas/evaluate-many.schema.json``)::
+
+    gt: s3://bucket/gt                  # GT store
+    out: results/                       # optional: reports per submission and protocol
+    cache: results/cache                # optional (default: OUT/cache)
+    ks: "20,50,100,x1,x10"              # optional evaluation options
+    aggregation: per_predicate
+    storage_options: {endpoint_url: ...}
+    submissions:
+      - {name: model-a, url: stores/model-a, protocols: [singlempo, multimpo]}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from distributed import Client
+
+from sgdask.batch.cache import ResultCache, cache_key
+from sgdask.errors import InputError
+from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.io.store import StoreReader
+from sgdask.pipeline import Options, evaluate_many
+from sgdask.protocols import DEFAULT_PROTOCOL, get_protocols
+from sgdask.report import Report
+from sgdask.report.writers import write_reports
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class ManyJob:
+    """A parsed evaluate-many manifest."""
+
+    gt: str
+    submissions: list[tuple[str, str, str]]
+    options: Options = field(default_factory=Options)
+    out: str | None = None
+    cache: str | None = None
+    storage_options: StorageOptions | None = None
+
+
+OPTION_FIELDS = ("ks", "aggregation", "partition_size", "stats", "legacy", "tau")
+
+
+def parse_manifest(doc: Any, label: str) -> ManyJob:
+    """A ManyJob from a manifest document, with errors naming the field."""
+    if not isinstance(doc, dict):
+        raise InputError(label, "not a mapping", expected="gt, submissions, ...")
+    for key in ("gt", "submissions"):
+        if key not in doc:
+            raise InputError(label, "missing", field=key)
+    subs = doc["submissions"]
+    if not isinstance(subs, list) or not subs:
+        raise InputError(label, "not a non-empty list", field="submissions")
+    parsed = []
+    for i, sub in enumerate(subs):
+        if not isinstance(sub, dict) or not {"name", "url"} <= set(sub):
+            raise InputError(label, "needs name and url", field=f"submissions[{i}]")
+        protocols = sub.get("protocols", DEFAULT_PROTOCOL)
+        if isinstance(protocols, list):
+            protocols = ",".join(str(p) for p in protocols)
+        get_protocols(protocols)
+        parsed.append((str(sub["name"]), str(sub["url"]), protocols))
+    options = Options(**{k: doc[k] for k in OPTION_FIELDS if k in doc})
+    return ManyJob(str(doc["gt"]), parsed, options, doc.get("out"), doc.get("cache"),
+                   doc.get("storage_options"))
+
+
+def load_manifest(url: str, storage_options: StorageOptions | None = None) -> ManyJob:
+    fs, path = filesystem(url, storage_options)
+    try:
+        with fs.open(path, "r") as f:
+            doc = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise InputError(url, "file not found") from None
+    except yaml.YAMLError as err:
+        raise InputError(url, f"not valid YAML/JSON ({err})") from None
+    job = parse_manifest(doc, url)
+    if job.storage_options is None:
+        job.storage_options = storage_options
+    return job
+
+
+@dataclass
+class ManyOutcome:
+    """Reports per submission and protocol, and what came from the cache."""
+
+    reports: dict[str, dict[str, Report]]
+    cached: list[tuple[str, str]]
+    evaluated: list[tuple[str, str]]
+    gt_parts_read: list[str]
+
+
+def plan_cache(job: ManyJob, cache: ResultCache | None
+               ) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], Report]]:
+    """Cache keys of every (submission, protocol) and the reports already cached."""
+    gt_manifest = StoreReader(job.gt, job.storage_options, "gt").manifest
+    keys, hits = {}, {}
+    for name, url, protocols in job.submissions:
+        sub_manifest = StoreReader(url, job.storage_options, "submission").manifest
+        for protocol in get_protocols(protocols):
+            key = cache_key(gt_manifest, sub_manifest, protocol, job.options)
+            keys[(name, protocol.name)] = key
+            found = cache.get(key) if cache else None
+            if found is not None:
+                hits[(name, protocol.name)] = found
+    return keys, hits
+
+
+def run_many(job: ManyJob, client: Client | None = None, scheduler: str | None = None,
+             progress: bool = False, dry_run: bool = False, log: Log = print) -> ManyOutcome:
+    """Evaluate what the cache lacks in one graph, fill the cache, write ``job.out``."""
+    cache_url = job.cache or (join(job.out, "cache") if job.out else None)
+    cache = ResultCache(cache_url, job.storage_options) if cache_url else None
+    keys, hits = plan_cache(job, cache)
+    for name, protocol in hits:
+        log(f"cached: {name} / {protocol} (key {keys[(name, protocol)]})")
+    missing: dict[str, list[str]] = {}
+    for name, protocol in keys:
+        if (name, protocol) not in hits:
+            missing.setdefault(name, []).append(protocol)
+            log(f"{'would evaluate' if dry_run else 'to evaluate'}: {name} / {protocol}")
+    fresh: dict[str, dict[str, Report]] = {}
+    parts_read: list[str] = []
+    if missing and not dry_run:
+        urls = {name: url for name, url, _ in job.submissions}
+        result = evaluate_many(job.gt, [(n, urls[n], ",".join(p)) for n, p in missing.items()],
+                               job.options, client, scheduler, job.storage_options, progress)
+        fresh, parts_read = result.reports, result.gt_parts_read
+        for name, by_protocol in fresh.items():
+            for protocol, report in by_protocol.items():
+                if cache:
+                    cache.put(keys[(name, protocol)], report,
+                              {"submission": name, "protocol": protocol})
+    reports: dict[str, dict[str, Report]] = {}
+    for (name, protocol) in keys:
+        report = hits.get((name, protocol)) or fresh.get(name, {}).get(protocol)
+        if report is not None:
+            reports.setdefault(name, {})[protocol] = report
+    if job.out and not dry_run:
+        write_outputs(job, reports)
+    evaluated = [(n, p) for n, ps in missing.items() for p in ps] if not dry_run else []
+    return ManyOutcome(reports, sorted(hits), evaluated, parts_read)
+
+
+def summary_rows(reports: dict[str, dict[str, Report]]) -> list[dict[str, Any]]:
+    """One row per (submission, protocol) with every overall metric."""
+    return [{"submission": name, "protocol": protocol, **report.metrics}
+            for name, by_protocol in reports.items()
+            for protocol, report in by_protocol.items()]
+
+
+def write_outputs(job: ManyJob, reports: dict[str, dict[str, Report]]) -> None:
+    assert job.out is not None
+    for name, by_protocol in reports.items():
+        write_reports(by_protocol, join(job.out, name), job.storage_options)
+    fs, path = filesystem(join(job.out, "summary.json"), job.storage_options)
+    with fs.open(path, "w") as f:
+        json.dump(summary_rows(reports), f, indent=1)
+
+

@@ -1,0 +1,245 @@
+"""``sgdask rerank``: evaluate what the registry lacks under the current protocol versions
+and publish the leaderboard, safely under cron.
+
+Layout of ``--out URL``::
+
+    URL/current.json                 the pointer: which dated board is published (atomic swap)
+    URL/history/<stamp>/             leaderboard.{json,parquet,html} + reports/<id>.html
+    URL/leaderboard.{json,parquet,html}   copies of the current board (written after the swap)
+    URL/lock.json                    held while a rerank runs (exclusive create)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from distributed import Client
+
+from sgdask.batch.leaderboard_html import render_leaderboard
+from sgdask.batch.many import Log, ManyJob, run_many
+from sgdask.batch.registry import Entry, Registry, utc_now
+from sgdask.errors import SgdaskError
+from sgdask.io.fs import StorageOptions, filesystem, is_local, join
+from sgdask.pipeline import Options
+from sgdask.report import Report
+from sgdask.report.html import render_html
+
+BOARD_PROTOCOLS = ("singlempo", "multimpo")
+RANK_BY, TIE_BREAK = "mR@50", "mNgR@50"
+COLUMNS = ["mR@50", "mR@20", "mR@100", "R@50", "mNgR@50", "PRank"]
+EXIT_LOCKED = 3
+STALE_LOCK_SECONDS = 6 * 3600
+
+
+class LockHeld(SgdaskError):
+    """Another rerank holds the lock."""
+
+
+@contextmanager
+def exclusive_lock(url: str, options: StorageOptions | None,
+                   stale_after: float = STALE_LOCK_SECONDS) -> Iterator[None]:
+    """Hold ``url`` (created exclusively) for the duration; a lock older than
+    ``stale_after`` seconds (a crashed run) is broken."""
+    fs, path = filesystem(url, options)
+    holder = {"host": socket.gethostname(), "pid": os.getpid(), "since": utc_now()}
+    for attempt in range(2):
+        try:
+            fs.makedirs(fs._parent(path), exist_ok=True)
+            with fs.open(path, "xb") as f:
+                f.write(json.dumps(holder).encode())
+            break
+        except FileExistsError:
+            other = read_json(fs, path) or {}
+            age = age_seconds(other.get("since"))
+            if attempt == 0 and age is not None and age > stale_after:
+                fs.rm(path)
+                continue
+            raise LockHeld(f"{url}: another rerank is running (held by {other.get('host')} "
+                           f"pid {other.get('pid')} since {other.get('since')}); "
+                           "try again later") from None
+    try:
+        yield
+    finally:
+        fs.rm(path)
+
+
+def age_seconds(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    then = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    return (datetime.now(UTC) - then).total_seconds()
+
+
+def read_json(fs: Any, path: str) -> Any:
+    try:
+        with fs.open(path, "r") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def write_atomic(fs: Any, path: str, data: bytes) -> None:
+    """Replace a file in one step: rename on local disk, a single PUT on object stores."""
+    if is_local(fs):
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with fs.open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    else:
+        fs.pipe_file(path, data)
+
+
+def rank_key(row: dict[str, Any]) -> tuple:
+    """mR@50 descending, then mNgR@50 descending, then earlier submission first."""
+    def neg(name: str) -> float:
+        value = row["metrics"].get(name)
+        return float("inf") if value is None else -value
+    return (neg(RANK_BY), neg(TIE_BREAK), row["submitted_at"])
+
+
+def board_rows(entries: list[Entry], reports: dict[str, dict[str, Report]],
+               previous: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Entries in rank order with metrics, multimpo delta and rank change."""
+    before = {r["submission_id"]: r["rank"] for r in previous or []}
+    rows = []
+    for e in entries:
+        by_protocol = reports.get(e.submission_id, {})
+        single = by_protocol.get("singlempo")
+        multi = by_protocol.get("multimpo")
+        metrics = {c: (single.metrics.get(c) if single else None) for c in COLUMNS}
+        delta = {}
+        if single and multi and RANK_BY in single.metrics and RANK_BY in multi.metrics:
+            delta[RANK_BY] = multi.metrics[RANK_BY] - single.metrics[RANK_BY]
+        rows.append({"submission_id": e.submission_id, "name": e.name,
+                     "approved": e.approved, "submitted_at": e.submitted_at,
+                     "paper": e.paper, "report": f"reports/{e.submission_id}.html",
+                     "metrics": metrics, "delta": delta})
+    rows.sort(key=rank_key)
+    for rank, row in enumerate(rows, start=1):
+        row["rank"] = rank
+        old = before.get(row["submission_id"])
+        row["rank_change"] = None if old is None else old - rank
+    return rows
+
+
+def approved_board(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None
+                   ) -> list[dict[str, Any]]:
+    """The approved entries ranked among themselves."""
+    before = {r["submission_id"]: r.get("approved_rank") for r in previous or []}
+    board = []
+    for rank, row in enumerate((r for r in rows if r["approved"]), start=1):
+        old = before.get(row["submission_id"])
+        board.append({**row, "rank": rank, "rank_change": None if old is None else old - rank})
+        row["approved_rank"] = rank
+    return board
+
+
+@dataclass
+class RerankOutcome:
+    published: str | None
+    evaluated: list[tuple[str, str]]
+    cached: list[tuple[str, str]]
+    board: list[dict[str, Any]]
+
+
+def inputs_digest(entries: list[Entry], options: Options) -> str:
+    """What a board depends on: the entries and the evaluation settings."""
+    payload = [(e.submission_id, e.content_hash, e.approved) for e in entries]
+    text = json.dumps([payload, BOARD_PROTOCOLS, options.__dict__, protocol_versions()])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def protocol_versions() -> dict[str, str]:
+    from sgdask.protocols import METRICS_VERSION, PROTOCOLS
+
+    return {**{p: PROTOCOLS[p].version for p in BOARD_PROTOCOLS}, "metrics": METRICS_VERSION}
+
+
+def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
+           storage_options: StorageOptions | None = None, client: Client | None = None,
+           scheduler: str | None = None, dry_run: bool = False, progress: bool = False,
+           log: Log = print, stale_after: float = STALE_LOCK_SECONDS) -> RerankOutcome:
+    """Evaluate missing results and publish a new leaderboard if anything changed."""
+    options = options or Options()
+    registry = Registry(registry_url, storage_options)
+    entries = [e for e in registry.entries() if e.status == "ready"]
+    job = ManyJob(gt, [(e.submission_id, e.url, ",".join(BOARD_PROTOCOLS)) for e in entries],
+                  options, cache=join(registry_url, "cache"), storage_options=storage_options)
+    if not entries:
+        log("registry is empty: nothing to rank")
+        return RerankOutcome(None, [], [], [])
+    if dry_run:
+        outcome = run_many(job, dry_run=True, log=log)
+        return RerankOutcome(None, [], outcome.cached, [])
+    fs, root = filesystem(out, storage_options)
+    with exclusive_lock(join(out, "lock.json"), storage_options, stale_after):
+        outcome = run_many(job, client, scheduler, progress, log=log)
+        current = read_json(fs, join(root, "current.json"))
+        digest = inputs_digest(entries, options)
+        if current and current.get("inputs") == digest:
+            log(f"leaderboard up to date ({current['board']}): nothing published")
+            return RerankOutcome(None, outcome.evaluated, outcome.cached, [])
+        previous = read_json(fs, join(root, current["board"], "leaderboard.json")) \
+            if current else None
+        board = board_rows(entries, outcome.reports, previous)
+        approved = approved_board(board, previous)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        board_dir = f"history/{stamp}"
+        files = board_files(board, approved, outcome.reports, current, stamp)
+        for name, data in files.items():
+            fs.makedirs(fs._parent(join(root, board_dir, name)), exist_ok=True)
+            with fs.open(join(root, board_dir, name), "wb") as f:
+                f.write(data)
+        pointer = {"board": board_dir, "published_at": stamp, "inputs": digest,
+                   "previous": current["board"] if current else None}
+        write_atomic(fs, join(root, "current.json"), json.dumps(pointer, indent=1).encode())
+        files["leaderboard.html"] = leaderboard_page(board, approved, current, stamp,
+                                                     report_prefix=f"{board_dir}/")
+        for name in ("leaderboard.json", "leaderboard.parquet", "leaderboard.html"):
+            write_atomic(fs, join(root, name), files[name])
+        log(f"published {join(out, board_dir)} ({len(board)} submissions)")
+        return RerankOutcome(join(out, board_dir), outcome.evaluated, outcome.cached, board)
+
+
+def leaderboard_page(board: list[dict[str, Any]], approved: list[dict[str, Any]],
+                     current: dict[str, Any] | None, stamp: str, report_prefix: str = ""
+                     ) -> bytes:
+    """The HTML page; ``report_prefix`` makes report links work from another folder."""
+    def linked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**r, "report": report_prefix + r["report"]} for r in rows]
+
+    return render_leaderboard(
+        {"public": linked(board), "approved": linked(approved)}, COLUMNS, generated_at=stamp,
+        previous_generated_at=current["published_at"] if current else None).encode()
+
+
+def board_files(board: list[dict[str, Any]], approved: list[dict[str, Any]],
+                reports: dict[str, dict[str, Report]], current: dict[str, Any] | None,
+                stamp: str) -> dict[str, bytes]:
+    """Every file of one dated board, by relative path."""
+    table = pa.Table.from_pylist([
+        {"rank": r["rank"], "approved_rank": r.get("approved_rank"), "name": r["name"],
+         "submission_id": r["submission_id"], "approved": r["approved"],
+         "submitted_at": r["submitted_at"], "paper": r["paper"],
+         "rank_change": r["rank_change"],
+         **{f"singlempo {c}": r["metrics"].get(c) for c in COLUMNS},
+         "multimpo - singlempo mR@50": r["delta"].get(RANK_BY)} for r in board])
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    files = {"leaderboard.json": json.dumps(board, indent=1).encode(),
+             "leaderboard.parquet": sink.getvalue().to_pybytes(),
+             "leaderboard.html": leaderboard_page(board, approved, current, stamp)}
+    for submission_id, by_protocol in reports.items():
+        files[f"reports/{submission_id}.html"] = render_html(
+            by_protocol, title=f"sgdask report: {submission_id}").encode()
+    return files

@@ -1,0 +1,201 @@
+"""Untrusted ZIP archives, read safely: every entry is checked from the central directory
+before anything is decompressed, and members are read with a hard size cap.
+
+Refused: path traversal (``..``, absolute paths, drive letters), symlinks, encrypted and
+duplicate entries, too many entries, too much uncompressed data in all or in one entry, and
+entries that expand more than ``max_ratio`` times (zip bombs). ``ArchiveLimits`` also holds
+the limits of what is inside: JSON documents and layered TIFFs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import stat
+import struct
+import zipfile
+import zlib
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from sgdask.errors import InputError, SgdaskError
+
+MiB, GiB = 1 << 20, 1 << 30
+READ_BLOCK = MiB
+DRIVE = re.compile(r"^[A-Za-z]:")
+SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?(?:e\+?\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
+#: what corrupt compressed data makes zipfile and its decompressors raise
+ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, RuntimeError,
+              NotImplementedError, KeyError, struct.error)
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """Limits on untrusted input; raise them with ``--limit NAME=VALUE``."""
+
+    max_entries: int = 100_000
+    max_total_size: int = 50 * GiB
+    max_ratio: float = 200.0
+    ratio_min_size: int = MiB
+    max_member_size: int = 2 * GiB
+    max_tiff_layers: int = 10_000
+    max_layer_pixels: int = 100_000_000
+    max_json_size: int = GiB
+    max_json_depth: int = 64
+
+    @classmethod
+    def from_pairs(cls, pairs: list[str] | None) -> ArchiveLimits:
+        """Defaults, with ``["name=value", ...]`` applied (sizes may say KiB, MB, GiB...)."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values: dict[str, int | float] = {}
+        for pair in pairs or []:
+            name, _, text = pair.partition("=")
+            name = name.strip().replace("-", "_")
+            if name not in fields:
+                raise SgdaskError(f"--limit: unknown limit {name!r} (expected one of: "
+                                  f"{', '.join(fields)})")
+            values[name] = parse_limit(text, type(fields[name].default), name)
+        return cls(**values)
+
+
+def parse_limit(text: str, kind: type, name: str) -> int | float:
+    """A positive limit: a number, for sizes optionally with K/M/G/T (powers of 1000) or
+    KiB/MiB/GiB/TiB (powers of 1024)."""
+    match = SIZE.match(text)
+    if match is None:
+        raise SgdaskError(f"--limit: {name}={text!r} is not a number (e.g. {name}=1000, "
+                          "sizes also 4GiB or 500MB)")
+    number, prefix, binary = match.groups()
+    scale = (1024 if binary else 1000) ** "_kmgt".index(prefix.lower() or "_")
+    value = float(number) * scale
+    if value <= 0:
+        raise SgdaskError(f"--limit: {name} must be positive")
+    return kind(value)
+
+
+def limits_help() -> str:
+    """``name=default`` for every limit (for --help)."""
+    return ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(ArchiveLimits))
+
+
+def limit_hint(limits: ArchiveLimits, name: str) -> str:
+    """The ``expected`` text of a limit: its value and how to raise it."""
+    value = getattr(limits, name)
+    shown = f"{value:g}" if isinstance(value, float) else str(value)
+    return f"at most {shown}; raise with --limit {name}=N"
+
+
+def printable(text: str) -> str:
+    """``text`` with control and other unprintable characters escaped: messages stay one
+    line and cannot drive the terminal."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+def unsafe_name(name: str) -> str | None:
+    """Why an entry name could land outside the extraction directory, or None."""
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith(("/", "\\")):
+        return "absolute path"
+    if DRIVE.match(name):
+        return "path with a drive letter"
+    if ".." in parts:
+        return "path leaving the archive root (..)"
+    if "\x00" in name:
+        return "NUL character in the name"
+    return None
+
+
+def entry_problems(info: zipfile.ZipInfo, label: str, limits: ArchiveLimits
+                   ) -> list[InputError]:
+    """What is wrong with one entry, from its central directory record alone."""
+    where = f"{label}:{printable(info.filename)}"
+    found = []
+    why = unsafe_name(info.filename)
+    if why:
+        found.append(InputError(where, f"unsafe entry name: {why}",
+                                expected="relative paths inside the archive"))
+    if stat.S_ISLNK(info.external_attr >> 16):
+        found.append(InputError(where, "is a symbolic link", expected="regular files only"))
+    if info.flag_bits & 0x1:
+        found.append(InputError(where, "is encrypted", expected="unencrypted entries"))
+    if info.file_size > limits.max_member_size:
+        found.append(InputError(where, f"is {info.file_size} bytes uncompressed",
+                                expected=limit_hint(limits, "max_member_size")))
+    ratio = info.file_size / max(info.compress_size, 1)
+    if info.file_size > limits.ratio_min_size and ratio > limits.max_ratio:
+        found.append(InputError(where, f"expands {ratio:.0f} times (a zip bomb?)",
+                                expected=limit_hint(limits, "max_ratio")))
+    return found
+
+
+def archive_problems(infos: list[zipfile.ZipInfo], label: str, limits: ArchiveLimits
+                     ) -> list[InputError]:
+    """What is wrong with an archive as a whole and with each of its entries."""
+    if len(infos) > limits.max_entries:
+        return [InputError(label, f"has {len(infos)} entries",
+                           expected=limit_hint(limits, "max_entries"))]
+    found = [p for info in infos for p in entry_problems(info, label, limits)]
+    total = sum(info.file_size for info in infos)
+    if total > limits.max_total_size:
+        found.append(InputError(label, f"holds {total} bytes uncompressed",
+                                expected=limit_hint(limits, "max_total_size")))
+    seen: set[str] = set()
+    for info in infos:
+        if info.filename in seen:
+            found.append(InputError(f"{label}:{printable(info.filename)}",
+                                    "appears twice in the archive",
+                                    expected="unique entry names"))
+        seen.add(info.filename)
+    return found
+
+
+def read_capped(stream: BinaryIO, cap: int) -> bytes:
+    """All of ``stream``, but never more than ``cap`` bytes (raises ValueError past it)."""
+    data = bytearray()
+    while block := stream.read(READ_BLOCK):
+        data += block
+        if len(data) > cap:
+            raise ValueError(f"more than {cap} bytes")
+    return bytes(data)
+
+
+class SafeZip:
+    """A ZIP archive whose entries were all checked; ``read`` refuses to read anything
+    from an archive with problems (``problems``), so no caller can forget the checks."""
+
+    def __init__(self, file: BinaryIO, label: str, limits: ArchiveLimits) -> None:
+        self.label, self.limits = label, limits
+        try:
+            self._zip = zipfile.ZipFile(file)
+            infos = self._zip.infolist()
+        except ZIP_ERRORS as err:
+            raise InputError(label, f"not a readable ZIP ({printable(str(err))})") from None
+        self.problems = archive_problems(infos, label, limits)
+        self.entries = {info.filename: info for info in infos}
+
+    def check(self) -> None:
+        """Raise the archive's first problem, if any."""
+        if self.problems:
+            raise self.problems[0]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.entries
+
+    def read(self, name: str, cap: str = "max_member_size", image: str | None = None,
+             field: str | None = None) -> bytes:
+        """One member's bytes, at most the limit named ``cap`` (and ``max_member_size``)."""
+        self.check()
+        where = f"{self.label}:{printable(name)}"
+        info = self.entries.get(name)
+        if info is None or info.is_dir():
+            raise InputError(where, "missing from the archive", image=image, field=field)
+        if info.file_size > getattr(self.limits, cap):
+            raise InputError(where, f"is {info.file_size} bytes uncompressed", image=image,
+                             field=field, expected=limit_hint(self.limits, cap))
+        try:
+            with self._zip.open(info) as member:
+                return read_capped(member, min(getattr(self.limits, cap),
+                                               self.limits.max_member_size))
+        except ZIP_ERRORS as err:
+            raise InputError(where, f"cannot be read from the archive ({printable(str(err))})",
+                             image=image, field=field) from None
