@@ -173,7 +173,10 @@ def convert(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP"
                 help="GT store to validate ids, sizes and classes against")] = None,
             storage_option: StorageOpt = None, overwrite: Overwrite = False,
             scheduler: Scheduler = None, in_process: InProcess = False,
-            limit: Limits = None) -> None:
+            limit: Limits = None,
+            from_scores: Annotated[str | None, typer.Option(
+                "--from-scores", help="derive the triplet lists from per-pair predicate "
+                "scores (Parquet or NPZ, see schemas/scores.md)")] = None) -> None:
     """Convert an SGBench submission into a submission store (Parquet + Zarr).
 
     Runs `sgdask validate`'s checks first and stops at the first error."""
@@ -184,7 +187,7 @@ def convert(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP"
         manifest = convert_submission(submission, out, gt, storage_options(storage_option),
                                       overwrite=overwrite, progress=advance,
                                       cluster=cluster_choice(scheduler, in_process),
-                                      limits=limits)
+                                      limits=limits, from_scores=from_scores)
     out_console.print(f"submission store {out}: {manifest['n_images']} images, "
                       f"{manifest['instances']}, {manifest['content_hash']}")
 

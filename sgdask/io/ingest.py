@@ -8,7 +8,10 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
+
+import numpy as np
 
 from sgdask import __version__
 from sgdask.cluster import ClusterSpec, map_tasks
@@ -16,6 +19,7 @@ from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.psg import GTRecord, class_lists, evaluation_records, label_image
+from sgdask.io.scores import load_score_lists
 from sgdask.io.sgbench import SubmissionImage, SubmissionSource, load_json
 from sgdask.io.stats import STATS_FILE, train_stats, write_stats
 from sgdask.io.store import (
@@ -29,6 +33,8 @@ from sgdask.io.store import (
 )
 from sgdask.io.validate import GTInfo, checked_submission
 from sgdask.kernels.masks import CropMasks
+from sgdask.kernels.scores import DerivedLists
+from sgdask.types import EMPTY_TRIPLETS
 
 DEFAULT_STORE_PARTITION = 64
 Progress = Callable[[int], None] | None
@@ -135,8 +141,12 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
                        storage_options: StorageOptions | None = None,
                        partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
                        progress: Progress = None, cluster: ClusterSpec = None,
-                       limits: ArchiveLimits | None = None) -> dict[str, Any]:
+                       limits: ArchiveLimits | None = None, from_scores: str | None = None
+                       ) -> dict[str, Any]:
     """SGBench submission (JSON or ZIP) -> submission store. Returns the manifest.
+
+    With ``from_scores``, the triplet lists are derived from per-pair predicate score
+    vectors (``schemas/scores.md``) instead of taken from the submission.
 
     The archive, the document and every image are checked first (``sgdask validate``'s
     checks, the first error raised); then one task per part reads its TIFFs (ranged reads
@@ -148,6 +158,11 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
     gt_info = GTInfo.of(gt_reader) if gt_reader else None
     check = checked_submission(source, gt_info)
     images = sorted(check.images, key=lambda i: i.image_id)
+    has_ng = check.has_ng
+    if from_scores:
+        images = lists_from_scores(images, load_score_lists(from_scores, storage_options),
+                                   from_scores)
+        has_ng = True
     sizes = gt_info.sizes if gt_info else {}
     parts = submission_parts(images, gt_reader, partition_size)
     with StoreWriter(out, "submission", storage_options, overwrite) as writer:
@@ -160,7 +175,32 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
         return writer.finish(
             infos, sgdask_version=__version__, content_hash=source.content_hash(),
             source=str(submission), instances="masks" if source.is_zip else "boxes",
-            has_ng=check.has_ng, n_images=len(images), partition_size=partition_size)
+            has_ng=has_ng, n_images=len(images), partition_size=partition_size,
+            triplets_from=from_scores)
+
+
+def lists_from_scores(images: list[SubmissionImage], lists: dict[str, DerivedLists],
+                      url: str) -> list[SubmissionImage]:
+    """Images with graph and NG lists replaced by the ones derived from score vectors.
+
+    An image without score rows gets empty lists; score rows of an image the submission
+    lacks, or naming an instance it does not have, are errors.
+    """
+    by_id = {img.image_id: img for img in images}
+    for image_id, derived in lists.items():
+        img = by_id.get(image_id)
+        if img is None:
+            raise InputError(url, "no such image in the submission", image=image_id,
+                             field="image_id")
+        n = len(img.categories)
+        for triplets in (derived.graph, derived.ng):
+            if len(triplets) and triplets[:, :2].max() >= n:
+                raise InputError(url, f"instance index {int(triplets[:, :2].max())} out of "
+                                 "range", image=image_id, field="subject/object",
+                                 expected=f"indices in 0..{n - 1}")
+    empty = DerivedLists(EMPTY_TRIPLETS, np.empty(0), EMPTY_TRIPLETS, np.empty(0))
+    return [replace(img, graph=d.graph, graph_scores=d.graph_scores, ng=d.ng)
+            for img in images for d in [lists.get(img.image_id, empty)]]
 
 
 def write_submission_part(submission: str, out: str, options: StorageOptions | None,
