@@ -435,10 +435,39 @@ def image_problems(img: Any, index: int, file: str, masks: bool,
     semantic problem."""
     image, prefix = image_label(img, index)
     try:
-        validators()[1](img)
+        validators()[1](without_plain_triplets(img))
     except fastjsonschema.JsonSchemaValueException as err:
         return [schema_problem(err, img, file, image, prefix)]
     return list(semantic_problems(img, index, file, masks, classes))
+
+
+TRIPLET_LISTS = ("triplets", "ng_triplets")
+INT32_MAX = 2**31 - 1
+
+
+def plain_triplets(values: Any) -> bool:
+    """True when ``values`` is a list of [int, int, int] rows in 0..2^31-1, no booleans:
+    exactly what the schema's triplet lists accept, checked in numpy (the generated
+    validator walks each of the hundreds of rows in Python)."""
+    if not isinstance(values, list) or not values:
+        return False
+    try:
+        arr = np.asarray(values)
+    except ValueError:
+        return False
+    if arr.dtype.kind not in "iu" or arr.ndim != 2 or arr.shape[1] != 3:
+        return False
+    if arr.min() < 0 or arr.max() > INT32_MAX:
+        return False
+    return not any(type(v) is bool for row in values for v in row)
+
+
+def without_plain_triplets(img: Any) -> Any:
+    """The image with plain triplet lists emptied, for the schema to check the rest."""
+    if not isinstance(img, dict):
+        return img
+    plain = [key for key in TRIPLET_LISTS if plain_triplets(img.get(key))]
+    return {**img, **{key: [] for key in plain}} if plain else img
 
 
 def to_image(img: dict, masks: bool) -> SubmissionImage:
@@ -512,10 +541,9 @@ def raise_first(problems: Iterable[InputError]) -> None:
 def tiff_layout(tif: tifffile.TiffFile, limits: ArchiveLimits,
                 fail: Callable[[str, str], InputError]) -> tuple[int, int, int]:
     """(layers, height, width) of a layered TIFF, from its headers, within the limits."""
-    for count, _ in enumerate(tif.pages, start=1):
-        if count > limits.max_tiff_layers:
-            raise fail(f"TIFF has more than {limits.max_tiff_layers} pages",
-                       limit_hint(limits, "max_tiff_layers"))
+    if len(tif.pages) > limits.max_tiff_layers:  # walks the page chain, parses no tags
+        raise fail(f"TIFF has more than {limits.max_tiff_layers} pages",
+                   limit_hint(limits, "max_tiff_layers"))
     if len(tif.series) != 1:
         raise fail(f"TIFF holds {len(tif.series)} series (pages of different shapes)",
                    "one page per instance, all of the image's size")
