@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(PY) -m sgdask.demo --dir $(DEMO) --images $(IMAGES)
 
 test: $(STAMP)
-	$(PY) -m ruff check sgdask tests jobs benchmarks
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q tests
 
 lint: $(STAMP)

@@ -124,8 +124,10 @@ def pred_loaders(reader: StoreReader, parts: list[str], ids: list[str]
     triplets = TripletColumns(reader.table("triplets", parts, ids))
     spans: dict[str, list[tuple[int, int]]] = {}
     for image_id, row in images.items():
+        if row["mask_array"] is None:
+            continue
         boxes, offsets = instances.mask_layout(image_id)
-        if row["mask_array"] is not None and len(boxes):
+        if len(boxes):
             spans.setdefault(row["mask_array"], []).append((offsets[0], offsets[-1]))
     masks = MaskSlices(reader, spans)
 
