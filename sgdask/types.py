@@ -25,7 +25,9 @@ class ImageGT:
     """Ground truth of one image.
 
     ``label_image`` holds instance index + 1 per pixel (0 = no instance) for panoptic GT;
-    ``boxes`` are ``[x1, y1, x2, y2]``. Either may be None, but not both.
+    ``boxes`` are ``[x1, y1, x2, y2]``. Either may be None, but not both. ``areas``
+    (optional) are the label image's pixel counts per instance, stored at ingest so that
+    no evaluation has to count them again.
     """
 
     image_id: str
@@ -33,6 +35,7 @@ class ImageGT:
     relations: np.ndarray
     boxes: np.ndarray | None = None
     label_image: np.ndarray | None = None
+    areas: np.ndarray | None = None
 
     @property
     def n_instances(self) -> int:

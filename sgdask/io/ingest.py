@@ -101,17 +101,20 @@ def write_gt_part(out: str, options: StorageOptions | None, index: int,
     tables = PartTables.empty()
     digests = []
     for record in records:
-        offset = None
+        offset, areas = None, None
         if masks_dir is not None:
             png_url = join(masks_dir, record.pan_seg_file_name or "")
             png = read_bytes(png_url, options, "pan_seg_file_name")
             digests.append(hashlib.sha256(png).digest())
-            offset = tables.add_masks(label_image(png, record, png_url).reshape(-1))
-        add_gt_rows(tables, record, part_name(index), offset)
+            labels = label_image(png, record, png_url).reshape(-1)
+            offset = tables.add_masks(labels)
+            areas = np.bincount(labels, minlength=len(record.categories) + 1)[1:]
+        add_gt_rows(tables, record, part_name(index), offset, areas)
     return write_part(out, options, index, tables), digests
 
 
-def add_gt_rows(tables: PartTables, record: GTRecord, part: str, offset: int | None) -> None:
+def add_gt_rows(tables: PartTables, record: GTRecord, part: str, offset: int | None,
+                areas: np.ndarray | None) -> None:
     relations = record.relations
     cols = tables.images
     for name, value in (("image_id", record.image_id), ("height", record.height),
@@ -120,7 +123,8 @@ def add_gt_rows(tables: PartTables, record: GTRecord, part: str, offset: int | N
                         ("mask_array", None if offset is None else part),
                         ("mask_offset", offset), ("source_file", record.pan_seg_file_name)):
         cols[name].append(value)
-    instance_rows(tables, record.image_id, record.categories, record.boxes, None)
+    instance_rows(tables, record.image_id, record.categories, record.boxes, None,
+                  areas=areas)
     triplet_rows(tables, record.image_id, "gt", relations, None)
 
 

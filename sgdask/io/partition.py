@@ -44,6 +44,8 @@ class InstanceColumns:
             [column(table, c, np.float64) for c in ("mask_y0", "mask_x0", "mask_y1", "mask_x1")],
             axis=1) if len(table) else np.empty((0, 4))
         self.mask_offset = column(table, "mask_offset", np.float64)
+        self.area = (column(table, "area", np.float64) if "area" in table.column_names
+                     else np.full(len(table), np.nan))
 
     def of(self, image_id: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """(categories, boxes or None, scores or None) of one image."""
@@ -52,6 +54,12 @@ class InstanceColumns:
         scores = self.score[start:stop]
         return (self.category[start:stop], boxes,
                 None if np.isnan(scores).any() or stop == start else scores)
+
+    def areas_of(self, image_id: str) -> np.ndarray | None:
+        """GT mask areas of one image (None when the store predates them)."""
+        start, stop = self.ranges.get(image_id, (0, 0))
+        areas = self.area[start:stop]
+        return None if np.isnan(areas).any() else areas.astype(np.int64)
 
     def mask_layout(self, image_id: str) -> tuple[np.ndarray, np.ndarray]:
         """(crop boxes, absolute byte offsets with an end marker) of one image's masks."""
@@ -114,7 +122,8 @@ def load_gt_images(reader: StoreReader, parts: list[str], ids: list[str]
             label_image = masks.get(row["mask_array"], start,
                                     start + row["height"] * row["width"]
                                     ).reshape(row["height"], row["width"])
-        yield ImageGT(image_id, labels, triplets.of(image_id, "gt"), boxes, label_image)
+        yield ImageGT(image_id, labels, triplets.of(image_id, "gt"), boxes, label_image,
+                      instances.areas_of(image_id) if label_image is not None else None)
 
 def pred_loaders(reader: StoreReader, parts: list[str], ids: list[str]
                  ) -> dict[str, Callable[[], ImagePred]]:

@@ -47,7 +47,7 @@ INSTANCE_SCHEMA = pa.schema([
     ("x1", pa.float64()), ("y1", pa.float64()), ("x2", pa.float64()), ("y2", pa.float64()),
     ("score", pa.float64()),
     ("mask_y0", pa.int32()), ("mask_x0", pa.int32()), ("mask_y1", pa.int32()),
-    ("mask_x1", pa.int32()), ("mask_offset", pa.int64()),
+    ("mask_x1", pa.int32()), ("mask_offset", pa.int64()), ("area", pa.int64()),
 ])
 TRIPLET_SCHEMA = pa.schema([
     ("image_id", pa.string()), ("list", pa.dictionary(pa.int8(), pa.string())),
@@ -86,10 +86,12 @@ class PartTables:
 
 def instance_rows(tables: PartTables, image_id: str, categories: np.ndarray,
                   boxes: np.ndarray | None, scores: np.ndarray | None,
-                  masks: CropMasks | None = None) -> None:
-    """Instance rows; with ``masks``, each crop is bit-packed into the part's mask array."""
+                  masks: CropMasks | None = None, areas: np.ndarray | None = None) -> None:
+    """Instance rows; with ``masks``, each crop is bit-packed into the part's mask array;
+    ``areas``: GT mask areas in pixels."""
     n = len(categories)
     cols = tables.instances
+    cols["area"].extend([None] * n if areas is None else areas.tolist())
     if masks is None:
         for name in ("mask_y0", "mask_x0", "mask_y1", "mask_x1", "mask_offset"):
             cols[name].extend([None] * n)

@@ -139,7 +139,7 @@ def with_zero_predicate(triplets: np.ndarray) -> np.ndarray:
 def instance_iou(gt: ImageGT, pred: NormalizedPred) -> np.ndarray:
     """IoU of predicted vs GT instances: masks when both sides have them, else boxes."""
     if pred.masks is not None and gt.label_image is not None:
-        return mask_iou_matrix(pred.masks, gt.label_image, gt.n_instances)
+        return mask_iou_matrix(pred.masks, gt.label_image, gt.n_instances, gt.areas)
     if pred.boxes is not None and gt.boxes is not None:
         return box_iou_matrix(pred.boxes, gt.boxes)
     raise ValueError("no common instance representation (masks or boxes) with the GT")

@@ -15,14 +15,15 @@ def _ratio(inter: np.ndarray, union: np.ndarray) -> np.ndarray:
 
 
 def mask_iou_matrix(pred_masks: np.ndarray | CropMasks, gt_label_image: np.ndarray,
-                    n_gt: int) -> np.ndarray:
+                    n_gt: int, gt_area: np.ndarray | None = None) -> np.ndarray:
     """IoU (n_pred, n_gt) of predicted masks against a GT label image (index + 1, 0 = none).
 
     Per predicted instance, one histogram of the GT labels under its pixels (inside its box)
     replaces the n_pred * n_gt full-image mask comparisons of the reference implementation.
     """
     crops = as_crops(pred_masks)
-    gt_area = np.bincount(gt_label_image.reshape(-1), minlength=n_gt + 1)[1 : n_gt + 1]
+    if gt_area is None:
+        gt_area = np.bincount(gt_label_image.reshape(-1), minlength=n_gt + 1)[1 : n_gt + 1]
     joint = np.zeros((len(crops), n_gt + 1), dtype=np.int64)
     for i, ((y0, x0, y1, x1), crop) in enumerate(zip(crops.boxes, crops.crops, strict=True)):
         labels = gt_label_image[y0:y1, x0:x1][crop]
