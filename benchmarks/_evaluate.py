@@ -1,0 +1,51 @@
+"""Measured subprocess of run B: start a LocalCluster of W worker processes, evaluate, exit.
+
+``python -m benchmarks._evaluate --gt G --pred P --protocol sgbench --workers 2`` prints one
+JSON line: cluster start, evaluate-only and shutdown seconds, the worker pids, the metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from distributed import Client, LocalCluster
+
+from sgdask.pipeline import DEFAULT_PARTITION_SIZE, evaluate
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks._evaluate")
+    parser.add_argument("--gt", required=True)
+    parser.add_argument("--pred", required=True)
+    parser.add_argument("--protocol", default="singlempo")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--partition-size", type=int, default=DEFAULT_PARTITION_SIZE)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    start = time.perf_counter()
+    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        client.wait_for_workers(args.workers)
+        worker_pids = sorted(client.run(os.getpid).values())
+        ready = time.perf_counter()
+        report = evaluate(args.gt, args.pred, protocol=args.protocol,
+                          partition_size=args.partition_size, client=client)
+        done = time.perf_counter()
+    print(json.dumps({
+        "cluster_start_s": ready - start,
+        "evaluate_s": done - ready,
+        "shutdown_s": time.perf_counter() - done,
+        "worker_pids": worker_pids,
+        "metrics": report.metrics,
+        "diagnostics": report.diagnostics,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""The benchmark dataset: synthesized once, cached, with its GT and submission stores.
+
+The cache key holds the image count, the seed and a hash of ``sgdask/synth.py`` (a new
+generator gives a new dataset); the stores are keyed by a hash of every ``sgdask/**.py`` (the
+store format is spread over the io and mask-kernel modules, so any sgdask change gives new
+stores). Ingesting the GT and converting the submission for B are not measured: a benchmark
+host does both once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import sgdask
+import sgdask.synth
+from sgdask.io.ingest import convert_submission, ingest_gt
+from sgdask.synth import SynthPaths, synth_paths, write_dataset
+
+Log = Callable[[str], None]
+COMPLETE = ".complete"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A cached synthetic dataset and its two stores."""
+
+    n_images: int
+    seed: int
+    root: Path
+    raw: SynthPaths
+    gt_store: Path
+    pred_store: Path
+
+    @property
+    def scratch_store(self) -> Path:
+        """Where the end-to-end run C converts to (overwritten by every run)."""
+        return self.root / "scratch-pred.store"
+
+
+def files_hash(paths: Iterable[Path]) -> str:
+    """Short sha256 of the contents of ``paths`` (in sorted order)."""
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def synth_hash() -> str:
+    return files_hash([Path(sgdask.synth.__file__)])
+
+
+def package_hash() -> str:
+    return files_hash(Path(next(iter(sgdask.__path__))).rglob("*.py"))
+
+
+def progress_logger(log: Log, what: str, total: int) -> Callable[[int], None]:
+    """A ``progress(n)`` callback that logs every 10 %."""
+    done = [0]
+    step = max(1, total // 10)
+
+    def advance(n: int = 1) -> None:
+        before = done[0] // step
+        done[0] += n
+        if done[0] // step > before or done[0] == total:
+            log(f"  {what}: {done[0]}/{total}")
+
+    return advance
+
+
+def synthesize(raw: Path, n_images: int, seed: int, log: Log) -> SynthPaths:
+    """The raw dataset (psg.json, PNGs, submission.zip), written unless already complete."""
+    if (raw / COMPLETE).exists():
+        return synth_paths(raw)
+    shutil.rmtree(raw, ignore_errors=True)
+    log(f"synthesizing {n_images} images into {raw} (once; cached)")
+    paths = write_dataset(raw, n_images, seed,
+                          progress=progress_logger(log, "synthesized", n_images))
+    (raw / COMPLETE).touch()
+    return paths
+
+
+def is_store(path: Path) -> bool:
+    return (path / "manifest.json").exists()
+
+
+def build_stores(raw: SynthPaths, gt: Path, pred: Path, n_images: int, log: Log) -> None:
+    """Ingest the GT and convert the submission unless they already exist."""
+    if not is_store(gt):
+        log(f"ingesting the GT into {gt} (once; cached; not measured)")
+        manifest = ingest_gt(str(raw.psg_json), str(gt), str(raw.masks_dir), overwrite=True,
+                             progress=progress_logger(log, "ingested", n_images))
+        log(f"  GT store: {manifest['n_images']} images")
+    if not is_store(pred):
+        log(f"converting the submission into {pred} (once; cached; run C measures it)")
+        manifest = convert_submission(str(raw.submission_zip), str(pred), str(gt),
+                                      overwrite=True,
+                                      progress=progress_logger(log, "converted", n_images))
+        log(f"  submission store: {manifest['n_images']} images")
+
+
+def prune(pattern_dir: Path, pattern: str, keep: Iterable[Path], log: Log) -> None:
+    """Remove cache entries matching ``pattern`` that an sgdask change made stale."""
+    kept = {p.resolve() for p in keep}
+    for stale in pattern_dir.glob(pattern):
+        if stale.resolve() not in kept:
+            log(f"removing stale cache entry {stale}")
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def prepare(cache: Path, n_images: int, seed: int, log: Log) -> Dataset:
+    """The cached dataset of ``n_images`` test images, made if missing."""
+    root = cache / f"psg-{n_images}-seed{seed}-synth{synth_hash()}"
+    prune(cache, f"psg-{n_images}-seed{seed}-synth*", [root], log)
+    raw = synthesize(root / "raw", n_images, seed, log)
+    suffix = package_hash()
+    gt, pred = root / f"gt-{suffix}.store", root / f"pred-{suffix}.store"
+    prune(root, "*.store", [gt, pred], log)
+    build_stores(raw, gt, pred, n_images, log)
+    return Dataset(n_images, seed, root, raw, gt, pred)
+
+
+def tree_bytes(path: Path) -> int:
+    """Apparent size of a file or of every file under a directory (like ``du -sb``)."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def tree_files(path: Path) -> int:
+    return 1 if path.is_file() else sum(1 for p in path.rglob("*") if p.is_file())

@@ -1,0 +1,426 @@
+"""``make bench``: sgdask against the sgbench 1.0.0 reference, same data, same machine.
+
+Synthesizes (once, cached) a PSG-scale dataset and measures, each as a subprocess whose whole
+process tree is sampled (wall time, CPU seconds, peak RSS per process):
+
+- A: ``python -m sgbench psg.json submission.zip --gt-masks DIR --workers 2`` (the reference);
+- B: sgdask evaluate from the canonical stores on a LocalCluster of W worker processes, under
+  the ``sgbench`` and ``singlempo`` protocols, for every W of ``--workers``;
+- C: end to end from the same ZIP: ``sgdask convert`` then ``sgdask evaluate``;
+- the floor: only read and decode every mask from the stores, in one process;
+- memory flatness: B (singlempo) again on a dataset of a quarter of the images.
+
+Prints the tables and writes ``benchmarks/results/<UTC date and time>-<images>.json`` and
+``.md`` (e.g. ``2026-11-22T0452Z-2177.json``), ``benchmarks/results/latest.md`` and the
+latest-results block of ``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from benchmarks import machine as machine_info
+from benchmarks import report as rp
+from benchmarks.dataset import Dataset, package_hash, prepare, tree_bytes, tree_files
+from benchmarks.measure import (
+    CommandFailed,
+    Measurement,
+    classify,
+    combined,
+    run_measured,
+    wait_for_quiet,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+PROTOCOLS = ("sgbench", "singlempo")
+QUICK_IMAGES = 200
+FLAT_LIMIT = 1.25
+TARGETS = {"B": 15.0, "C": 2.5, "scaling": 1.8, "worker_gib": 1.0, "store": 0.5}
+_START = time.perf_counter()
+
+
+def log(message: str) -> None:
+    print(f"[{time.perf_counter() - _START:8.1f}s] {message}", flush=True)
+
+
+def int_list(text: str) -> list[int]:
+    return sorted({int(x) for x in text.split(",") if x.strip()})
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--images", type=int, default=2177, help="test images (PSG test: 2177)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each sgdask config")
+    parser.add_argument("--reference-repeats", type=int, default=1,
+                        help="runs of the sgbench reference A")
+    parser.add_argument("--workers", type=int_list, default=[1, 2],
+                        help="worker counts for B's throughput, comma separated")
+    parser.add_argument("--reference-workers", type=int, default=2,
+                        help="--workers of sgbench (A) and of sgdask in C; the A/B ratio "
+                        "uses B at this worker count")
+    parser.add_argument("--e2e-protocol", default="sgbench", choices=PROTOCOLS,
+                        help="protocol of the end-to-end run C (sgbench: the same metrics as A)")
+    parser.add_argument("--cache", type=Path, default=BENCH / "cache")
+    parser.add_argument("--results", type=Path, default=BENCH / "results")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--interval", type=float, default=0.1, help="sampling period, seconds")
+    parser.add_argument("--quiet-wait", type=float, default=120.0,
+                        help="before each run, wait up to this many seconds for other "
+                        "processes to leave the CPU idle (0: do not wait)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke run: {QUICK_IMAGES} images, 1 repeat")
+    parser.add_argument("--no-memory-check", action="store_true",
+                        help="skip the quarter-size run of the memory flatness check")
+    parser.add_argument("--no-latest", action="store_true",
+                        help="do not update results/latest.md and the README")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.images, args.repeats, args.reference_repeats = QUICK_IMAGES, 1, 1
+    if args.reference_workers not in args.workers:
+        args.workers = sorted({*args.workers, args.reference_workers})
+    return args
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def python(*args: str) -> list[str]:
+    return [sys.executable, *args]
+
+
+def last_json(stdout: str) -> dict[str, Any]:
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise CommandFailed(f"no JSON result on stdout:\n{stdout[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def parse_sgbench_output(stdout: str) -> dict[str, float]:
+    """``name: value`` lines printed by ``python -m sgbench``."""
+    metrics = {}
+    for line in stdout.splitlines():
+        name, sep, value = line.partition(": ")
+        if sep:
+            try:
+                metrics[name.strip()] = float(value)
+            except ValueError:
+                continue
+    return metrics
+
+
+def run_reference(ds: Dataset, workers: int, interval: float) -> Measurement:
+    raw = ds.raw
+    argv = python("-m", "sgbench", str(raw.psg_json), str(raw.submission_zip),
+                  "--gt-masks", str(raw.masks_dir), "--workers", str(workers))
+    m = run_measured("A sgbench 1.0.0", argv, ROOT, interval)
+    m.extra["metrics"] = parse_sgbench_output(m.stdout)
+    return m
+
+
+def run_evaluate(ds: Dataset, protocol: str, workers: int, interval: float) -> Measurement:
+    argv = python("-m", "benchmarks._evaluate", "--gt", str(ds.gt_store), "--pred",
+                  str(ds.pred_store), "--protocol", protocol, "--workers", str(workers))
+    m = run_measured(f"B {protocol} w{workers}", argv, ROOT, interval)
+    result = last_json(m.stdout)
+    classify(m.processes, m.processes[0].pid, set(result["worker_pids"]))
+    m.extra.update(work_s=result["evaluate_s"], cluster_start_s=result["cluster_start_s"],
+                   metrics=result["metrics"], diagnostics=result["diagnostics"])
+    return m
+
+
+def run_end_to_end(ds: Dataset, protocol: str, interval: float) -> Measurement:
+    convert = python("-m", "sgdask", "convert", str(ds.raw.submission_zip), "--out",
+                     str(ds.scratch_store), "--gt", str(ds.gt_store), "--overwrite")
+    evaluate = python("-m", "sgdask", "evaluate", "--gt", str(ds.gt_store), "--pred",
+                      str(ds.scratch_store), "--protocol", protocol)
+    parts = [run_measured("C convert", convert, ROOT, interval),
+             run_measured("C evaluate", evaluate, ROOT, interval)]
+    return combined(f"C convert + evaluate ({protocol})", parts)
+
+
+def run_floor(ds: Dataset, interval: float) -> Measurement:
+    argv = python("-m", "benchmarks._floor", "--gt", str(ds.gt_store), "--pred",
+                  str(ds.pred_store), "--zip", str(ds.raw.submission_zip),
+                  "--masks-dir", str(ds.raw.masks_dir))
+    m = run_measured("floor", argv, ROOT, interval)
+    m.extra.update(last_json(m.stdout))
+    m.extra["work_s"] = m.extra["store_s"]
+    return m
+
+
+def settle(max_wait: float) -> None:
+    """Wait for a quiet machine (``--quiet-wait``) and say so when it took a while."""
+    if max_wait <= 0:
+        return
+    waited = wait_for_quiet(max_wait)
+    if waited >= 2:
+        log(f"  waited {waited:.0f} s for other processes to leave the CPU idle")
+
+
+def repeat(series: rp.Series, times: int, run: Callable[[], Measurement],
+           quiet_wait: float = 0.0) -> rp.Series:
+    for i in range(times):
+        settle(quiet_wait)
+        log(f"{series.label}: run {i + 1}/{times} ...")
+        m = run()
+        series.runs.append(m)
+        work = f", work {m.extra['work_s']:.1f} s" if "work_s" in m.extra else ""
+        log(f"  {m.wall_s:.1f} s wall{work}, {m.cpu_s:.1f} CPU s, peak RSS "
+            f"{m.peak_rss() / rp.MIB:.0f} MiB/proc, {m.peak_rss('worker') / rp.MIB:.0f} "
+            f"MiB/worker, {m.peak_rss_sum / rp.MIB:.0f} MiB summed; others used "
+            f"{100 * m.foreign_share:.0f} % of the CPU")
+    return series
+
+
+# ----------------------------------------------------------------------------- the suite
+
+
+def b_key(protocol: str, workers: int) -> str:
+    return f"B-{protocol}-w{workers}"
+
+
+def run_suite(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series]) -> None:
+    """Every measured configuration on the full dataset, reference first, into ``runs``
+    (each series is registered before its first run, so a failure keeps what was done)."""
+    n, iv, q = ds.n_images, args.interval, args.quiet_wait
+    ref_w = args.reference_workers
+
+    def measure(series: rp.Series, times: int, run: Callable[[], Measurement]) -> None:
+        runs[series.key] = series
+        repeat(series, times, run, q)
+
+    measure(rp.Series("floor", "floor: decode masks (1 proc)", n), 1, lambda: run_floor(ds, iv))
+    measure(rp.Series("A", f"A sgbench 1.0.0 --workers {ref_w}", n), args.reference_repeats,
+            lambda: run_reference(ds, ref_w, iv))
+    for workers in sorted(args.workers, reverse=True):
+        for protocol in PROTOCOLS:
+            measure(rp.Series(b_key(protocol, workers), f"B {protocol}, {workers} worker(s)", n),
+                    args.repeats, lambda p=protocol, w=workers: run_evaluate(ds, p, w, iv))
+    measure(rp.Series("C", f"C sgdask convert + evaluate ({args.e2e_protocol})", n),
+            args.repeats, lambda: run_end_to_end(ds, args.e2e_protocol, iv))
+
+
+def run_memory_check(args: argparse.Namespace, small: Dataset) -> rp.Series:
+    workers = args.reference_workers
+    label = f"B singlempo, {workers} worker(s), {small.n_images} images"
+    return repeat(rp.Series("memory-small", label, small.n_images), 1,
+                  lambda: run_evaluate(small, "singlempo", workers, args.interval),
+                  args.quiet_wait)
+
+
+# ----------------------------------------------------------------------------- summaries
+
+
+def sizes(ds: Dataset) -> dict[str, dict[str, int]]:
+    items = {"submission.zip": ds.raw.submission_zip, "submission store": ds.pred_store,
+             "GT PNGs": ds.raw.masks_dir, "GT store": ds.gt_store, "psg.json": ds.raw.psg_json}
+    return {name: {"bytes": tree_bytes(p), "files": tree_files(p)} for name, p in items.items()}
+
+
+def scaling(runs: dict[str, rp.Series], workers: list[int]) -> list[dict[str, Any]]:
+    rows = []
+    for protocol in PROTOCOLS:
+        base = runs[b_key(protocol, min(workers))]
+        for w in workers:
+            s = runs[b_key(protocol, w)]
+            rows.append({"protocol": protocol, "workers": w, "work_ips": s.work_images_per_s,
+                         "wall_ips": s.images_per_s,
+                         "work_speedup": rp.ratio(s.work_images_per_s, base.work_images_per_s),
+                         "wall_speedup": rp.ratio(s.images_per_s, base.images_per_s)})
+    return rows
+
+
+def memory(runs: dict[str, rp.Series], small: rp.Series | None, workers: int
+           ) -> dict[str, Any] | None:
+    if small is None:
+        return None
+    full = runs[b_key("singlempo", workers)]
+    return {"label_small": small.label, "n_small": small.n_images,
+            "worker_small": small.peak("worker"), "main_small": small.peak("main"),
+            "label_full": full.label, "n_full": full.n_images,
+            "worker_full": full.peak("worker"), "main_full": full.peak("main"),
+            "ratio": rp.ratio(full.peak("worker"), small.peak("worker")),
+            "main_ratio": rp.ratio(full.peak("main"), small.peak("main"))}
+
+
+def agreement(runs: dict[str, rp.Series], workers: int) -> dict[str, Any]:
+    """A's printed metrics against B's under the sgbench protocol (should agree to 1e-9)."""
+    ref = runs["A"].runs[0].extra["metrics"]
+    ours = runs[b_key("sgbench", workers)].runs[0].extra["metrics"]
+    diffs = {name: abs(ref[name] - ours[name]) for name in ref
+             if isinstance(ours.get(name), float) and math.isfinite(ref[name])
+             and math.isfinite(ours[name])}
+    return {"compared": sorted(diffs), "not_compared": sorted(set(ref) - set(diffs)),
+            "max_abs_diff": max(diffs.values(), default=None),
+            "reference": ref, "sgdask": {k: ours.get(k) for k in ref}}
+
+
+def target(name: str, measured: str, met: bool | None) -> dict[str, Any]:
+    return {"target": name, "measured": measured, "met": met}
+
+
+def speed_targets(runs: dict[str, rp.Series], workers: int) -> list[dict[str, Any]]:
+    """A/B and A/C on the median wall times, and on the fastest runs (least contended)."""
+    a, a_min = runs["A"].wall_s, runs["A"].wall_min_s
+    b = {p: runs[b_key(p, workers)] for p in PROTOCOLS}
+    b_ratios = {p: rp.ratio(a, s.wall_s) or 0.0 for p, s in b.items()}
+    b_text = "; ".join(f"{p} {r:.1f}x (evaluate-only {rp.fmt(rp.ratio(a, b[p].work_s), 1)}x, "
+                       f"fastest runs {rp.fmt(rp.ratio(a_min, b[p].wall_min_s), 1)}x)"
+                       for p, r in b_ratios.items())
+    c = runs["C"]
+    c_ratio = rp.ratio(a, c.wall_s) or 0.0
+    c_text = f"{c_ratio:.1f}x (fastest runs {rp.fmt(rp.ratio(a_min, c.wall_min_s), 1)}x)"
+    return [target(f"B >= {TARGETS['B']:g}x faster than A (median wall)", b_text,
+                   min(b_ratios.values()) >= TARGETS["B"]),
+            target(f"C >= {TARGETS['C']:g}x faster than A (median wall)", c_text,
+                   c_ratio >= TARGETS["C"])]
+
+
+def scaling_target(rows: list[dict[str, Any]], workers: list[int]) -> dict[str, Any]:
+    top = [r for r in rows if r["workers"] == max(workers)]
+    text = ", ".join(f"{r['protocol']} {rp.fmt(r['work_speedup'])}x" for r in top)
+    met = None if len(workers) < 2 else all((r["work_speedup"] or 0) >= TARGETS["scaling"]
+                                           for r in top)
+    name = (f"{max(workers)} workers >= {TARGETS['scaling']:g}x the throughput of "
+            f"{min(workers)} (evaluate-only)")
+    return target(name, text, met)
+
+
+def memory_targets(runs: dict[str, rp.Series], mem: dict[str, Any] | None
+                   ) -> list[dict[str, Any]]:
+    worker_peak = max(s.peak("worker") for k, s in runs.items() if k.startswith("B-"))
+    rows = [target(f"peak RSS per worker < {TARGETS['worker_gib']:g} GiB",
+                   f"{worker_peak / rp.MIB:.0f} MiB", worker_peak < TARGETS["worker_gib"] * rp.GIB)]
+    if mem is not None:
+        rows.append(target(f"worker memory flat in images (4x images: <= {FLAT_LIMIT}x RSS)",
+                           f"{rp.fmt(mem['ratio'])}x", (mem["ratio"] or 99) <= FLAT_LIMIT))
+    return rows
+
+
+def size_target(size: dict[str, dict[str, int]]) -> dict[str, Any]:
+    r = rp.ratio(size["submission store"]["bytes"], size["submission.zip"]["bytes"]) or 0.0
+    return target(f"submission store <= {TARGETS['store']:g} x ZIP size", f"{r:.2f}x",
+                  r <= TARGETS["store"])
+
+
+def summarize(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series],
+              small: rp.Series | None) -> dict[str, Any]:
+    w = args.reference_workers
+    size, scale, mem = sizes(ds), scaling(runs, args.workers), memory(runs, small, w)
+    targets = [*speed_targets(runs, w), scaling_target(scale, args.workers),
+               *memory_targets(runs, mem), size_target(size)]
+    return {"sizes": size, "scaling": scale, "memory": mem, "targets": targets,
+            "agreement": agreement(runs, w), "floor": runs["floor"].runs[0].extra}
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def render(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series],
+           summary: dict[str, Any], machine: dict[str, Any], stamp: str) -> str:
+    mode = "quick smoke run" if args.quick else "full run"
+    w = args.reference_workers
+    order = ["A", *(b_key(p, x) for x in sorted(args.workers, reverse=True) for p in PROTOCOLS),
+             "C"]
+    b_fast = min((runs[b_key(p, w)] for p in PROTOCOLS), key=lambda s: s.work_s or 1e99)
+    agree = summary["agreement"]
+    lines = [
+        f"## sgdask vs sgbench 1.0.0 — {ds.n_images} images ({mode}, {stamp})", "",
+        f"Machine: {machine_info.one_line(machine)}.  ",
+        "Packages: " + ", ".join(f"{k} {v}" for k, v in machine["packages"].items()) + ".  ",
+        f"Dataset: `sgdask.synth` seed {ds.seed}, {ds.n_images} test images 640×480; "
+        f"sgdask runs: median of {args.repeats}, sgbench: median of {args.reference_repeats}.",
+        "", rp.markdown(rp.main_table([runs[k] for k in order], runs["A"])), "",
+        "**Targets**", "", rp.markdown(rp.targets_table(summary["targets"])), "",
+        "**Worker scaling (B)**", "", rp.markdown(rp.scaling_table(summary["scaling"])), "",
+        "**Floor**", "", rp.markdown(rp.floor_table(summary["floor"], w, b_fast)), "",
+        "**Sizes**", "", rp.markdown(rp.sizes_table(summary["sizes"])), "",
+    ]
+    if summary["memory"] is not None:
+        lines += ["**Memory flatness**", "", rp.markdown(rp.memory_table(summary["memory"])), ""]
+    lines += [f"Agreement of B (sgbench protocol) with A on {', '.join(agree['compared'])}: "
+              f"max |difference| = {agree['max_abs_diff']}"
+              + (f" (not compared, not finite in A's output: {', '.join(agree['not_compared'])})"
+                 if agree["not_compared"] else "") + ".", "",
+              f"1-min load average at start: {summary['load_start']:.2f}, at end: "
+              f"{summary['load_end']:.2f} ({machine['usable_cores']} cores). "
+              "\"Others' CPU\" is the share of the machine's CPU time that processes outside "
+              "the measured tree used during a run (contention makes every number worse).", ""]
+    if summary["sgdask_source_changed"]:
+        lines += ["**Warning**: the sgdask source changed while the benchmark ran; the runs may "
+                  "mix versions.", ""]
+    return "\n".join(lines)
+
+
+def write_outputs(args: argparse.Namespace, payload: dict[str, Any], text: str,
+                  date: str) -> list[Path]:
+    base = args.results / f"{date}-{payload['dataset']['n_images']}"
+    rp.write_json(base.with_suffix(".json"), payload)
+    base.with_suffix(".md").write_text(text)
+    written = [base.with_suffix(".json"), base.with_suffix(".md")]
+    if not args.no_latest:
+        latest = args.results / "latest.md"
+        latest.write_text(text)
+        written.append(latest)
+        if rp.update_readme(BENCH / "README.md", text):
+            written.append(BENCH / "README.md")
+    return written
+
+
+def payload_of(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series],
+               small: rp.Series | None, summary: dict[str, Any], machine: dict[str, Any],
+               stamp: str) -> dict[str, Any]:
+    options = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    series = {k: s.to_json() for k, s in runs.items()}
+    if small is not None:
+        series["memory-small"] = small.to_json()
+    return {"utc": stamp, "options": options, "machine": machine,
+            "dataset": {"n_images": ds.n_images, "seed": ds.seed, "root": str(ds.root)},
+            "series": series, "summary": summary}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    load_start, source_start = os.getloadavg()[0], package_hash()
+    now = datetime.now(timezone.utc)
+    stamp, date = now.strftime("%Y-%m-%d %H:%M UTC"), now.strftime("%Y-%m-%dT%H%MZ")
+    machine = machine_info.describe()
+    log(f"benchmark: {args.images} images; {machine_info.one_line(machine)}")
+    runs: dict[str, rp.Series] = {}
+    try:
+        ds = prepare(args.cache, args.images, args.seed, log)
+        small_ds = None if args.no_memory_check else prepare(
+            args.cache, max(1, args.images // 4), args.seed, log)
+        run_suite(args, ds, runs)
+        small = None if small_ds is None else run_memory_check(args, small_ds)
+    except CommandFailed as err:
+        print(f"benchmark failed: {err}", file=sys.stderr)
+        path = args.results / f"{date}-{args.images}-failed.json"
+        rp.write_json(path, {"utc": stamp, "error": str(err), "machine": machine,
+                             "series": {k: s.to_json() for k, s in runs.items() if s.runs}})
+        log(f"wrote the completed runs to {path}")
+        return 1
+    summary = summarize(args, ds, runs, small)
+    summary.update(load_start=load_start, load_end=os.getloadavg()[0],
+                   sgdask_source=source_start, sgdask_source_changed=package_hash() != source_start)
+    text = render(args, ds, runs, summary, machine, stamp)
+    print("\n" + text, flush=True)
+    for path in write_outputs(args, payload_of(args, ds, runs, small, summary, machine, stamp),
+                              text, date):
+        log(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
