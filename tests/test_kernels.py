@@ -26,23 +26,9 @@ from sgdask.kernels import (
 from sgdask.kernels.selection import KSpec, parse_ks
 from sgdask.protocols import SGBENCH, SINGLEMPO
 from sgdask.types import ImageGT, ImagePred, as_triplets
+from tests.builders import box, labels_of, mask_of
 
 # --------------------------------------------------------------------------- helpers
-
-
-def labels_of(*rows: str) -> np.ndarray:
-    """A GT label image from digit rows ("1122": instance index + 1, 0 = none)."""
-    return np.array([[int(c) for c in row] for row in rows], dtype=np.int64)
-
-
-def mask_of(*rows: str) -> np.ndarray:
-    """A boolean mask from rows of '#' (set) and '.' (unset)."""
-    return np.array([[c == "#" for c in row] for row in rows], dtype=bool)
-
-
-def box(i: int) -> list[float]:
-    """The i-th 10x10 box of a row of disjoint boxes (area 100)."""
-    return [10.0 * i, 0.0, 10.0 * i + 10.0, 10.0]
 
 
 def dense(masks) -> np.ndarray:
