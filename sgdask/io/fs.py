@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from typing import Any
 
 import fsspec
@@ -61,14 +60,3 @@ def zarr_store(url: str, storage_options: StorageOptions | None = None,
         return LocalStore(path, read_only=read_only)
     return FsspecStore.from_url(str(url), storage_options=storage_options or None,
                                 read_only=read_only)
-
-
-def sha256_of(url: str, storage_options: StorageOptions | None = None,
-              digest: hashlib._Hash | None = None) -> hashlib._Hash:
-    """Feed a file's bytes into a SHA-256 digest (streamed, 4 MiB at a time)."""
-    digest = digest or hashlib.sha256()
-    fs, path = filesystem(url, storage_options)
-    with fs.open(path, "rb") as f:
-        for block in iter(lambda: f.read(4 << 20), b""):
-            digest.update(block)
-    return digest

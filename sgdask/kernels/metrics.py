@@ -76,12 +76,6 @@ def predicate_rank_terms(gt_keys: np.ndarray, gt_predicates: np.ndarray, ng_keys
     return terms
 
 
-def instance_recall_term(mapping: np.ndarray, n_gt_instances: int) -> Term:
-    """Distinct matched GT instances over all GT instances."""
-    matched = np.unique(mapping[mapping >= 0])
-    return (len(matched), n_gt_instances)
-
-
 def rank_within_predicate(triplets: np.ndarray) -> np.ndarray:
     """0-based position of each list entry among the entries with the same predicate."""
     if len(triplets) == 0:
