@@ -130,7 +130,9 @@ class Accumulator:
         )
 
     def predicate_values(self, name: str, aggregation: str) -> dict[int, Fraction]:
-        """Per-predicate value of mean metric ``name`` (predicates with a defined value)."""
+        """Per-predicate value of mean metric ``name`` (predicates with a defined value):
+        pooled ratios under ``pooled``, else per-predicate means over images (``image``
+        mode has no per-predicate value of its own and shows these)."""
         if aggregation == "pooled":
             return {p: Fraction(num, den) for (m, p), (num, den) in self.pooled.items()
                     if m == name and den}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sgdask.accum import AGGREGATIONS, Accumulator
+
 
 def labels_of(*rows: str) -> np.ndarray:
     """A GT label image from digit rows ("1122": instance index + 1, 0 = none)."""
@@ -18,3 +20,20 @@ def mask_of(*rows: str) -> np.ndarray:
 def box(i: int) -> list[float]:
     """The i-th 10x10 box of a row of disjoint boxes (area 100)."""
     return [10.0 * i, 0.0, 10.0 * i + 10.0, 10.0]
+
+
+def snapshot(acc: Accumulator) -> dict:
+    """Every final number of an accumulator (exact Fractions) plus its counts."""
+    out: dict = {}
+    for name in acc.mean_metric_names():
+        for aggregation in AGGREGATIONS:
+            out[(name, aggregation)] = acc.mean_metric(name, aggregation, False)
+            out[(name, "values", aggregation)] = acc.predicate_values(
+                name, aggregation)
+        out[(name, "cells")] = acc.mean_metric(name, "per_predicate", True)
+    for name in acc.image_metric_names():
+        out[name] = acc.image_level[name].mean()
+    out["gt_per_predicate"] = dict(acc.gt_per_predicate)
+    out["diagnostics"] = dict(acc.diagnostics)
+    out["pooled_totals"] = dict(getattr(acc, "pooled_totals", {}))
+    return out

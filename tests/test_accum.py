@@ -12,12 +12,13 @@ from fractions import Fraction
 
 import numpy as np
 
-from sgdask.accum import AGGREGATIONS, Accumulator, RationalSum
+from sgdask.accum import Accumulator, RationalSum
 from sgdask.kernels import evaluate_image, missing_image_result
 from sgdask.kernels.image import ImageResult
 from sgdask.kernels.selection import parse_ks
 from sgdask.protocols import SGBENCH, SINGLEMPO, Protocol
 from sgdask.types import ImageGT, ImagePred, as_triplets
+from tests.builders import snapshot
 
 KS = parse_ks("20")
 
@@ -54,23 +55,6 @@ def accumulate(results: list[ImageResult]) -> Accumulator:
     for r in results:
         acc.update(r)
     return acc
-
-
-def snapshot(acc: Accumulator) -> dict:
-    """Every final number of an accumulator (exact Fractions) plus its counts."""
-    out: dict = {}
-    for name in acc.mean_metric_names():
-        for aggregation in AGGREGATIONS:
-            out[(name, aggregation)] = acc.mean_metric(name, aggregation, False)
-            out[(name, "values", aggregation)] = acc.predicate_values(
-                name, "pooled" if aggregation == "pooled" else "per_predicate")
-        out[(name, "cells")] = acc.mean_metric(name, "per_predicate", True)
-    for name in acc.image_metric_names():
-        out[name] = acc.image_level[name].mean()
-    out["gt_per_predicate"] = dict(acc.gt_per_predicate)
-    out["diagnostics"] = dict(acc.diagnostics)
-    out["pooled_totals"] = dict(getattr(acc, "pooled_totals", {}))
-    return out
 
 
 # --------------------------------------------------------------------------- aggregation

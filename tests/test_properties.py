@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from sgdask.accum import AGGREGATIONS, Accumulator
+from sgdask.accum import Accumulator
 from sgdask.kernels import (
     evaluate_image,
     mask_iou_matrix,
@@ -27,6 +27,7 @@ from sgdask.kernels.image import ImageResult
 from sgdask.kernels.selection import parse_ks
 from sgdask.protocols import SINGLEMPO
 from sgdask.types import ImageGT, ImagePred, as_triplets
+from tests.builders import snapshot
 
 H = W = 6
 N_PREDICATES = 3
@@ -208,20 +209,6 @@ def test_a_correct_triplet_at_rank_zero_never_lowers_recall(scene, data):
             name = f"{family}@{k.label}"
             assert after.scalars[name][0] >= before.scalars[name][0], name
         assert after.scalars[f"{family}@1"][0] == 1
-
-
-def snapshot(acc: Accumulator) -> dict:
-    out: dict = {}
-    for name in acc.mean_metric_names():
-        for aggregation in AGGREGATIONS:
-            out[(name, aggregation)] = acc.mean_metric(name, aggregation, False)
-        out[(name, "cells")] = acc.mean_metric(name, "per_predicate", True)
-    for name in acc.image_metric_names():
-        out[name] = acc.image_level[name].mean()
-    out["gt_per_predicate"] = dict(acc.gt_per_predicate)
-    out["diagnostics"] = dict(acc.diagnostics)
-    out["pooled_totals"] = dict(getattr(acc, "pooled_totals", {}))
-    return out
 
 
 @settings(max_examples=40, deadline=None,

@@ -166,10 +166,9 @@ def weighted_imr(acc: Accumulator, settings: EvalSettings, composition: dict[int
     """wIMR@k = sum_c w_c IMR_c, w_c = n_c^tau / sum n^tau over predicates of the evaluated GT."""
     if not composition:
         return {}
-    mode = "pooled" if settings.aggregation == "pooled" else "per_predicate"
     out = {}
     for k in settings.ks:
-        values = acc.predicate_values(f"IMR@{k.label}", mode)
+        values = acc.predicate_values(f"IMR@{k.label}", settings.aggregation)
         weights = {c: composition[c] ** settings.tau if composition.get(c, 0) > 0 else 0.0
                    for c in sorted(values)}
         total = sum(weights.values())
@@ -182,8 +181,7 @@ def weighted_imr(acc: Accumulator, settings: EvalSettings, composition: dict[int
 def predicate_table(acc: Accumulator, names: list[str], aggregation: str
                     ) -> list[dict[str, Any]]:
     """One row per predicate occurring in the evaluated GT: GT count and every mean metric."""
-    per_pred_mode = "pooled" if aggregation == "pooled" else "per_predicate"
-    values = {m: acc.predicate_values(m, per_pred_mode) for m in acc.mean_metric_names()}
+    values = {m: acc.predicate_values(m, aggregation) for m in acc.mean_metric_names()}
     rows = []
     for p in sorted(acc.gt_per_predicate):
         row: dict[str, Any] = {"predicate": p, "name": names[p] if p < len(names) else str(p),
