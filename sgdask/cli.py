@@ -258,6 +258,10 @@ def evaluate(gt: Annotated[str, typer.Option("--gt", help="GT store URL")],
                  "--legacy-metrics", help="also compute the legacy pair accuracy A@k")]
              = False,
              tau: Annotated[float, typer.Option(help="wIMR weight exponent")] = 0.5,
+             match_labels: Annotated[bool, typer.Option(
+                 "--match-labels/--no-match-labels",
+                 help="match predictions only to GT instances of the same category "
+                 "(SPEC section 4; recorded in the report)")] = True,
              storage_option: StorageOpt = None) -> None:
     """Score a submission store against a GT store on a Dask cluster and print the table."""
     from sgdask.pipeline import evaluate_protocols
@@ -267,7 +271,8 @@ def evaluate(gt: Annotated[str, typer.Option("--gt", help="GT store URL")],
     start = time.perf_counter()
     reports = evaluate_protocols(gt, pred, protocol, k, aggregation, partition_size,
                                  scheduler=scheduler, storage_options=options, progress=True,
-                                 stats=stats, legacy=legacy_metrics, tau=tau)
+                                 stats=stats, legacy=legacy_metrics, tau=tau,
+                                 match_labels=match_labels)
     for report in reports.values():
         print_report(report)
     if len(reports) > 1:
@@ -362,6 +367,10 @@ def quiet_dask_logs() -> None:
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
 
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: runs the app, turning sgdask errors into one line and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -376,11 +385,11 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(f"sgdask: error: {err}", file=sys.stderr)
         sys.exit(EXIT_ERROR)
-    except Exception as err:  # an sgdask bug or an unforeseen environment failure
+    except Exception as err:  # a bug in sgdask: never reported as bad input
         if debug:
             raise
-        print(f"sgdask: error: unexpected {type(err).__name__}: {err} "
-              "(run again with --debug for the traceback)", file=sys.stderr)
+        print(f"sgdask: internal error: {type(err).__name__}: {one_line(str(err))} "
+              "(a bug in sgdask; run again with --debug for the traceback)", file=sys.stderr)
         sys.exit(EXIT_BUG)
     except KeyboardInterrupt:
         print("sgdask: interrupted", file=sys.stderr)

@@ -25,7 +25,7 @@ def dask_client(client: Client | None = None, scheduler: str | None = None
         try:
             connected = Client(scheduler, timeout="20s")
         except OSError as err:
-            raise SgdaskError(f"--scheduler {scheduler}: cannot connect ({err})") from None
+            raise SgdaskError(f"--scheduler {scheduler}: cannot connect ({err})") from err
         with connected:
             yield connected
     else:

@@ -47,5 +47,10 @@ def _rebuild_input_error(file: str, what: str, image: object, field: str | None,
     return InputError(file, what, image=image, field=field, expected=expected)
 
 
+class InstanceMismatch(ValueError):
+    """Raised by a kernel when a prediction and its GT share no instance representation
+    (masks or boxes): the one kernel failure caused by the inputs rather than by a bug."""
+
+
 class StoreError(SgdaskError):
     """A canonical store is missing, incomplete, of the wrong kind or would be overwritten."""

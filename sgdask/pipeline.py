@@ -15,7 +15,7 @@ from distributed import Client, as_completed, futures_of
 
 from sgdask.accum import AGGREGATIONS, Accumulator
 from sgdask.cluster import dask_client
-from sgdask.errors import InputError, SgdaskError
+from sgdask.errors import InputError, InstanceMismatch, SgdaskError
 from sgdask.io.fs import StorageOptions, join
 from sgdask.io.partition import load_gt_images, pred_loaders
 from sgdask.io.stats import STATS_FILE, composition_counts, read_stats, zero_shot_from
@@ -49,6 +49,7 @@ class Job:
     ks: tuple[KSpec, ...]
     zero_shot: ZeroShot | None = None
     legacy: bool = False
+    match_labels: bool = True
 
 
 @dataclass(frozen=True)
@@ -131,9 +132,9 @@ def score_image_under(gt: ImageGT, pred: ImagePred | None, protocol: Protocol,
                                     job.legacy)
     try:
         return evaluate_image(gt, pred, protocol, job.ks, sub.with_ng, job.zero_shot,
-                              job.legacy)
-    except ValueError as err:
-        raise SgdaskError(f"{sub.url}: image {gt.image_id}: {err}") from None
+                              job.legacy, job.match_labels)
+    except InstanceMismatch as err:  # any other kernel exception is a bug in sgdask
+        raise InputError(sub.url, str(err), image=gt.image_id, field="instances") from err
 
 
 def parts_holding(ids: list[str], parts: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -234,6 +235,7 @@ class Options:
     stats: str | None = None
     legacy: bool = False
     tau: float = 0.5
+    match_labels: bool = True
 
     def check(self) -> None:
         if self.aggregation not in AGGREGATIONS:
@@ -273,14 +275,15 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Opt
     subs = tuple(Submission(name, url, get_protocols(protocols),
                             bool(reader.manifest.get("has_ng")))
                  for (name, url, protocols), reader in zip(submissions, readers, strict=True))
-    job = Job(gt, storage_options, subs, parse_ks(options.ks), zero_shot, options.legacy)
+    job = Job(gt, storage_options, subs, parse_ks(options.ks), zero_shot, options.legacy,
+              options.match_labels)
     with dask_client(client, scheduler) as active:
         result = run_bag(active, specs, job, progress)
     reports = {
         sub.name: {p.name: build_report(
             result.accumulators[(sub.name, p.name)], result.images[(sub.name, p.name)],
             EvalSettings(p, options.aggregation, job.ks, sub.with_ng, zero_shot is not None,
-                         options.legacy, options.tau),
+                         options.legacy, options.tau, options.match_labels),
             composition, gt_reader.manifest, reader.manifest, {**counts, **pred_count})
             for p in sub.protocols}
         for sub, reader, pred_count in zip(subs, readers, pred_counts, strict=True)}
@@ -292,10 +295,10 @@ def evaluate_protocols(gt: str, pred: str, protocols: str = DEFAULT_PROTOCOL,
                        partition_size: int | None = DEFAULT_PARTITION_SIZE,
                        client: Client | None = None, scheduler: str | None = None,
                        storage_options: StorageOptions | None = None, progress: bool = False,
-                       stats: str | None = None, legacy: bool = False, tau: float = 0.5
-                       ) -> dict[str, Report]:
+                       stats: str | None = None, legacy: bool = False, tau: float = 0.5,
+                       match_labels: bool = True) -> dict[str, Report]:
     """Score ``pred`` against ``gt`` under several protocols in one pass over the data."""
-    options = Options(ks, aggregation, partition_size, stats, legacy, tau)
+    options = Options(ks, aggregation, partition_size, stats, legacy, tau, match_labels)
     many = evaluate_many(gt, [("submission", pred, protocols)], options, client, scheduler,
                          storage_options, progress)
     return many.reports["submission"]
@@ -306,10 +309,12 @@ def evaluate(gt: str, pred: str, protocol: str = DEFAULT_PROTOCOL, ks: str = DEF
              partition_size: int | None = DEFAULT_PARTITION_SIZE,
              client: Client | None = None, scheduler: str | None = None,
              storage_options: StorageOptions | None = None, progress: bool = False,
-             stats: str | None = None, legacy: bool = False, tau: float = 0.5) -> Report:
+             stats: str | None = None, legacy: bool = False, tau: float = 0.5,
+             match_labels: bool = True) -> Report:
     """Score the submission store ``pred`` against the GT store ``gt`` under one protocol."""
     reports = evaluate_protocols(gt, pred, protocol, ks, aggregation, partition_size, client,
-                                 scheduler, storage_options, progress, stats, legacy, tau)
+                                 scheduler, storage_options, progress, stats, legacy, tau,
+                                 match_labels)
     if len(reports) != 1:
         raise SgdaskError("evaluate() takes one protocol; use evaluate_protocols() for several")
     return next(iter(reports.values()))

@@ -26,6 +26,7 @@ from distributed import Client
 from sgdask.batch.cache import ResultCache, cache_key
 from sgdask.errors import InputError
 from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.io.stats import stats_digest
 from sgdask.io.store import StoreReader
 from sgdask.pipeline import Options, evaluate_many
 from sgdask.protocols import DEFAULT_PROTOCOL, get_protocols
@@ -47,7 +48,8 @@ class ManyJob:
     storage_options: StorageOptions | None = None
 
 
-OPTION_FIELDS = ("ks", "aggregation", "partition_size", "stats", "legacy", "tau")
+OPTION_FIELDS = ("ks", "aggregation", "partition_size", "stats", "legacy", "tau",
+                 "match_labels")
 
 
 def parse_manifest(doc: Any, label: str) -> ManyJob:
@@ -82,7 +84,7 @@ def load_manifest(url: str, storage_options: StorageOptions | None = None) -> Ma
     except FileNotFoundError:
         raise InputError(url, "file not found") from None
     except yaml.YAMLError as err:
-        raise InputError(url, f"not valid YAML/JSON ({err})") from None
+        raise InputError(url, f"not valid YAML/JSON ({err})") from err
     job = parse_manifest(doc, url)
     if job.storage_options is None:
         job.storage_options = storage_options
@@ -103,11 +105,13 @@ def plan_cache(job: ManyJob, cache: ResultCache | None
                ) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], Report]]:
     """Cache keys of every (submission, protocol) and the reports already cached."""
     gt_manifest = StoreReader(job.gt, job.storage_options, "gt").manifest
+    stats_hash = (stats_digest(job.options.stats, job.storage_options) if job.options.stats
+                  else None)
     keys, hits = {}, {}
     for name, url, protocols in job.submissions:
         sub_manifest = StoreReader(url, job.storage_options, "submission").manifest
         for protocol in get_protocols(protocols):
-            key = cache_key(gt_manifest, sub_manifest, protocol, job.options)
+            key = cache_key(gt_manifest, sub_manifest, protocol, job.options, stats_hash)
             keys[(name, protocol.name)] = key
             found = cache.get(key) if cache else None
             if found is not None:

@@ -59,7 +59,7 @@ class Registry:
                 try:
                     out.append(Entry(**json.load(f)))
                 except (json.JSONDecodeError, TypeError) as err:
-                    raise InputError(path, f"not a registry entry ({err})") from None
+                    raise InputError(path, f"not a registry entry ({err})") from err
         return sorted(out, key=lambda e: (e.submitted_at, e.submission_id))
 
     def add(self, entry: Entry) -> None:

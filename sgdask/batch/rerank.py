@@ -3,10 +3,15 @@ and publish the leaderboard, safely under cron.
 
 Layout of ``--out URL``::
 
-    URL/current.json                 the pointer: which dated board is published (atomic swap)
-    URL/history/<stamp>/             leaderboard.{json,parquet,html} + reports/<id>.html
-    URL/leaderboard.{json,parquet,html}   copies of the current board (written after the swap)
+    URL/current.json                 the truth: which dated board is published (atomic swap)
+    URL/history/<stamp>/             leaderboard.{json,parquet,html} + reports/<id>.html, and
+                                     top.html (the board page as linked from URL/)
+    URL/leaderboard.{json,parquet,html}   convenience copies of the current board
     URL/lock.json                    held while a rerank runs (exclusive create)
+
+The copies are written after the swap, so a crash between the two leaves them stale for a
+moment; every rerank (also one that finds the board up to date) checks them against the
+board ``current.json`` names and rewrites them when they differ.
 """
 
 from __future__ import annotations
@@ -187,6 +192,8 @@ def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
         current = read_json(fs, join(root, "current.json"))
         digest = inputs_digest(entries, options)
         if current and current.get("inputs") == digest:
+            if publish_copies(fs, root, current["board"]):
+                log(f"top-level copies did not match {current['board']}: rewritten")
             log(f"leaderboard up to date ({current['board']}): nothing published")
             return RerankOutcome(None, outcome.evaluated, outcome.cached, [])
         previous = read_json(fs, join(root, current["board"], "leaderboard.json")) \
@@ -196,6 +203,8 @@ def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         board_dir = f"history/{stamp}"
         files = board_files(board, approved, outcome.reports, current, stamp)
+        files[TOP_PAGE] = leaderboard_page(board, approved, current, stamp,
+                                           report_prefix=f"{board_dir}/")
         for name, data in files.items():
             fs.makedirs(fs._parent(join(root, board_dir, name)), exist_ok=True)
             with fs.open(join(root, board_dir, name), "wb") as f:
@@ -203,12 +212,33 @@ def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
         pointer = {"board": board_dir, "published_at": stamp, "inputs": digest,
                    "previous": current["board"] if current else None}
         write_atomic(fs, join(root, "current.json"), json.dumps(pointer, indent=1).encode())
-        files["leaderboard.html"] = leaderboard_page(board, approved, current, stamp,
-                                                     report_prefix=f"{board_dir}/")
-        for name in ("leaderboard.json", "leaderboard.parquet", "leaderboard.html"):
-            write_atomic(fs, join(root, name), files[name])
+        publish_copies(fs, root, board_dir)
         log(f"published {join(out, board_dir)} ({len(board)} submissions)")
         return RerankOutcome(join(out, board_dir), outcome.evaluated, outcome.cached, board)
+
+
+TOP_PAGE = "top.html"
+COPIES = {"leaderboard.json": "leaderboard.json", "leaderboard.parquet": "leaderboard.parquet",
+          "leaderboard.html": TOP_PAGE}
+
+
+def publish_copies(fs: Any, root: str, board_dir: str) -> bool:
+    """Make the top-level copies equal the files of the published board ``board_dir``;
+    True when any copy had to be (re)written."""
+    wrote = False
+    for name, source in COPIES.items():
+        try:
+            wanted = fs.cat_file(join(root, board_dir, source))
+        except FileNotFoundError:  # a board published before top.html existed
+            continue
+        try:
+            same = fs.cat_file(join(root, name)) == wanted
+        except FileNotFoundError:
+            same = False
+        if not same:
+            write_atomic(fs, join(root, name), wanted)
+            wrote = True
+    return wrote
 
 
 def leaderboard_page(board: list[dict[str, Any]], approved: list[dict[str, Any]],

@@ -169,7 +169,7 @@ class SafeZip:
             self._zip = zipfile.ZipFile(file)
             infos = self._zip.infolist()
         except ZIP_ERRORS as err:
-            raise InputError(label, f"not a readable ZIP ({printable(str(err))})") from None
+            raise InputError(label, f"not a readable ZIP ({printable(str(err))})") from err
         self.problems = archive_problems(infos, label, limits)
         self.entries = {info.filename: info for info in infos}
 
@@ -198,4 +198,4 @@ class SafeZip:
                                                self.limits.max_member_size))
         except ZIP_ERRORS as err:
             raise InputError(where, f"cannot be read from the archive ({printable(str(err))})",
-                             image=image, field=field) from None
+                             image=image, field=field) from err

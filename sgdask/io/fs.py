@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from typing import Any
 
 import fsspec
@@ -21,7 +22,7 @@ def filesystem(url: str, storage_options: StorageOptions | None = None
     try:
         fs, path = url_to_fs(str(url), **(storage_options or {}))
     except (ImportError, ValueError, TypeError) as err:
-        raise SgdaskError(f"{url}: cannot open this URL ({err})") from None
+        raise SgdaskError(f"{url}: cannot open this URL ({err})") from err
     if not is_local(fs):
         check_access(fs, path, url)
     return fs, path
@@ -38,7 +39,7 @@ def check_access(fs: fsspec.AbstractFileSystem, path: str, url: str) -> None:
         fs.exists(path)
     except Exception as err:  # botocore, aiohttp, gcsfs... errors share no base class
         detail = " ".join(f"{type(err).__name__}: {err}".split())
-        raise SgdaskError(f"{url}: cannot access the object store ({detail})") from None
+        raise SgdaskError(f"{url}: cannot access the object store ({detail})") from err
     with contextlib.suppress(AttributeError, TypeError):
         fs._sgdask_checked = True
 
@@ -60,3 +61,18 @@ def zarr_store(url: str, storage_options: StorageOptions | None = None,
         return LocalStore(path, read_only=read_only)
     return FsspecStore.from_url(str(url), storage_options=storage_options or None,
                                 read_only=read_only)
+
+
+def file_digest(url: str, storage_options: StorageOptions | None = None) -> str:
+    """``sha256:<hex>`` of a file's bytes, streamed (never held whole in memory)."""
+    fs, path = filesystem(url, storage_options)
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        for block in iter(lambda: f.read(4 << 20), b""):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def combined_digest(*digests: str) -> str:
+    """One ``sha256:`` digest naming several inputs together (order matters)."""
+    return "sha256:" + hashlib.sha256("\0".join(digests).encode()).hexdigest()

@@ -17,7 +17,7 @@ from sgdask import __version__
 from sgdask.cluster import ClusterSpec, map_tasks
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
-from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.io.fs import StorageOptions, combined_digest, file_digest, filesystem, join
 from sgdask.io.psg import GTRecord, class_lists, evaluation_records, label_image
 from sgdask.io.scores import load_score_lists
 from sgdask.io.sgbench import SubmissionImage, SubmissionSource, load_json
@@ -53,7 +53,7 @@ def read_bytes(url: str, options: StorageOptions | None, what: str) -> bytes:
     except FileNotFoundError:
         raise InputError(url, "file not found", field=what) from None
     except OSError as err:
-        raise SgdaskError(f"{url}: cannot read ({type(err).__name__}: {err})") from None
+        raise SgdaskError(f"{url}: cannot read ({type(err).__name__}: {err})") from err
 
 
 def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
@@ -177,10 +177,21 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
         infos = map_tasks(write_submission_part, tasks, cluster,
                           (lambda info: progress(info["n_images"])) if progress else None)
         return writer.finish(
-            infos, sgdask_version=__version__, content_hash=source.content_hash(),
+            infos, sgdask_version=__version__,
+            content_hash=submission_digest(source, from_scores, storage_options),
             source=str(submission), instances="masks" if source.is_zip else "boxes",
             has_ng=has_ng, n_images=len(images), partition_size=partition_size,
             triplets_from=from_scores)
+
+
+def submission_digest(source: SubmissionSource, from_scores: str | None,
+                      storage_options: StorageOptions | None) -> str:
+    """What the store's numbers depend on: the submission file and, when the triplet lists
+    are derived from scores, the scores file too (two score files, two results)."""
+    digest = source.content_hash()
+    if from_scores is None:
+        return digest
+    return combined_digest(digest, file_digest(from_scores, storage_options))
 
 
 def lists_from_scores(images: list[SubmissionImage], lists: dict[str, DerivedLists],

@@ -60,7 +60,7 @@ def _record(entry: Any, index: int, file: str, masks: bool, n_classes: int,
         raise
     except (KeyError, TypeError, ValueError, IndexError) as err:
         raise InputError(file, f"malformed entry ({type(err).__name__}: {err})",
-                         image=image_id) from None
+                         image=image_id) from err
     if not masks and boxes is None and len(categories):
         raise InputError(file, "no boxes", image=image_id, field="annotations[*].bbox")
     n = len(categories)
@@ -104,7 +104,7 @@ def label_image(png: bytes, record: GTRecord, file: str) -> np.ndarray:
             rgb = np.asarray(img.convert("RGB")).astype(np.int64)
     except Exception as err:  # PIL raises many types for corrupt data
         raise InputError(file, f"not a readable PNG ({err})", image=record.image_id,
-                         field="pan_seg_file_name") from None
+                         field="pan_seg_file_name") from err
     if rgb.shape[:2] != (record.height, record.width):
         raise InputError(file, f"PNG is {rgb.shape[1]}x{rgb.shape[0]}", image=record.image_id,
                          field="pan_seg_file_name",

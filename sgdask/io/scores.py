@@ -65,7 +65,7 @@ def read_score_rows(url: str, storage_options: StorageOptions | None) -> ScoreRo
     except FileNotFoundError:
         raise InputError(url, "file not found") from None
     except OSError as err:
-        raise SgdaskError(f"{url}: cannot read ({type(err).__name__}: {err})") from None
+        raise SgdaskError(f"{url}: cannot read ({type(err).__name__}: {err})") from err
     with f:
         magic = f.read(4)
         f.seek(0)
@@ -109,7 +109,7 @@ def parquet_rows(f: IO[bytes], file: str) -> ScoreRows:
     try:
         table = pq.read_table(f)
     except pa.ArrowException as err:
-        raise InputError(file, f"not a readable Parquet file ({err})") from None
+        raise InputError(file, f"not a readable Parquet file ({err})") from err
     for name in REQUIRED:
         if name not in table.column_names:
             raise InputError(file, "missing column", field=name,
@@ -195,7 +195,7 @@ def npz_rows(f: IO[bytes], file: str) -> ScoreRows:
     try:
         archive = np.load(f, allow_pickle=False)
     except (ValueError, OSError, zipfile.BadZipFile) as err:
-        raise InputError(file, f"not a readable NPZ archive ({err})") from None
+        raise InputError(file, f"not a readable NPZ archive ({err})") from err
     with archive:
         image_ids = npz_array(archive, "image_id", file).astype(str)
         arrays = {name: npz_array(archive, name, file, len(image_ids))
@@ -222,7 +222,7 @@ def npz_array(archive: np.lib.npyio.NpzFile, name: str, file: str,
         array = archive[name]
     except (ValueError, OSError, zipfile.BadZipFile) as err:
         raise InputError(file, f"unreadable array ({err})", field=name,
-                         expected=f"{expected}; object arrays are refused") from None
+                         expected=f"{expected}; object arrays are refused") from err
     if array.dtype.kind not in kinds or array.ndim != ndim:
         raise InputError(file, f"array has dtype {array.dtype} and shape {array.shape}",
                          field=name, expected=expected)

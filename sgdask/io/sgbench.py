@@ -11,7 +11,6 @@ checked (layer count, size, pixels) before any pixel is decoded.
 from __future__ import annotations
 
 import functools
-import hashlib
 import io
 import json
 import logging
@@ -25,7 +24,7 @@ import tifffile
 
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
-from sgdask.io.fs import StorageOptions, filesystem
+from sgdask.io.fs import StorageOptions, file_digest, filesystem
 from sgdask.types import EMPTY_TRIPLETS
 
 # tifffile logs what it finds wrong in a corrupt TIFF; the reader reports it as one
@@ -148,7 +147,7 @@ def load_json(data: bytes, file: str, limits: ArchiveLimits = DEFAULT_LIMITS) ->
     except RecursionError:
         raise too_deep from None
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, too many digits
-        raise InputError(file, f"not valid JSON ({printable(str(err))})") from None
+        raise InputError(file, f"not valid JSON ({printable(str(err))})") from err
     if nested_deeper(doc, limits.max_json_depth):
         raise too_deep
     return doc
@@ -583,7 +582,7 @@ def read_layered_tiff(data: bytes, file: str, image_id: str, n_instances: int,
         raise
     except Exception as err:  # tifffile and its codecs raise many types for corrupt data
         raise fail(f"not a readable TIFF ({type(err).__name__}: {printable(str(err))})") \
-            from None
+            from err
     return arr.reshape(n, h, w).astype(bool, copy=False)
 
 
@@ -611,7 +610,7 @@ class SubmissionSource:
         try:
             return self.fs.open(self.path, "rb")
         except OSError as err:
-            raise self._unreadable(err) from None
+            raise self._unreadable(err) from err
 
     def _unreadable(self, err: OSError) -> SgdaskError:
         return SgdaskError(f"{self.url}: cannot read ({type(err).__name__}: {err})")
@@ -638,14 +637,13 @@ class SubmissionSource:
             raise InputError(self.url, "too large", expected=limit_hint(
                 self.limits, "max_json_size")) from None
         except OSError as err:
-            raise self._unreadable(err) from None
+            raise self._unreadable(err) from err
 
     def content_hash(self) -> str:
-        digest = hashlib.sha256()
-        with self._open() as f:
-            for block in iter(lambda: f.read(4 << 20), b""):
-                digest.update(block)
-        return "sha256:" + digest.hexdigest()
+        try:
+            return file_digest(self.url, self.options)
+        except OSError as err:
+            raise self._unreadable(err) from err
 
     def masks(self, img: SubmissionImage, shape: tuple[int, int] | None = None) -> np.ndarray:
         """The image's (n, H, W) masks; an image without instances needs no TIFF."""

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sgdask.errors import InputError, StoreError
-from sgdask.io.fs import StorageOptions, filesystem
+from sgdask.io.fs import StorageOptions, file_digest, filesystem
 from sgdask.kernels.image import ZeroShot
 
 STATS_SCHEMA = pa.schema([("subject_category", pa.int32()), ("object_category", pa.int32()),
@@ -35,7 +35,7 @@ def train_stats(doc: Any, file: str) -> pa.Table:
                 counts[(cats[s], cats[o], int(p))] += 1
         except (KeyError, TypeError, ValueError, IndexError) as err:
             raise InputError(file, f"malformed training entry ({type(err).__name__}: {err})",
-                             image=entry.get("image_id"), field=f"data[{index}]") from None
+                             image=entry.get("image_id"), field=f"data[{index}]") from err
     rows = sorted(counts.items())
     return pa.table({"subject_category": [r[0][0] for r in rows],
                      "object_category": [r[0][1] for r in rows],
@@ -48,6 +48,16 @@ def write_stats(table: pa.Table, url: str, storage_options: StorageOptions | Non
     fs, path = filesystem(url, storage_options)
     with fs.open(path, "wb") as f:
         pq.write_table(table, f)
+
+
+def stats_digest(url: str, storage_options: StorageOptions | None = None) -> str:
+    """Content hash of a statistics file: cached results depend on what it holds, not on
+    its URL (a file rewritten in place must miss the cache)."""
+    try:
+        return file_digest(url, storage_options)
+    except FileNotFoundError:
+        raise StoreError(f"{url}: no training statistics here (write them with "
+                         "`sgdask stats PSG_JSON --out URL`)") from None
 
 
 def read_stats(url: str, storage_options: StorageOptions | None = None) -> pa.Table:

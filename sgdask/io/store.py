@@ -205,10 +205,10 @@ class StoreReader:
             raise StoreError(f"{self.url}: not a complete sgdask store (no manifest.json: "
                              "wrong path, or a conversion that did not finish)") from None
         except json.JSONDecodeError as err:
-            raise StoreError(f"{self.url}/manifest.json: corrupt ({err})") from None
+            raise StoreError(f"{self.url}/manifest.json: corrupt ({err})") from err
         except OSError as err:
             raise SgdaskError(f"{self.url}: cannot read ({type(err).__name__}: {err})") \
-                from None
+                from err
         if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
             raise StoreError(f"{self.url}/manifest.json: format {manifest.get('format')!r} "
                              f"version {manifest.get('format_version')!r} "

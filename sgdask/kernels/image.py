@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sgdask.errors import InstanceMismatch
 from sgdask.kernels.iou import box_iou_matrix, mask_iou_matrix
 from sgdask.kernels.matching import IOU_THRESHOLD, allowed_iou, match_instances
 from sgdask.kernels.metrics import (
@@ -142,7 +143,9 @@ def instance_iou(gt: ImageGT, pred: NormalizedPred) -> np.ndarray:
         return mask_iou_matrix(pred.masks, gt.label_image, gt.n_instances, gt.areas)
     if pred.boxes is not None and gt.boxes is not None:
         return box_iou_matrix(pred.boxes, gt.boxes)
-    raise ValueError("no common instance representation (masks or boxes) with the GT")
+    raise InstanceMismatch("no common instance representation with the GT (the prediction "
+                           "has " + ("masks" if pred.masks is not None else "boxes") +
+                           ", the GT image has none)")
 
 
 def gt_relations(gt: ImageGT) -> np.ndarray:
@@ -223,22 +226,25 @@ def score_image(gt: ImageGT, relations: np.ndarray, graph: np.ndarray, ng: np.nd
     return result
 
 
-def build_matcher(gt: ImageGT, norm: NormalizedPred, protocol: Protocol) -> Matcher:
-    iou = allowed_iou(instance_iou(gt, norm), norm.labels, gt.labels)
+def build_matcher(gt: ImageGT, norm: NormalizedPred, protocol: Protocol,
+                  match_labels: bool = True) -> Matcher:
+    iou = allowed_iou(instance_iou(gt, norm), norm.labels, gt.labels, match_labels)
     if protocol.matching == "triplet":
         return TripletMatcher(iou >= IOU_THRESHOLD)
     return MappedMatcher(match_instances(iou, norm.labels, gt.labels,
-                                         one_to_one=protocol.matching == "one_to_one"),
+                                         one_to_one=protocol.matching == "one_to_one",
+                                         match_labels=match_labels),
                          gt.n_instances)
 
 
 def evaluate_image(gt: ImageGT, pred: ImagePred, protocol: Protocol, ks: tuple[KSpec, ...],
                    with_ng: bool = True, zero_shot: ZeroShot | None = None,
-                   legacy: bool = False) -> ImageResult:
-    """Every metric term of one image under one protocol."""
+                   legacy: bool = False, match_labels: bool = True) -> ImageResult:
+    """Every metric term of one image under one protocol (``match_labels=False``: a
+    prediction may match a GT instance of another category, SPEC section 4)."""
     relations = gt_relations(gt)
     norm = normalize_prediction(pred, protocol.normalization)
-    matcher = build_matcher(gt, norm, protocol)
+    matcher = build_matcher(gt, norm, protocol, match_labels)
     result = score_image(gt, relations, norm.graph, norm.ng, matcher, ks, with_ng, zero_shot,
                          legacy, missing=False)
     unmatched = (int((matcher.mapping < 0).sum()) if isinstance(matcher, MappedMatcher)

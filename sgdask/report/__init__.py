@@ -36,6 +36,7 @@ class Report:
     left_out: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         """Everything but the per-predicate and per-image tables (what metrics.json holds)."""
@@ -137,6 +138,12 @@ class EvalSettings:
     has_stats: bool
     legacy: bool
     tau: float
+    match_labels: bool = True
+
+    def options(self) -> dict[str, Any]:
+        """The evaluation options a report records next to its protocol."""
+        return {"match_labels": self.match_labels, "legacy_metrics": self.legacy,
+                "tau": self.tau}
 
 
 def left_out_metrics(settings: EvalSettings, metrics: dict[str, float]) -> dict[str, str]:
@@ -191,6 +198,20 @@ def predicate_table(acc: Accumulator, names: list[str], aggregation: str
     return rows
 
 
+def uniform_rows(rows: list[dict[str, Any]], metric_names: list[str]) -> list[dict[str, Any]]:
+    """Per-image rows sorted by image id, every row with every column (None where an image
+    has no value: a missing image has no diagnostics, zR only exists with zero-shot triplets).
+
+    Columns: image_id, missing, gt_triplets, the image-level metrics in report order, then
+    the diagnostics in order of first appearance. A Parquet table built from the rows then
+    has every column whatever the first row holds.
+    """
+    head = ["image_id", "missing", "gt_triplets", *metric_names]
+    rest = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in head]
+    columns = [c for c in head if any(c in r for r in rows)] + rest
+    return [{c: r.get(c) for c in columns} for r in sorted(rows, key=lambda r: r["image_id"])]
+
+
 def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalSettings,
                  composition: dict[int, int] | None, gt_manifest: dict[str, Any],
                  pred_manifest: dict[str, Any], counts: dict[str, int]) -> Report:
@@ -218,6 +239,9 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
         notes.append(f"{absent} predicate class(es) never occur in the evaluated GT: "
                      "sgbench 1.0.0 prints NaN for mR@k then; sgdask averages over the "
                      "predicates that occur")
+    if not settings.match_labels:
+        notes.append("--no-match-labels: predictions matched GT instances of any category "
+                     "(SPEC section 4); not comparable with category-matched results")
     if settings.legacy and any(m.startswith("A@") for m in metrics):
         notes.append("A@k is a legacy pair accuracy, not a recall: only predictions on GT "
                      "pairs count, so it is not comparable with R@k")
@@ -230,6 +254,6 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     return Report(protocol=protocol.as_dict(), aggregation=aggregation,
                   ks=[k.label for k in settings.ks], metrics=metrics,
                   per_predicate=predicate_table(acc, names, aggregation),
-                  per_image=sorted(images, key=lambda r: r["image_id"]),
+                  per_image=uniform_rows(images, acc.image_metric_names()),
                   diagnostics=diagnostics, left_out=left_out_metrics(settings, metrics),
-                  notes=notes, provenance=provenance)
+                  notes=notes, provenance=provenance, options=settings.options())
