@@ -1,12 +1,27 @@
 """sgdask: distributed evaluation of scene graph generation models.
 
 ``sgdask.evaluate(gt, pred)`` scores a converted submission against a converted ground
-truth on a Dask cluster; the single-image kernels live in ``sgdask.kernels``.
+truth on a Dask cluster; ``sgdask.Evaluator`` scores images held in memory; the per-image
+kernels live in ``sgdask.kernels`` and the metric definitions in ``sgdask.metrics``.
+
+Imports are lazy: ``import sgdask.kernels`` loads numpy and numba only, not Dask, pyarrow
+or zarr.
 """
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
 
 __version__ = "0.1.0"
 
-from sgdask.pipeline import evaluate
-from sgdask.report import Report
+_LAZY = {"evaluate": "sgdask.pipeline", "evaluate_protocols": "sgdask.pipeline",
+         "Report": "sgdask.report"}
 
-__all__ = ["Report", "__version__", "evaluate"]
+__all__ = ["Report", "__version__", "evaluate", "evaluate_protocols"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'sgdask' has no attribute {name!r}")

@@ -1,21 +1,34 @@
-"""Accumulators (SPEC section 7): update per image, merge associatively, finalize per mode.
+"""Accumulators (SPEC section 7): add terms, merge associatively, finalize per aggregation.
 
-Every per-image value is a rational term (numerator, denominator), and sums are kept
-exact (numerators summed per denominator, Python ints). Merging is therefore associative
-and commutative *exactly*: any partitioning, any worker count, any order gives
-bit-identical final numbers. Floats appear only in ``finalize``.
+Every per-image value is a rational term (numerator, denominator). The accumulator keeps
+integer numerator sums indexed by (metric, [predicate,] denominator): adding images and
+merging accumulators is integer addition, so any partitioning, any worker count and any
+order give bit-identical final numbers. Floats appear only when a report is built.
+
+State (``KeyedSums``: sorted integer keys -> integer sums):
+
+- ``image_sums``   (metric, den) -> (Σ num, images): mean over images of image-level values;
+- ``ratio_sums``   (metric) -> (Σ num, Σ den): ratio metrics (legacy A@k);
+- ``cell_sums``    (metric, predicate, den) -> (Σ num, images): per-predicate means;
+- ``cell_totals``  (metric, predicate) -> (Σ num, Σ den): the ``pooled`` aggregation;
+- ``image_means``  (metric, den) -> (Σ num, images): per image the mean over its
+  predicates (as one reduced fraction), for the ``image`` aggregation;
+- ``gt_counts``    (predicate) -> (GT triplets,); plus integer diagnostics.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from math import gcd, lcm
+from math import gcd
 
-from sgdask.kernels.image import ImageResult
-from sgdask.kernels.metrics import Term
+import numpy as np
+
+from sgdask.metrics.base import IMAGE, MEAN, RATIO, Block
+from sgdask.types import ImageResult, Term
 
 AGGREGATIONS = ("per_predicate", "pooled", "image")
+INT64_SAFE = 1 << 52  # lcm bound under which image-mode sums stay exact in int64
 
 
 @dataclass
@@ -44,126 +57,278 @@ class RationalSum:
         return self.total() / self.count if self.count else None
 
 
-def mean_of_terms(terms: dict[int, Term]) -> Term:
-    """(sum of num/den over the terms) / count, as one exact (numerator, denominator)."""
-    common = lcm(*(den for _, den in terms.values()))
-    total = sum(num * (common // den) for num, den in terms.values())
-    return (total, common * len(terms))
+class KeyedSums:
+    """Integer sums under integer keys, compacted (keys sorted and unique)."""
+
+    def __init__(self, n_keys: int, n_values: int, keys: np.ndarray | None = None,
+                 values: np.ndarray | None = None) -> None:
+        self.keys = np.empty((0, n_keys), np.int64) if keys is None else keys
+        self.values = np.empty((0, n_values), np.int64) if values is None else values
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def added(self, keys: np.ndarray, values: np.ndarray) -> KeyedSums:
+        """A new KeyedSums with the rows added (self unchanged)."""
+        return compacted(np.concatenate([self.keys, keys.astype(np.int64, copy=False)]),
+                         np.concatenate([self.values, values.astype(np.int64, copy=False)]))
+
+    def merged(self, other: KeyedSums) -> KeyedSums:
+        return self.added(other.keys, other.values)
+
+    def remapped(self, codes: np.ndarray) -> KeyedSums:
+        """Keys with column 0 (a metric code) translated through ``codes``."""
+        keys = self.keys.copy()
+        if len(keys):
+            keys[:, 0] = codes[keys[:, 0]]
+        return compacted(keys, self.values)
+
+    def rows(self, metric: int) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, values) of one metric code."""
+        sel = self.keys[:, 0] == metric
+        return self.keys[sel], self.values[sel]
 
 
-def _merge_sums(a: dict, b: dict) -> dict:
-    # fresh RationalSums on every key: the merge must not share (and later mutate) its inputs
-    empty = RationalSum()
-    return {key: a.get(key, empty).merged(b.get(key, empty)) for key in {**a, **b}}
+def compacted(keys: np.ndarray, values: np.ndarray) -> KeyedSums:
+    if len(keys) == 0:
+        return KeyedSums(keys.shape[1], values.shape[1], keys, values)
+    order = np.lexsort(keys.T[::-1])
+    keys, values = keys[order], values[order]
+    new = np.ones(len(keys), dtype=bool)
+    new[1:] = (keys[1:] != keys[:-1]).any(axis=1)
+    starts = np.flatnonzero(new)
+    return KeyedSums(keys.shape[1], values.shape[1], keys[starts],
+                     np.add.reduceat(values, starts, axis=0))
 
 
-def _merge_counts(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for key, value in b.items():
-        out[key] = out.get(key, 0) + value
-    return out
+def fraction_sum(dens: np.ndarray, nums: np.ndarray) -> Fraction:
+    """Σ num / den exactly (one Fraction per distinct denominator)."""
+    return sum((Fraction(int(n), int(d)) for d, n in zip(dens, nums, strict=True)),
+               Fraction(0))
 
 
-def _merge_pairs(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for key, (num, den) in b.items():
-        old = out.get(key, (0, 0))
-        out[key] = (old[0] + num, old[1] + den)
-    return out
+def image_mean_terms(image: np.ndarray, metric: np.ndarray, num: np.ndarray, den: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per (image, metric): the mean of num/den over its predicate rows, as one reduced
+    fraction. Returns (metric, numerator, denominator) per group."""
+    order = np.lexsort((metric, image))
+    image, metric, num, den = image[order], metric[order], num[order], den[order]
+    new = np.ones(len(image), dtype=bool)
+    new[1:] = (image[1:] != image[:-1]) | (metric[1:] != metric[:-1])
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, len(image)))
+    common = np.lcm.reduceat(den, starts)
+    if len(common) and (common.max() >= INT64_SAFE or (common <= 0).any()):
+        return exact_image_means(starts, counts, metric, num, den)
+    group = np.repeat(np.arange(len(starts)), counts)
+    total = np.add.reduceat(num * (common[group] // den), starts)
+    out_den = common * counts
+    g = np.gcd(total, out_den)
+    g[g == 0] = 1
+    return metric[starts], total // g, out_den // g
+
+
+def exact_image_means(starts: np.ndarray, counts: np.ndarray, metric: np.ndarray,
+                      num: np.ndarray, den: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The same with Python integers, for images whose denominators' lcm is huge."""
+    nums, dens = [], []
+    for s, c in zip(starts.tolist(), counts.tolist(), strict=True):
+        value = sum((Fraction(int(n), int(d)) for n, d in zip(num[s:s + c], den[s:s + c],
+                                                                strict=True)),
+                    Fraction(0)) / c
+        nums.append(value.numerator)
+        dens.append(value.denominator)
+    return metric[starts], np.array(nums, dtype=object), np.array(dens, dtype=object)
 
 
 @dataclass
 class Accumulator:
-    """State of a dataset evaluation: TorchMetrics-style update / merge / finalize.
+    """State of a dataset evaluation: TorchMetrics-style add / merge / finalize."""
 
-    - ``image_level[m]``: sum over images of the image's value of metric m;
-    - ``per_predicate[(m, p)]``: sum over images where p occurs of the image's value;
-    - ``pooled[(m, p)]``: (total numerator, total denominator), e.g. hits / GT count;
-    - ``image_mean[m]``: sum over images of the mean over the image's predicates;
-    - ``cells[m]``: sum over all defined (image, predicate) cells;
-    - ``pooled_totals[m]``: (total numerator, total denominator) of pooled metrics (A@k).
-    """
-
-    image_level: dict[str, RationalSum] = field(default_factory=dict)
-    per_predicate: dict[tuple[str, int], RationalSum] = field(default_factory=dict)
-    pooled: dict[tuple[str, int], Term] = field(default_factory=dict)
-    image_mean: dict[str, RationalSum] = field(default_factory=dict)
-    cells: dict[str, RationalSum] = field(default_factory=dict)
-    pooled_totals: dict[str, Term] = field(default_factory=dict)
-    gt_per_predicate: dict[int, int] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)
+    image_sums: KeyedSums = field(default_factory=lambda: KeyedSums(2, 2))
+    ratio_sums: KeyedSums = field(default_factory=lambda: KeyedSums(1, 2))
+    cell_sums: KeyedSums = field(default_factory=lambda: KeyedSums(3, 2))
+    cell_totals: KeyedSums = field(default_factory=lambda: KeyedSums(2, 2))
+    image_means: KeyedSums = field(default_factory=lambda: KeyedSums(2, 2))
+    big_image_means: dict[int, RationalSum] = field(default_factory=dict)
+    gt_counts: KeyedSums = field(default_factory=lambda: KeyedSums(1, 1))
     diagnostics: dict[str, int] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ adding terms
+
+    def code(self, name: str) -> int:
+        if name not in self.names:
+            self.names.append(name)
+        return self.names.index(name)
+
+    def add_blocks(self, blocks: list[Block]) -> None:
+        """Add term blocks (``sgdask.metrics.base.Block``) of many images."""
+        mean_parts: list[tuple[np.ndarray, ...]] = []
+        for b in blocks:
+            if len(b.num) == 0:
+                continue
+            code = self.code(b.name)
+            self.kinds[b.name] = b.kind
+            codes = np.full(len(b.num), code, dtype=np.int64)
+            ones = np.ones(len(b.num), dtype=np.int64)
+            if b.kind == IMAGE:
+                self.image_sums = self.image_sums.added(np.stack([codes, b.den], 1),
+                                                        np.stack([b.num, ones], 1))
+            elif b.kind == RATIO:
+                self.ratio_sums = self.ratio_sums.added(codes[:, None],
+                                                        np.stack([b.num, b.den], 1))
+            elif b.kind == MEAN:
+                assert b.predicate is not None
+                self.cell_sums = self.cell_sums.added(
+                    np.stack([codes, b.predicate, b.den], 1), np.stack([b.num, ones], 1))
+                self.cell_totals = self.cell_totals.added(
+                    np.stack([codes, b.predicate], 1), np.stack([b.num, b.den], 1))
+                mean_parts.append((b.image, codes, b.num, b.den))
+        if mean_parts:
+            self.add_image_means(*(np.concatenate(c) for c in zip(*mean_parts, strict=True)))
+
+    def add_image_means(self, image: np.ndarray, metric: np.ndarray, num: np.ndarray,
+                        den: np.ndarray) -> None:
+        codes, nums, dens = image_mean_terms(image.astype(np.int64), metric,
+                                             num.astype(np.int64), den.astype(np.int64))
+        if nums.dtype == object:  # exact fallback: Python integers
+            for c, n, d in zip(codes.tolist(), nums, dens, strict=True):
+                self.big_image_means.setdefault(c, RationalSum()).add((n, d))
+            return
+        self.image_means = self.image_means.added(
+            np.stack([codes, dens], 1), np.stack([nums, np.ones(len(nums), np.int64)], 1))
+
+    def add_counts(self, gt_predicates: np.ndarray, diagnostics: dict[str, int]) -> None:
+        values, counts = np.unique(np.asarray(gt_predicates, dtype=np.int64),
+                                   return_counts=True)
+        self.gt_counts = self.gt_counts.added(values[:, None], counts[:, None])
+        for key, value in diagnostics.items():
+            self.diagnostics[key] = self.diagnostics.get(key, 0) + int(value)
 
     def update(self, result: ImageResult) -> None:
-        """Add one image's terms."""
-        for name, term in result.scalars.items():
-            self.image_level.setdefault(name, RationalSum()).add(term)
-        for name, terms in result.per_predicate.items():
-            if not terms:
-                continue
-            self.image_mean.setdefault(name, RationalSum()).add(mean_of_terms(terms))
-            cells = self.cells.setdefault(name, RationalSum())
-            for p, term in terms.items():
-                self.per_predicate.setdefault((name, p), RationalSum()).add(term)
-                cells.add(term)
-                old = self.pooled.get((name, p), (0, 0))
-                self.pooled[(name, p)] = (old[0] + term[0], old[1] + term[1])
-        for name, (num, den) in result.pooled.items():
-            old = self.pooled_totals.get(name, (0, 0))
-            self.pooled_totals[name] = (old[0] + num, old[1] + den)
-        for p, n in result.gt_per_predicate.items():
-            self.gt_per_predicate[p] = self.gt_per_predicate.get(p, 0) + n
-        counts = {**result.diagnostics, "images": 1, "images_missing": int(result.missing)}
-        for key, value in counts.items():
-            self.diagnostics[key] = self.diagnostics.get(key, 0) + value
+        """Add one image's terms (the plain path; the pipeline adds whole partitions)."""
+        blocks = [Block(name, IMAGE, np.zeros(1, np.int64), np.array([num]), np.array([den]))
+                  for name, (num, den) in result.image_terms.items()]
+        blocks += [Block(name, RATIO, np.zeros(1, np.int64), np.array([num]), np.array([den]))
+                   for name, (num, den) in result.ratio_terms.items()]
+        for name, terms in result.predicate_terms.items():
+            if terms:
+                preds = np.array(list(terms), dtype=np.int64)
+                nums, dens = (np.array([t[i] for t in terms.values()], dtype=np.int64)
+                              for i in (0, 1))
+                blocks.append(Block(name, MEAN, np.zeros(len(preds), np.int64), nums, dens,
+                                    preds))
+        self.add_blocks(blocks)
+        predicates = np.repeat(np.array(list(result.gt_per_predicate), dtype=np.int64),
+                               list(result.gt_per_predicate.values()))
+        self.add_counts(predicates, {**result.diagnostics, "images": 1,
+                                     "images_missing": int(result.missing)})
+
+    # ------------------------------------------------------------------ merging
 
     def merged(self, other: Accumulator) -> Accumulator:
         """A new accumulator holding both (associative, commutative, exact)."""
+        names = list(dict.fromkeys([*self.names, *other.names]))
+        mine = np.array([names.index(n) for n in self.names] or [0], dtype=np.int64)
+        theirs = np.array([names.index(n) for n in other.names] or [0], dtype=np.int64)
+
+        def both(a: KeyedSums, b: KeyedSums) -> KeyedSums:
+            return a.remapped(mine).merged(b.remapped(theirs))
+
+        big: dict[int, RationalSum] = {}
+        for codes, source in ((mine, self.big_image_means), (theirs, other.big_image_means)):
+            for code, value in source.items():
+                key = int(codes[code])
+                big[key] = big.get(key, RationalSum()).merged(value)
+        diagnostics = dict(self.diagnostics)
+        for key, value in other.diagnostics.items():
+            diagnostics[key] = diagnostics.get(key, 0) + value
         return Accumulator(
-            image_level=_merge_sums(self.image_level, other.image_level),
-            per_predicate=_merge_sums(self.per_predicate, other.per_predicate),
-            pooled=_merge_pairs(self.pooled, other.pooled),
-            image_mean=_merge_sums(self.image_mean, other.image_mean),
-            cells=_merge_sums(self.cells, other.cells),
-            pooled_totals=_merge_pairs(self.pooled_totals, other.pooled_totals),
-            gt_per_predicate=_merge_counts(self.gt_per_predicate, other.gt_per_predicate),
-            diagnostics=_merge_counts(self.diagnostics, other.diagnostics),
-        )
+            names, both(self.image_sums, other.image_sums),
+            both(self.ratio_sums, other.ratio_sums), both(self.cell_sums, other.cell_sums),
+            both(self.cell_totals, other.cell_totals), both(self.image_means, other.image_means),
+            big, self.gt_counts.merged(other.gt_counts), diagnostics,
+            {**self.kinds, **other.kinds})
+
+    # ------------------------------------------------------------------ finalizing
+
+    @property
+    def gt_per_predicate(self) -> dict[int, int]:
+        return {int(k[0]): int(v[0]) for k, v in zip(self.gt_counts.keys,
+                                                     self.gt_counts.values, strict=True)}
+
+    def names_of(self, kind: str) -> list[str]:
+        from sgdask.metrics import sort_key
+
+        return sorted((n for n in self.names if self.kinds.get(n) == kind), key=sort_key)
+
+    def image_metric_names(self) -> list[str]:
+        return self.names_of(IMAGE)
+
+    def mean_metric_names(self) -> list[str]:
+        return self.names_of(MEAN)
+
+    def ratio_metric_names(self) -> list[str]:
+        return self.names_of(RATIO)
+
+    def image_value(self, name: str) -> Fraction | None:
+        """Mean over images of an image-level metric."""
+        if name not in self.names:
+            return None
+        keys, values = self.image_sums.rows(self.names.index(name))
+        count = int(values[:, 1].sum())
+        return fraction_sum(keys[:, 1], values[:, 0]) / count if count else None
+
+    def image_count(self, name: str) -> int:
+        """Images with a value of an image-level metric."""
+        if name not in self.names:
+            return 0
+        return int(self.image_sums.rows(self.names.index(name))[1][:, 1].sum())
+
+    def ratio_value(self, name: str) -> Fraction | None:
+        """Total numerator / total denominator of a ratio metric."""
+        if name not in self.names:
+            return None
+        _, values = self.ratio_sums.rows(self.names.index(name))
+        den = int(values[:, 1].sum())
+        return Fraction(int(values[:, 0].sum()), den) if den else None
 
     def predicate_values(self, name: str, aggregation: str) -> dict[int, Fraction]:
         """Per-predicate value of mean metric ``name`` (predicates with a defined value):
         pooled ratios under ``pooled``, else per-predicate means over images (``image``
         mode has no per-predicate value of its own and shows these)."""
+        if name not in self.names:
+            return {}
+        code = self.names.index(name)
         if aggregation == "pooled":
-            return {p: Fraction(num, den) for (m, p), (num, den) in self.pooled.items()
-                    if m == name and den}
-        return {p: s.mean() for (m, p), s in self.per_predicate.items() if m == name}
+            keys, values = self.cell_totals.rows(code)
+            return {int(k[1]): Fraction(int(v[0]), int(v[1]))
+                    for k, v in zip(keys, values, strict=True) if v[1]}
+        keys, values = self.cell_sums.rows(code)
+        out = {}
+        for p in np.unique(keys[:, 1]).tolist():
+            sel = keys[:, 1] == p
+            out[p] = fraction_sum(keys[sel, 2], values[sel, 0]) / int(values[sel, 1].sum())
+        return out
 
     def mean_metric(self, name: str, aggregation: str, over_cells: bool) -> Fraction | None:
         """Dataset value of a mean metric under an aggregation mode (SPEC section 7)."""
+        if name not in self.names:
+            return None
+        code = self.names.index(name)
         if over_cells:
-            return self.cells[name].mean() if name in self.cells else None
+            keys, values = self.cell_sums.rows(code)
+            count = int(values[:, 1].sum())
+            return fraction_sum(keys[:, 2], values[:, 0]) / count if count else None
         if aggregation == "image":
-            return self.image_mean[name].mean() if name in self.image_mean else None
+            keys, values = self.image_means.rows(code)
+            total = RationalSum({}, int(values[:, 1].sum()))
+            for d, n in zip(keys[:, 1].tolist(), values[:, 0].tolist(), strict=True):
+                total.by_denominator[d] = total.by_denominator.get(d, 0) + n
+            total = total.merged(self.big_image_means.get(code, RationalSum()))
+            return total.mean()
         values = self.predicate_values(name, aggregation)
         return sum(values.values(), Fraction(0)) / len(values) if values else None
-
-    def mean_metric_names(self) -> list[str]:
-        return sorted({m for m, _ in self.per_predicate}, key=metric_sort_key)
-
-    def image_metric_names(self) -> list[str]:
-        return sorted(self.image_level, key=metric_sort_key)
-
-
-def metric_sort_key(name: str) -> tuple:
-    """Report order: family, then absolute k ascending, then relative k ascending."""
-    family, _, k = name.partition("@")
-    families = ["R", "mR", "ngR", "mNgR", "PR", "zR", "mzR", "IMR", "wIMR", "A",
-                "InstR", "PRank"]
-    fam = families.index(family) if family in families else len(families)
-    if not k:
-        return (fam, 0, Fraction(0), name)
-    if k == "inf":
-        return (fam, 3, Fraction(0), name)
-    if k.startswith("x"):
-        return (fam, 2, Fraction(k[1:]), name)
-    return (fam, 1, Fraction(k), name)

@@ -17,12 +17,14 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from sgdask.cluster import Local
 from sgdask.errors import SgdaskError
 from sgdask.io.archive import ArchiveLimits, limits_help
 from sgdask.kernels.selection import DEFAULT_KS
+from sgdask.metrics import RANK_BY, board_columns, format_value, units_note
 from sgdask.pipeline import DEFAULT_PARTITION_SIZE
 from sgdask.protocols import DEFAULT_PROTOCOL
-from sgdask.report import Report, fmt_metric
+from sgdask.report import Report
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Distributed evaluation of scene graph generation models.")
@@ -41,16 +43,25 @@ Scheduler = Annotated[str | None, typer.Option(
     help="address of an existing Dask scheduler (default: an in-process LocalCluster)")]
 InProcess = Annotated[bool, typer.Option(
     "--in-process", help="convert in this process, without Dask (small inputs)")]
+Workers = Annotated[int | None, typer.Option(
+    "--workers", min=1, help="workers of the local Dask cluster (default: the cores this "
+    "process may use)")]
+CacheDir = Annotated[str | None, typer.Option(
+    "--cache-dir", help="where GT stores ingested from psg.json are cached "
+    "(default: $XDG_CACHE_HOME/sgdask, i.e. ~/.cache/sgdask)")]
 Limits = Annotated[list[str] | None, typer.Option(
     "--limit", help="raise a limit on untrusted input, NAME=VALUE (repeatable; sizes in bytes "
     f"or e.g. 4GiB); defaults: {limits_help()}")]
 
 
-def cluster_choice(scheduler: str | None, in_process: bool) -> str | None:
-    """What conversion runs on: nothing (in process), a scheduler, or a LocalCluster."""
+def cluster_choice(scheduler: str | None, in_process: bool = False,
+                   workers: int | None = None) -> str | Local | None:
+    """What work runs on: nothing (in process), a scheduler, or a LocalCluster."""
     if in_process:
         return None
-    return scheduler or "local"
+    if scheduler and workers:
+        raise SgdaskError("--workers: only for the local cluster (not with --scheduler)")
+    return scheduler or Local(workers)
 
 
 def parse_value(text: str) -> Any:
@@ -95,7 +106,7 @@ def print_report(report: Report, console: Console = out_console) -> None:
     title = (f"protocol {report.protocol['name']} v{report.protocol['version']} · "
              f"aggregation {report.aggregation} · "
              f"{report.diagnostics.get('evaluated_images', 0)} images")
-    table = Table(title=title, caption="recalls in %, PRank = mean 0-based rank (lower is better)")
+    table = Table(title=title, caption=units_note())
     for i, name in enumerate(header):
         table.add_column(name, justify="left" if i == 0 else "right")
     for row in rows:
@@ -152,16 +163,18 @@ def synth(out: Annotated[Path, typer.Argument(help="directory to write the datas
 def ingest_gt_cmd(psg_json: Annotated[str, typer.Argument(help="psg.json (path or URL)")],
                   out: Annotated[str, typer.Option("--out", help="store URL to create")],
                   masks: Annotated[str | None, typer.Option(
-                      "--masks", help="directory of panoptic PNGs (omit for box-only GT)")] = None,
+                      "--masks", "--gt-masks",
+                      help="directory of panoptic PNGs (omit for box-only GT)")] = None,
                   storage_option: StorageOpt = None, overwrite: Overwrite = False,
-                  scheduler: Scheduler = None, in_process: InProcess = False) -> None:
+                  scheduler: Scheduler = None, in_process: InProcess = False,
+                  workers: Workers = None) -> None:
     """Convert OpenPSG ground truth into a GT store (Parquet + Zarr)."""
     from sgdask.io.ingest import ingest_gt
 
     with progress_bar("ingesting GT images", None) as advance:
         manifest = ingest_gt(psg_json, out, masks, storage_options(storage_option),
                              overwrite=overwrite, progress=advance,
-                             cluster=cluster_choice(scheduler, in_process))
+                             cluster=cluster_choice(scheduler, in_process, workers))
     out_console.print(f"GT store {out}: {manifest['n_images']} test images, "
                       f"{manifest['instances']}, {manifest['content_hash']}")
 
@@ -173,7 +186,7 @@ def convert(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP"
                 help="GT store to validate ids, sizes and classes against")] = None,
             storage_option: StorageOpt = None, overwrite: Overwrite = False,
             scheduler: Scheduler = None, in_process: InProcess = False,
-            limit: Limits = None,
+            workers: Workers = None, limit: Limits = None,
             from_scores: Annotated[str | None, typer.Option(
                 "--from-scores", help="derive the triplet lists from per-pair predicate "
                 "scores (Parquet or NPZ, see schemas/scores.md)")] = None) -> None:
@@ -186,7 +199,7 @@ def convert(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP"
     with progress_bar("converting images", None) as advance:
         manifest = convert_submission(submission, out, gt, storage_options(storage_option),
                                       overwrite=overwrite, progress=advance,
-                                      cluster=cluster_choice(scheduler, in_process),
+                                      cluster=cluster_choice(scheduler, in_process, workers),
                                       limits=limits, from_scores=from_scores)
     out_console.print(f"submission store {out}: {manifest['n_images']} images, "
                       f"{manifest['instances']}, {manifest['content_hash']}")
@@ -235,8 +248,18 @@ def stats(psg_json: Annotated[str, typer.Argument(help="psg.json (path or URL)")
 
 
 @app.command()
-def evaluate(gt: Annotated[str, typer.Option("--gt", help="GT store URL")],
-             pred: Annotated[str, typer.Option("--pred", help="submission store URL")],
+def evaluate(gt: Annotated[str, typer.Option(
+                 "--gt", help="GT store URL, or psg.json (ingested once, then cached)")],
+             pred: Annotated[str, typer.Option(
+                 "--pred", help="submission store URL, or an SGBench ZIP or JSON file "
+                 "(decoded and checked on the cluster as it is scored)")],
+             gt_masks: Annotated[str | None, typer.Option(
+                 "--gt-masks", "--masks", help="with --gt psg.json: the panoptic PNGs "
+                 "(omit for box-only GT)")] = None,
+             keep_store: Annotated[str | None, typer.Option(
+                 "--keep-store", help="with a submission file: also keep it converted, "
+                 "as a submission store at this URL")] = None,
+             cache_dir: CacheDir = None,
              protocol: Annotated[str, typer.Option(
                  help="singlempo, sgbench, multimpo, or several: singlempo,multimpo")]
              = DEFAULT_PROTOCOL,
@@ -247,7 +270,7 @@ def evaluate(gt: Annotated[str, typer.Option("--gt", help="GT store URL")],
              partition_size: Annotated[int | None, typer.Option(
                  help="images per Dask task (default: one task per GT store part)")]
              = DEFAULT_PARTITION_SIZE,
-             scheduler: Scheduler = None,
+             scheduler: Scheduler = None, workers: Workers = None,
              out: Annotated[str | None, typer.Option(
                  help="directory for metrics.json, per_predicate/per_image.parquet, "
                  "report.md, report.html")] = None,
@@ -262,17 +285,23 @@ def evaluate(gt: Annotated[str, typer.Option("--gt", help="GT store URL")],
                  "--match-labels/--no-match-labels",
                  help="match predictions only to GT instances of the same category "
                  "(SPEC section 4; recorded in the report)")] = True,
-             storage_option: StorageOpt = None) -> None:
-    """Score a submission store against a GT store on a Dask cluster and print the table."""
+             limit: Limits = None, storage_option: StorageOpt = None) -> None:
+    """Score a submission (store or file) against the GT (store or psg.json) on a Dask
+    cluster and print the table."""
+    from sgdask.cluster import dask_client
     from sgdask.pipeline import evaluate_protocols
     from sgdask.report.writers import write_reports
 
     options = storage_options(storage_option)
     start = time.perf_counter()
-    reports = evaluate_protocols(gt, pred, protocol, k, aggregation, partition_size,
-                                 scheduler=scheduler, storage_options=options, progress=True,
-                                 stats=stats, legacy=legacy_metrics, tau=tau,
-                                 match_labels=match_labels)
+    with dask_client(None, cluster_choice(scheduler, False, workers)) as client:
+        gt_store = gt_store_of(gt, gt_masks, cache_dir, options, client)
+        reports = evaluate_protocols(gt_store, pred, protocol, k, aggregation, partition_size,
+                                     client=client, storage_options=options, progress=True,
+                                     stats=stats, legacy=legacy_metrics, tau=tau,
+                                     match_labels=match_labels,
+                                     limits=ArchiveLimits.from_pairs(limit),
+                                     keep_store=keep_store)
     for report in reports.values():
         print_report(report)
     if len(reports) > 1:
@@ -283,10 +312,25 @@ def evaluate(gt: Annotated[str, typer.Option("--gt", help="GT store URL")],
             err_console.print(f"wrote {path}")
 
 
+def gt_store_of(gt: str, masks: str | None, cache_dir: str | None, options: Any,
+                client: Any) -> str:
+    """The GT store to evaluate against: ``gt`` itself, or the cached store of a psg.json."""
+    from sgdask.io.gtcache import cached_gt_store
+    from sgdask.io.sources import is_store
+
+    if is_store(gt, options):
+        if masks:
+            raise SgdaskError(f"--gt-masks: {gt} is a GT store already (masks come with it)")
+        return gt
+    with progress_bar("ingesting GT images (cached for the next run)", None) as advance:
+        return cached_gt_store(gt, masks, cache_dir, options, client, advance,
+                               log=err_console.print)
+
+
 @app.command("evaluate-many")
 def evaluate_many_cmd(manifest: Annotated[str, typer.Argument(
                           help="YAML/JSON manifest: gt, submissions, out, cache, options")],
-                      scheduler: Scheduler = None,
+                      scheduler: Scheduler = None, workers: Workers = None,
                       dry_run: Annotated[bool, typer.Option(
                           "--dry-run", help="list what would be evaluated, then stop")] = False,
                       storage_option: StorageOpt = None) -> None:
@@ -294,20 +338,20 @@ def evaluate_many_cmd(manifest: Annotated[str, typer.Argument(
     from sgdask.batch.many import load_manifest, run_many, summary_rows
 
     job = load_manifest(manifest, storage_options(storage_option))
-    outcome = run_many(job, scheduler=scheduler, progress=True, dry_run=dry_run,
+    outcome = run_many(job, scheduler=cluster_choice(scheduler, False, workers),
+                       progress=True, dry_run=dry_run,
                        log=err_console.print)
     rows = summary_rows(outcome.reports)
     if rows:
         table = Table(title=f"{len(outcome.reports)} submissions "
                       f"({len(outcome.cached)} cached, {len(outcome.evaluated)} evaluated)")
-        columns = [c for c in ("mR@20", "mR@50", "mR@100", "R@50", "mNgR@50", "PRank")
-                   if any(c in r for r in rows)]
+        columns = [c for c in board_columns() if any(c in r for r in rows)]
         for name in ("submission", "protocol", *columns):
             table.add_column(name, justify="left" if name in ("submission", "protocol")
                              else "right")
         for r in rows:
             table.add_row(r["submission"], r["protocol"],
-                          *[fmt_metric(c, r.get(c)) for c in columns])
+                          *[format_value(c, r.get(c)) for c in columns])
         out_console.print(table)
 
 
@@ -319,13 +363,13 @@ def submit(submission: Annotated[str, typer.Argument(help="SGBench ZIP or JSON")
            approved: Annotated[bool, typer.Option(help="show on the approved board")] = False,
            paper: Annotated[str | None, typer.Option(help="paper link")] = None,
            scheduler: Scheduler = None, in_process: InProcess = False,
-           storage_option: StorageOpt = None) -> None:
+           workers: Workers = None, storage_option: StorageOpt = None) -> None:
     """Validate, convert and register a submission."""
     from sgdask.batch.registry import submit as register
 
     entry = register(submission, registry, gt, name, approved, paper,
                      storage_options(storage_option),
-                     cluster=cluster_choice(scheduler, in_process))
+                     cluster=cluster_choice(scheduler, in_process, workers))
     out_console.print(f"registered {entry.submission_id}: {entry.name} "
                       f"({'approved' if entry.approved else 'not approved'}) -> {entry.url}")
 
@@ -334,7 +378,7 @@ def submit(submission: Annotated[str, typer.Argument(help="SGBench ZIP or JSON")
 def rerank(registry: Annotated[str, typer.Option(help="registry URL")],
            gt: Annotated[str, typer.Option(help="GT store URL")],
            out: Annotated[str, typer.Option(help="leaderboard URL (publishes here)")],
-           scheduler: Scheduler = None,
+           scheduler: Scheduler = None, workers: Workers = None,
            dry_run: Annotated[bool, typer.Option(
                "--dry-run", help="list what would be evaluated, then stop")] = False,
            stale_lock_after: Annotated[float, typer.Option(
@@ -350,14 +394,15 @@ def rerank(registry: Annotated[str, typer.Option(help="registry URL")],
 
     try:
         outcome = run_rerank(registry, gt, out, storage_options=storage_options(storage_option),
-                             scheduler=scheduler, dry_run=dry_run, progress=True,
+                             scheduler=cluster_choice(scheduler, False, workers),
+                             dry_run=dry_run, progress=True,
                              log=err_console.print, stale_after=stale_lock_after)
     except LockHeld as err:
         print(f"sgdask: {err}", file=sys.stderr)
         sys.exit(EXIT_LOCKED)
     for row in outcome.board:
-        out_console.print(f"{row['rank']:3d}. {row['name']}  mR@50 "
-                          f"{fmt_metric('mR@50', row['metrics'].get('mR@50'))}")
+        out_console.print(f"{row['rank']:3d}. {row['name']}  {RANK_BY} "
+                          f"{format_value(RANK_BY, row['metrics'].get(RANK_BY))}")
 
 
 def quiet_dask_logs() -> None:

@@ -1,10 +1,20 @@
-"""Where Dask work runs: a given client, an existing scheduler, or an in-process LocalCluster."""
+"""Where Dask work runs: a given client, an existing scheduler, or an in-process LocalCluster.
+
+The LocalCluster uses the cores this process may use (CPU affinity and the cgroup CPU
+quota, not the host's count), or ``--workers N``. Its workers are threads of this process
+by default: the kernels are compiled with numba and release the GIL, as do the
+decompressors, pyarrow and zarr, so threads run in parallel without starting (and
+importing sgdask into) worker processes (``README``: Speed, start-up).
+"""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from distributed import Client, LocalCluster, as_completed
@@ -12,16 +22,69 @@ from distributed import Client, LocalCluster, as_completed
 from sgdask.errors import SgdaskError
 
 LOCAL = "local"
-ClusterSpec = Client | str | None
+LOCAL_PROCESSES = False  # threads (see the module docstring); processes=True for isolation
+
+
+@dataclass(frozen=True)
+class Local:
+    """An in-process LocalCluster: ``workers`` (default: the usable cores) threads or
+    processes."""
+
+    workers: int | None = None
+    processes: bool = LOCAL_PROCESSES
+
+
+ClusterSpec = Client | str | Local | None
+
+
+def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The CPU quota of this process's cgroup in cores (v2 ``cpu.max`` or v1 CFS), or None."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return quota / period if quota > 0 and period > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cores() -> int:
+    """Cores this process may use: its CPU affinity, capped by the cgroup quota."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    limit = cgroup_cpu_limit()
+    if limit is not None:
+        cores = min(cores, max(1, math.ceil(limit)))
+    return max(1, cores)
 
 
 @contextmanager
-def dask_client(client: Client | None = None, scheduler: str | None = None
+def local_cluster(spec: Local) -> Iterator[Client]:
+    workers = spec.workers or usable_cores()
+    if workers < 1:
+        raise SgdaskError(f"--workers: {workers} must be at least 1")
+    if spec.processes:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=":0")
+    else:
+        cluster = LocalCluster(n_workers=1, threads_per_worker=workers, processes=False,
+                               dashboard_address=":0")
+    with cluster, Client(cluster) as client:
+        yield client
+
+
+@contextmanager
+def dask_client(client: Client | None = None, scheduler: str | Local | None = None
                 ) -> Iterator[Client]:
-    """The given client, a client of ``scheduler``, or an in-process LocalCluster."""
+    """The given client, a client of ``scheduler`` (an address, or ``Local(...)``), or an
+    in-process LocalCluster on the usable cores."""
     if client is not None:
         yield client
-    elif scheduler and scheduler != LOCAL:
+    elif isinstance(scheduler, str) and scheduler != LOCAL:
         try:
             connected = Client(scheduler, timeout="20s")
         except OSError as err:
@@ -29,9 +92,7 @@ def dask_client(client: Client | None = None, scheduler: str | None = None
         with connected:
             yield connected
     else:
-        workers = max(1, min(2, os.cpu_count() or 1))
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                          dashboard_address=":0") as cluster, Client(cluster) as local:
+        with local_cluster(scheduler if isinstance(scheduler, Local) else Local()) as local:
             yield local
 
 
@@ -39,9 +100,9 @@ def map_tasks(func: Callable[..., Any], args: Sequence[tuple], cluster: ClusterS
               progress: Callable[[Any], None] | None = None) -> list[Any]:
     """``[func(*a) for a in args]``, on the cluster when one is given (one task per item).
 
-    ``cluster``: None runs in this process; a Client, a scheduler address or ``"local"``
-    runs one Dask task per item. ``progress`` is called with each result as it arrives.
-    Results come back in the order of ``args``.
+    ``cluster``: None runs in this process; a Client, a scheduler address, ``"local"`` or
+    ``Local(...)`` runs one Dask task per item. ``progress`` is called with each result as
+    it arrives. Results come back in the order of ``args``.
     """
     if cluster is None:
         results = []
@@ -51,7 +112,7 @@ def map_tasks(func: Callable[..., Any], args: Sequence[tuple], cluster: ClusterS
                 progress(results[-1])
         return results
     given = cluster if isinstance(cluster, Client) else None
-    address = cluster if isinstance(cluster, str) else None
+    address = None if isinstance(cluster, Client) else cluster
     with dask_client(given, address) as client:
         futures = [client.submit(func, *a, pure=False) for a in args]
         index = {f.key: i for i, f in enumerate(futures)}

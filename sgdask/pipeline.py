@@ -1,7 +1,11 @@
-"""The Dask bag graph: partitions -> read -> per-image kernels -> accumulators -> fold -> report.
+"""The Dask bag graph: partitions -> read -> per-image kernels -> terms -> fold -> report.
 
 This module only wires: reading is ``sgdask.io``, computing is ``sgdask.kernels`` and
-``sgdask.accum``, presenting is ``sgdask.report``.
+``sgdask.metrics``, summing is ``sgdask.accum``, presenting is ``sgdask.report``.
+
+A submission is a converted store or the submission file itself: a task reads its GT
+partition once, loads (or decodes) every submission's predictions for it and scores every
+protocol on it, so many models cost one pass over the GT.
 """
 
 from __future__ import annotations
@@ -10,33 +14,44 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dask.bag as db
+import numpy as np
 import pyarrow as pa
 from distributed import Client, as_completed, futures_of
 
 from sgdask.accum import AGGREGATIONS, Accumulator
 from sgdask.cluster import dask_client
 from sgdask.errors import InputError, InstanceMismatch, SgdaskError
+from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, join
-from sgdask.io.partition import load_gt_images, pred_loaders
+from sgdask.io.partition import load_gt_images
+from sgdask.io.sources import FileInput, FileSlice, StoreInput, StoreSlice, open_input
 from sgdask.io.stats import STATS_FILE, composition_counts, read_stats, zero_shot_from
 from sgdask.io.store import StoreReader
-from sgdask.kernels.image import ImageResult, ZeroShot, evaluate_image, missing_image_result
+from sgdask.io.validate import GTInfo
+from sgdask.kernels.image import image_hits, missing_image_hits
 from sgdask.kernels.selection import DEFAULT_KS, KSpec, parse_ks
+from sgdask.metrics import FAMILIES
+from sgdask.metrics.base import IMAGE, Block, Context, Family
+from sgdask.metrics.terms import batch_blocks, inputs_of, with_zero_shot
 from sgdask.protocols import DEFAULT_PROTOCOL, Protocol, get_protocols
 from sgdask.report import EvalSettings, Report, build_report
-from sgdask.types import ImageGT, ImagePred
+from sgdask.types import ImageGT, ImageHits, ImagePred, ZeroShot
 
 DEFAULT_PARTITION_SIZE: int | None = None  # one task per GT store part
+
+PredSlice = StoreSlice | FileSlice
 
 
 @dataclass(frozen=True)
 class Submission:
-    """A submission store to score and the protocols to score it under."""
+    """A submission to score and the protocols to score it under; ``keep_store``: also
+    write the decoded submission file as a store there."""
 
     name: str
     url: str
     protocols: tuple[Protocol, ...]
     with_ng: bool = True
+    keep_store: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,21 +65,15 @@ class Job:
     zero_shot: ZeroShot | None = None
     legacy: bool = False
     match_labels: bool = True
-
-
-@dataclass(frozen=True)
-class PredSlice:
-    """Where one submission's images of a partition live."""
-
-    parts: tuple[str, ...]
-    ids: tuple[str, ...]
+    families: tuple[Family, ...] = ()
 
 
 @dataclass(frozen=True)
 class PartitionSpec:
     """The GT images one task evaluates, the GT parts that hold them, and per submission
-    the parts holding its predictions for them."""
+    where its predictions for them are."""
 
+    index: int
     image_ids: tuple[str, ...]
     gt_parts: tuple[str, ...]
     preds: tuple[PredSlice, ...]
@@ -75,66 +84,106 @@ Key = tuple[str, str]  # (submission name, protocol name)
 
 @dataclass
 class PartitionResult:
-    """Per (submission, protocol): an accumulator and per-image rows; the GT parts read.
+    """Per (submission, protocol): an accumulator and per-image rows; the GT parts read;
+    the store parts written (``keep_store``).
 
-    Merging is associative (accumulators merge exactly; rows and parts concatenate).
+    Merging is associative (accumulators merge exactly; rows and lists concatenate).
     """
 
     accumulators: dict[Key, Accumulator] = field(default_factory=dict)
     images: dict[Key, list[dict[str, Any]]] = field(default_factory=dict)
     gt_parts_read: list[str] = field(default_factory=list)
+    parts_written: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
-    def add(self, key: Key, result: ImageResult) -> None:
-        self.accumulators.setdefault(key, Accumulator()).update(result)
-        self.images.setdefault(key, []).append(image_row(result))
+    def add(self, key: Key, hits: list[ImageHits], blocks: list[Block]) -> None:
+        """Add the hits of a partition's images and their term blocks."""
+        acc = self.accumulators.setdefault(key, Accumulator())
+        acc.add_blocks(blocks)
+        acc.add_counts(np.concatenate([h.predicates for h in hits]),
+                       image_diagnostics(hits))
+        self.images.setdefault(key, []).extend(image_rows(hits, blocks))
 
     def merged(self, other: PartitionResult) -> PartitionResult:
         keys = list(dict.fromkeys([*self.accumulators, *other.accumulators]))
         empty = Accumulator()
+        written = {name: self.parts_written.get(name, []) + other.parts_written.get(name, [])
+                   for name in {**self.parts_written, **other.parts_written}}
         return PartitionResult(
             {k: self.accumulators.get(k, empty).merged(other.accumulators.get(k, empty))
              for k in keys},
             {k: self.images.get(k, []) + other.images.get(k, []) for k in keys},
-            self.gt_parts_read + other.gt_parts_read)
+            self.gt_parts_read + other.gt_parts_read, written)
 
 
-def image_row(result: ImageResult) -> dict[str, Any]:
-    """One row of the per-image table."""
-    row: dict[str, Any] = {"image_id": result.image_id, "missing": result.missing,
-                           "gt_triplets": result.n_gt_triplets}
-    row.update({name: num / den if den else None
-                for name, (num, den) in result.scalars.items()})
-    row.update(result.diagnostics)
-    return row
+def image_diagnostics(hits: list[ImageHits]) -> dict[str, int]:
+    """Diagnostics summed over images, with the image counts."""
+    out = {"images": len(hits), "images_missing": sum(h.missing for h in hits)}
+    for h in hits:
+        for name, value in h.diagnostics.items():
+            out[name] = out.get(name, 0) + value
+    return out
+
+
+def image_rows(hits: list[ImageHits], blocks: list[Block]) -> list[dict[str, Any]]:
+    """Rows of the per-image table: image-level values and diagnostics."""
+    rows: list[dict[str, Any]] = [{"image_id": h.image_id, "missing": h.missing,
+                                   "gt_triplets": h.n_gt_triplets} for h in hits]
+    for block in blocks:
+        if block.kind != IMAGE:
+            continue
+        values = np.divide(block.num, block.den, out=np.full(len(block.num), np.nan),
+                           where=block.den > 0)
+        for i, value in zip(block.image.tolist(), values.tolist(), strict=True):
+            rows[i][block.name] = None if value != value else value
+    for row, h in zip(rows, hits, strict=True):
+        row.update(h.diagnostics)
+    return rows
 
 
 def score_partition(spec: PartitionSpec, job: Job) -> PartitionResult:
     """Read one GT partition once and score every submission and protocol on it."""
     gt_reader = StoreReader(job.gt_url, job.storage_options)
-    loaders = [pred_loaders(StoreReader(sub.url, job.storage_options), list(sl.parts),
-                            list(sl.ids))
-               for sub, sl in zip(job.submissions, spec.preds, strict=True)]
+    gts = list(load_gt_images(gt_reader, list(spec.gt_parts), list(spec.image_ids)))
     out = PartitionResult(gt_parts_read=list(spec.gt_parts))
-    for gt in load_gt_images(gt_reader, list(spec.gt_parts), list(spec.image_ids)):
-        for sub, preds in zip(job.submissions, loaders, strict=True):
-            pred = preds[gt.image_id]() if gt.image_id in preds else None
-            for protocol in sub.protocols:
-                out.add((sub.name, protocol.name),
-                        score_image_under(gt, pred, protocol, sub, job))
+    for sub, pred_slice in zip(job.submissions, spec.preds, strict=True):
+        preds = predictions(sub, pred_slice, spec.index, job.storage_options, out)
+        shared: list[dict] = [{} for _ in gts]
+        for protocol in sub.protocols:
+            hits = [hits_under(gt, preds.get(gt.image_id), protocol, sub, job, cache)
+                    for gt, cache in zip(gts, shared, strict=True)]
+            inputs = inputs_of(protocol, sub.with_ng, job.zero_shot is not None, job.legacy)
+            out.add((sub.name, protocol.name), hits,
+                    batch_blocks(hits, Context(job.ks), protocol, inputs, job.families))
     return out
 
 
-def score_image_under(gt: ImageGT, pred: ImagePred | None, protocol: Protocol,
-                      sub: Submission, job: Job) -> ImageResult:
-    """One image's terms under one protocol (the masks are read once for all protocols)."""
+def predictions(sub: Submission, pred_slice: PredSlice, index: int,
+                options: StorageOptions | None, out: PartitionResult) -> dict[str, ImagePred]:
+    """A partition's predictions; a decoded submission file is also written as a store
+    part when the submission asks to keep its store."""
+    if sub.keep_store is None or not isinstance(pred_slice, FileSlice):
+        return pred_slice.load(options)
+    from sgdask.io.ingest import write_decoded_part
+
+    decoded = pred_slice.decode(options)
+    if decoded:
+        info = write_decoded_part(sub.keep_store, options, index, decoded)
+        out.parts_written.setdefault(sub.name, []).append(info)
+    return {d.image.image_id: d.prediction() for d in decoded}
+
+
+def hits_under(gt: ImageGT, pred: ImagePred | None, protocol: Protocol, sub: Submission,
+               job: Job, shared: dict) -> ImageHits:
+    """One image's hits under one protocol (with the zero-shot flags of its GT)."""
     if pred is None:
-        return missing_image_result(gt, protocol, job.ks, sub.with_ng, job.zero_shot,
-                                    job.legacy)
-    try:
-        return evaluate_image(gt, pred, protocol, job.ks, sub.with_ng, job.zero_shot,
-                              job.legacy, job.match_labels)
-    except InstanceMismatch as err:  # any other kernel exception is a bug in sgdask
-        raise InputError(sub.url, str(err), image=gt.image_id, field="instances") from err
+        hits = missing_image_hits(gt, protocol, sub.with_ng)
+    else:
+        try:
+            hits = image_hits(gt, pred, protocol, sub.with_ng, job.match_labels, shared)
+        except InstanceMismatch as err:  # any other kernel exception is a bug in sgdask
+            raise InputError(sub.url, str(err), image=gt.image_id, field="instances") \
+                from err
+    return with_zero_shot(hits, job.zero_shot)
 
 
 def parts_holding(ids: list[str], parts: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -157,26 +206,25 @@ def evaluation_chunks(gt_images: pa.Table, partition_size: int | None) -> list[l
     return [ids[s:s + partition_size] for s in range(0, len(ids), partition_size)]
 
 
-def pred_slices(chunks: list[list[str]], known: set[str], pred: StoreReader
+SubmissionInput = StoreInput | FileInput
+
+
+def pred_slices(chunks: list[list[str]], known: set[str], pred: SubmissionInput
                 ) -> tuple[list[PredSlice], dict[str, int]]:
     """Per evaluation chunk, where this submission's predictions are; plus its counts."""
-    pred_ids = sorted(pred.images()["image_id"].to_pylist())
+    pred_ids = pred.ids()
     unknown = [i for i in pred_ids if i not in known]
     if unknown:
         raise InputError(pred.url, f"not among the ground truth's test images "
                          f"({len(unknown)} such image(s))", image=unknown[0], field="id")
     pred_set = set(pred_ids)
-    slices = []
-    for ids in chunks:
-        present = [i for i in ids if i in pred_set]
-        slices.append(PredSlice(parts_holding(present, pred.parts) if present else (),
-                                tuple(present)))
+    slices = [pred.slice([i for i in ids if i in pred_set]) for ids in chunks]
     evaluated = {i for chunk in chunks for i in chunk}
     return slices, {"submission_images": len(pred_ids),
                     "submission_images_not_evaluated": len(pred_set - evaluated)}
 
 
-def plan_partitions(gt: StoreReader, preds: list[StoreReader], partition_size: int | None
+def plan_partitions(gt: StoreReader, preds: list[SubmissionInput], partition_size: int | None
                     ) -> tuple[list[PartitionSpec], dict[str, int], list[dict[str, int]]]:
     """Evaluation partitions over the GT images that have relations; GT and per-submission
     counts."""
@@ -186,7 +234,7 @@ def plan_partitions(gt: StoreReader, preds: list[StoreReader], partition_size: i
         raise SgdaskError(f"{gt.url}: no test image has a relation: nothing to evaluate")
     known = set(gt_images["image_id"].to_pylist())
     per_pred = [pred_slices(chunks, known, p) for p in preds]
-    specs = [PartitionSpec(tuple(ids), parts_holding(ids, gt.parts),
+    specs = [PartitionSpec(i, tuple(ids), parts_holding(ids, gt.parts),
                            tuple(slices[i] for slices, _ in per_pred))
              for i, ids in enumerate(chunks)]
     n_evaluated = sum(len(c) for c in chunks)
@@ -255,39 +303,63 @@ class ManyResult:
     gt_parts_read: list[str]
 
 
+def checked_inputs(gt_reader: StoreReader, submissions: list[tuple[str, str, str]],
+                   storage_options: StorageOptions | None, limits: ArchiveLimits | None
+                   ) -> list[SubmissionInput]:
+    """Every submission opened (a store, or a submission file checked against the GT)."""
+    gt_info = GTInfo.of(gt_reader)
+    inputs = [open_input(url, storage_options, gt_info, limits) for _, url, _ in submissions]
+    for sub in inputs:
+        if sub.manifest["instances"] == "masks" and gt_reader.manifest["instances"] != "masks":
+            raise SgdaskError(f"{sub.url}: a mask submission needs a GT store with masks "
+                              f"({gt_reader.url} was ingested without masks)")
+    return inputs
+
+
 def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Options,
                   client: Client | None = None, scheduler: str | None = None,
-                  storage_options: StorageOptions | None = None, progress: bool = False
+                  storage_options: StorageOptions | None = None, progress: bool = False,
+                  limits: ArchiveLimits | None = None, keep_stores: dict[str, str] | None = None
                   ) -> ManyResult:
-    """Score several submissions ``(name, store URL, protocols)`` in one Dask graph that
-    reads each GT partition once."""
+    """Score several submissions ``(name, URL, protocols)`` in one Dask graph that reads
+    each GT partition once. A URL is a submission store or a submission file (decoded in
+    the tasks; ``keep_stores[name]``: also write it as a store there)."""
     options.check()
     if len({name for name, _, _ in submissions}) != len(submissions):
         raise SgdaskError("submission names must be unique")
     gt_reader = StoreReader(gt, storage_options, "gt")
-    readers = [StoreReader(url, storage_options, "submission") for _, url, _ in submissions]
-    for reader in readers:
-        if reader.manifest["instances"] == "masks" and gt_reader.manifest["instances"] != "masks":
-            raise SgdaskError(f"{reader.url}: a mask submission needs a GT store with masks "
-                              f"({gt} was ingested without --masks)")
-    specs, counts, pred_counts = plan_partitions(gt_reader, readers, options.partition_size)
+    inputs = checked_inputs(gt_reader, submissions, storage_options, limits)
+    specs, counts, pred_counts = plan_partitions(gt_reader, inputs, options.partition_size)
     zero_shot, composition = training_stats(gt_reader, options.stats, storage_options)
+    keep = keep_stores or {}
     subs = tuple(Submission(name, url, get_protocols(protocols),
-                            bool(reader.manifest.get("has_ng")))
-                 for (name, url, protocols), reader in zip(submissions, readers, strict=True))
+                            bool(sub.manifest.get("has_ng")),
+                            keep.get(name) if isinstance(sub, FileInput) else None)
+                 for (name, url, protocols), sub in zip(submissions, inputs, strict=True))
     job = Job(gt, storage_options, subs, parse_ks(options.ks), zero_shot, options.legacy,
-              options.match_labels)
-    with dask_client(client, scheduler) as active:
+              options.match_labels, tuple(FAMILIES))
+    with kept_stores(subs, inputs, storage_options) as writers, \
+            dask_client(client, scheduler) as active:
         result = run_bag(active, specs, job, progress)
+        writers.commit(result.parts_written)
     reports = {
         sub.name: {p.name: build_report(
             result.accumulators[(sub.name, p.name)], result.images[(sub.name, p.name)],
             EvalSettings(p, options.aggregation, job.ks, sub.with_ng, zero_shot is not None,
                          options.legacy, options.tau, options.match_labels),
-            composition, gt_reader.manifest, reader.manifest, {**counts, **pred_count})
+            composition, gt_reader.manifest, given.manifest, {**counts, **pred_count})
             for p in sub.protocols}
-        for sub, reader, pred_count in zip(subs, readers, pred_counts, strict=True)}
+        for sub, given, pred_count in zip(subs, inputs, pred_counts, strict=True)}
     return ManyResult(reports, result.gt_parts_read)
+
+
+def kept_stores(subs: tuple[Submission, ...], inputs: list[SubmissionInput],
+                options: StorageOptions | None) -> Any:
+    """Store writers for the submissions kept as stores (removed again on failure)."""
+    from sgdask.io.ingest import KeptStores
+
+    return KeptStores({sub.name: (sub.keep_store, given) for sub, given
+                       in zip(subs, inputs, strict=True) if sub.keep_store}, options)
 
 
 def evaluate_protocols(gt: str, pred: str, protocols: str = DEFAULT_PROTOCOL,
@@ -296,11 +368,14 @@ def evaluate_protocols(gt: str, pred: str, protocols: str = DEFAULT_PROTOCOL,
                        client: Client | None = None, scheduler: str | None = None,
                        storage_options: StorageOptions | None = None, progress: bool = False,
                        stats: str | None = None, legacy: bool = False, tau: float = 0.5,
-                       match_labels: bool = True) -> dict[str, Report]:
-    """Score ``pred`` against ``gt`` under several protocols in one pass over the data."""
+                       match_labels: bool = True, limits: ArchiveLimits | None = None,
+                       keep_store: str | None = None) -> dict[str, Report]:
+    """Score ``pred`` (a submission store or file) against ``gt`` under several protocols
+    in one pass over the data."""
     options = Options(ks, aggregation, partition_size, stats, legacy, tau, match_labels)
     many = evaluate_many(gt, [("submission", pred, protocols)], options, client, scheduler,
-                         storage_options, progress)
+                         storage_options, progress, limits,
+                         {"submission": keep_store} if keep_store else None)
     return many.reports["submission"]
 
 
@@ -311,7 +386,7 @@ def evaluate(gt: str, pred: str, protocol: str = DEFAULT_PROTOCOL, ks: str = DEF
              storage_options: StorageOptions | None = None, progress: bool = False,
              stats: str | None = None, legacy: bool = False, tau: float = 0.5,
              match_labels: bool = True) -> Report:
-    """Score the submission store ``pred`` against the GT store ``gt`` under one protocol."""
+    """Score the submission ``pred`` against the GT store ``gt`` under one protocol."""
     reports = evaluate_protocols(gt, pred, protocol, ks, aggregation, partition_size, client,
                                  scheduler, storage_options, progress, stats, legacy, tau,
                                  match_labels)

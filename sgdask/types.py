@@ -1,6 +1,8 @@
-"""Per-image inputs of the kernels: plain numpy, no I/O handles.
+"""Inputs of the kernels: plain numpy, no I/O handles, no imports beyond numpy.
 
-The pipeline reads these from the canonical store; tests build them by hand.
+The pipeline reads these from the canonical store; tests and the in-memory evaluator build
+them by hand. Kernels turn the convenience forms (a dense mask stack, a GT label image) into
+``BitMasks`` on first use.
 """
 
 from __future__ import annotations
@@ -8,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from sgdask.kernels.masks import CropMasks
 
 EMPTY_TRIPLETS = np.empty((0, 3), dtype=np.int64)
 
@@ -21,13 +21,64 @@ def as_triplets(rows: object) -> np.ndarray:
 
 
 @dataclass
+class BitMasks:
+    """Instance masks as rows of 64-bit words aligned to absolute image columns
+    (``sgdask.kernels.bits`` explains the layout and computes on it).
+
+    ``boxes[i] = (y0, x0, y1, x1)`` (exclusive ends; an empty mask has a 0-size box);
+    from ``words[starts[i]]`` on, the rows of mask i's box, each holding the words
+    ``x0 // 64 .. (x1 - 1) // 64``; bit b of word w is column ``64 * w + b``.
+    """
+
+    shape: tuple[int, int]
+    boxes: np.ndarray
+    starts: np.ndarray
+    words: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.boxes)
+
+    @classmethod
+    def from_dense(cls, masks: np.ndarray) -> BitMasks:
+        """Word masks of a dense (n, H, W) stack (nonzero = set)."""
+        from sgdask.kernels.bits import pack_dense
+
+        masks = np.ascontiguousarray(masks)
+        return cls((int(masks.shape[1]), int(masks.shape[2])), *pack_dense(masks))
+
+    @classmethod
+    def from_labels(cls, label_image: np.ndarray, n: int) -> BitMasks:
+        """Word masks of the n instances of a label image (i + 1 = instance i, 0 = none)."""
+        from sgdask.kernels.bits import pack_labels
+
+        labels = np.asarray(label_image)
+        return cls((int(labels.shape[0]), int(labels.shape[1])), *pack_labels(labels, n))
+
+    def dense(self) -> np.ndarray:
+        """The (n, H, W) boolean stack."""
+        from sgdask.kernels.bits import unpack_dense
+
+        return unpack_dense(self.boxes, self.starts, self.words, *self.shape)
+
+    def areas(self) -> np.ndarray:
+        from sgdask.kernels.bits import areas
+
+        return areas(self.boxes, self.starts, self.words)
+
+
+def as_bit_masks(masks: np.ndarray | BitMasks) -> BitMasks:
+    """Accept a dense (n, H, W) stack or word masks."""
+    return masks if isinstance(masks, BitMasks) else BitMasks.from_dense(masks)
+
+
+@dataclass
 class ImageGT:
     """Ground truth of one image.
 
-    ``label_image`` holds instance index + 1 per pixel (0 = no instance) for panoptic GT;
-    ``boxes`` are ``[x1, y1, x2, y2]``. Either may be None, but not both. ``areas``
-    (optional) are the label image's pixel counts per instance, stored at ingest so that
-    no evaluation has to count them again.
+    Masks come as ``masks`` (word masks, what the store holds) or, for hand-built inputs, a
+    ``label_image`` (instance index + 1 per pixel, 0 = none); ``boxes`` are
+    ``[x1, y1, x2, y2]``. ``areas`` (optional) are the masks' pixel counts, stored at ingest
+    so that no evaluation counts them again.
     """
 
     image_id: str
@@ -36,19 +87,29 @@ class ImageGT:
     boxes: np.ndarray | None = None
     label_image: np.ndarray | None = None
     areas: np.ndarray | None = None
+    masks: BitMasks | None = None
 
     @property
     def n_instances(self) -> int:
         return len(self.labels)
+
+    def bit_masks(self) -> BitMasks | None:
+        """The GT masks as word masks (packed from the label image on first use)."""
+        if self.masks is None and self.label_image is not None:
+            self.masks = BitMasks.from_labels(self.label_image, self.n_instances)
+        return self.masks
+
+    @property
+    def has_masks(self) -> bool:
+        return self.masks is not None or self.label_image is not None
 
 
 @dataclass
 class ImagePred:
     """A model's output for one image: instances plus the graph and no-graph triplet lists.
 
-    ``masks`` is a boolean (n, H, W) stack (layer i = instance i) or the same as
-    ``CropMasks``; ``scores`` are optional
-    per-instance confidences (used by the singlempo mask merge).
+    ``masks`` is a boolean (n, H, W) stack (layer i = instance i) or word masks;
+    ``scores`` are optional per-instance confidences (used by the singlempo mask merge).
     """
 
     image_id: str
@@ -56,9 +117,92 @@ class ImagePred:
     graph: np.ndarray
     ng: np.ndarray = field(default_factory=lambda: EMPTY_TRIPLETS.copy())
     boxes: np.ndarray | None = None
-    masks: np.ndarray | CropMasks | None = None
+    masks: np.ndarray | BitMasks | None = None
     scores: np.ndarray | None = None
 
     @property
     def n_instances(self) -> int:
         return len(self.labels)
+
+
+Term = tuple[int, int]  # (numerator, denominator) of one exact per-image value
+
+
+@dataclass(frozen=True)
+class ZeroShot:
+    """Triplet types seen in training: sorted keys (subject cat, object cat, predicate)."""
+
+    seen: np.ndarray
+    n_classes: int
+    n_predicates: int
+
+    def key(self, subj_cat: np.ndarray, obj_cat: np.ndarray, pred: np.ndarray) -> np.ndarray:
+        return (subj_cat * self.n_classes + obj_cat) * self.n_predicates + pred
+
+    def flags(self, relations: np.ndarray, categories: np.ndarray) -> np.ndarray:
+        """True for GT triplets whose type never occurs in the training split."""
+        keys = self.key(categories[relations[:, 0]], categories[relations[:, 1]],
+                        relations[:, 2])
+        return ~np.isin(keys, self.seen)
+
+
+@dataclass
+class ImageHits:
+    """What one image under one protocol gives the metric families.
+
+    Positions are 0-based list positions (``NEVER`` = int64 max when nothing hits);
+    arrays over GT triplets follow ``relations`` (the image's GT triplets as a set), over
+    GT pairs the distinct pairs in order of first occurrence. A field is None when its
+    input is absent: no NG list (``ng_first``, ``imr_first``, ``prank``), no instance
+    mapping (``prank`` and ``legacy_first`` under multimpo).
+
+    - ``graph_first`` / ``ng_first``: first hit in the graph / NG list;
+    - ``pair_first``: first graph entry on each GT pair (any predicate);
+    - ``imr_first``: the NG first hit counted among entries of the same predicate;
+    - ``prank``: rank of each GT triplet among its pair's distinct NG predicates, -1 if not
+      found;
+    - ``legacy_first``: first hit among graph entries on GT pairs (legacy A@k);
+    - ``matched_gt``: GT instances some prediction matched;
+    - ``zero_shot``: GT triplets of a type never seen in training (None without statistics).
+    """
+
+    image_id: str
+    missing: bool
+    relations: np.ndarray
+    gt_labels: np.ndarray
+    matched_gt: np.ndarray
+    graph_first: np.ndarray
+    pair_first: np.ndarray
+    ng_first: np.ndarray | None = None
+    imr_first: np.ndarray | None = None
+    prank: np.ndarray | None = None
+    legacy_first: np.ndarray | None = None
+    zero_shot: np.ndarray | None = None
+    diagnostics: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def n_gt_triplets(self) -> int:
+        return len(self.relations)
+
+    @property
+    def predicates(self) -> np.ndarray:
+        return self.relations[:, 2]
+
+
+@dataclass
+class ImageResult:
+    """What one image adds to the accumulators: exact rational terms, never rounded floats.
+
+    ``image_terms``: image-level metrics (``R@20``, ``InstR``...) -> (numerator, denominator);
+    ``predicate_terms``: mean metrics (``mR@20``, ``PRank``...) -> predicate -> term;
+    ``ratio_terms``: metrics summed over the dataset before dividing (legacy ``A@k``).
+    """
+
+    image_id: str
+    missing: bool
+    n_gt_triplets: int
+    gt_per_predicate: dict[int, int] = field(default_factory=dict)
+    image_terms: dict[str, Term] = field(default_factory=dict)
+    predicate_terms: dict[str, dict[int, Term]] = field(default_factory=dict)
+    ratio_terms: dict[str, Term] = field(default_factory=dict)
+    diagnostics: dict[str, int] = field(default_factory=dict)

@@ -32,8 +32,8 @@ def snapshot(acc: Accumulator) -> dict:
                 name, aggregation)
         out[(name, "cells")] = acc.mean_metric(name, "per_predicate", True)
     for name in acc.image_metric_names():
-        out[name] = acc.image_level[name].mean()
+        out[name] = acc.image_value(name)
     out["gt_per_predicate"] = dict(acc.gt_per_predicate)
     out["diagnostics"] = dict(acc.diagnostics)
-    out["pooled_totals"] = dict(getattr(acc, "pooled_totals", {}))
+    out["ratios"] = {name: acc.ratio_value(name) for name in acc.ratio_metric_names()}
     return out

@@ -13,11 +13,10 @@ from fractions import Fraction
 import numpy as np
 
 from sgdask.accum import AGGREGATIONS, Accumulator, RationalSum
-from sgdask.kernels import evaluate_image, missing_image_result
-from sgdask.kernels.image import ImageResult
 from sgdask.kernels.selection import parse_ks
+from sgdask.metrics.terms import evaluate_image, missing_image_result
 from sgdask.protocols import SGBENCH, SINGLEMPO, Protocol
-from sgdask.types import ImageGT, ImagePred, as_triplets
+from sgdask.types import ImageGT, ImagePred, ImageResult, as_triplets
 from tests.builders import snapshot
 
 KS = parse_ks("20")
@@ -76,8 +75,8 @@ def mr_dataset() -> list[ImageResult]:
 
 def test_image_results_of_the_mr_dataset():
     img1, img2 = mr_dataset()
-    assert img1.per_predicate["mR@20"] == {0: (1, 1), 1: (1, 3)}
-    assert img2.per_predicate["mR@20"] == {0: (0, 3)}
+    assert img1.predicate_terms["mR@20"] == {0: (1, 1), 1: (1, 3)}
+    assert img2.predicate_terms["mR@20"] == {0: (0, 3)}
 
 
 def test_three_aggregation_modes_differ():
@@ -94,8 +93,8 @@ def test_three_aggregation_modes_differ():
     assert acc.predicate_values("mR@20", "per_predicate") == {0: Fraction(1, 2),
                                                              1: Fraction(1, 3)}
     assert acc.predicate_values("mR@20", "pooled") == {0: Fraction(1, 4), 1: Fraction(1, 3)}
-    assert acc.image_level["R@20"].mean() == Fraction(1, 4)
-    assert acc.image_level["InstR"].mean() == 1
+    assert acc.image_value("R@20") == Fraction(1, 4)
+    assert acc.image_value("InstR") == 1
     assert acc.gt_per_predicate == {0: 4, 1: 3}
     assert acc.diagnostics["images"] == 2
     assert acc.diagnostics["images_missing"] == 0
@@ -119,9 +118,9 @@ def prank_dataset() -> list[ImageResult]:
 
 def test_image_results_of_the_prank_dataset():
     img1, img2, img3 = prank_dataset()
-    assert img1.per_predicate["PRank"] == {0: (0, 1), 1: (3, 2)}
-    assert img2.per_predicate["PRank"] == {0: (1, 1)}
-    assert img3.per_predicate["PRank"] == {}
+    assert img1.predicate_terms["PRank"] == {0: (0, 1), 1: (3, 2)}
+    assert img2.predicate_terms["PRank"] == {0: (1, 1)}
+    assert img3.predicate_terms["PRank"] == {}
 
 
 def test_sgbench_prank_over_cells_vs_per_predicate():
@@ -160,8 +159,8 @@ def test_missing_images_in_the_means():
                    missing_image_result(gt2, protocol, KS)]
         acc = accumulate(results)
         assert acc.mean_metric("mR@20", "per_predicate", False) == mr
-        assert acc.image_level["R@20"].mean() == Fraction(1, 2)
-        assert acc.image_level["InstR"].mean() == Fraction(1, 2)
+        assert acc.image_value("R@20") == Fraction(1, 2)
+        assert acc.image_value("InstR") == Fraction(1, 2)
         for aggregation in AGGREGATIONS:
             assert acc.mean_metric("PRank", aggregation, False) == 1
         assert acc.mean_metric("PRank", "per_predicate", True) == 1

@@ -13,17 +13,16 @@ from sgdask.errors import SgdaskError
 from sgdask.kernels import (
     box_iou_matrix,
     dedup_triplets,
-    evaluate_image,
     mask_iou_matrix,
     match_instances,
     match_many_to_one,
     match_one_to_one,
     merge_masks,
-    missing_image_result,
     normalize_prediction,
     pairwise_mask_iou,
 )
 from sgdask.kernels.selection import KSpec, parse_ks
+from sgdask.metrics.terms import evaluate_image, missing_image_result
 from sgdask.protocols import SGBENCH, SINGLEMPO
 from sgdask.types import ImageGT, ImagePred, as_triplets
 from tests.builders import box, labels_of, mask_of
@@ -360,13 +359,13 @@ def test_k_counts_triplets_before_matching():
                     graph=[[3, 0, 0], [0, 1, 0], [1, 2, 1]])
     for protocol in (SINGLEMPO, SGBENCH):
         res = evaluate_image(gt, pred, protocol, parse_ks("1,2,3"))
-        assert res.scalars["R@1"] == (0, 2)
-        assert res.scalars["R@2"] == (1, 2)
-        assert res.scalars["R@3"] == (2, 2)
-        assert res.per_predicate["mR@2"] == {0: (1, 1), 1: (0, 1)}
+        assert res.image_terms["R@1"] == (0, 2)
+        assert res.image_terms["R@2"] == (1, 2)
+        assert res.image_terms["R@3"] == (2, 2)
+        assert res.predicate_terms["mR@2"] == {0: (1, 1), 1: (0, 1)}
         # empty NG list: nothing recalled, PRank undefined for every predicate
-        assert res.scalars["ngR@3"] == (0, 2)
-        assert res.per_predicate["PRank"] == {}
+        assert res.image_terms["ngR@3"] == (0, 2)
+        assert res.predicate_terms["PRank"] == {}
         assert res.diagnostics["pred_unmatched"] == 1
 
 
@@ -379,9 +378,9 @@ def test_gt_triplet_with_unmatched_instance():
     gt = box_gt([0, 0, 0], [[0, 1, 0], [0, 2, 1]])
     pred = box_pred([0, 0, 1], [box(0), box(1), box(2)], graph=[[0, 1, 0], [0, 2, 1]])
     res = evaluate_image(gt, pred, SINGLEMPO, parse_ks("20"))
-    assert res.scalars["R@20"] == (1, 2)
-    assert res.per_predicate["mR@20"] == {0: (1, 1), 1: (0, 1)}
-    assert res.scalars["InstR"] == (2, 3)
+    assert res.image_terms["R@20"] == (1, 2)
+    assert res.predicate_terms["mR@20"] == {0: (1, 1), 1: (0, 1)}
+    assert res.image_terms["InstR"] == (2, 3)
     assert res.diagnostics["gt_unmatched"] == 1
     assert res.diagnostics["pred_unmatched"] == 1
 
@@ -400,7 +399,7 @@ def test_exact_duplicates_free_no_slot_under_sgbench():
     gt = mask_gt([0, 0], [[0, 1, 0], [1, 0, 1]], HALVES)
     pred = mask_pred([0, 0, 0], [D0, D1, D2], graph=[[0, 2, 0], [0, 2, 0], [2, 0, 1]])
     res = evaluate_image(gt, pred, SGBENCH, parse_ks("2"))
-    assert res.scalars["R@2"] == (2, 2)
+    assert res.image_terms["R@2"] == (2, 2)
     assert res.diagnostics["graph_triplets_removed"] == 1
 
 
@@ -416,10 +415,10 @@ def test_duplicate_masks_sgbench_vs_singlempo():
     pred = mask_pred([0, 0, 0], [D0, D1, D2], graph=[[0, 2, 0], [1, 2, 0], [2, 0, 1]])
     ks = parse_ks("2,3")
     sgb = evaluate_image(gt, pred, SGBENCH, ks)
-    assert (sgb.scalars["R@2"], sgb.scalars["R@3"]) == ((1, 2), (2, 2))
-    assert sgb.scalars["InstR"] == (2, 2)
+    assert (sgb.image_terms["R@2"], sgb.image_terms["R@3"]) == ((1, 2), (2, 2))
+    assert sgb.image_terms["InstR"] == (2, 2)
     single = evaluate_image(gt, pred, SINGLEMPO, ks)
-    assert (single.scalars["R@2"], single.scalars["R@3"]) == ((2, 2), (2, 2))
+    assert (single.image_terms["R@2"], single.image_terms["R@3"]) == ((2, 2), (2, 2))
     assert single.diagnostics["masks_merged"] == 1
     assert single.diagnostics["masks_dropped"] == 0
     assert single.diagnostics["graph_triplets_removed"] == 1
@@ -436,11 +435,11 @@ def test_pair_with_two_gt_predicates():
                     ng=[[0, 1, 0], [0, 1, 1]])
     ks = parse_ks("20")
     single = evaluate_image(gt, pred, SINGLEMPO, ks)
-    assert single.scalars["R@20"] == (1, 2)
-    assert single.per_predicate["mR@20"] == {0: (1, 1), 1: (0, 1)}
-    assert single.scalars["ngR@20"] == (2, 2)
-    assert single.per_predicate["mNgR@20"] == {0: (1, 1), 1: (1, 1)}
-    assert evaluate_image(gt, pred, SGBENCH, ks).scalars["R@20"] == (2, 2)
+    assert single.image_terms["R@20"] == (1, 2)
+    assert single.predicate_terms["mR@20"] == {0: (1, 1), 1: (0, 1)}
+    assert single.image_terms["ngR@20"] == (2, 2)
+    assert single.predicate_terms["mNgR@20"] == {0: (1, 1), 1: (1, 1)}
+    assert evaluate_image(gt, pred, SGBENCH, ks).image_terms["R@20"] == (2, 2)
 
 
 def test_relative_k():
@@ -452,10 +451,10 @@ def test_relative_k():
     pred = box_pred([0] * 5, [box(0), box(1), box(2), box(3), box(9)],
                     graph=[[4, 0, 0], [0, 1, 0], [1, 2, 0], [2, 3, 0]])
     res = evaluate_image(gt, pred, SINGLEMPO, parse_ks("x0.5,x1,x2"))
-    assert res.scalars["R@x0.5"] == (1, 3)
-    assert res.scalars["R@x1"] == (2, 3)
-    assert res.scalars["R@x2"] == (3, 3)
-    assert res.per_predicate["mR@x1"] == {0: (2, 3)}
+    assert res.image_terms["R@x0.5"] == (1, 3)
+    assert res.image_terms["R@x1"] == (2, 3)
+    assert res.image_terms["R@x2"] == (3, 3)
+    assert res.predicate_terms["mR@x1"] == {0: (2, 3)}
 
 
 def test_mean_recall_per_predicate_and_gt_set():
@@ -469,10 +468,10 @@ def test_mean_recall_per_predicate_and_gt_set():
     res = evaluate_image(gt, pred, SINGLEMPO, parse_ks("1,2"))
     assert res.n_gt_triplets == 3
     assert res.gt_per_predicate == {0: 2, 1: 1}
-    assert res.scalars["R@2"] == (2, 3)
-    assert res.per_predicate["mR@2"] == {0: (1, 2), 1: (1, 1)}
-    assert res.scalars["R@1"] == (1, 3)
-    assert res.per_predicate["mR@1"] == {0: (1, 2), 1: (0, 1)}
+    assert res.image_terms["R@2"] == (2, 3)
+    assert res.predicate_terms["mR@2"] == {0: (1, 2), 1: (1, 1)}
+    assert res.image_terms["R@1"] == (1, 3)
+    assert res.predicate_terms["mR@1"] == {0: (1, 2), 1: (0, 1)}
 
 
 def test_ng_recall_can_be_below_graph_recall():
@@ -484,11 +483,11 @@ def test_ng_recall_can_be_below_graph_recall():
     pred = box_pred([0, 0, 0], [box(0), box(1), box(2)], graph=[[0, 1, 1], [1, 2, 1]],
                     ng=[[0, 1, 1], [0, 1, 2], [1, 2, 1]])
     res = evaluate_image(gt, pred, SINGLEMPO, parse_ks("2,3"))
-    assert res.scalars["R@2"] == (1, 1)
-    assert res.scalars["ngR@2"] == (0, 1)
-    assert res.scalars["ngR@3"] == (1, 1)
+    assert res.image_terms["R@2"] == (1, 1)
+    assert res.image_terms["ngR@2"] == (0, 1)
+    assert res.image_terms["ngR@3"] == (1, 1)
     # B-p1 is the first predicate of pair B in the NG list: rank 0
-    assert res.per_predicate["PRank"] == {1: (0, 1)}
+    assert res.predicate_terms["PRank"] == {1: (0, 1)}
 
 
 def test_instance_recall_after_mask_merge_claims_pixels():
@@ -504,11 +503,11 @@ def test_instance_recall_after_mask_merge_claims_pixels():
     pred = mask_pred([0, 1], [p0, D2], graph=[[0, 1, 0]])
     ks = parse_ks("20")
     single = evaluate_image(gt, pred, SINGLEMPO, ks)
-    assert single.scalars["InstR"] == (1, 2)
-    assert single.scalars["R@20"] == (0, 1)
+    assert single.image_terms["InstR"] == (1, 2)
+    assert single.image_terms["R@20"] == (0, 1)
     sgb = evaluate_image(gt, pred, SGBENCH, ks)
-    assert sgb.scalars["InstR"] == (2, 2)
-    assert sgb.scalars["R@20"] == (1, 1)
+    assert sgb.image_terms["InstR"] == (2, 2)
+    assert sgb.image_terms["R@20"] == (1, 1)
 
 
 def test_instance_recall_threshold_is_inclusive_after_merge():
@@ -518,8 +517,8 @@ def test_instance_recall_threshold_is_inclusive_after_merge():
     gt = mask_gt([0, 1], [[0, 1, 0]], HALVES)
     pred = mask_pred([0, 1], [p0, D2], graph=[[0, 1, 0]])
     res = evaluate_image(gt, pred, SINGLEMPO, parse_ks("20"))
-    assert res.scalars["InstR"] == (2, 2)
-    assert res.scalars["R@20"] == (1, 1)
+    assert res.image_terms["InstR"] == (2, 2)
+    assert res.image_terms["R@20"] == (1, 1)
 
 
 def test_one_to_one_vs_many_to_one_triplets():
@@ -535,9 +534,9 @@ def test_one_to_one_vs_many_to_one_triplets():
     ks = parse_ks("20")
     sgb = evaluate_image(gt, pred, SGBENCH, ks)
     single = evaluate_image(gt, pred, SINGLEMPO, ks)
-    assert sgb.scalars["R@20"] == (1, 1)
-    assert single.scalars["R@20"] == (0, 1)
-    assert sgb.scalars["InstR"] == single.scalars["InstR"] == (2, 2)
+    assert sgb.image_terms["R@20"] == (1, 1)
+    assert single.image_terms["R@20"] == (0, 1)
+    assert sgb.image_terms["InstR"] == single.image_terms["InstR"] == (2, 2)
     assert sgb.diagnostics["pred_unmatched"] == 0
     assert single.diagnostics["pred_unmatched"] == 1
 
@@ -550,12 +549,12 @@ def test_box_matching_threshold():
     for protocol in (SINGLEMPO, SGBENCH):
         hit = evaluate_image(gt, box_pred([0, 0], [[0, 0, 10, 5], box(1)], [[0, 1, 0]]),
                              protocol, ks)
-        assert hit.scalars["R@20"] == (1, 1)
-        assert hit.scalars["InstR"] == (2, 2)
+        assert hit.image_terms["R@20"] == (1, 1)
+        assert hit.image_terms["InstR"] == (2, 2)
         miss = evaluate_image(gt, box_pred([0, 0], [[0, 0, 10, 4], box(1)], [[0, 1, 0]]),
                               protocol, ks)
-        assert miss.scalars["R@20"] == (0, 1)
-        assert miss.scalars["InstR"] == (1, 2)
+        assert miss.image_terms["R@20"] == (0, 1)
+        assert miss.image_terms["InstR"] == (1, 2)
 
 
 def test_prank_sgbench():
@@ -573,12 +572,12 @@ def test_prank_sgbench():
     ng = [[0, 1, 2], [3, 1, 0], [4, 1, 2], [0, 1, 5], [0, 1, 0], [1, 2, 1], [2, 3, 3]]
     pred = box_pred([0] * 5, [box(0), box(1), box(2), box(9), [0, 0, 10, 8]], graph=[], ng=ng)
     res = evaluate_image(gt, pred, SGBENCH, parse_ks("3,5,6"))
-    assert res.per_predicate["PRank"] == {0: (2, 1), 1: (0, 1), 2: (0, 1)}
-    assert res.scalars["ngR@3"] == (1, 4)
-    assert res.scalars["ngR@5"] == (2, 4)
-    assert res.scalars["ngR@6"] == (3, 4)
-    assert res.per_predicate["mNgR@6"] == {0: (1, 1), 1: (1, 1), 2: (1, 1), 3: (0, 1)}
-    assert res.scalars["R@6"] == (0, 4)
+    assert res.predicate_terms["PRank"] == {0: (2, 1), 1: (0, 1), 2: (0, 1)}
+    assert res.image_terms["ngR@3"] == (1, 4)
+    assert res.image_terms["ngR@5"] == (2, 4)
+    assert res.image_terms["ngR@6"] == (3, 4)
+    assert res.predicate_terms["mNgR@6"] == {0: (1, 1), 1: (1, 1), 2: (1, 1), 3: (0, 1)}
+    assert res.image_terms["R@6"] == (0, 4)
 
 
 def test_prank_sums_ranks_of_a_predicate():
@@ -589,16 +588,16 @@ def test_prank_sums_ranks_of_a_predicate():
     pred = box_pred([0, 0, 0], [box(0), box(1), box(2)], graph=[],
                     ng=[[0, 1, 1], [0, 1, 0], [1, 2, 2], [1, 2, 3], [1, 2, 0]])
     res = evaluate_image(gt, pred, SINGLEMPO, parse_ks("20"))
-    assert res.per_predicate["PRank"] == {0: (3, 2)}
+    assert res.predicate_terms["PRank"] == {0: (3, 2)}
 
 
 def test_without_ng_list():
     gt = box_gt([0, 0], [[0, 1, 0]])
     pred = box_pred([0, 0], [box(0), box(1)], graph=[[0, 1, 0]])
     res = evaluate_image(gt, pred, SINGLEMPO, parse_ks("20"), with_ng=False)
-    assert res.scalars["R@20"] == (1, 1)
-    assert res.per_predicate["mR@20"] == {0: (1, 1)}
-    ng_names = [n for n in [*res.scalars, *res.per_predicate]
+    assert res.image_terms["R@20"] == (1, 1)
+    assert res.predicate_terms["mR@20"] == {0: (1, 1)}
+    ng_names = [n for n in [*res.image_terms, *res.predicate_terms]
                 if n.startswith(("ngR", "mNgR", "PRank"))]
     assert ng_names == []
 
@@ -610,10 +609,10 @@ def test_prediction_whose_masks_are_all_dropped():
     gt = mask_gt([0, 0], [[0, 1, 0]], HALVES)
     pred = mask_pred([0, 0], [empty, empty], graph=[[0, 1, 0]], ng=[[0, 1, 0]])
     res = evaluate_image(gt, pred, SINGLEMPO, parse_ks("20"))
-    assert (res.scalars["R@20"], res.scalars["ngR@20"]) == ((0, 1), (0, 1))
-    assert res.scalars["InstR"] == (0, 2)
-    assert res.per_predicate["mR@20"] == res.per_predicate["mNgR@20"] == {0: (0, 1)}
-    assert res.per_predicate["PRank"] == {}
+    assert (res.image_terms["R@20"], res.image_terms["ngR@20"]) == ((0, 1), (0, 1))
+    assert res.image_terms["InstR"] == (0, 2)
+    assert res.predicate_terms["mR@20"] == res.predicate_terms["mNgR@20"] == {0: (0, 1)}
+    assert res.predicate_terms["PRank"] == {}
     assert res.diagnostics["masks_dropped"] == 2
     assert res.diagnostics["graph_triplets_removed"] == 1
 
@@ -623,9 +622,9 @@ def test_prediction_without_instances(protocol):
     gt = mask_gt([0, 0], [[0, 1, 0]], HALVES)
     pred = mask_pred([], [], graph=[])
     res = evaluate_image(gt, pred, protocol, parse_ks("20"))
-    assert (res.scalars["R@20"], res.scalars["ngR@20"]) == ((0, 1), (0, 1))
-    assert res.scalars["InstR"] == (0, 2)
-    assert all(num == 0 for num, _ in res.scalars.values())
+    assert (res.image_terms["R@20"], res.image_terms["ngR@20"]) == ((0, 1), (0, 1))
+    assert res.image_terms["InstR"] == (0, 2)
+    assert all(num == 0 for num, _ in res.image_terms.values())
 
 
 MISSING_GT = box_gt([0, 1, 0], [[0, 1, 0], [1, 0, 0], [0, 1, 2], [0, 1, 0]])
@@ -641,13 +640,13 @@ def test_missing_image_singlempo():
     assert res.gt_per_predicate == {0: 2, 2: 1}
     expected = {"R@20": (0, 3), "R@x1": (0, 3), "ngR@20": (0, 3), "ngR@x1": (0, 3),
                 "InstR": (0, 3)}
-    assert {name: res.scalars[name] for name in expected} == expected
-    assert all(num == 0 for num, _ in res.scalars.values())
+    assert {name: res.image_terms[name] for name in expected} == expected
+    assert all(num == 0 for num, _ in res.image_terms.values())
     zeros = {0: (0, 2), 2: (0, 1)}
     for name in ("mR@20", "mR@x1", "mNgR@20", "mNgR@x1"):
-        assert res.per_predicate[name] == zeros
-    assert "PRank" not in res.per_predicate
-    assert all(num == 0 for terms in res.per_predicate.values() for num, _ in terms.values())
+        assert res.predicate_terms[name] == zeros
+    assert "PRank" not in res.predicate_terms
+    assert all(num == 0 for terms in res.predicate_terms.values() for num, _ in terms.values())
 
 
 def test_missing_image_sgbench():
@@ -655,6 +654,6 @@ def test_missing_image_sgbench():
     res = missing_image_result(MISSING_GT, SGBENCH, parse_ks("20,x1"))
     expected = {"R@20": (0, 3), "R@x1": (0, 3), "ngR@20": (0, 3), "ngR@x1": (0, 3),
                 "InstR": (0, 3)}
-    assert {name: res.scalars[name] for name in expected} == expected
-    assert all(num == 0 for num, _ in res.scalars.values())
-    assert res.per_predicate == {}
+    assert {name: res.image_terms[name] for name in expected} == expected
+    assert all(num == 0 for num, _ in res.image_terms.values())
+    assert res.predicate_terms == {}

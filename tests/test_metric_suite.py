@@ -15,12 +15,11 @@ import pytest
 
 from sgdask.accum import Accumulator
 from sgdask.io.stats import composition_counts, train_stats, zero_shot_from
-from sgdask.kernels import evaluate_image, missing_image_result
-from sgdask.kernels.image import ImageResult, ZeroShot
 from sgdask.kernels.selection import parse_ks
+from sgdask.metrics.terms import evaluate_image, missing_image_result
 from sgdask.protocols import MULTIMPO, SGBENCH, SINGLEMPO, Protocol
-from sgdask.report import EvalSettings, Report, build_report, weighted_imr
-from sgdask.types import ImageGT, ImagePred, as_triplets
+from sgdask.report import EvalSettings, Report, build_report, derived_metrics
+from sgdask.types import ImageGT, ImagePred, ImageResult, ZeroShot, as_triplets
 from tests.builders import box, labels_of, mask_of
 
 # --------------------------------------------------------------------------- helpers
@@ -112,14 +111,14 @@ def test_pair_recall_counts_pairs_not_triplets():
                     graph=[[3, 0, 0], [0, 1, 5], [0, 1, 0], [1, 2, 1]])
     ks = parse_ks("1,2,3,4,x1")
     single = evaluate_image(gt, pred, SINGLEMPO, ks)
-    assert single.scalars["PR@1"] == (0, 2)
-    assert single.scalars["PR@2"] == (1, 2)
-    assert single.scalars["PR@3"] == (2, 2)
-    assert single.scalars["PR@x1"] == (2, 2)
-    assert single.scalars["R@3"] == (0, 3)
+    assert single.image_terms["PR@1"] == (0, 2)
+    assert single.image_terms["PR@2"] == (1, 2)
+    assert single.image_terms["PR@3"] == (2, 2)
+    assert single.image_terms["PR@x1"] == (2, 2)
+    assert single.image_terms["R@3"] == (0, 3)
     sgb = evaluate_image(gt, pred, SGBENCH, ks)
-    assert sgb.scalars["PR@3"] == (1, 2)
-    assert sgb.scalars["PR@4"] == (2, 2)
+    assert sgb.image_terms["PR@3"] == (1, 2)
+    assert sgb.image_terms["PR@4"] == (2, 2)
 
 
 def test_pair_recall_two_predicates_on_one_pair_count_once():
@@ -136,9 +135,9 @@ def test_pair_recall_two_predicates_on_one_pair_count_once():
     ks = parse_ks("1")
     a = evaluate_image(a_gt, a_pred, SINGLEMPO, ks)
     b = evaluate_image(b_gt, b_pred, SINGLEMPO, ks)
-    assert a.scalars["PR@1"] == (1, 1)
-    assert a.scalars["R@1"] == (1, 2)
-    assert b.scalars["PR@1"] == (1, 2)
+    assert a.image_terms["PR@1"] == (1, 1)
+    assert a.image_terms["R@1"] == (1, 2)
+    assert b.image_terms["PR@1"] == (1, 2)
     report = report_of([a, b], SINGLEMPO, "1")
     assert report.metrics["PR@1"] == pytest.approx(0.75, abs=1e-12)
 
@@ -165,10 +164,10 @@ def test_recall_at_inf_needs_both_instances_and_ignores_the_lists():
     for graph, r_at_1 in (([], (0, 3)), ([[0, 1, 0], [1, 2, 1], [2, 3, 1]], (1, 3))):
         for protocol in (SINGLEMPO, SGBENCH, MULTIMPO):
             res = evaluate_image(gt, box_pred([0, 0, 0, 0], boxes, graph), protocol, ks)
-            assert res.scalars["R@inf"] == (2, 3), protocol.name
-            assert res.per_predicate["mR@inf"] == {0: (1, 1), 1: (1, 2)}, protocol.name
-            assert res.scalars["InstR"] == (3, 4), protocol.name
-            assert res.scalars["R@1"] == r_at_1, protocol.name
+            assert res.image_terms["R@inf"] == (2, 3), protocol.name
+            assert res.predicate_terms["mR@inf"] == {0: (1, 1), 1: (1, 2)}, protocol.name
+            assert res.image_terms["InstR"] == (3, 4), protocol.name
+            assert res.image_terms["R@1"] == r_at_1, protocol.name
 
 
 def test_recall_at_inf_duplicate_merged_away_adds_no_match():
@@ -189,12 +188,12 @@ def test_recall_at_inf_duplicate_merged_away_adds_no_match():
     ks = parse_ks("20")
     single = evaluate_image(gt, pred, SINGLEMPO, ks)
     assert single.diagnostics["masks_merged"] == 1
-    assert single.scalars["R@inf"] == (0, 1)
-    assert single.per_predicate["mR@inf"] == {0: (0, 1)}
-    assert single.scalars["InstR"] == (1, 2)
+    assert single.image_terms["R@inf"] == (0, 1)
+    assert single.predicate_terms["mR@inf"] == {0: (0, 1)}
+    assert single.image_terms["InstR"] == (1, 2)
     sgb = evaluate_image(gt, pred, SGBENCH, ks)
-    assert sgb.scalars["R@inf"] == (1, 1)
-    assert sgb.scalars["InstR"] == (2, 2)
+    assert sgb.image_terms["R@inf"] == (1, 1)
+    assert sgb.image_terms["InstR"] == (2, 2)
 
 
 def test_recall_at_inf_multimpo_any_same_category_overlap():
@@ -215,12 +214,12 @@ def test_recall_at_inf_multimpo_any_same_category_overlap():
     pred = mask_pred([0, 0], [p0, p1], graph=[[0, 1, 0]])
     ks = parse_ks("20")
     multi = evaluate_image(gt, pred, MULTIMPO, ks)
-    assert multi.scalars["R@inf"] == (1, 2)
-    assert multi.per_predicate["mR@inf"] == {0: (1, 1), 1: (0, 1)}
-    assert multi.scalars["InstR"] == (2, 3)
+    assert multi.image_terms["R@inf"] == (1, 2)
+    assert multi.predicate_terms["mR@inf"] == {0: (1, 1), 1: (0, 1)}
+    assert multi.image_terms["InstR"] == (2, 3)
     single = evaluate_image(gt, pred, SINGLEMPO, ks)
-    assert single.scalars["R@inf"] == (0, 2)
-    assert single.scalars["InstR"] == (1, 3)
+    assert single.image_terms["R@inf"] == (0, 2)
+    assert single.image_terms["InstR"] == (1, 3)
 
 
 # --------------------------------------------------------------------------- 3. zR@k
@@ -253,12 +252,12 @@ def test_zero_shot_recall_counts_unseen_triplets_with_relative_k_of_all_gt():
     unordered categories -> T3 or T2 counted as seen.
     """
     res = zs_image()
-    assert res.scalars["zR@2"] == (0, 2)
-    assert res.scalars["zR@3"] == (1, 2)
-    assert res.scalars["zR@x1"] == (2, 2)
-    assert res.scalars["R@3"] == (3, 4)
-    assert res.per_predicate["mzR@3"] == {1: (1, 1), 2: (0, 1)}
-    assert res.per_predicate["mzR@x1"] == {1: (1, 1), 2: (1, 1)}
+    assert res.image_terms["zR@2"] == (0, 2)
+    assert res.image_terms["zR@3"] == (1, 2)
+    assert res.image_terms["zR@x1"] == (2, 2)
+    assert res.image_terms["R@3"] == (3, 4)
+    assert res.predicate_terms["mzR@3"] == {1: (1, 1), 2: (0, 1)}
+    assert res.predicate_terms["mzR@x1"] == {1: (1, 1), 2: (1, 1)}
 
 
 def test_zero_shot_from_training_stats_table():
@@ -289,11 +288,11 @@ def test_zero_shot_dataset_mean_skips_images_without_zero_shot_triplets():
     b_gt = box_gt([0, 1], [[0, 1, 0]], image_id="b")
     b = evaluate_image(b_gt, box_pred([0, 1], [box(0), box(1)], graph=[], image_id="b"),
                        SINGLEMPO, parse_ks("2,3,x1"), zero_shot=ZS)
-    assert not any(name.startswith(("zR", "mzR")) for name in [*b.scalars, *b.per_predicate])
+    assert not any(name.startswith(("zR", "mzR")) for name in [*b.image_terms, *b.predicate_terms])
     acc = accumulate(a, b)
-    assert acc.image_level["zR@3"].count == 1
-    assert acc.image_level["zR@3"].mean() == Fraction(1, 2)
-    assert acc.image_level["R@3"].mean() == Fraction(3, 8)
+    assert acc.image_count("zR@3") == 1
+    assert acc.image_value("zR@3") == Fraction(1, 2)
+    assert acc.image_value("R@3") == Fraction(3, 8)
     report = report_of([a, b], SINGLEMPO, "2,3,x1", has_stats=True)
     assert report.metrics["zR@3"] == pytest.approx(0.5, abs=1e-12)
     assert report.metrics["zR@x1"] == pytest.approx(1.0, abs=1e-12)
@@ -307,8 +306,8 @@ def test_zero_shot_missing_image_counts_zero():
     zs_image GT missing -> zR@3 = 0/2, mzR@3 p1 0/1, p2 0/1."""
     gt = box_gt(ZS_LABELS, ZS_RELATIONS)
     res = missing_image_result(gt, SINGLEMPO, parse_ks("3"), zero_shot=ZS)
-    assert res.scalars["zR@3"] == (0, 2)
-    assert res.per_predicate["mzR@3"] == {1: (0, 1), 2: (0, 1)}
+    assert res.image_terms["zR@3"] == (0, 2)
+    assert res.predicate_terms["mzR@3"] == {1: (0, 1), 2: (0, 1)}
 
 
 # --------------------------------------------------------------------------- 4. IMR@k
@@ -330,12 +329,12 @@ def test_imr_ranks_each_predicate_on_its_own():
     ng = [[0, 1, 1], [1, 2, 1], [2, 3, 1], [3, 4, 2]]
     pred = box_pred([0] * 5, [box(i) for i in range(5)], graph=[], ng=ng)
     res = evaluate_image(gt, pred, SINGLEMPO, parse_ks("1,2,4"))
-    assert res.per_predicate["IMR@1"] == {1: (0, 1), 2: (1, 1)}
-    assert res.per_predicate["IMR@2"] == {1: (1, 1), 2: (1, 1)}
-    assert res.per_predicate["mNgR@1"] == {1: (0, 1), 2: (0, 1)}
-    assert res.per_predicate["mNgR@2"] == {1: (1, 1), 2: (0, 1)}
-    assert res.per_predicate["mNgR@4"] == {1: (1, 1), 2: (1, 1)}
-    assert "IMR@1" not in res.scalars
+    assert res.predicate_terms["IMR@1"] == {1: (0, 1), 2: (1, 1)}
+    assert res.predicate_terms["IMR@2"] == {1: (1, 1), 2: (1, 1)}
+    assert res.predicate_terms["mNgR@1"] == {1: (0, 1), 2: (0, 1)}
+    assert res.predicate_terms["mNgR@2"] == {1: (1, 1), 2: (0, 1)}
+    assert res.predicate_terms["mNgR@4"] == {1: (1, 1), 2: (1, 1)}
+    assert "IMR@1" not in res.image_terms
     report = report_of([res], SINGLEMPO, "1,2,4")
     assert report.metrics["IMR@1"] == pytest.approx(0.5, abs=1e-12)
     assert report.metrics["mNgR@1"] == 0.0
@@ -352,8 +351,8 @@ def test_imr_unmatched_triplet_takes_a_slot_of_its_predicate():
     pred = box_pred([0] * 6, [*(box(i) for i in range(5)), box(9)], graph=[],
                     ng=[[5, 0, 2], [0, 1, 1], [3, 4, 2]])
     res = evaluate_image(gt, pred, SINGLEMPO, parse_ks("1,2"))
-    assert res.per_predicate["IMR@1"] == {2: (0, 1)}
-    assert res.per_predicate["IMR@2"] == {2: (1, 1)}
+    assert res.predicate_terms["IMR@1"] == {2: (0, 1)}
+    assert res.predicate_terms["IMR@2"] == {2: (1, 1)}
 
 
 # --------------------------------------------------------------------------- 5. wIMR@k
@@ -387,14 +386,14 @@ def test_weighted_imr_weights_over_predicates_of_the_evaluated_gt(tau, expected,
     Other wrong readings: unweighted mean 5/6; p2 given weight 1 (tau 0.5) -> 3/4.
     """
     res = wimr_result()
-    assert res.per_predicate["IMR@1"] == {0: (1, 2), 1: (1, 1), 2: (1, 1)}
+    assert res.predicate_terms["IMR@1"] == {0: (1, 2), 1: (1, 1), 2: (1, 1)}
     report = report_of([res], SINGLEMPO, "1", has_stats=True, tau=tau,
                        composition=WIMR_COMPOSITION)
     assert report.metrics["IMR@1"] == pytest.approx(5 / 6, abs=1e-12)
     assert report.metrics["wIMR@1"] == pytest.approx(expected, abs=1e-12)
     assert report.metrics["wIMR@1"] != pytest.approx(wrong_with_p3, abs=1e-6)
     settings = EvalSettings(SINGLEMPO, "per_predicate", parse_ks("1"), True, True, False, tau)
-    direct = weighted_imr(accumulate(res), settings, WIMR_COMPOSITION)
+    direct = derived_metrics(accumulate(res), settings, WIMR_COMPOSITION)
     assert direct["wIMR@1"] == pytest.approx(expected, abs=1e-12)
 
 
@@ -404,12 +403,12 @@ def test_weighted_imr_predicate_absent_from_training_has_no_weight():
     has no positive weight -> no wIMR key (never 0 filled in)."""
     acc = accumulate(wimr_result())
     settings = EvalSettings(SINGLEMPO, "per_predicate", parse_ks("1"), True, True, False, 0.5)
-    a = weighted_imr(acc, settings, {0: 4, 1: 1})["wIMR@1"]
-    b = weighted_imr(acc, settings, {0: 4, 1: 1, 2: 0})["wIMR@1"]
+    a = derived_metrics(acc, settings, {0: 4, 1: 1})["wIMR@1"]
+    b = derived_metrics(acc, settings, {0: 4, 1: 1, 2: 0})["wIMR@1"]
     assert a == pytest.approx(2 / 3, abs=1e-12)
     assert b == pytest.approx(2 / 3, abs=1e-12)
-    assert weighted_imr(acc, settings, {3: 16}) == {}
-    assert weighted_imr(acc, settings, None) == {}
+    assert derived_metrics(acc, settings, {3: 16}) == {}
+    assert derived_metrics(acc, settings, None) == {}
 
 
 def test_composition_counts_are_distinct_category_pairs():
@@ -451,9 +450,9 @@ def test_legacy_pair_accuracy_pooled_over_gt_pairs_only():
     all predictions (a recall) -> A@1 = 0/4, A@2 = 1/4.
     """
     a, b = legacy_results()
-    assert a.pooled["A@1"] == (1, 1)
-    assert a.scalars["R@1"] == (0, 1)
-    assert (b.pooled["A@1"], b.pooled["A@2"], b.pooled["A@3"]) == ((0, 3), (1, 3), (2, 3))
+    assert a.ratio_terms["A@1"] == (1, 1)
+    assert a.image_terms["R@1"] == (0, 1)
+    assert (b.ratio_terms["A@1"], b.ratio_terms["A@2"], b.ratio_terms["A@3"]) == ((0, 3), (1, 3), (2, 3))
     report = report_of([a, b], SINGLEMPO, "1,2,3", legacy=True)
     assert report.metrics["A@1"] == pytest.approx(1 / 4, abs=1e-12)
     assert report.metrics["A@2"] == pytest.approx(2 / 4, abs=1e-12)
@@ -467,7 +466,7 @@ def test_legacy_pair_accuracy_off_by_default():
     ks = parse_ks("1")
     res = evaluate_image(box_gt([0, 0], [[0, 1, 0]]),
                          box_pred([0, 0], [box(0), box(1)], graph=[[0, 1, 0]]), SINGLEMPO, ks)
-    assert res.pooled == {}
+    assert res.ratio_terms == {}
     report = report_of([res], SINGLEMPO, "1")
     assert family_keys(report.metrics, "A") == []
     assert report.left_out["A@k"]
@@ -477,7 +476,7 @@ def test_legacy_pair_accuracy_off_by_default():
 def test_legacy_pair_accuracy_left_out_under_multimpo():
     """multimpo has no instance mapping: A@k is left out with a reason, no A@ key."""
     results = legacy_results(MULTIMPO)
-    assert all(r.pooled == {} for r in results)
+    assert all(r.ratio_terms == {} for r in results)
     report = report_of(results, MULTIMPO, "1,2,3", legacy=True)
     assert family_keys(report.metrics, "A") == []
     assert "instance mapping" in report.left_out["A@k"]
@@ -498,7 +497,7 @@ def test_legacy_pair_accuracy_missing_image_counts_its_gt():
     = 1/6 (a mean of ratios would give 1/3)."""
     missing = missing_image_result(box_gt([0, 0, 0], [[0, 1, 0], [1, 2, 0]], image_id="c"),
                                    SINGLEMPO, parse_ks("1,2,3"), legacy=True)
-    assert missing.pooled["A@1"] == (0, 2)
+    assert missing.ratio_terms["A@1"] == (0, 2)
     report = report_of([*legacy_results(), missing], SINGLEMPO, "1,2,3", legacy=True)
     assert report.metrics["A@1"] == pytest.approx(1 / 6, abs=1e-12)
 

@@ -17,16 +17,15 @@ from hypothesis import strategies as st
 
 from sgdask.accum import Accumulator
 from sgdask.kernels import (
-    evaluate_image,
     mask_iou_matrix,
     match_instances,
     merge_masks,
     normalize_prediction,
 )
-from sgdask.kernels.image import ImageResult
 from sgdask.kernels.selection import parse_ks
+from sgdask.metrics.terms import evaluate_image
 from sgdask.protocols import SINGLEMPO
-from sgdask.types import ImageGT, ImagePred, as_triplets
+from sgdask.types import ImageGT, ImagePred, ImageResult, as_triplets
 from tests.builders import snapshot
 
 H = W = 6
@@ -114,11 +113,11 @@ def gt_set(scene: Scene) -> np.ndarray:
 
 
 def values(result: ImageResult, family: str, ks) -> list[Fraction]:
-    return [Fraction(*result.scalars[f"{family}@{k.label}"]) for k in ks]
+    return [Fraction(*result.image_terms[f"{family}@{k.label}"]) for k in ks]
 
 
 def per_predicate(result: ImageResult, family: str, ks) -> list[dict[int, Fraction]]:
-    return [{p: Fraction(*t) for p, t in result.per_predicate[f"{family}@{k.label}"].items()}
+    return [{p: Fraction(*t) for p, t in result.predicate_terms[f"{family}@{k.label}"].items()}
             for k in ks]
 
 
@@ -144,16 +143,16 @@ def test_recalls_are_monotone_in_k_and_within_bounds(scene):
         assert non_decreasing(vals)
         assert all(vals[i] == vals[i + 1] for i in range(len(by_k) - 1)
                    if resolved[i] == resolved[i + 1])
-    if "PR@1" in res.scalars:
+    if "PR@1" in res.image_terms:
         # one triplet per pair in the graph list: R@k <= PR@k; PR@k monotone in k
         for ks in (ABSOLUTE, RELATIVE):
             assert non_decreasing(values(res, "PR", ks))
         for r, pr in zip(values(res, "R", KS), values(res, "PR", KS), strict=True):
             assert r <= pr
-    for name, (num, den) in res.scalars.items():
+    for name, (num, den) in res.image_terms.items():
         if name != "PRank":
             assert 0 <= num <= den, name
-    for name, terms in res.per_predicate.items():
+    for name, terms in res.predicate_terms.items():
         if name != "PRank":
             assert all(0 <= num <= den for num, den in terms.values()), name
 
@@ -170,15 +169,15 @@ def test_recall_is_bounded_by_matched_instances(scene):
     relations = gt_set(scene)
     reachable = matched[relations[:, 0]] & matched[relations[:, 1]]
     bound = int(reachable.sum())
-    assert res.scalars["InstR"] == (int(matched.sum()), scene.gt.n_instances)
-    if "R@inf" in res.scalars:
-        assert res.scalars["R@inf"] == (bound, len(relations))
+    assert res.image_terms["InstR"] == (int(matched.sum()), scene.gt.n_instances)
+    if "R@inf" in res.image_terms:
+        assert res.image_terms["R@inf"] == (bound, len(relations))
     for family, mean in (("R", "mR"), ("ngR", "mNgR")):
         for k in KS:
-            assert res.scalars[f"{family}@{k.label}"] == (
-                res.scalars[f"{family}@{k.label}"][0], len(relations))
-            assert res.scalars[f"{family}@{k.label}"][0] <= bound
-            for p, (hits, count) in res.per_predicate[f"{mean}@{k.label}"].items():
+            assert res.image_terms[f"{family}@{k.label}"] == (
+                res.image_terms[f"{family}@{k.label}"][0], len(relations))
+            assert res.image_terms[f"{family}@{k.label}"][0] <= bound
+            for p, (hits, count) in res.predicate_terms[f"{mean}@{k.label}"].items():
                 sel = relations[:, 2] == p
                 assert count == int(sel.sum())
                 assert hits <= int(reachable[sel].sum())
@@ -207,8 +206,8 @@ def test_a_correct_triplet_at_rank_zero_never_lowers_recall(scene, data):
     for family in ("R", "ngR"):
         for k in KS:
             name = f"{family}@{k.label}"
-            assert after.scalars[name][0] >= before.scalars[name][0], name
-        assert after.scalars[f"{family}@1"][0] == 1
+            assert after.image_terms[name][0] >= before.image_terms[name][0], name
+        assert after.image_terms[f"{family}@1"][0] == 1
 
 
 @settings(max_examples=40, deadline=None,

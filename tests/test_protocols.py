@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from sgdask.kernels import evaluate_image
 from sgdask.kernels.selection import parse_ks
+from sgdask.metrics.terms import evaluate_image
 from sgdask.pipeline import evaluate, evaluate_protocols
 from sgdask.protocols import MULTIMPO, SGBENCH, SINGLEMPO, get_protocols
 from sgdask.types import ImageGT, ImagePred, as_triplets
@@ -43,19 +43,19 @@ def test_duplicate_masks_inflate_multimpo_over_singlempo():
     single = evaluate_image(gt, pred, SINGLEMPO, KS)
     sgb = evaluate_image(gt, pred, SGBENCH, KS)
     # multimpo: (a1,b0,p0) hits A-p0-B at rank 1 through the duplicate; (b0,a0,p1) at rank 2
-    assert [multi.scalars[f"R@{k}"] for k in (1, 2, 3)] == [(0, 2), (1, 2), (2, 2)]
-    assert multi.per_predicate["mR@3"] == {0: (1, 1), 1: (1, 1)}
+    assert [multi.image_terms[f"R@{k}"] for k in (1, 2, 3)] == [(0, 2), (1, 2), (2, 2)]
+    assert multi.predicate_terms["mR@3"] == {0: (1, 1), 1: (1, 1)}
     # singlempo: a1 merges into a0, so (a1,b0,p0) becomes a second predicate of pair (a0,b0)
     # and the graph constraint removes it: only B-p1-A is found, now at rank 1
-    assert [single.scalars[f"R@{k}"] for k in (1, 2, 3)] == [(0, 2), (1, 2), (1, 2)]
-    assert single.per_predicate["mR@3"] == {0: (0, 1), 1: (1, 1)}
+    assert [single.image_terms[f"R@{k}"] for k in (1, 2, 3)] == [(0, 2), (1, 2), (1, 2)]
+    assert single.predicate_terms["mR@3"] == {0: (0, 1), 1: (1, 1)}
     assert single.diagnostics["masks_merged"] == 1
     assert single.diagnostics["graph_triplets_removed"] == 1
     # sgbench: many-to-one maps a0 and a1 to A; no merge, no graph constraint
-    assert [sgb.scalars[f"R@{k}"] for k in (1, 2, 3)] == [(0, 2), (1, 2), (2, 2)]
+    assert [sgb.image_terms[f"R@{k}"] for k in (1, 2, 3)] == [(0, 2), (1, 2), (2, 2)]
     # PRank needs an instance mapping: none under multimpo
-    assert "PRank" not in multi.per_predicate and "PRank" in single.per_predicate
-    assert multi.scalars["InstR"] == single.scalars["InstR"] == (2, 2)
+    assert "PRank" not in multi.predicate_terms and "PRank" in single.predicate_terms
+    assert multi.image_terms["InstR"] == single.image_terms["InstR"] == (2, 2)
 
 
 def test_protocol_list_parsing():

@@ -12,9 +12,10 @@ import html
 import re
 from typing import Any
 
+from sgdask.metrics import RANK_BY, format_value
+
 Entry = dict[str, Any]
 
-DELTA_METRIC = "mR@50"
 DELTA_COLUMN = "Δ multimpo"
 MISSING = "-"
 SAFE_SCHEMES = ("http", "https")
@@ -112,7 +113,7 @@ def header(title: str, generated_at: str, previous_generated_at: str | None) -> 
         parts.append(f'<p class="meta">compared with the leaderboard of '
                      f"{esc(previous_generated_at)}</p>")
     parts.append('<p class="note">Recalls in percent, PRank in ranks (lower is better); '
-                 f"{esc(DELTA_COLUMN)} is multimpo − singlempo {esc(DELTA_METRIC)} in percentage "
+                 f"{esc(DELTA_COLUMN)} is multimpo − singlempo {esc(RANK_BY)} in percentage "
                  "points. Click a column header to sort.</p>")
     return "\n".join(parts)
 
@@ -149,12 +150,12 @@ def body_rows(entries: list[Entry], columns: list[str]) -> str:
 
 def entry_row(order: int, entry: Entry, columns: list[str]) -> str:
     metrics = entry.get("metrics") or {}
-    delta = (entry.get("delta") or {}).get(DELTA_METRIC)
+    delta = (entry.get("delta") or {}).get(RANK_BY)
     submitted = str(entry.get("submitted_at") or "")
     cells = [td(entry["rank"], f"{esc(entry['rank'])} {rank_change(entry.get('rank_change'))}"),
              td(entry["name"], name_cell(entry), text=True),
              td(submitted, esc(submitted[:10]), text=True),
-             *(number_td(metrics.get(c), fmt_metric(c, metrics.get(c))) for c in columns),
+             *(number_td(metrics.get(c), format_value(c, metrics.get(c))) for c in columns),
              number_td(delta, fmt_delta(delta))]
     return f'<tr data-order="{order}">' + "".join(cells) + "</tr>"
 
@@ -172,11 +173,6 @@ def number_td(value: float | None, shown: str) -> str:
 
 # --- cell contents ---------------------------------------------------------------------------
 
-def fmt_metric(name: str, value: float | None) -> str:
-    """Percent with 2 decimals; PRank-like metrics as plain numbers."""
-    if value is None:
-        return MISSING
-    return f"{value:.2f}" if "PRank" in name else f"{100 * value:.2f}"
 
 
 def fmt_delta(value: float | None) -> str:

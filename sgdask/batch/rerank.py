@@ -35,13 +35,12 @@ from sgdask.batch.many import Log, ManyJob, run_many
 from sgdask.batch.registry import Entry, Registry, utc_now
 from sgdask.errors import SgdaskError
 from sgdask.io.fs import StorageOptions, filesystem, is_local, join
+from sgdask.metrics import RANK_BY, TIE_BREAK, board_columns
 from sgdask.pipeline import Options
 from sgdask.report import Report
 from sgdask.report.html import render_html
 
 BOARD_PROTOCOLS = ("singlempo", "multimpo")
-RANK_BY, TIE_BREAK = "mR@50", "mNgR@50"
-COLUMNS = ["mR@50", "mR@20", "mR@100", "R@50", "mNgR@50", "PRank"]
 EXIT_LOCKED = 3
 STALE_LOCK_SECONDS = 6 * 3600
 
@@ -105,7 +104,8 @@ def write_atomic(fs: Any, path: str, data: bytes) -> None:
 
 
 def rank_key(row: dict[str, Any]) -> tuple:
-    """mR@50 descending, then mNgR@50 descending, then earlier submission first."""
+    """The ranking metric descending, then the tie-break metric descending, then earlier
+    submission first."""
     def neg(name: str) -> float:
         value = row["metrics"].get(name)
         return float("inf") if value is None else -value
@@ -121,7 +121,7 @@ def board_rows(entries: list[Entry], reports: dict[str, dict[str, Report]],
         by_protocol = reports.get(e.submission_id, {})
         single = by_protocol.get("singlempo")
         multi = by_protocol.get("multimpo")
-        metrics = {c: (single.metrics.get(c) if single else None) for c in COLUMNS}
+        metrics = {c: (single.metrics.get(c) if single else None) for c in board_columns()}
         delta = {}
         if single and multi and RANK_BY in single.metrics and RANK_BY in multi.metrics:
             delta[RANK_BY] = multi.metrics[RANK_BY] - single.metrics[RANK_BY]
@@ -249,7 +249,8 @@ def leaderboard_page(board: list[dict[str, Any]], approved: list[dict[str, Any]]
         return [{**r, "report": report_prefix + r["report"]} for r in rows]
 
     return render_leaderboard(
-        {"public": linked(board), "approved": linked(approved)}, COLUMNS, generated_at=stamp,
+        {"public": linked(board), "approved": linked(approved)}, board_columns(),
+        generated_at=stamp,
         previous_generated_at=current["published_at"] if current else None).encode()
 
 
@@ -262,8 +263,8 @@ def board_files(board: list[dict[str, Any]], approved: list[dict[str, Any]],
          "submission_id": r["submission_id"], "approved": r["approved"],
          "submitted_at": r["submitted_at"], "paper": r["paper"],
          "rank_change": r["rank_change"],
-         **{f"singlempo {c}": r["metrics"].get(c) for c in COLUMNS},
-         "multimpo - singlempo mR@50": r["delta"].get(RANK_BY)} for r in board])
+         **{f"singlempo {c}": r["metrics"].get(c) for c in board_columns()},
+         f"multimpo - singlempo {RANK_BY}": r["delta"].get(RANK_BY)} for r in board])
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
     files = {"leaderboard.json": json.dumps(board, indent=1).encode(),

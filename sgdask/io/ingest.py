@@ -21,6 +21,7 @@ from sgdask.io.fs import StorageOptions, combined_digest, file_digest, filesyste
 from sgdask.io.psg import GTRecord, class_lists, evaluation_records, label_image
 from sgdask.io.scores import load_score_lists
 from sgdask.io.sgbench import SubmissionImage, SubmissionSource, load_json
+from sgdask.io.sources import Decoded, decoded_images
 from sgdask.io.stats import STATS_FILE, train_stats, write_stats
 from sgdask.io.store import (
     PartTables,
@@ -32,9 +33,8 @@ from sgdask.io.store import (
     write_part,
 )
 from sgdask.io.validate import GTInfo, checked_submission
-from sgdask.kernels.masks import CropMasks
 from sgdask.kernels.scores import DerivedLists
-from sgdask.types import EMPTY_TRIPLETS
+from sgdask.types import EMPTY_TRIPLETS, BitMasks
 
 DEFAULT_STORE_PARTITION = 64
 Progress = Callable[[int], None] | None
@@ -67,10 +67,7 @@ def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
     raw = read_bytes(psg_json, storage_options, "psg.json")
     doc = load_json(raw, psg_json)
     names = class_lists(doc, psg_json)
-    records = sorted(evaluation_records(doc, psg_json, masks=masks_dir is not None),
-                     key=lambda r: r.image_id)
-    if not records:
-        raise InputError(psg_json, "no test images", field="test_image_ids")
+    records = sorted_records(doc, psg_json, masks_dir is not None)
     stats = train_stats(doc, psg_json)
     with StoreWriter(out, "gt", storage_options, overwrite) as writer:
         tasks = [(out, storage_options, i, part, masks_dir)
@@ -91,6 +88,19 @@ def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
             n_images=len(records), partition_size=partition_size, **names)
 
 
+def sorted_records(doc: Any, psg_json: str, masks: bool) -> list[GTRecord]:
+    """The test split's records in store order (sorted by image id)."""
+    records = sorted(evaluation_records(doc, psg_json, masks=masks), key=lambda r: r.image_id)
+    if not records:
+        raise InputError(psg_json, "no test images", field="test_image_ids")
+    return records
+
+
+def gt_records(raw: bytes, psg_json: str, masks: bool) -> list[GTRecord]:
+    """The records ``ingest_gt`` writes, from psg.json's bytes."""
+    return sorted_records(load_json(raw, psg_json), psg_json, masks)
+
+
 def write_gt_part(out: str, options: StorageOptions | None, index: int,
                   records: list[GTRecord], masks_dir: str | None
                   ) -> tuple[dict[str, Any], list[bytes]]:
@@ -101,30 +111,29 @@ def write_gt_part(out: str, options: StorageOptions | None, index: int,
     tables = PartTables.empty()
     digests = []
     for record in records:
-        offset, areas = None, None
+        masks = None
         if masks_dir is not None:
             png_url = join(masks_dir, record.pan_seg_file_name or "")
             png = read_bytes(png_url, options, "pan_seg_file_name")
             digests.append(hashlib.sha256(png).digest())
-            labels = label_image(png, record, png_url).reshape(-1)
-            offset = tables.add_masks(labels)
-            areas = np.bincount(labels, minlength=len(record.categories) + 1)[1:]
-        add_gt_rows(tables, record, part_name(index), offset, areas)
+            masks = BitMasks.from_labels(label_image(png, record, png_url),
+                                         len(record.categories))
+        add_gt_rows(tables, record, part_name(index), masks)
     return write_part(out, options, index, tables), digests
 
 
-def add_gt_rows(tables: PartTables, record: GTRecord, part: str, offset: int | None,
-                areas: np.ndarray | None) -> None:
+def add_gt_rows(tables: PartTables, record: GTRecord, part: str, masks: BitMasks | None
+                ) -> None:
     relations = record.relations
     cols = tables.images
     for name, value in (("image_id", record.image_id), ("height", record.height),
                         ("width", record.width), ("n_instances", len(record.categories)),
                         ("n_graph", len(relations)), ("n_ng", 0),
-                        ("mask_array", None if offset is None else part),
-                        ("mask_offset", offset), ("source_file", record.pan_seg_file_name)):
+                        ("mask_array", None if masks is None else part),
+                        ("mask_offset", None), ("source_file", record.pan_seg_file_name)):
         cols[name].append(value)
-    instance_rows(tables, record.image_id, record.categories, record.boxes, None,
-                  areas=areas)
+    instance_rows(tables, record.image_id, record.categories, record.boxes, None, masks,
+                  None if masks is None else masks.areas())
     triplet_rows(tables, record.image_id, "gt", relations, None)
 
 
@@ -223,29 +232,60 @@ def write_submission_part(submission: str, out: str, options: StorageOptions | N
                           sizes: dict[str, tuple[int, int]],
                           limits: ArchiveLimits | None = None) -> dict[str, Any]:
     """One submission part (a Dask task): decodes its TIFFs (each checked against its
-    image's instance count and GT size first), writes tables and mask crops."""
+    image's instance count and GT size first), writes tables and masks."""
     source = SubmissionSource(submission, options, limits)
+    return write_decoded_part(out, options, index, decoded_images(source, images, sizes))
+
+
+def write_decoded_part(out: str, options: StorageOptions | None, index: int,
+                       decoded: list[Decoded]) -> dict[str, Any]:
+    """A submission store part from decoded images; returns its manifest entry."""
     tables = PartTables.empty()
-    for img in images:
-        shape, crops = (0, 0), None
-        if source.is_zip:
-            masks = source.masks(img, sizes.get(img.image_id))
-            shape = masks.shape[1:]
-            crops = CropMasks.from_dense(masks)
-        add_submission_rows(tables, img, shape, part_name(index), crops)
+    for d in decoded:
+        add_submission_rows(tables, d.image, d.shape, part_name(index), d.masks)
     return write_part(out, options, index, tables)
 
 
+class KeptStores:
+    """Stores written while a submission file is evaluated (``evaluate --keep-store``):
+    created on entry, committed (manifest written) by ``commit``, removed on failure."""
+
+    def __init__(self, stores: dict[str, tuple[str, Any]], options: StorageOptions | None
+                 ) -> None:
+        self.writers = {name: (StoreWriter(url, "submission", options), given)
+                        for name, (url, given) in stores.items()}
+
+    def __enter__(self) -> KeptStores:
+        for writer, _ in self.writers.values():
+            writer.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for writer, _ in self.writers.values():
+            writer.__exit__(*exc)
+
+    def commit(self, parts_by_name: dict[str, list[dict[str, Any]]]) -> None:
+        """Write each kept store's manifest, listing the parts its tasks wrote."""
+        for name, (writer, given) in self.writers.items():
+            parts = sorted(parts_by_name.get(name, []), key=lambda info: info["name"])
+            manifest = given.manifest
+            writer.finish(parts, sgdask_version=__version__,
+                          content_hash=manifest["content_hash"], source=manifest["source"],
+                          instances=manifest["instances"], has_ng=manifest["has_ng"],
+                          n_images=sum(p["n_images"] for p in parts),
+                          partition_size=DEFAULT_STORE_PARTITION, triplets_from=None)
+
+
 def add_submission_rows(tables: PartTables, img: SubmissionImage, shape: tuple, part: str,
-                        crops: CropMasks | None) -> None:
+                        masks: BitMasks | None) -> None:
     cols = tables.images
     for name, value in (("image_id", img.image_id), ("height", int(shape[0])),
                         ("width", int(shape[1])), ("n_instances", len(img.categories)),
                         ("n_graph", len(img.graph)), ("n_ng", len(img.ng)),
-                        ("mask_array", None if crops is None else part), ("mask_offset", None),
+                        ("mask_array", None if masks is None else part), ("mask_offset", None),
                         ("source_file", img.seg_filename)):
         cols[name].append(value)
-    instance_rows(tables, img.image_id, img.categories, img.boxes, img.scores, crops)
+    instance_rows(tables, img.image_id, img.categories, img.boxes, img.scores, masks)
     triplet_rows(tables, img.image_id, "graph", img.graph, img.graph_scores)
     triplet_rows(tables, img.image_id, "ng", img.ng, None)
 

@@ -1,158 +1,208 @@
-"""Reading one evaluation partition from the stores into kernel inputs (ImageGT, ImagePred).
+"""Reading one evaluation partition from a store into kernel inputs (ImageGT, ImagePred).
 
-Tables are read once per partition; mask data is read as one contiguous slice per store
-part (parts are small), and a predicted image's crops are unpacked only when it is scored.
+Per store part, each table is read once (only the columns evaluation needs) and its rows
+are sliced per image by the images table's counts (tables are grouped by image, in image
+order, graph list before NG list), so no string column of the large tables is touched. A
+part's masks are one contiguous read, decoded once for all its images (one compiled pass
+undoing the row XOR), and an image's masks are views into that buffer.
+
+Stores of format version 1 (GT label images, byte-packed crops) are converted on read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from sgdask.io.store import StoreReader
-from sgdask.kernels.masks import packed_size, unpack
-from sgdask.types import ImageGT, ImagePred
+from sgdask.kernels.bits import v1_crop_words, word_layout, xor_rows
+from sgdask.types import BitMasks, ImageGT, ImagePred
 
+IMAGE_COLUMNS = ["image_id", "height", "width", "n_instances", "n_graph", "n_ng",
+                 "mask_array", "mask_offset"]
+INSTANCE_COLUMNS = ["category", "x1", "y1", "x2", "y2", "score", "mask_y0", "mask_x0",
+                    "mask_y1", "mask_x1", "mask_offset", "area"]
+TRIPLET_COLUMNS = ["subject", "object", "predicate"]
 
-def row_ranges(table: pa.Table) -> dict[str, tuple[int, int]]:
-    """image id -> (start, stop) of its rows (tables are written grouped by image)."""
-    ids = np.asarray(table["image_id"].to_pylist(), dtype=object)
-    if len(ids) == 0:
-        return {}
-    change = np.nonzero(ids[1:] != ids[:-1])[0] + 1
-    starts = np.concatenate([[0], change])
-    stops = np.concatenate([change, [len(ids)]])
-    return {ids[s]: (int(s), int(e)) for s, e in zip(starts, stops, strict=True)}
 
 def column(table: pa.Table, name: str, dtype: type = np.int64) -> np.ndarray:
     """A column as numpy (nulls become NaN for float dtypes)."""
     return table[name].to_numpy(zero_copy_only=False).astype(dtype, copy=False)
 
-class InstanceColumns:
-    """Instance table columns as numpy, sliced per image."""
 
-    def __init__(self, table: pa.Table) -> None:
-        self.ranges = row_ranges(table)
-        self.category = column(table, "category")
-        self.boxes = np.stack([column(table, c, np.float64) for c in ("x1", "y1", "x2", "y2")],
-                              axis=1) if len(table) else np.empty((0, 4))
-        self.has_box = ~np.isnan(self.boxes).any(axis=1)
-        self.score = column(table, "score", np.float64)
-        self.mask_boxes = np.stack(
-            [column(table, c, np.float64) for c in ("mask_y0", "mask_x0", "mask_y1", "mask_x1")],
-            axis=1) if len(table) else np.empty((0, 4))
-        self.mask_offset = column(table, "mask_offset", np.float64)
-        self.area = (column(table, "area", np.float64) if "area" in table.column_names
-                     else np.full(len(table), np.nan))
+def starts_of(counts: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
-    def of(self, image_id: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """(categories, boxes or None, scores or None) of one image."""
-        start, stop = self.ranges.get(image_id, (0, 0))
-        boxes = self.boxes[start:stop] if self.has_box[start:stop].all() else None
-        scores = self.score[start:stop]
-        return (self.category[start:stop], boxes,
-                None if np.isnan(scores).any() or stop == start else scores)
 
-    def areas_of(self, image_id: str) -> np.ndarray | None:
-        """GT mask areas of one image (None when the store predates them)."""
-        start, stop = self.ranges.get(image_id, (0, 0))
-        areas = self.area[start:stop]
-        return None if np.isnan(areas).any() else areas.astype(np.int64)
+@dataclass
+class PartRows:
+    """One part's rows as numpy, restricted to the wanted images (in part order)."""
 
-    def mask_layout(self, image_id: str) -> tuple[np.ndarray, np.ndarray]:
-        """(crop boxes, absolute byte offsets with an end marker) of one image's masks."""
-        start, stop = self.ranges.get(image_id, (0, 0))
-        boxes = self.mask_boxes[start:stop].astype(np.int64)
-        offsets = self.mask_offset[start:stop].astype(np.int64)
-        end = offsets[-1] + packed_size(boxes[-1:])[0] if len(offsets) else 0
-        return boxes, np.append(offsets, end)
+    ids: list[str]
+    height: np.ndarray
+    width: np.ndarray
+    n_instances: np.ndarray
+    n_graph: np.ndarray
+    n_ng: np.ndarray
+    has_masks: np.ndarray
+    label_offset: np.ndarray  # version 1 GT: the label image's offset in the mask array
+    mask_array: str | None
+    inst: np.ndarray  # first instance row of each image
+    trip: np.ndarray  # first triplet row of each image
+    category: np.ndarray
+    boxes: np.ndarray
+    score: np.ndarray
+    mask_boxes: np.ndarray
+    mask_offset: np.ndarray
+    area: np.ndarray
+    spo: np.ndarray
 
-class TripletColumns:
-    """Triplet table columns as numpy, sliced per image and list."""
 
-    def __init__(self, table: pa.Table) -> None:
-        self.ranges = row_ranges(table)
-        self.lists = np.asarray(table["list"].cast(pa.string()).to_pylist(), dtype=object)
-        self.spo = np.stack([column(table, c) for c in ("subject", "object", "predicate")],
-                            axis=1) if len(table) else np.empty((0, 3), dtype=np.int64)
+def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
+    """The rows of the wanted images of one part."""
+    images = reader.table("images", [part], columns=IMAGE_COLUMNS)
+    ids = images["image_id"].to_pylist()
+    n_inst = column(images, "n_instances")
+    n_trip = column(images, "n_graph") + column(images, "n_ng")
+    inst_all, trip_all = starts_of(n_inst), starts_of(n_trip)
+    keep = np.array([i in wanted for i in ids], dtype=bool)
+    instances = reader.table("instances", [part], columns=INSTANCE_COLUMNS)
+    triplets = reader.table("triplets", [part], columns=TRIPLET_COLUMNS)
+    inst_rows = np.concatenate([np.arange(inst_all[i], inst_all[i + 1])
+                                for i in np.flatnonzero(keep)] or [np.empty(0, np.int64)])
+    trip_rows = np.concatenate([np.arange(trip_all[i], trip_all[i + 1])
+                                for i in np.flatnonzero(keep)] or [np.empty(0, np.int64)])
+    inst = instances.take(pa.array(inst_rows, pa.int64()))
+    trip = triplets.take(pa.array(trip_rows, pa.int64()))
+    arrays = images["mask_array"].to_pylist()
+    n = len(inst)
+    return PartRows(
+        ids=[i for i, k in zip(ids, keep, strict=True) if k],
+        height=column(images, "height")[keep], width=column(images, "width")[keep],
+        n_instances=n_inst[keep], n_graph=column(images, "n_graph")[keep],
+        n_ng=column(images, "n_ng")[keep],
+        has_masks=np.array([a is not None for a in arrays], dtype=bool)[keep],
+        label_offset=column(images, "mask_offset", np.float64)[keep],
+        mask_array=next((a for a in arrays if a is not None), None),
+        inst=starts_of(n_inst[keep]), trip=starts_of((n_trip)[keep]),
+        category=column(inst, "category"),
+        boxes=np.stack([column(inst, c, np.float64) for c in ("x1", "y1", "x2", "y2")], 1)
+        if n else np.empty((0, 4)),
+        score=column(inst, "score", np.float64),
+        mask_boxes=np.stack([column(inst, c, np.float64)
+                             for c in ("mask_y0", "mask_x0", "mask_y1", "mask_x1")], 1)
+        if n else np.empty((0, 4)),
+        mask_offset=column(inst, "mask_offset", np.float64),
+        area=column(inst, "area", np.float64),
+        spo=np.stack([column(trip, c) for c in TRIPLET_COLUMNS], 1) if len(trip)
+        else np.empty((0, 3), dtype=np.int64))
 
-    def of(self, image_id: str, list_name: str) -> np.ndarray:
-        start, stop = self.ranges.get(image_id, (0, 0))
-        rows = self.spo[start:stop]
-        return rows[self.lists[start:stop] == list_name]
 
-def image_rows(reader: StoreReader, parts: list[str], ids: list[str]) -> dict[str, dict]:
-    table = reader.table("images", parts, ids)
-    return {row["image_id"]: row for row in table.to_pylist()}
+class PartMasks:
+    """The masks of one part's wanted images, decoded once (version 2: word masks;
+    version 1 predictions: byte-packed crops converted to words; version 1 GT: label
+    images, packed per image on first use)."""
 
-class MaskSlices:
-    """One contiguous read per mask array covering the requested ranges, then slices."""
+    def __init__(self, reader: StoreReader, rows: PartRows) -> None:
+        self.reader, self.rows = reader, rows
+        self.words = np.empty(0, dtype=np.uint64)
+        self.boxes = np.empty((0, 4), dtype=np.int64)
+        self.starts = np.empty(0, dtype=np.int64)
+        self.labels: dict[int, tuple[int, int]] = {}
+        if rows.mask_array is None:
+            return
+        with_masks = ~np.isnan(rows.mask_offset)
+        self.boxes = np.where(with_masks[:, None], rows.mask_boxes, 0).astype(np.int64)
+        if reader.version == 1 and not np.isnan(rows.label_offset).all():
+            return  # version 1 GT: label images, read per image
+        offsets = np.where(with_masks, rows.mask_offset, 0).astype(np.int64)
+        if reader.version == 1:
+            self.v1_crops(offsets, with_masks)
+        else:
+            self.v2_words(offsets, with_masks)
 
-    def __init__(self, reader: StoreReader, ranges: dict[str, list[tuple[int, int]]]) -> None:
-        self.buffers: dict[str, tuple[int, np.ndarray]] = {}
-        for array, spans in ranges.items():
-            lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
-            self.buffers[array] = (lo, reader.read_masks(array, lo, hi))
+    def v2_words(self, offsets: np.ndarray, with_masks: np.ndarray) -> None:
+        sizes = np.diff(word_layout(self.boxes))
+        if not with_masks.any():
+            return
+        lo = int(offsets[with_masks].min())
+        hi = int((offsets + sizes)[with_masks].max())
+        self.words = self.reader.read_masks(self.rows.mask_array, lo, hi).astype(
+            np.uint64, copy=True)
+        self.starts = offsets - lo
+        xor_rows(self.boxes, self.starts, self.words, True)
 
-    def get(self, array: str, start: int, stop: int) -> np.ndarray:
-        base, data = self.buffers[array]
-        return data[start - base:stop - base]
+    def v1_crops(self, offsets: np.ndarray, with_masks: np.ndarray) -> None:
+        sizes = (self.boxes[:, 2] - self.boxes[:, 0]) * ((self.boxes[:, 3] - self.boxes[:, 1]
+                                                          + 7) // 8)
+        if not with_masks.any():
+            return
+        lo = int(offsets[with_masks].min())
+        hi = int((offsets + sizes)[with_masks].max())
+        data = self.reader.read_masks(self.rows.mask_array, lo, hi)
+        self.starts, self.words = v1_crop_words(data, offsets - lo, self.boxes)
 
-def load_gt_images(reader: StoreReader, parts: list[str], ids: list[str]
-                   ) -> Iterator[ImageGT]:
-    """GT images of ``ids`` in order, each with its label image when the store has masks."""
-    images = image_rows(reader, parts, ids)
-    instances = InstanceColumns(reader.table("instances", parts, ids))
-    triplets = TripletColumns(reader.table("triplets", parts, ids))
-    spans: dict[str, list[tuple[int, int]]] = {}
-    for row in images.values():
-        if row["mask_array"] is not None:
-            start = row["mask_offset"]
-            spans.setdefault(row["mask_array"], []).append(
-                (start, start + row["height"] * row["width"]))
-    masks = MaskSlices(reader, spans)
-    for image_id in ids:
-        labels, boxes, _ = instances.of(image_id)
-        row = images[image_id]
-        label_image = None
-        if row["mask_array"] is not None:
-            start = row["mask_offset"]
-            label_image = masks.get(row["mask_array"], start,
-                                    start + row["height"] * row["width"]
-                                    ).reshape(row["height"], row["width"])
-        yield ImageGT(image_id, labels, triplets.of(image_id, "gt"), boxes, label_image,
-                      instances.areas_of(image_id) if label_image is not None else None)
+    def of(self, i: int, shape: tuple[int, int]) -> BitMasks:
+        a, b = self.rows.inst[i], self.rows.inst[i + 1]
+        return BitMasks(shape, self.boxes[a:b], self.starts[a:b], self.words)
 
-def pred_loaders(reader: StoreReader, parts: list[str], ids: list[str]
-                 ) -> dict[str, Callable[[], ImagePred]]:
-    """image id -> function building that image's prediction (crops unpacked when called)."""
-    images = image_rows(reader, parts, ids)
-    instances = InstanceColumns(reader.table("instances", parts, ids))
-    triplets = TripletColumns(reader.table("triplets", parts, ids))
-    spans: dict[str, list[tuple[int, int]]] = {}
-    for image_id, row in images.items():
-        if row["mask_array"] is None:
-            continue
-        boxes, offsets = instances.mask_layout(image_id)
-        if len(boxes):
-            spans.setdefault(row["mask_array"], []).append((offsets[0], offsets[-1]))
-    masks = MaskSlices(reader, spans)
+    def label_image(self, i: int) -> np.ndarray:
+        """Version 1 GT: the image's label image."""
+        rows = self.rows
+        h, w, start = int(rows.height[i]), int(rows.width[i]), int(rows.label_offset[i])
+        return self.reader.read_masks(rows.mask_array, start, start + h * w).reshape(h, w)
 
-    def loader(image_id: str) -> Callable[[], ImagePred]:
-        def load() -> ImagePred:
-            labels, boxes, scores = instances.of(image_id)
-            row = images[image_id]
-            crops = None
-            if row["mask_array"] is not None:
-                mask_boxes, offsets = instances.mask_layout(image_id)
-                data = (masks.get(row["mask_array"], offsets[0], offsets[-1])
-                        if len(mask_boxes) else np.empty(0, dtype=np.uint8))
-                crops = unpack(data, offsets - offsets[0], mask_boxes,
-                               (row["height"], row["width"]))
-            return ImagePred(image_id, labels, triplets.of(image_id, "graph"),
-                             triplets.of(image_id, "ng"), boxes, crops, scores)
-        return load
 
-    return {image_id: loader(image_id) for image_id in images}
+def instance_fields(rows: PartRows, i: int) -> tuple[np.ndarray, np.ndarray | None,
+                                                      np.ndarray | None]:
+    """(categories, boxes or None, scores or None) of image i."""
+    a, b = rows.inst[i], rows.inst[i + 1]
+    boxes = rows.boxes[a:b]
+    scores = rows.score[a:b]
+    return (rows.category[a:b], None if np.isnan(boxes).any() else boxes,
+            None if b == a or np.isnan(scores).any() else scores)
+
+
+def load_gt_images(reader: StoreReader, parts: list[str], ids: list[str]) -> Iterator[ImageGT]:
+    """GT images of ``ids``, in the order of the parts (sorted ids)."""
+    wanted = set(ids)
+    for part in parts:
+        rows = part_rows(reader, part, wanted)
+        masks = PartMasks(reader, rows)
+        for i, image_id in enumerate(rows.ids):
+            labels, boxes, _ = instance_fields(rows, i)
+            t = rows.trip[i]
+            relations = rows.spo[t:t + rows.n_graph[i]]
+            shape = (int(rows.height[i]), int(rows.width[i]))
+            if not rows.has_masks[i]:
+                yield ImageGT(image_id, labels, relations, boxes)
+                continue
+            areas = rows.area[rows.inst[i]:rows.inst[i + 1]]
+            areas = None if np.isnan(areas).any() else areas.astype(np.int64)
+            if reader.version == 1:
+                yield ImageGT(image_id, labels, relations, boxes, masks.label_image(i), areas)
+            else:
+                yield ImageGT(image_id, labels, relations, boxes, areas=areas,
+                              masks=masks.of(i, shape))
+
+
+def load_predictions(reader: StoreReader, parts: list[str], ids: list[str]
+                     ) -> dict[str, ImagePred]:
+    """image id -> prediction, for the images of ``ids`` the store has."""
+    wanted = set(ids)
+    out = {}
+    for part in parts:
+        rows = part_rows(reader, part, wanted)
+        masks = PartMasks(reader, rows)
+        for i, image_id in enumerate(rows.ids):
+            labels, boxes, scores = instance_fields(rows, i)
+            t, n_graph = rows.trip[i], rows.n_graph[i]
+            graph = rows.spo[t:t + n_graph]
+            ng = rows.spo[t + n_graph:rows.trip[i + 1]]
+            bits = (masks.of(i, (int(rows.height[i]), int(rows.width[i])))
+                    if rows.has_masks[i] else None)
+            out[image_id] = ImagePred(image_id, labels, graph, ng, boxes, bits, scores)
+    return out

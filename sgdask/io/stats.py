@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from sgdask.errors import InputError, StoreError
 from sgdask.io.fs import StorageOptions, file_digest, filesystem
-from sgdask.kernels.image import ZeroShot
+from sgdask.types import ZeroShot
 
 STATS_SCHEMA = pa.schema([("subject_category", pa.int32()), ("object_category", pa.int32()),
                           ("predicate", pa.int32()), ("count", pa.int64())])

@@ -6,12 +6,13 @@
     URL/images/part-00000.parquet    one row per image
     URL/instances/part-00000.parquet one row per instance
     URL/triplets/part-00000.parquet  submission: graph + NG lists;  GT: relations
-    URL/masks/part-00000             Zarr v3, 1-D, one per part: GT label images (flattened,
-                                     concatenated) | predicted crops (bit-packed, concatenated)
+    URL/masks/part-00000             Zarr v3, 1-D uint64, one per part: every instance's
+                                     mask as rows of 64-bit words over its box
 
 Images are sorted by id and cut into parts of ``partition_size`` images; the manifest lists
 each part's first and last id, so a Dask task reads only the parts holding its images.
-Offsets into a part's mask array are in the images table (GT) or instances table (predictions).
+Word offsets into a part's mask array are in the instances table. Version 1 stores (GT label
+images, byte-packed crops) are still read: ``sgdask.io.partition`` converts them on read.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -29,10 +31,12 @@ from zarr.codecs import ZstdCodec
 
 from sgdask.errors import SgdaskError, StoreError
 from sgdask.io.fs import StorageOptions, filesystem, join, zarr_store
-from sgdask.kernels.masks import CropMasks, pack
+from sgdask.kernels.bits import word_layout, xor_rows
+from sgdask.types import BitMasks
 
 FORMAT = "sgdask-store"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 TABLES = ("images", "instances", "triplets")
 MASK_CODEC = ZstdCodec(level=7)
 MASK_CHUNK = 1 << 20
@@ -70,24 +74,37 @@ class PartTables:
     instances: dict[str, list]
     triplets: dict[str, list]
     masks: list[np.ndarray] = field(default_factory=list)
-    mask_length: int = 0
+    mask_length: int = 0  # words
 
     @classmethod
     def empty(cls) -> PartTables:
         return cls(*({name: [] for name in SCHEMAS[t].names} for t in TABLES))
 
-    def add_masks(self, flat: np.ndarray) -> int:
-        """Append mask data; returns its offset in the part's mask array."""
-        offset = self.mask_length
-        self.masks.append(flat)
-        self.mask_length += len(flat)
-        return offset
+    def add_masks(self, masks: BitMasks) -> np.ndarray:
+        """Append masks (row-XOR encoded, see ``encoded_words``); returns each mask's word
+        offset in the part's mask array."""
+        words, offsets = encoded_words(masks)
+        self.masks.append(words)
+        start = self.mask_length
+        self.mask_length += len(words)
+        return offsets[:-1] + start
+
+
+def encoded_words(masks: BitMasks) -> tuple[np.ndarray, np.ndarray]:
+    """(words, offsets): the masks laid out one after the other, each row XOR-ed with the
+    row above (smooth shapes become mostly zero words, which zstd compresses well)."""
+    offsets = word_layout(masks.boxes)
+    words = np.empty(offsets[-1], dtype=np.uint64)
+    for i, (start, stop) in enumerate(pairwise(offsets.tolist())):
+        words[start:stop] = masks.words[masks.starts[i]:masks.starts[i] + stop - start]
+    xor_rows(masks.boxes, offsets[:-1], words, False)
+    return words, offsets
 
 
 def instance_rows(tables: PartTables, image_id: str, categories: np.ndarray,
                   boxes: np.ndarray | None, scores: np.ndarray | None,
-                  masks: CropMasks | None = None, areas: np.ndarray | None = None) -> None:
-    """Instance rows; with ``masks``, each crop is bit-packed into the part's mask array;
+                  masks: BitMasks | None = None, areas: np.ndarray | None = None) -> None:
+    """Instance rows; with ``masks``, each mask goes into the part's mask array;
     ``areas``: GT mask areas in pixels."""
     n = len(categories)
     cols = tables.instances
@@ -96,11 +113,10 @@ def instance_rows(tables: PartTables, image_id: str, categories: np.ndarray,
         for name in ("mask_y0", "mask_x0", "mask_y1", "mask_x1", "mask_offset"):
             cols[name].extend([None] * n)
     else:
-        data, offsets = pack(masks)
-        start = tables.add_masks(data)
+        offsets = tables.add_masks(masks)
         for j, name in enumerate(("mask_y0", "mask_x0", "mask_y1", "mask_x1")):
             cols[name].extend(masks.boxes[:, j].tolist())
-        cols["mask_offset"].extend((offsets[:-1] + start).tolist())
+        cols["mask_offset"].extend(offsets.tolist())
     cols["image_id"].extend([image_id] * n)
     cols["index"].extend(range(n))
     cols["category"].extend(categories.tolist())
@@ -131,7 +147,7 @@ def write_part(url: str, storage_options: StorageOptions | None, index: int,
     fs, path = filesystem(url, storage_options)
     ids = tables.images["image_id"]
     if tables.masks:
-        data = np.concatenate(tables.masks)
+        data = np.concatenate(tables.masks).astype(np.uint64, copy=False)
         group = zarr.open_group(zarr_store(join(url, "masks"), storage_options,
                                            read_only=False), mode="r+")
         group.create_array(part_name(index), data=data,
@@ -209,28 +225,40 @@ class StoreReader:
         except OSError as err:
             raise SgdaskError(f"{self.url}: cannot read ({type(err).__name__}: {err})") \
                 from err
-        if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        version = manifest.get("format_version")
+        if manifest.get("format") != FORMAT or version not in READABLE_VERSIONS:
+            newer = isinstance(version, int) and version > FORMAT_VERSION
             raise StoreError(f"{self.url}/manifest.json: format {manifest.get('format')!r} "
-                             f"version {manifest.get('format_version')!r} "
-                             f"(expected {FORMAT!r} version {FORMAT_VERSION})")
+                             f"version {version!r} (expected {FORMAT!r} version "
+                             f"{' or '.join(map(str, READABLE_VERSIONS))}"
+                             + ("; written by a newer sgdask: upgrade sgdask)" if newer
+                                else ")"))
         return manifest
+
+    @property
+    def version(self) -> int:
+        return int(self.manifest["format_version"])
 
     @property
     def parts(self) -> list[dict[str, Any]]:
         return self.manifest["parts"]
 
-    def table(self, name: str, parts: Iterable[str], ids: list[str] | None = None) -> pa.Table:
-        """Rows of table ``name`` from the given parts, only of ``ids`` when given."""
+    def table(self, name: str, parts: Iterable[str], ids: list[str] | None = None,
+              columns: list[str] | None = None) -> pa.Table:
+        """Rows of table ``name`` from the given parts, only of ``ids`` when given (then
+        ``columns`` must include ``image_id``), only ``columns`` when given."""
         tables = []
         for part in parts:
             with self.fs.open(join(self.path, name, part + ".parquet"), "rb") as f:
-                table = pq.read_table(f)
+                table = pq.read_table(f, columns=columns)
             if ids is not None:
                 table = table.filter(pa.compute.is_in(table["image_id"],
                                                       value_set=pa.array(ids, pa.string())))
             tables.append(table)
         if not tables:
-            return SCHEMAS[name].empty_table()
+            schema = SCHEMAS[name]
+            return (schema if columns is None else pa.schema(
+                [schema.field(c) for c in columns])).empty_table()
         return pa.concat_tables(tables)
 
     def images(self) -> pa.Table:

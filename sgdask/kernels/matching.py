@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
+
+from sgdask.kernels.bits import JIT
 
 IOU_THRESHOLD = 0.5
 
@@ -25,6 +28,7 @@ def match_many_to_one(iou: np.ndarray, threshold: float = IOU_THRESHOLD) -> np.n
     return best
 
 
+@njit(**JIT)
 def match_one_to_one(iou: np.ndarray, threshold: float = IOU_THRESHOLD) -> np.ndarray:
     """SGBench paper Algorithm 2: a GT instance is claimed by at most one prediction.
 
@@ -33,15 +37,20 @@ def match_one_to_one(iou: np.ndarray, threshold: float = IOU_THRESHOLD) -> np.nd
     """
     n_pred, n_gt = iou.shape
     owner = np.full(n_gt, -1, dtype=np.int64)
-    if n_gt:
-        for m in range(n_pred):
-            x = int(iou[m].argmax())
-            value = iou[m, x]
-            if value >= threshold and (owner[x] < 0 or value > iou[owner[x], x]):
-                owner[x] = m
     mapping = np.full(n_pred, -1, dtype=np.int64)
-    claimed = owner >= 0
-    mapping[owner[claimed]] = np.nonzero(claimed)[0]
+    if n_gt == 0:
+        return mapping
+    for m in range(n_pred):
+        x = 0
+        for g in range(1, n_gt):  # argmax, lowest index on ties
+            if iou[m, g] > iou[m, x]:
+                x = g
+        value = iou[m, x]
+        if value >= threshold and (owner[x] < 0 or value > iou[owner[x], x]):
+            owner[x] = m
+    for g in range(n_gt):
+        if owner[g] >= 0:
+            mapping[owner[g]] = g
     return mapping
 
 

@@ -5,39 +5,47 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
-from sgdask.kernels.iou import pairwise_mask_iou
-from sgdask.kernels.masks import CropMasks, as_crops
-from sgdask.types import ImagePred
+from sgdask.kernels.bits import JIT, merge_kernel, self_iou, subset
+from sgdask.types import BitMasks, ImagePred, as_bit_masks
 
 MERGE_IOU = 0.5
 
 
-def row_keys(rows: np.ndarray) -> np.ndarray:
-    """One int64 per row of non-negative ints, equal exactly when the rows are equal."""
+@njit(**JIT)
+def first_occurrence(rows: np.ndarray) -> np.ndarray:
+    """True at the first occurrence of each distinct row of an (n, c) int array."""
+    n, c = rows.shape
+    keep = np.zeros(n, dtype=np.bool_)
+    if n == 0:
+        return keep
+    keys = np.zeros(n, dtype=np.int64)
+    for j in range(c):
+        lo, hi = rows[0, j], rows[0, j]
+        for i in range(n):
+            lo, hi = min(lo, rows[i, j]), max(hi, rows[i, j])
+        for i in range(n):
+            keys[i] = keys[i] * (hi - lo + 1) + (rows[i, j] - lo)
+    order = np.argsort(keys, kind="mergesort")
+    keep[order[0]] = True
+    for i in range(1, n):
+        if keys[order[i]] != keys[order[i - 1]]:
+            keep[order[i]] = True
+    return keep
+
+
+def first_occurrences(rows: np.ndarray) -> np.ndarray:
+    """Sorted positions of the first occurrence of each distinct row (or value)."""
     rows = np.asarray(rows, dtype=np.int64)
-    if rows.ndim == 1:
-        return rows
-    keys = np.zeros(len(rows), dtype=np.int64)
-    for col in rows.T:
-        keys = keys * (int(col.max(initial=0)) + 1) + col
-    return keys
-
-
-def first_occurrences(keys: np.ndarray) -> np.ndarray:
-    """Sorted positions of the first occurrence of each distinct row/value of ``keys``."""
-    if len(keys) == 0:
-        return np.empty(0, dtype=np.int64)
-    if keys.ndim > 1 and keys.min() < 0:
-        _, first = np.unique(keys, axis=0, return_index=True)
-    else:
-        _, first = np.unique(row_keys(keys), return_index=True)
-    return np.sort(first)
+    return np.flatnonzero(first_occurrence(rows.reshape(len(rows), -1)))
 
 
 def dedup_triplets(triplets: np.ndarray) -> np.ndarray:
     """Triplets with exact duplicates removed, first occurrence kept, order preserved."""
-    return triplets[first_occurrences(triplets)]
+    if len(triplets) == 0:
+        return triplets
+    return triplets[first_occurrence(np.ascontiguousarray(triplets, dtype=np.int64))]
 
 
 @dataclass
@@ -49,7 +57,7 @@ class MaskMerge:
     kept instances' new (non-overlapping) masks.
     """
 
-    masks: CropMasks
+    masks: BitMasks
     kept: np.ndarray
     instance_map: np.ndarray
     n_merged: int
@@ -63,37 +71,16 @@ def merge_order(n: int, scores: np.ndarray | None) -> np.ndarray:
     return np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
 
 
-def merge_masks(masks: np.ndarray | CropMasks, scores: np.ndarray | None = None) -> MaskMerge:
+def merge_masks(masks: np.ndarray | BitMasks, scores: np.ndarray | None = None,
+                areas: np.ndarray | None = None) -> MaskMerge:
     """NMS-like merge of duplicate masks into non-overlapping kept masks (SPEC 5.1)."""
-    crops = as_crops(masks)
-    n = len(crops)
-    order = merge_order(n, scores)
-    iou = pairwise_mask_iou(crops)
-    instance_map = np.full(n, -1, dtype=np.int64)
-    merged = np.zeros(n, dtype=bool)
-    claimed = np.zeros(crops.shape, dtype=bool)
-    kept: list[int] = []
-    kept_crops: list[np.ndarray] = []
-    n_dropped = 0
-    for pos, m in enumerate(order):
-        if merged[m]:
-            continue
-        y0, x0, y1, x1 = crops.boxes[m]
-        new = crops.crops[m] & ~claimed[y0:y1, x0:x1]
-        if not new.any():
-            n_dropped += 1
-            continue
-        instance_map[m] = len(kept)
-        kept.append(int(m))
-        kept_crops.append(new)
-        claimed[y0:y1, x0:x1] |= new
-        later = order[pos + 1 :]
-        absorb = later[(iou[m, later] >= MERGE_IOU) & ~merged[later] & (instance_map[later] < 0)]
-        merged[absorb] = True
-        instance_map[absorb] = instance_map[m]
-    kept_index = np.asarray(kept, dtype=np.int64)
-    return MaskMerge(crops.subset(kept_index, kept_crops), kept_index, instance_map,
-                     int(merged.sum()), n_dropped)
+    bits = as_bit_masks(masks)
+    area = bits.areas() if areas is None else areas
+    iou = self_iou(bits.boxes, bits.starts, bits.words, area)
+    instance_map, kept, new_words, n_merged, n_dropped = merge_kernel(
+        bits.boxes, bits.starts, bits.words, iou, merge_order(len(bits), scores),
+        bits.shape[0], bits.shape[1], MERGE_IOU)
+    return MaskMerge(subset(bits, kept, new_words), kept, instance_map, n_merged, n_dropped)
 
 
 @dataclass
@@ -104,12 +91,12 @@ class NormalizedPred:
     graph: np.ndarray
     ng: np.ndarray
     boxes: np.ndarray | None
-    masks: CropMasks | None
+    masks: BitMasks | None
     diagnostics: dict[str, int] = field(default_factory=dict)
 
 
-def crops_of(pred: ImagePred) -> CropMasks | None:
-    return None if pred.masks is None else as_crops(pred.masks)
+def bit_masks_of(pred: ImagePred) -> BitMasks | None:
+    return None if pred.masks is None else as_bit_masks(pred.masks)
 
 
 def remap_instances(triplets: np.ndarray, instance_map: np.ndarray) -> np.ndarray:
@@ -123,50 +110,46 @@ def remap_instances(triplets: np.ndarray, instance_map: np.ndarray) -> np.ndarra
 
 def enforce_graph_constraint(graph: np.ndarray) -> np.ndarray:
     """Only the first triplet of each (subject, object) pair."""
-    return graph[first_occurrences(graph[:, :2])] if len(graph) else graph
+    if len(graph) == 0:
+        return graph
+    return graph[first_occurrence(np.ascontiguousarray(graph[:, :2]))]
+
+
+def removal_counts(pred: ImagePred, graph: np.ndarray, ng: np.ndarray, merged: int = 0,
+                   dropped: int = 0) -> dict[str, int]:
+    return {"masks_merged": merged, "masks_dropped": dropped,
+            "graph_triplets_removed": len(pred.graph) - len(graph),
+            "ng_triplets_removed": len(pred.ng) - len(ng)}
 
 
 def normalize_singlempo(pred: ImagePred) -> NormalizedPred:
     """Mask merge + relation dedup + graph constraint (the fair protocol)."""
     graph, ng = dedup_triplets(pred.graph), dedup_triplets(pred.ng)
-    n = pred.n_instances
-    merged, dropped, masks, boxes, labels = 0, 0, pred.masks, pred.boxes, pred.labels
-    instance_map = np.arange(n, dtype=np.int64)
-    if pred.masks is not None:
-        merge = merge_masks(pred.masks, pred.scores)
+    merged, dropped, masks, boxes, labels = 0, 0, bit_masks_of(pred), pred.boxes, pred.labels
+    instance_map = np.arange(pred.n_instances, dtype=np.int64)
+    if masks is not None:
+        merge = merge_masks(masks, pred.scores)
         instance_map, masks = merge.instance_map, merge.masks
         merged, dropped = merge.n_merged, merge.n_dropped
         labels = pred.labels[merge.kept]
         boxes = None if pred.boxes is None else pred.boxes[merge.kept]
     graph = enforce_graph_constraint(remap_instances(graph, instance_map))
     ng = dedup_triplets(remap_instances(ng, instance_map))
-    diagnostics = {
-        "masks_merged": merged,
-        "masks_dropped": dropped,
-        "graph_triplets_removed": len(pred.graph) - len(graph),
-        "ng_triplets_removed": len(pred.ng) - len(ng),
-    }
-    return NormalizedPred(labels, graph, ng, boxes, masks, diagnostics)
+    return NormalizedPred(labels, graph, ng, boxes, masks,
+                          removal_counts(pred, graph, ng, merged, dropped))
 
 
 def normalize_dedup(pred: ImagePred) -> NormalizedPred:
     """Exact-duplicate removal only (SGBench 1.0.0)."""
     graph, ng = dedup_triplets(pred.graph), dedup_triplets(pred.ng)
-    diagnostics = {
-        "masks_merged": 0,
-        "masks_dropped": 0,
-        "graph_triplets_removed": len(pred.graph) - len(graph),
-        "ng_triplets_removed": len(pred.ng) - len(ng),
-    }
-    return NormalizedPred(pred.labels, graph, ng, pred.boxes, crops_of(pred), diagnostics)
+    return NormalizedPred(pred.labels, graph, ng, pred.boxes, bit_masks_of(pred),
+                          removal_counts(pred, graph, ng))
 
 
 def normalize_none(pred: ImagePred) -> NormalizedPred:
     """No normalization at all (legacy multimpo)."""
-    diagnostics = {"masks_merged": 0, "masks_dropped": 0,
-                   "graph_triplets_removed": 0, "ng_triplets_removed": 0}
-    return NormalizedPred(pred.labels, pred.graph, pred.ng, pred.boxes, crops_of(pred),
-                          diagnostics)
+    return NormalizedPred(pred.labels, pred.graph, pred.ng, pred.boxes, bit_masks_of(pred),
+                          removal_counts(pred, pred.graph, pred.ng))
 
 
 NORMALIZERS = {"singlempo": normalize_singlempo, "dedup": normalize_dedup, "none": normalize_none}

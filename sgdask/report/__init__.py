@@ -11,19 +11,32 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sgdask import __version__
-from sgdask.accum import Accumulator, metric_sort_key
+from sgdask.accum import Accumulator
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.kernels.selection import KSpec
+from sgdask.metrics import (
+    FAMILIES,
+    available,
+    format_value,
+    left_out,
+    metric_of,
+    sort_key,
+    units_note,
+)
+from sgdask.metrics import (
+    metrics as registered,
+)
+from sgdask.metrics.base import DERIVED, Context, Finals
+from sgdask.metrics.terms import inputs_of
 from sgdask.protocols import Protocol
-
-NOT_PERCENT = ("PRank",)
 
 
 @dataclass
 class Report:
     """Overall numbers, per-predicate and per-image tables, diagnostics and provenance.
 
-    Metric values are fractions in [0, 1] (PRank: a mean 0-based rank, lower is better).
+    Metric values are fractions in [0, 1], or a mean 0-based rank for rank metrics
+    (``sgdask.metrics``: display RANK, lower is better).
     """
 
     protocol: dict[str, Any]
@@ -80,15 +93,15 @@ class Report:
         header = ["metric", *self.ks]
         rows = []
         for family in families_with_k(self.metrics):
-            cells = [fmt_metric(f"{family}@{k}", self.metrics.get(f"{family}@{k}"))
+            cells = [format_value(f"{family}@{k}", self.metrics.get(f"{family}@{k}"))
                      for k in self.ks]
             if any(c != "-" for c in cells):
                 rows.append([family, *cells])
         return header, rows
 
     def scalars(self) -> list[tuple[str, str]]:
-        """Metrics without k (InstR, PRank, R@inf...), formatted."""
-        return [(name, fmt_metric(name, value)) for name, value in self.metrics.items()
+        """Metrics without k (InstR, R@inf...), formatted."""
+        return [(name, format_value(name, value)) for name, value in self.metrics.items()
                 if not k_of(name, self.ks)]
 
     def markdown(self) -> str:
@@ -97,7 +110,7 @@ class Report:
                  f"v{self.protocol['version']}, aggregation {self.aggregation}", "",
                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
-        lines += ["", "Recalls in percent; PRank is a mean 0-based rank (lower is better).", ""]
+        lines += ["", units_note() + ".", ""]
         lines += ["", ", ".join(f"{name} {value}" for name, value in self.scalars())]
         lines += [f"- left out: {m}: {why}" for m, why in self.left_out.items()]
         lines += [f"- note: {n}" for n in self.notes]
@@ -117,13 +130,7 @@ def families_with_k(metrics: dict[str, float]) -> list[str]:
                               and not name.endswith("@inf")))
 
 
-def fmt_metric(name: str, value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.2f}" if name in NOT_PERCENT else f"{100 * value:.2f}"
-
-
-def as_float(value: Fraction | None) -> float | None:
+def as_float(value: Fraction | float | None) -> float | None:
     return None if value is None else float(value)
 
 
@@ -145,43 +152,42 @@ class EvalSettings:
         return {"match_labels": self.match_labels, "legacy_metrics": self.legacy,
                 "tau": self.tau}
 
+    @property
+    def inputs(self) -> set[str]:
+        return inputs_of(self.protocol, self.with_ng, self.has_stats, self.legacy)
 
-def left_out_metrics(settings: EvalSettings, metrics: dict[str, float]) -> dict[str, str]:
-    """Metric families absent from the report, each with the reason."""
-    reasons: dict[str, str] = {}
-    if not settings.with_ng:
-        for name in ("ngR@k", "mNgR@k", "PRank", "IMR@k", "wIMR@k"):
-            reasons[name] = "the submission has no ng_triplets (NG list)"
-    if settings.protocol.matching == "triplet":
-        reasons.setdefault("PRank", "needs an instance mapping; multimpo matches triplets")
-        if settings.legacy:
-            reasons["A@k"] = "needs an instance mapping; multimpo matches triplets"
-    if not settings.has_stats:
-        why = ("no training statistics (the GT has no train_image_ids; "
-               "give --stats from `sgdask stats`)")
-        for name in ("zR@k", "mzR@k", "wIMR@k"):
-            reasons.setdefault(name, why)
-    elif not any(m.startswith("zR@") for m in metrics):
-        reasons["zR@k"] = reasons["mzR@k"] = "no zero-shot GT triplet in the evaluated images"
-    if not settings.legacy:
-        reasons["A@k"] = "legacy metric, off by default (--legacy-metrics)"
-    return reasons
+    def context(self, composition: dict[int, int] | None = None) -> Context:
+        return Context(self.ks, self.aggregation, self.tau, composition)
 
 
-def weighted_imr(acc: Accumulator, settings: EvalSettings, composition: dict[int, int] | None
-                 ) -> dict[str, float]:
-    """wIMR@k = sum_c w_c IMR_c, w_c = n_c^tau / sum n^tau over predicates of the evaluated GT."""
-    if not composition:
-        return {}
-    out = {}
-    for k in settings.ks:
-        values = acc.predicate_values(f"IMR@{k.label}", settings.aggregation)
-        weights = {c: composition[c] ** settings.tau if composition.get(c, 0) > 0 else 0.0
-                   for c in sorted(values)}
-        total = sum(weights.values())
-        if values and total > 0:
-            out[f"wIMR@{k.label}"] = sum(weights[c] / total * float(values[c])
-                                         for c in sorted(values))
+def final_metrics(acc: Accumulator, settings: EvalSettings,
+                  composition: dict[int, int] | None) -> dict[str, float]:
+    """Every metric's dataset value under the settings' aggregation, in report order."""
+    protocol, aggregation = settings.protocol, settings.aggregation
+    values: dict[str, Fraction | float | None] = {}
+    for name in acc.image_metric_names():
+        values[name] = acc.image_value(name)
+    for name in acc.mean_metric_names():
+        metric = metric_of(name)
+        flag = metric.over_cells_flag if metric else None
+        values[name] = acc.mean_metric(name, aggregation, bool(flag and getattr(protocol, flag)))
+    for name in acc.ratio_metric_names():
+        values[name] = acc.ratio_value(name)
+    values.update(derived_metrics(acc, settings, composition))
+    return {n: float(v) for n, v in sorted(values.items(), key=lambda kv: sort_key(kv[0]))
+            if v is not None}
+
+
+def derived_metrics(acc: Accumulator, settings: EvalSettings,
+                    composition: dict[int, int] | None) -> dict[str, Fraction | float]:
+    """Values of the DERIVED metrics whose inputs the evaluation has (e.g. wIMR@k)."""
+    finals = Finals(lambda name: acc.predicate_values(name, settings.aggregation))
+    out: dict[str, Fraction | float] = {}
+    for family in FAMILIES:
+        derivable = [m for m in family.metrics if m.kind == DERIVED
+                     and available(m, settings.inputs) is None]
+        if family.derive and derivable:
+            out.update(family.derive(finals, settings.context(composition)))
     return out
 
 
@@ -189,10 +195,11 @@ def predicate_table(acc: Accumulator, names: list[str], aggregation: str
                     ) -> list[dict[str, Any]]:
     """One row per predicate occurring in the evaluated GT: GT count and every mean metric."""
     values = {m: acc.predicate_values(m, aggregation) for m in acc.mean_metric_names()}
+    counts = acc.gt_per_predicate
     rows = []
-    for p in sorted(acc.gt_per_predicate):
+    for p in sorted(counts):
         row: dict[str, Any] = {"predicate": p, "name": names[p] if p < len(names) else str(p),
-                               "gt_count": acc.gt_per_predicate[p]}
+                               "gt_count": counts[p]}
         row.update({m: as_float(v.get(p)) for m, v in values.items()})
         rows.append(row)
     return rows
@@ -216,22 +223,8 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                  composition: dict[int, int] | None, gt_manifest: dict[str, Any],
                  pred_manifest: dict[str, Any], counts: dict[str, int]) -> Report:
     """Finalize the accumulator under an aggregation mode into a Report."""
-    protocol, aggregation = settings.protocol, settings.aggregation
-    metrics: dict[str, float] = {}
-    for name in acc.image_metric_names():
-        value = acc.image_level[name].mean()
-        if value is not None:
-            metrics[name] = float(value)
-    for name in acc.mean_metric_names():
-        over_cells = protocol.prank_over_cells and name == "PRank"
-        value = acc.mean_metric(name, aggregation, over_cells)
-        if value is not None:
-            metrics[name] = float(value)
-    for name, (num, den) in acc.pooled_totals.items():
-        if den:
-            metrics[name] = num / den
-    metrics.update(weighted_imr(acc, settings, composition))
-    metrics = dict(sorted(metrics.items(), key=lambda kv: metric_sort_key(kv[0])))
+    protocol = settings.protocol
+    metrics = final_metrics(acc, settings, composition)
     names = gt_manifest.get("predicate_classes", [])
     notes = []
     absent = len(names) - len(acc.gt_per_predicate)
@@ -242,18 +235,17 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     if not settings.match_labels:
         notes.append("--no-match-labels: predictions matched GT instances of any category "
                      "(SPEC section 4); not comparable with category-matched results")
-    if settings.legacy and any(m.startswith("A@") for m in metrics):
-        notes.append("A@k is a legacy pair accuracy, not a recall: only predictions on GT "
-                     "pairs count, so it is not comparable with R@k")
+    notes += [m.note for m in registered() if m.note and any(
+        metric_of(name) is m for name in metrics)]
     diagnostics = {**counts, **{k: v for k, v in acc.diagnostics.items() if k != "images"}}
     provenance = {"sgdask_version": __version__,
                   "gt": {"source": gt_manifest.get("source"),
                          "content_hash": gt_manifest.get("content_hash")},
                   "submission": {"source": pred_manifest.get("source"),
                                  "content_hash": pred_manifest.get("content_hash")}}
-    return Report(protocol=protocol.as_dict(), aggregation=aggregation,
+    return Report(protocol=protocol.as_dict(), aggregation=settings.aggregation,
                   ks=[k.label for k in settings.ks], metrics=metrics,
-                  per_predicate=predicate_table(acc, names, aggregation),
+                  per_predicate=predicate_table(acc, names, settings.aggregation),
                   per_image=uniform_rows(images, acc.image_metric_names()),
-                  diagnostics=diagnostics, left_out=left_out_metrics(settings, metrics),
+                  diagnostics=diagnostics, left_out=left_out(settings.inputs, metrics),
                   notes=notes, provenance=provenance, options=settings.options())

@@ -21,12 +21,13 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from sgdask.io.fs import StorageOptions, filesystem, is_local
-from sgdask.report import NOT_PERCENT, Report, fmt_metric
+from sgdask.metrics import RANK_BY, format_value, is_rank, units_note
+from sgdask.metrics.recall import METRICS as RECALL_METRICS
+from sgdask.report import Report
 
 ROW_KEYS = ("predicate", "name", "gt_count")
-CURVE_FAMILIES = ("R", "mR", "ngR", "mNgR")
+CURVE_FAMILIES = tuple(m.prefix for m in RECALL_METRICS)
 LINE_STYLES = ("-", "--", ":", "-.")
-DEFAULT_PREDICATE_METRIC = "mR@50"
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1200px; }
@@ -133,7 +134,7 @@ def provenance_rows(reports: dict[str, Report]) -> list[list[str]]:
 
 def overall_section(reports: dict[str, Report]) -> str:
     parts = ["<h2>Overall</h2>",
-             paragraph("Recalls in percent; PRank is a mean 0-based rank (lower is better).")]
+             paragraph(units_note()[0].upper() + units_note()[1:] + ".")]
     for name, report in reports.items():
         header, rows = report.grid()
         scalars = ", ".join(f"{m} {v}" for m, v in report.scalars())
@@ -143,7 +144,7 @@ def overall_section(reports: dict[str, Report]) -> str:
     if len(reports) >= 2:
         parts += ["<h3>Protocol delta</h3>",
                   paragraph(f"Differences relative to {first_name(reports)}, in percentage "
-                            "points (PRank: in ranks)."),
+                            "points (rank metrics: in ranks)."),
                   table(delta_header(reports), delta_rows(reports))]
     return "\n".join(parts)
 
@@ -165,14 +166,15 @@ def delta_header(reports: dict[str, Report]) -> list[str]:
 
 def delta_rows(reports: dict[str, Report]) -> list[list[str]]:
     first, *others = reports.values()
-    return [[m, *(fmt_metric(m, r.metrics[m]) for r in reports.values()),
+    return [[m, *(format_value(m, r.metrics[m]) for r in reports.values()),
              *(fmt_delta(m, r.metrics[m], first.metrics[m]) for r in others)]
             for m in common_metrics(reports)]
 
 
 def fmt_delta(name: str, value: float, base: float) -> str:
-    """Signed difference, in percentage points (ranks for PRank); never ``-0.00``."""
-    scale = 1 if name in NOT_PERCENT else 100
+    """Signed difference, in percentage points (in ranks for rank metrics); never
+    ``-0.00``."""
+    scale = 1 if is_rank(name) else 100
     return f"{round(scale * (value - base), 2) + 0.0:+.2f}"
 
 
@@ -209,11 +211,13 @@ def mean_columns(report: Report) -> list[str]:
 
 
 def predicate_metric(reports: dict[str, Report]) -> str | None:
-    """``mR@50`` when the first report has it, else its first ``mR@`` column, else None."""
+    """The ranking metric when the first report has it, else the first column of the same
+    metric at another k, else None."""
     columns = mean_columns(next(iter(reports.values())))
-    if DEFAULT_PREDICATE_METRIC in columns:
-        return DEFAULT_PREDICATE_METRIC
-    return next((c for c in columns if c.startswith("mR@")), None)
+    if RANK_BY in columns:
+        return RANK_BY
+    prefix = RANK_BY.partition("@")[0]
+    return next((c for c in columns if c.partition("@")[0] == prefix), None)
 
 
 def predicates_by_frequency(reports: dict[str, Report]) -> list[tuple[int, str]]:
@@ -327,5 +331,5 @@ def details_section(reports: dict[str, Report]) -> str:
 def predicate_rows(report: Report) -> list[list[str]]:
     columns = mean_columns(report)
     return [[str(row["name"]), str(row["gt_count"]),
-             *(fmt_metric(c, row.get(c)) for c in columns)]
+             *(format_value(c, row.get(c)) for c in columns)]
             for row in by_frequency(report.per_predicate)]

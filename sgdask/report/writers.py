@@ -6,17 +6,18 @@ import json
 from typing import Any
 
 from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.metrics import is_rank
 from sgdask.report import Report
 
 
 def protocol_delta(reports: dict[str, Report]) -> list[dict[str, Any]]:
     """Rows: metric, value per protocol, and ``delta_<name>`` vs the first protocol.
 
-    PRank is left out (a rank, not a fraction); metrics missing in a protocol give None.
+    Rank metrics are left out (not fractions); metrics missing in a protocol give None.
     """
     names = list(reports)
     first = reports[names[0]].metrics
-    metrics = [m for m in first if m != "PRank"]
+    metrics = [m for m in first if not is_rank(m)]
     rows = []
     for metric in metrics:
         row: dict[str, Any] = {"metric": metric}

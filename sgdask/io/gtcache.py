@@ -1,0 +1,72 @@
+"""The GT store cache: ``sgdask evaluate --gt psg.json --gt-masks DIR`` ingests the ground
+truth once and reuses the store on every later run.
+
+An entry is named by a hash of every input byte (``psg.json`` and every PNG it names, in
+the order ingest reads them) plus the store format version and the sgdask version that
+writes it, so an edited PNG, a new store format or a new sgdask never reuses an old entry.
+Entries are published atomically: written under a temporary name, then renamed, so two
+runs filling the same entry never leave half of one. The cache is a local directory
+(``--cache-dir``, default ``$XDG_CACHE_HOME/sgdask``, i.e. ``~/.cache/sgdask``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from sgdask import __version__
+from sgdask.cluster import ClusterSpec
+from sgdask.io.fs import StorageOptions, join
+from sgdask.io.ingest import Progress, gt_records, ingest_gt, read_bytes
+from sgdask.io.store import FORMAT_VERSION
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "sgdask"
+
+
+def gt_cache_key(psg_json: str, masks_dir: str | None,
+                 storage_options: StorageOptions | None) -> str:
+    """Hex digest of every input byte, the store format version and the sgdask version."""
+    raw = read_bytes(psg_json, storage_options, "psg.json")
+    digest = hashlib.sha256(f"sgdask {__version__} store {FORMAT_VERSION}\0".encode())
+    digest.update(hashlib.sha256(raw).digest())
+    digest.update(b"masks" if masks_dir else b"boxes")
+    if masks_dir is not None:
+        for record in gt_records(raw, psg_json, masks=True):
+            png_url = join(masks_dir, record.pan_seg_file_name or "")
+            digest.update(hashlib.sha256(read_bytes(png_url, storage_options,
+                                                    "pan_seg_file_name")).digest())
+    return digest.hexdigest()[:40]
+
+
+def cached_gt_store(psg_json: str, masks_dir: str | None, cache_dir: str | Path | None = None,
+                    storage_options: StorageOptions | None = None,
+                    cluster: ClusterSpec = None, progress: Progress = None,
+                    log: object = None) -> str:
+    """The GT store of ``psg_json`` (+ masks), from the cache or ingested into it."""
+    root = Path(cache_dir) if cache_dir else default_cache_dir()
+    entry = root / f"gt-{gt_cache_key(psg_json, masks_dir, storage_options)}"
+    if (entry / "manifest.json").exists():
+        if callable(log):
+            log(f"GT store from the cache: {entry}")
+        return str(entry)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp-{entry.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        ingest_gt(psg_json, str(tmp), masks_dir, storage_options, cluster=cluster,
+                  progress=progress)
+        try:
+            tmp.rename(entry)
+        except OSError:  # another run published the same entry first: use theirs
+            if not (entry / "manifest.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if callable(log):
+        log(f"GT store cached: {entry}")
+    return str(entry)

@@ -1,0 +1,146 @@
+"""Where an evaluation task finds a submission's predictions: a converted store, or the
+submission file itself (an SGBench ZIP or JSON), decoded inside the task that scores it.
+
+On the client an ``*Input`` checks the submission once (tables or ``triplets.json``, never
+the masks) and cuts it into ``*Slice``s, one per evaluation partition; a slice is small
+and picklable, and ``load`` on a worker gives the partition's ``ImagePred``s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sgdask.errors import InputError
+from sgdask.io.archive import ArchiveLimits
+from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.io.partition import load_predictions
+from sgdask.io.sgbench import SubmissionImage, SubmissionSource
+from sgdask.io.store import StoreReader
+from sgdask.io.validate import GTInfo, checked_submission
+from sgdask.types import BitMasks, ImagePred
+
+
+def is_store(url: str, storage_options: StorageOptions | None = None) -> bool:
+    """Whether ``url`` is a directory holding a store manifest."""
+    fs, path = filesystem(url, storage_options)
+    return fs.isdir(path) and fs.exists(join(path, "manifest.json"))
+
+
+@dataclass(frozen=True)
+class StoreSlice:
+    """A partition's predictions in a submission store."""
+
+    url: str
+    parts: tuple[str, ...]
+    ids: tuple[str, ...]
+
+    def load(self, options: StorageOptions | None) -> dict[str, ImagePred]:
+        if not self.ids:
+            return {}
+        return load_predictions(StoreReader(self.url, options), list(self.parts),
+                                list(self.ids))
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One image of a submission file with its masks decoded (None: a box submission)."""
+
+    image: SubmissionImage
+    shape: tuple[int, int]
+    masks: BitMasks | None
+
+    def prediction(self) -> ImagePred:
+        img = self.image
+        return ImagePred(img.image_id, img.categories, img.graph, img.ng, img.boxes,
+                         self.masks, img.scores)
+
+
+def decoded_images(source: SubmissionSource, images: list[SubmissionImage],
+                   sizes: dict[str, tuple[int, int]]) -> list[Decoded]:
+    """The images with their TIFF layers decoded (each checked against its instance count
+    and GT size first) into word masks."""
+    out = []
+    for img in images:
+        if source.is_zip:
+            dense = source.masks(img, sizes.get(img.image_id))
+            out.append(Decoded(img, (int(dense.shape[1]), int(dense.shape[2])),
+                               BitMasks.from_dense(dense)))
+        else:
+            out.append(Decoded(img, (0, 0), None))
+    return out
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """A partition's images of a submission file, decoded by the task that scores them."""
+
+    url: str
+    images: tuple[SubmissionImage, ...]
+    sizes: tuple[tuple[str, tuple[int, int]], ...]
+    limits: ArchiveLimits | None
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(img.image_id for img in self.images)
+
+    def decode(self, options: StorageOptions | None) -> list[Decoded]:
+        if not self.images:
+            return []
+        source = SubmissionSource(self.url, options, self.limits)
+        return decoded_images(source, list(self.images), dict(self.sizes))
+
+    def load(self, options: StorageOptions | None) -> dict[str, ImagePred]:
+        return {d.image.image_id: d.prediction() for d in self.decode(options)}
+
+
+class StoreInput:
+    """A converted submission store."""
+
+    def __init__(self, url: str, options: StorageOptions | None) -> None:
+        self.reader = StoreReader(url, options, "submission")
+        self.url, self.manifest = self.reader.url, self.reader.manifest
+
+    def ids(self) -> list[str]:
+        return sorted(self.reader.images()["image_id"].to_pylist())
+
+    def slice(self, ids: list[str]) -> StoreSlice:
+        lo, hi = (ids[0], ids[-1]) if ids else ("", "")
+        parts = tuple(p["name"] for p in self.reader.parts
+                      if ids and p["first_id"] <= hi and p["last_id"] >= lo)
+        return StoreSlice(self.url, parts, tuple(ids))
+
+
+class FileInput:
+    """An SGBench submission file, checked like ``sgdask validate`` (TIFFs aside: tasks
+    check each one as they decode it)."""
+
+    def __init__(self, url: str, options: StorageOptions | None, gt: GTInfo,
+                 limits: ArchiveLimits | None) -> None:
+        self.source = SubmissionSource(url, options, limits)
+        self.url, self.limits, self.sizes = str(url), limits, gt.sizes
+        check = checked_submission(self.source, gt)
+        self.images = {img.image_id: img for img in check.images}
+        self.manifest: dict[str, Any] = {
+            "kind": "submission", "source": self.url, "has_ng": check.has_ng,
+            "instances": "masks" if self.source.is_zip else "boxes",
+            "content_hash": self.source.content_hash()}
+
+    def ids(self) -> list[str]:
+        return sorted(self.images)
+
+    def slice(self, ids: list[str]) -> FileSlice:
+        return FileSlice(self.url, tuple(self.images[i] for i in ids),
+                         tuple((i, self.sizes[i]) for i in ids if i in self.sizes), self.limits)
+
+
+def open_input(url: str, options: StorageOptions | None, gt: GTInfo,
+               limits: ArchiveLimits | None = None) -> StoreInput | FileInput:
+    """The submission at ``url``: a store when it has a manifest, else a submission file."""
+    if is_store(url, options):
+        return StoreInput(url, options)
+    fs, path = filesystem(url, options)
+    if fs.isdir(path):
+        raise InputError(url, "a directory without manifest.json",
+                         expected="a submission store, or an SGBench ZIP or JSON file")
+    return FileInput(url, options, gt, limits)

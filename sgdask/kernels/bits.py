@@ -1,0 +1,343 @@
+"""Masks as rows of 64-bit words: every mask kernel (IoU, merge) works on these.
+
+An instance covers a small part of the image, so each mask keeps only the rows of its box
+and, in each row, the 64-bit words that hold its columns. Words are aligned to absolute
+image columns (bit ``b`` of word ``w`` is column ``64 * w + b``), so two masks' words at
+the same (row, word) compare directly: an intersection is AND + popcount, a merge is
+AND-NOT + OR, with no shifting and no unpacking. Masks are plain arrays (``BitMasks``):
+a ``words`` array, the pixel ``boxes`` (y0, x0, y1, x1, exclusive ends; an empty mask has
+a 0-size box) and each mask's first word in ``starts``; a mask's word count follows from
+its box, so a subset of masks is a subset of (boxes, starts) over the same words.
+
+Compiled with numba (``nogil``, cached on disk), so the Dask threads of one worker run them
+in parallel and a new process loads them instead of compiling.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+from sgdask.types import BitMasks
+
+JIT = {"cache": True, "nogil": True}
+
+
+@intrinsic
+def popcount(typingctx, value):
+    """Number of set bits of a uint64 (the CPU's popcount instruction)."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+
+    return sig, codegen
+
+
+@njit(**JIT)
+def word_span(x0: int, x1: int) -> tuple[int, int]:
+    """First word and one past the last word holding columns [x0, x1)."""
+    if x1 <= x0:
+        return 0, 0
+    return x0 >> 6, (x1 + 63) >> 6
+
+
+@njit(**JIT)
+def word_count(box: np.ndarray) -> int:
+    """Words of a mask with this pixel box (rows x words per row)."""
+    w0, w1 = word_span(box[1], box[3])
+    return (box[2] - box[0]) * (w1 - w0)
+
+
+@njit(**JIT)
+def word_layout(boxes: np.ndarray) -> np.ndarray:
+    """Offsets (n + 1) of masks with these boxes laid out one after the other."""
+    n = boxes.shape[0]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        offsets[i + 1] = offsets[i] + word_count(boxes[i])
+    return offsets
+
+
+@njit(**JIT)
+def areas(boxes: np.ndarray, starts: np.ndarray, words: np.ndarray) -> np.ndarray:
+    """Pixels per mask."""
+    n = boxes.shape[0]
+    out = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        total = np.uint64(0)
+        for j in range(starts[i], starts[i] + word_count(boxes[i])):
+            total += popcount(words[j])
+        out[i] = total
+    return out
+
+
+@njit(**JIT)
+def intersection(box_a: np.ndarray, off_a: int, words_a: np.ndarray,
+                 box_b: np.ndarray, off_b: int, words_b: np.ndarray) -> int:
+    """Pixels two masks share (0 when their boxes do not overlap)."""
+    y0, y1 = max(box_a[0], box_b[0]), min(box_a[2], box_b[2])
+    a0, a1 = word_span(box_a[1], box_a[3])
+    b0, b1 = word_span(box_b[1], box_b[3])
+    w0, w1 = max(a0, b0), min(a1, b1)
+    if y1 <= y0 or w1 <= w0:
+        return 0
+    stride_a, stride_b = a1 - a0, b1 - b0
+    total = np.uint64(0)
+    for y in range(y0, y1):
+        ra = off_a + (y - box_a[0]) * stride_a - a0
+        rb = off_b + (y - box_b[0]) * stride_b - b0
+        for w in range(w0, w1):
+            total += popcount(words_a[ra + w] & words_b[rb + w])
+    return int(total)
+
+
+@njit(**JIT)
+def iou_value(inter: int, area_a: int, area_b: int) -> float:
+    """inter / union as float64, 0 when the union is empty (as SGBench does)."""
+    union = area_a + area_b - inter
+    if union <= 0:
+        return 0.0
+    return inter / union
+
+
+@njit(**JIT)
+def cross_iou(boxes_a: np.ndarray, off_a: np.ndarray, words_a: np.ndarray,
+              area_a: np.ndarray, boxes_b: np.ndarray, off_b: np.ndarray,
+              words_b: np.ndarray, area_b: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """IoU (n_a, n_b) of two mask sets where ``allowed`` (n_a, n_b) is True, else 0."""
+    n_a, n_b = boxes_a.shape[0], boxes_b.shape[0]
+    out = np.zeros((n_a, n_b), dtype=np.float64)
+    for i in range(n_a):
+        for j in range(n_b):
+            if allowed[i, j]:
+                inter = intersection(boxes_a[i], off_a[i], words_a, boxes_b[j], off_b[j],
+                                     words_b)
+                out[i, j] = iou_value(inter, area_a[i], area_b[j])
+    return out
+
+
+@njit(**JIT)
+def self_iou(boxes: np.ndarray, starts: np.ndarray, words: np.ndarray,
+             area: np.ndarray) -> np.ndarray:
+    """IoU (n, n) between the masks of one image (the singlempo merge's input)."""
+    n = boxes.shape[0]
+    out = np.zeros((n, n), dtype=np.float64)
+    for i in range(n):
+        out[i, i] = iou_value(area[i], area[i], area[i])
+        for j in range(i + 1, n):
+            inter = intersection(boxes[i], starts[i], words, boxes[j], starts[j], words)
+            out[i, j] = out[j, i] = iou_value(inter, area[i], area[j])
+    return out
+
+
+@njit(**JIT)
+def merge_kernel(boxes: np.ndarray, starts: np.ndarray, words: np.ndarray,
+                 iou: np.ndarray, order: np.ndarray, height: int, width: int,
+                 threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """The singlempo mask merge (SPEC 5.1) on word masks.
+
+    Visits instances in ``order``; an instance not merged away keeps the pixels no kept
+    instance claimed before it (dropped when none are left) and absorbs every later,
+    not-yet-merged, not-kept instance whose original mask has IoU >= ``threshold`` with its
+    own. Returns (instance_map: original -> kept index or -1, kept: original index per kept
+    instance, the kept masks' new words (at their original positions: same boxes and
+    starts), n_merged, n_dropped).
+    """
+    n = boxes.shape[0]
+    n_words = (width + 63) >> 6
+    claimed = np.zeros((height, max(n_words, 1)), dtype=np.uint64)
+    instance_map = np.full(n, -1, dtype=np.int64)
+    merged = np.zeros(n, dtype=np.bool_)
+    kept = np.empty(n, dtype=np.int64)
+    new_words = np.empty_like(words)
+    n_kept, n_merged, n_dropped = 0, 0, 0
+    for pos in range(n):
+        m = order[pos]
+        if merged[m]:
+            continue
+        w0, w1 = word_span(boxes[m, 1], boxes[m, 3])
+        stride = w1 - w0
+        fresh = np.uint64(0)
+        for y in range(boxes[m, 0], boxes[m, 2]):
+            row = starts[m] + (y - boxes[m, 0]) * stride - w0
+            for w in range(w0, w1):
+                bits = words[row + w] & ~claimed[y, w]
+                new_words[row + w] = bits
+                fresh |= bits
+        if fresh == 0:
+            n_dropped += 1
+            continue
+        for y in range(boxes[m, 0], boxes[m, 2]):
+            row = starts[m] + (y - boxes[m, 0]) * stride - w0
+            for w in range(w0, w1):
+                claimed[y, w] |= new_words[row + w]
+        instance_map[m] = n_kept
+        kept[n_kept] = m
+        for later in range(pos + 1, n):
+            other = order[later]
+            if not merged[other] and instance_map[other] < 0 and iou[m, other] >= threshold:
+                merged[other] = True
+                instance_map[other] = n_kept
+                n_merged += 1
+        n_kept += 1
+    return instance_map, kept[:n_kept].copy(), new_words, n_merged, n_dropped
+
+
+def subset(masks: BitMasks, index: np.ndarray, words: np.ndarray | None = None) -> BitMasks:
+    """The masks at ``index``, sharing the words (or ``words``, laid out like the masks'
+    own, e.g. the merge's new words): no copy."""
+    return BitMasks(masks.shape, masks.boxes[index], masks.starts[index],
+                    masks.words if words is None else words)
+
+
+@njit(**JIT)
+def row_any(row: np.ndarray) -> bool:
+    """Whether a row has a nonzero value (an OR over the row, which the compiler vectorizes)."""
+    acc = row[0] != 0
+    for x in range(1, row.shape[0]):
+        acc |= row[x] != 0
+    return acc
+
+
+@njit(**JIT)
+def dense_box(layer: np.ndarray) -> tuple[int, int, int, int]:
+    """Tight (y0, x0, y1, x1) of a layer's nonzero pixels, all 0 when it has none."""
+    h, w = layer.shape
+    y0, y1, x0, x1 = -1, -1, w, 0
+    for y in range(h):
+        if row_any(layer[y]):
+            if y0 < 0:
+                y0 = y
+            y1 = y + 1
+            left = 0
+            while layer[y, left] == 0:
+                left += 1
+            right = w
+            while layer[y, right - 1] == 0:
+                right -= 1
+            x0, x1 = min(x0, left), max(x1, right)
+    if y0 < 0:
+        return 0, 0, 0, 0
+    return y0, x0, y1, x1
+
+
+@njit(**JIT)
+def pack_dense(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(boxes, starts, words) of a dense (n, H, W) stack (any integer or bool dtype;
+    nonzero = set)."""
+    n = masks.shape[0]
+    boxes = np.zeros((n, 4), dtype=np.int64)
+    for i in range(n):
+        boxes[i, 0], boxes[i, 1], boxes[i, 2], boxes[i, 3] = dense_box(masks[i])
+    offsets = word_layout(boxes)
+    words = np.zeros(offsets[-1], dtype=np.uint64)
+    for i in range(n):
+        w0, w1 = word_span(boxes[i, 1], boxes[i, 3])
+        stride = w1 - w0
+        for y in range(boxes[i, 0], boxes[i, 2]):
+            row = offsets[i] + (y - boxes[i, 0]) * stride - w0
+            for x in range(boxes[i, 1], boxes[i, 3]):
+                words[row + (x >> 6)] |= np.uint64(masks[i, y, x] != 0) << np.uint64(x & 63)
+    return boxes, offsets[:-1].copy(), words
+
+
+@njit(**JIT)
+def pack_labels(labels: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(boxes, starts, words) of the n instances of a label image (value i + 1 =
+    instance i, 0 = none; values above n are ignored)."""
+    h, w = labels.shape
+    boxes = np.zeros((n, 4), dtype=np.int64)
+    lo = np.full((n, 2), 1 << 62, dtype=np.int64)
+    hi = np.zeros((n, 2), dtype=np.int64)
+    for y in range(h):
+        for x in range(w):
+            v = labels[y, x]
+            if 0 < v <= n:
+                i = v - 1
+                lo[i, 0], hi[i, 0] = min(lo[i, 0], y), max(hi[i, 0], y + 1)
+                lo[i, 1], hi[i, 1] = min(lo[i, 1], x), max(hi[i, 1], x + 1)
+    for i in range(n):
+        if hi[i, 0] > 0:
+            boxes[i, 0], boxes[i, 1], boxes[i, 2], boxes[i, 3] = lo[i, 0], lo[i, 1], hi[i, 0], \
+                hi[i, 1]
+    offsets = word_layout(boxes)
+    words = np.zeros(offsets[-1], dtype=np.uint64)
+    for y in range(h):
+        for x in range(w):
+            v = labels[y, x]
+            if 0 < v <= n:
+                i = v - 1
+                w0, w1 = word_span(boxes[i, 1], boxes[i, 3])
+                row = offsets[i] + (y - boxes[i, 0]) * (w1 - w0)
+                words[row + (x >> 6) - w0] |= np.uint64(1) << np.uint64(x & 63)
+    return boxes, offsets[:-1].copy(), words
+
+
+@njit(**JIT)
+def unpack_dense(boxes: np.ndarray, starts: np.ndarray, words: np.ndarray, height: int,
+                 width: int) -> np.ndarray:
+    """The dense (n, H, W) boolean stack (tests and small exports only)."""
+    n = boxes.shape[0]
+    out = np.zeros((n, height, width), dtype=np.bool_)
+    for i in range(n):
+        w0, w1 = word_span(boxes[i, 1], boxes[i, 3])
+        stride = w1 - w0
+        for y in range(boxes[i, 0], boxes[i, 2]):
+            row = starts[i] + (y - boxes[i, 0]) * stride
+            for x in range(boxes[i, 1], boxes[i, 3]):
+                if (words[row + (x >> 6) - w0] >> np.uint64(x & 63)) & np.uint64(1):
+                    out[i, y, x] = True
+    return out
+
+
+@njit(**JIT)
+def xor_rows(boxes: np.ndarray, starts: np.ndarray, words: np.ndarray,
+             decode: bool) -> None:
+    """In place: each row XOR-ed with the row above (``decode=False``) or the inverse.
+
+    Smooth shapes change little from row to row, so the encoded words are mostly zero and
+    the store's zstd compresses them far better than the plain bits."""
+    for i in range(boxes.shape[0]):
+        w0, w1 = word_span(boxes[i, 1], boxes[i, 3])
+        stride = w1 - w0
+        rows = boxes[i, 2] - boxes[i, 0]
+        if decode:
+            for r in range(1, rows):
+                base = starts[i] + r * stride
+                for k in range(stride):
+                    words[base + k] ^= words[base - stride + k]
+        else:
+            for r in range(rows - 1, 0, -1):
+                base = starts[i] + r * stride
+                for k in range(stride):
+                    words[base + k] ^= words[base - stride + k]
+
+
+@njit(**JIT)
+def v1_crop_words(data: np.ndarray, offsets: np.ndarray, boxes: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, words) of masks stored by store format version 1: per mask, its box's rows
+    bit-packed big-endian from the box's left edge (``numpy.packbits``), each row XOR-ed
+    with the row above, ``h * ceil(w / 8)`` bytes from ``offsets[i]``."""
+    starts = word_layout(boxes)
+    words = np.zeros(starts[-1], dtype=np.uint64)
+    for i in range(boxes.shape[0]):
+        y0, x0, y1, x1 = boxes[i, 0], boxes[i, 1], boxes[i, 2], boxes[i, 3]
+        width = x1 - x0
+        row_bytes = (width + 7) >> 3
+        w0, w1 = word_span(x0, x1)
+        prev = np.zeros(max(row_bytes, 1), dtype=np.uint8)
+        for r in range(y1 - y0):
+            base = offsets[i] + r * row_bytes
+            out = starts[i] + r * (w1 - w0) - w0
+            for b in range(row_bytes):
+                value = data[base + b] ^ prev[b]
+                prev[b] = value
+                for bit in range(8):
+                    x = b * 8 + bit
+                    if x < width and (value >> (7 - bit)) & 1:
+                        col = x0 + x
+                        words[out + (col >> 6)] |= np.uint64(1) << np.uint64(col & 63)
+    return starts[:-1].copy(), words

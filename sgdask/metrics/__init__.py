@@ -1,0 +1,144 @@
+"""The metric registry: one module per metric family, and everything that asks about metrics.
+
+A family module (``recall``, ``pair``, ``zeroshot``, ``imr``, ``instances``, ``prank``,
+``legacy``) declares its metrics (names, kind, inputs, display rule, board columns, the
+reason it is left out) and computes their per-image terms. The report, the console table,
+the leaderboard and the left-out lines read this registry; no metric name is spelled
+outside its family module (and the tests).
+
+To add a metric, write a module with a ``FAMILY`` and add it to ``FAMILIES`` (or call
+``register`` at run time); README "How to add a metric" walks through it.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from sgdask.kernels.selection import KSpec
+from sgdask.metrics import imr, instances, legacy, pair, prank, recall, zeroshot
+from sgdask.metrics.base import NEEDS, RANK, Family, Metric
+
+FAMILIES: list[Family] = [recall.FAMILY, pair.FAMILY, zeroshot.FAMILY, imr.FAMILY,
+                          legacy.FAMILY, instances.FAMILY, prank.FAMILY]
+
+
+def register(family: Family) -> None:
+    """Add a family (replacing one of the same name)."""
+    unregister(family.name)
+    FAMILIES.append(family)
+
+
+def unregister(name: str) -> None:
+    FAMILIES[:] = [f for f in FAMILIES if f.name != name]
+
+
+def metrics() -> list[Metric]:
+    return [m for f in FAMILIES for m in f.metrics]
+
+
+def metric_of(name: str) -> Metric | None:
+    """The registered metric a name belongs to (``mR@x10`` -> mR, ``R@inf`` -> R@inf)."""
+    exact = {m.prefix: m for m in metrics() if not m.per_k}
+    if name in exact:
+        return exact[name]
+    prefix = name.partition("@")[0]
+    return next((m for m in metrics() if m.per_k and m.prefix == prefix), None)
+
+
+def order() -> list[str]:
+    """Metric prefixes in report order (``R@inf`` sorts with ``R``)."""
+    return list(dict.fromkeys(m.prefix.partition("@")[0] for m in metrics()))
+
+
+def sort_key(name: str) -> tuple:
+    """Report order: registry order of the prefix, then absolute k ascending, then
+    relative k ascending, ``@inf`` last."""
+    prefixes = order()
+    family, _, k = name.partition("@")
+    rank = prefixes.index(family) if family in prefixes else len(prefixes)
+    if not k:
+        return (rank, 0, Fraction(0), name)
+    if k == "inf":
+        return (rank, 3, Fraction(0), name)
+    if k.startswith("x"):
+        return (rank, 2, Fraction(k[1:]), name)
+    try:
+        return (rank, 1, Fraction(k), name)
+    except ValueError:
+        return (rank, 4, Fraction(0), name)
+
+
+def is_rank(name: str) -> bool:
+    metric = metric_of(name)
+    return metric is not None and metric.display == RANK
+
+
+def format_value(name: str, value: float | None) -> str:
+    """A metric as printed everywhere: percent with 2 decimals, a rank with 2 decimals."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if is_rank(name) else f"{100 * value:.2f}"
+
+
+def units_note() -> str:
+    ranks = [m.prefix for m in metrics() if m.display == RANK]
+    return "recalls in %" + (f", {', '.join(ranks)} = mean 0-based rank (lower is better)"
+                             if ranks else "")
+
+
+RANK_BY, TIE_BREAK = recall.RANK_BY, recall.TIE_BREAK
+
+
+def board_columns() -> list[str]:
+    """Leaderboard columns: the ranking metric, then every registered metric's board ks in
+    registry order."""
+    names = [f"{m.prefix}@{k}" if k else m.prefix for m in metrics() for k in m.board]
+    return [RANK_BY, *[n for n in names if n != RANK_BY]]
+
+
+def available(metric: Metric, inputs: set[str]) -> str | None:
+    """None when every input the metric needs is there, else why it is left out."""
+    for need in NEEDS:
+        if need in metric.needs and need not in inputs:
+            return NEEDS[need]
+    return None
+
+
+def computed_names(inputs: set[str], ks: tuple[KSpec, ...]) -> list[str]:
+    """Names of the metrics an evaluation with these inputs computes."""
+    return [n for m in metrics() if available(m, inputs) is None for n in m.names(ks)]
+
+
+def left_out(inputs: set[str], values: dict[str, object]) -> dict[str, str]:
+    """Metric -> reason, for every registered metric without a value."""
+    reasons = {}
+    for m in metrics():
+        why = available(m, inputs)
+        if why is None and m.empty_reason and not any(
+                name.partition("@")[0] == m.prefix for name in values):
+            why = m.empty_reason
+        if why is not None:
+            reasons[m.left_out_key] = why
+    return reasons
+
+
+__all__ = [
+    "FAMILIES",
+    "RANK_BY",
+    "TIE_BREAK",
+    "Family",
+    "Metric",
+    "available",
+    "board_columns",
+    "computed_names",
+    "format_value",
+    "is_rank",
+    "left_out",
+    "metric_of",
+    "metrics",
+    "order",
+    "register",
+    "sort_key",
+    "units_note",
+    "unregister",
+]

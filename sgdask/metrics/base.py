@@ -1,0 +1,274 @@
+"""What a metric family declares, and what its term functions receive and return.
+
+A family computes *terms*: exact (numerator, denominator) pairs per image (image-level
+metrics, ``R@50``), per image and predicate (mean metrics, ``mR@50``) or per image to be
+summed before dividing (ratio metrics, ``A@50``). The accumulator (``sgdask.accum``) sums
+them exactly and finalizes them under an aggregation mode; families never aggregate.
+
+Every family has a plain per-image function (``image_terms``: the literal definition,
+readable next to the SPEC) and may have a vectorized one over a whole partition
+(``batch_terms``: the fast path). A test checks that both agree on random inputs; a family
+without ``batch_terms`` runs through the plain one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from sgdask.kernels.hits import NEVER
+from sgdask.kernels.selection import KSpec
+from sgdask.types import ImageHits, Term
+
+IMAGE, MEAN, RATIO, DERIVED = "image", "mean", "ratio", "derived"
+PERCENT, RANK = "percent", "rank"
+
+# Inputs a metric may need, checked in this order; the first one missing is the reason a
+# metric is left out of a report.
+NEEDS = {
+    "legacy": "legacy metric, off by default (--legacy-metrics)",
+    "ng": "the submission has no ng_triplets (NG list)",
+    "mapping": "needs an instance mapping; multimpo matches triplets",
+    "stats": "no training statistics (the GT has no train_image_ids; give --stats from "
+             "`sgdask stats`)",
+}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric name, or one per k (``per_k``: ``R@20``, ``R@x10``...).
+
+    ``kind``: IMAGE (mean over images of per-image values), MEAN (per predicate, then over
+    predicates, under the aggregation mode), RATIO (total numerator / total denominator)
+    or DERIVED (computed from other metrics' final values by the family's ``derive``).
+    ``display``: PERCENT (recalls) or RANK (a mean rank, lower is better).
+    ``board``: the ks (or ``("",)`` for a metric without k) shown on the leaderboard.
+    ``empty_reason``: why the metric is left out when its inputs exist but no image has a
+    value (zero-shot recall without zero-shot GT triplets). ``note``: a line every report
+    with the metric carries. ``over_cells_flag``: a protocol attribute that, when true,
+    makes this MEAN metric the mean over all (image, predicate) cells instead of following
+    the aggregation mode (sgbench's PRank).
+    """
+
+    prefix: str
+    kind: str
+    description: str
+    per_k: bool = True
+    needs: tuple[str, ...] = ()
+    display: str = PERCENT
+    board: tuple[str, ...] = ()
+    empty_reason: str | None = None
+    note: str | None = None
+    over_cells_flag: str | None = None
+
+    def names(self, ks: tuple[KSpec, ...]) -> list[str]:
+        return [f"{self.prefix}@{k.label}" for k in ks] if self.per_k else [self.prefix]
+
+    @property
+    def left_out_key(self) -> str:
+        """How the report names the whole metric when it is left out (``ngR@k``)."""
+        return f"{self.prefix}@k" if self.per_k else self.prefix
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.display == RANK
+
+
+@dataclass
+class Context:
+    """What an evaluation asks for, as the term functions see it."""
+
+    ks: tuple[KSpec, ...]
+    aggregation: str = "per_predicate"
+    tau: float = 0.5
+    composition: dict[int, int] | None = None
+
+
+@dataclass
+class Terms:
+    """Terms of one image: metric name -> term (image, ratio) or -> predicate -> term."""
+
+    image: dict[str, Term] = field(default_factory=dict)
+    predicate: dict[str, dict[int, Term]] = field(default_factory=dict)
+    ratio: dict[str, Term] = field(default_factory=dict)
+
+
+@dataclass
+class Block:
+    """Terms of one metric over many images: rows of (image, [predicate,] num, den)."""
+
+    name: str
+    kind: str
+    image: np.ndarray
+    num: np.ndarray
+    den: np.ndarray
+    predicate: np.ndarray | None = None
+
+
+class Finals:
+    """Read access to finalized values, for DERIVED metrics."""
+
+    def __init__(self, predicate_values: Callable[[str], dict[int, Fraction]]) -> None:
+        self.predicate_values = predicate_values
+
+
+@dataclass(frozen=True)
+class Family:
+    """A metric family: its metrics and how their terms are computed.
+
+    ``image_terms(hits, ctx)``: the terms of one image (the literal path);
+    ``batch_terms(batch, ctx)``: the same for every image of a partition at once (optional);
+    ``derive(finals, ctx)``: values of the family's DERIVED metrics (optional).
+    """
+
+    name: str
+    metrics: tuple[Metric, ...]
+    image_terms: Callable[[ImageHits, Context], Terms]
+    batch_terms: Callable[[HitsBatch, Context], list[Block]] | None = None
+    derive: Callable[[Finals, Context], dict[str, Fraction]] | None = None
+
+
+@dataclass
+class HitsBatch:
+    """The ImageHits of many images, concatenated (images numbered 0..n-1).
+
+    Per GT triplet: ``t_image`` (its image) and every hit array of ImageHits; per GT pair:
+    ``q_image``, ``pair_first``; per image: ``n_gt`` (GT triplets), ``n_instances``,
+    ``n_matched``, ``missing``; ``reachable``: GT triplets whose subject and object were
+    both matched. ``group`` numbers the (image, predicate) cells of the GT triplets in
+    order; ``group_image``, ``group_predicate``, ``group_count`` describe them.
+    """
+
+    image_ids: list[str]
+    missing: np.ndarray
+    n_gt: np.ndarray
+    n_instances: np.ndarray
+    n_matched: np.ndarray
+    t_image: np.ndarray
+    predicates: np.ndarray
+    reachable: np.ndarray
+    graph_first: np.ndarray
+    q_image: np.ndarray
+    pair_first: np.ndarray
+    ng_first: np.ndarray | None
+    imr_first: np.ndarray | None
+    prank: np.ndarray | None
+    legacy_first: np.ndarray | None
+    zero_shot: np.ndarray | None
+    group: np.ndarray
+    group_image: np.ndarray
+    group_predicate: np.ndarray
+    group_count: np.ndarray
+
+    @property
+    def n_images(self) -> int:
+        return len(self.image_ids)
+
+    def k_per_triplet(self, k: KSpec) -> np.ndarray:
+        """The k of each GT triplet's image (relative ks resolve per image)."""
+        if k.absolute is not None:
+            return np.full(len(self.t_image), k.absolute, dtype=np.int64)
+        return self.k_per_image(k)[self.t_image]
+
+    def k_per_image(self, k: KSpec) -> np.ndarray:
+        if k.absolute is not None:
+            return np.full(self.n_images, k.absolute, dtype=np.int64)
+        return np.array([k.resolve(int(n)) for n in self.n_gt], dtype=np.int64)
+
+
+def concat(parts: list[np.ndarray], dtype: type = np.int64) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
+
+
+FILL = {"prank": -1, "zero_shot": False}  # an image without the array: nothing found
+
+
+def optional(images: list[ImageHits], name: str) -> np.ndarray | None:
+    """A hit array over all images (an image without it counts as nothing found, e.g. no
+    PRank for an image without prediction), or None when no image has it."""
+    values = [getattr(h, name) for h in images]
+    if all(v is None for v in values):
+        return None
+    fill = FILL.get(name, NEVER)
+    return concat([np.full(h.n_gt_triplets, fill) if v is None else v
+                   for h, v in zip(images, values, strict=True)],
+                  bool if name == "zero_shot" else np.int64)
+
+
+def batch_of(images: list[ImageHits]) -> HitsBatch:
+    """Concatenate the hits of ``images``."""
+    n_gt = np.array([h.n_gt_triplets for h in images], dtype=np.int64)
+    t_image = np.repeat(np.arange(len(images), dtype=np.int64), n_gt)
+    predicates = concat([h.relations[:, 2] for h in images])
+    reachable = concat([h.matched_gt[h.relations[:, 0]] & h.matched_gt[h.relations[:, 1]]
+                        for h in images], bool)
+    n_pairs = np.array([len(h.pair_first) for h in images], dtype=np.int64)
+    top = int(predicates.max(initial=0)) + 1
+    cells, group = np.unique(t_image * top + predicates, return_inverse=True)
+    return HitsBatch(
+        image_ids=[h.image_id for h in images],
+        missing=np.array([h.missing for h in images], dtype=bool),
+        n_gt=n_gt,
+        n_instances=np.array([len(h.matched_gt) for h in images], dtype=np.int64),
+        n_matched=np.array([int(h.matched_gt.sum()) for h in images], dtype=np.int64),
+        t_image=t_image, predicates=predicates, reachable=reachable,
+        graph_first=concat([h.graph_first for h in images]),
+        q_image=np.repeat(np.arange(len(images), dtype=np.int64), n_pairs),
+        pair_first=concat([h.pair_first for h in images]),
+        ng_first=optional(images, "ng_first"), imr_first=optional(images, "imr_first"),
+        prank=optional(images, "prank"), legacy_first=optional(images, "legacy_first"),
+        zero_shot=optional(images, "zero_shot"),
+        group=group.reshape(-1), group_image=cells // top, group_predicate=cells % top,
+        group_count=np.bincount(group.reshape(-1), minlength=len(cells)).astype(np.int64))
+
+
+def recall_blocks(batch: HitsBatch, hit_first: np.ndarray, ks: tuple[KSpec, ...],
+                  image_prefix: str | None, mean_prefix: str | None,
+                  select: np.ndarray | None = None) -> list[Block]:
+    """Image-level and per-predicate recall blocks for every k, from first-hit positions
+    over (a ``select``-ed subset of) the GT triplets; relative k uses every GT triplet."""
+    keep = np.ones(len(hit_first), dtype=bool) if select is None else select
+    images = batch.t_image[keep]
+    counts = np.bincount(images, minlength=batch.n_images)
+    present = np.flatnonzero(counts)
+    groups, group_inverse = np.unique(batch.group[keep], return_inverse=True)
+    group_counts = np.bincount(group_inverse.reshape(-1), minlength=len(groups))
+    blocks = []
+    for k in ks:
+        hit = (hit_first[keep] < batch.k_per_triplet(k)[keep]).astype(np.int64)
+        if image_prefix:
+            per_image = np.bincount(images, weights=hit, minlength=batch.n_images)
+            blocks.append(Block(f"{image_prefix}@{k.label}", IMAGE, present,
+                                per_image[present].astype(np.int64), counts[present]))
+        if mean_prefix:
+            per_group = np.bincount(group_inverse.reshape(-1), weights=hit,
+                                    minlength=len(groups)).astype(np.int64)
+            blocks.append(Block(f"{mean_prefix}@{k.label}", MEAN, batch.group_image[groups],
+                                per_group, group_counts.astype(np.int64),
+                                batch.group_predicate[groups]))
+    return blocks
+
+
+def recall_terms(hit: np.ndarray, predicates: np.ndarray) -> tuple[Term, dict[int, Term]]:
+    """Image recall and per-predicate recall terms from a boolean hit per GT triplet."""
+    overall = (int(np.count_nonzero(hit)), len(hit))
+    per_predicate: dict[int, Term] = {}
+    for p in sorted(set(predicates.tolist())):
+        sel = predicates == p
+        per_predicate[p] = (int(np.count_nonzero(hit[sel])), int(sel.sum()))
+    return overall, per_predicate
+
+
+def add_recalls(terms: Terms, first: np.ndarray, predicates: np.ndarray,
+                ks: tuple[KSpec, ...], n_gt: int, image_prefix: str | None,
+                mean_prefix: str | None) -> None:
+    """Recall terms for every k (relative k resolves with ``n_gt``, all GT triplets)."""
+    for k in ks:
+        overall, per_predicate = recall_terms(first < k.resolve(n_gt), predicates)
+        if image_prefix:
+            terms.image[f"{image_prefix}@{k.label}"] = overall
+        if mean_prefix:
+            terms.predicate[f"{mean_prefix}@{k.label}"] = per_predicate

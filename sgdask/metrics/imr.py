@@ -1,0 +1,69 @@
+"""Independent per-predicate recall (SPEC section 6).
+
+- ``IMR@k``: per predicate p of the image, the recall of G(p) by the first k NG triplets
+  whose predicate is p (each predicate ranked on its own list);
+- ``wIMR@k`` = Σ_c w_c · IMR_c with w_c = n_c^τ / Σ n^τ, n_c the number of distinct
+  (subject category, object category) pairs of predicate c in the training split; c and
+  the sum run over the predicates of the evaluated GT (a predicate never seen in training
+  weighs 0). It is derived from IMR's per-predicate values under the aggregation mode.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from sgdask.metrics.base import (
+    DERIVED,
+    MEAN,
+    Block,
+    Context,
+    Family,
+    Finals,
+    HitsBatch,
+    Metric,
+    Terms,
+    add_recalls,
+    recall_blocks,
+)
+from sgdask.types import ImageHits
+
+METRICS = (
+    Metric("IMR", MEAN, "independent per-predicate recall: each predicate's own top-k of "
+           "the NG list", needs=("ng",)),
+    Metric("wIMR", DERIVED, "IMR weighted by the predicates' training compositions "
+           "(n_c^tau)", needs=("ng", "stats")),
+)
+
+
+def image_terms(hits: ImageHits, ctx: Context) -> Terms:
+    terms = Terms()
+    if hits.imr_first is not None:
+        add_recalls(terms, hits.imr_first, hits.predicates, ctx.ks, hits.n_gt_triplets,
+                    None, "IMR")
+    return terms
+
+
+def batch_terms(batch: HitsBatch, ctx: Context) -> list[Block]:
+    if batch.imr_first is None:
+        return []
+    return recall_blocks(batch, batch.imr_first, ctx.ks, None, "IMR")
+
+
+def weighted(finals: Finals, ctx: Context) -> dict[str, Fraction | float]:
+    """wIMR@k per k (floats: the weights are real powers)."""
+    composition = ctx.composition
+    if not composition:
+        return {}
+    out: dict[str, Fraction | float] = {}
+    for k in ctx.ks:
+        values = finals.predicate_values(f"IMR@{k.label}")
+        weights = {c: composition[c] ** ctx.tau if composition.get(c, 0) > 0 else 0.0
+                   for c in sorted(values)}
+        total = sum(weights.values())
+        if values and total > 0:
+            out[f"wIMR@{k.label}"] = sum(weights[c] / total * float(values[c])
+                                         for c in sorted(values))
+    return out
+
+
+FAMILY = Family("imr", METRICS, image_terms, batch_terms, weighted)

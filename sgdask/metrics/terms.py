@@ -1,0 +1,148 @@
+"""From hits to terms: every registered family, one image (plain path) or many (fast path).
+
+``evaluate_image`` is the whole per-image computation in one call (normalize, match,
+select, remap, then every family's terms), like sgbench's per-image functions; the
+pipeline and the in-memory evaluator use ``batch_blocks`` instead, which runs each
+family's vectorized ``batch_terms`` over all images of a partition at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sgdask.kernels.image import image_hits, missing_image_hits
+from sgdask.kernels.selection import KSpec
+from sgdask.metrics import FAMILIES, available
+from sgdask.metrics.base import MEAN, Block, Context, Family, Terms, batch_of
+from sgdask.protocols import Protocol
+from sgdask.types import ImageGT, ImageHits, ImagePred, ImageResult, ZeroShot
+
+
+def inputs_of(protocol: Protocol, with_ng: bool, has_stats: bool, legacy: bool) -> set[str]:
+    """The inputs an evaluation has (what metrics may need: ``sgdask.metrics.base.NEEDS``)."""
+    inputs = {"graph"}
+    if with_ng:
+        inputs.add("ng")
+    if protocol.matching != "triplet":
+        inputs.add("mapping")
+    if has_stats:
+        inputs.add("stats")
+    if legacy:
+        inputs.add("legacy")
+    return inputs
+
+
+def active(inputs: set[str], families: Sequence[Family] | None = None
+           ) -> list[tuple[Family, set[str]]]:
+    """Families (default: the registry's) with at least one computable metric, with the
+    prefixes of those metrics."""
+    out = []
+    for family in FAMILIES if families is None else families:
+        prefixes = {m.prefix for m in family.metrics if available(m, inputs) is None}
+        if prefixes:
+            out.append((family, prefixes))
+    return out
+
+
+def wanted(name: str, prefixes: set[str]) -> bool:
+    return name in prefixes or name.partition("@")[0] in prefixes
+
+
+def image_result(hits: ImageHits, ctx: Context, protocol: Protocol, inputs: set[str],
+                 families: Sequence[Family] | None = None) -> ImageResult:
+    """Every active family's terms of one image (the literal path)."""
+    result = ImageResult(hits.image_id, hits.missing, hits.n_gt_triplets,
+                         gt_counts(hits.predicates), diagnostics=dict(hits.diagnostics))
+    for family, prefixes in active(inputs, families):
+        terms = family.image_terms(hits, ctx)
+        result.image_terms.update({n: t for n, t in terms.image.items() if wanted(n, prefixes)})
+        result.ratio_terms.update({n: t for n, t in terms.ratio.items() if wanted(n, prefixes)})
+        if not (hits.missing and not protocol.missing_counts_in_means):
+            result.predicate_terms.update({n: t for n, t in terms.predicate.items()
+                                           if wanted(n, prefixes)})
+    return result
+
+
+def gt_counts(predicates: np.ndarray) -> dict[int, int]:
+    values, counts = np.unique(predicates, return_counts=True)
+    return dict(zip(values.tolist(), counts.tolist(), strict=True))
+
+
+
+
+def drop_missing(block: Block, missing: np.ndarray) -> Block:
+    keep = ~missing[block.image]
+    return Block(block.name, block.kind, block.image[keep], block.num[keep], block.den[keep],
+                 None if block.predicate is None else block.predicate[keep])
+
+
+def plain_blocks(images: list[ImageHits], ctx: Context, protocol: Protocol, family: Family
+                 ) -> list[Block]:
+    """A family without a vectorized path: its per-image function, as blocks."""
+    rows: dict[tuple[str, str], list[tuple[int, int, int, int]]] = {}
+    for i, hits in enumerate(images):
+        terms: Terms = family.image_terms(hits, ctx)
+        for name, (num, den) in terms.image.items():
+            rows.setdefault((name, "image"), []).append((i, -1, num, den))
+        for name, (num, den) in terms.ratio.items():
+            rows.setdefault((name, "ratio"), []).append((i, -1, num, den))
+        if hits.missing and not protocol.missing_counts_in_means:
+            continue
+        for name, per_predicate in terms.predicate.items():
+            for p, (num, den) in per_predicate.items():
+                rows.setdefault((name, MEAN), []).append((i, p, num, den))
+    blocks = []
+    for (name, kind), values in rows.items():
+        arr = np.array(values, dtype=np.int64).reshape(-1, 4)
+        blocks.append(Block(name, kind, arr[:, 0], arr[:, 2], arr[:, 3],
+                            arr[:, 1] if kind == MEAN else None))
+    return blocks
+
+
+def batch_blocks(images: list[ImageHits], ctx: Context, protocol: Protocol,
+                 inputs: set[str], families: Sequence[Family] | None = None) -> list[Block]:
+    """Term blocks of every active family over ``images`` (the fast path): a family's
+    vectorized ``batch_terms`` when it has one, else its plain function image by image."""
+    batch = batch_of(images)
+    blocks: list[Block] = []
+    for family, prefixes in active(inputs, families):
+        if family.batch_terms is None:
+            found = plain_blocks(images, ctx, protocol, family)
+        else:
+            found = family.batch_terms(batch, ctx)
+            if not protocol.missing_counts_in_means and batch.missing.any():
+                found = [drop_missing(b, batch.missing) if b.kind == MEAN else b
+                         for b in found]
+        blocks += [b for b in found if wanted(b.name, prefixes)]
+    return blocks
+
+
+def with_zero_shot(hits: ImageHits, zero_shot: ZeroShot | None) -> ImageHits:
+    if zero_shot is not None:
+        hits.zero_shot = zero_shot.flags(hits.relations, hits.gt_labels)
+    return hits
+
+
+def evaluate_image(gt: ImageGT, pred: ImagePred, protocol: Protocol, ks: tuple[KSpec, ...],
+                   with_ng: bool = True, zero_shot: ZeroShot | None = None,
+                   legacy: bool = False, match_labels: bool = True) -> ImageResult:
+    """Every metric term of one image under one protocol (``match_labels=False``: a
+    prediction may match a GT instance of another category, SPEC section 4)."""
+    hits = with_zero_shot(image_hits(gt, pred, protocol, with_ng, match_labels), zero_shot)
+    inputs = inputs_of(protocol, with_ng, zero_shot is not None, legacy)
+    return image_result(hits, Context(ks), protocol, inputs)
+
+
+def missing_image_result(gt: ImageGT, protocol: Protocol, ks: tuple[KSpec, ...],
+                         with_ng: bool = True, zero_shot: ZeroShot | None = None,
+                         legacy: bool = False) -> ImageResult:
+    """An image of the GT without prediction: 0 on every recall and InstR, no PRank.
+
+    Under protocols that leave such images out of the mean metrics (SGBench), only the
+    image-level zeros are recorded.
+    """
+    hits = with_zero_shot(missing_image_hits(gt, protocol, with_ng), zero_shot)
+    inputs = inputs_of(protocol, with_ng, zero_shot is not None, legacy)
+    return image_result(hits, Context(ks), protocol, inputs)
