@@ -47,5 +47,10 @@ def _rebuild_input_error(file: str, what: str, image: object, field: str | None,
     return InputError(file, what, image=image, field=field, expected=expected)
 
 
+class SgdaskWarning(UserWarning):
+    """Something a user should know that does not stop the command (the CLI prints it as
+    one ``sgdask: warning: ...`` line)."""
+
+
 class StoreError(SgdaskError):
     """A canonical store is missing, incomplete, of the wrong kind or would be overwritten."""

@@ -191,6 +191,16 @@ def predicate_table(acc: Accumulator, names: list[str], aggregation: str
     return rows
 
 
+def derivation(manifest: dict[str, Any]) -> dict[str, Any]:
+    """How a submission store's lists were derived from scores (``convert --from-scores``):
+    the score file, the ranking and the NG cut; empty for lists given by the submission."""
+    if not manifest.get("triplets_from"):
+        return {}
+    return {"triplets_from": manifest["triplets_from"],
+            "rank_by": manifest.get("rank_by", "predicate"),
+            "ng_limit": manifest.get("ng_limit")}
+
+
 def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalSettings,
                  composition: dict[int, int] | None, gt_manifest: dict[str, Any],
                  pred_manifest: dict[str, Any], counts: dict[str, int]) -> Report:
@@ -226,7 +236,8 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                   "gt": {"source": gt_manifest.get("source"),
                          "content_hash": gt_manifest.get("content_hash")},
                   "submission": {"source": pred_manifest.get("source"),
-                                 "content_hash": pred_manifest.get("content_hash")}}
+                                 "content_hash": pred_manifest.get("content_hash"),
+                                 **derivation(pred_manifest)}}
     return Report(protocol=protocol.as_dict(), aggregation=aggregation,
                   ks=[k.label for k in settings.ks], metrics=metrics,
                   per_predicate=predicate_table(acc, names, aggregation),
