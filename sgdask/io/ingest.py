@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from sgdask import __version__
 from sgdask.cluster import ClusterSpec, map_tasks
@@ -19,7 +20,7 @@ from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, combined_digest, file_digest, filesystem, join
 from sgdask.io.psg import GTRecord, class_lists, evaluation_records, label_image
-from sgdask.io.scores import load_score_lists
+from sgdask.io.scores import SubmissionInstances, load_score_lists
 from sgdask.io.sgbench import SubmissionImage, SubmissionSource, load_json
 from sgdask.io.stats import STATS_FILE, train_stats, write_stats
 from sgdask.io.store import (
@@ -32,11 +33,16 @@ from sgdask.io.store import (
     write_part,
 )
 from sgdask.io.validate import GTInfo, checked_submission
+from sgdask.io.vg import VAL_IMAGES, VGFiles, read_vg
 from sgdask.kernels.masks import CropMasks
-from sgdask.kernels.scores import DerivedLists
+from sgdask.kernels.scores import PREDICATE, DerivedLists
 from sgdask.types import EMPTY_TRIPLETS
 
 DEFAULT_STORE_PARTITION = 64
+VG_FORMAT = "vg150-h5"
+#: how a VG GT store's boxes relate to the images (the sgbpytorch protocol needs this)
+VG_BOXES = {"coordinates": "pixels, float32 values as its loader computes them",
+            "clipped": False, "image_size": "images table width and height (image_data.json)"}
 Progress = Callable[[int], None] | None
 
 
@@ -72,23 +78,65 @@ def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
     if not records:
         raise InputError(psg_json, "no test images", field="test_image_ids")
     stats = train_stats(doc, psg_json)
-    with StoreWriter(out, "gt", storage_options, overwrite) as writer:
-        tasks = [(out, storage_options, i, part, masks_dir)
+    return write_gt_store(out, storage_options, overwrite, records, stats, partition_size,
+                          masks_dir, progress, cluster, hashlib.sha256(raw),
+                          source=str(psg_json), instances="masks" if masks_dir else "boxes",
+                          **names)
+
+
+def write_gt_store(out: str, options: StorageOptions | None, overwrite: bool,
+                   records: list[GTRecord], stats: pa.Table, partition_size: int,
+                   masks_dir: str | None, progress: Progress, cluster: ClusterSpec,
+                   digest: Any, **fields: Any) -> dict[str, Any]:
+    """A GT store of ``records`` (sorted by id): one task per part, then the training
+    statistics, then the manifest. ``digest`` (a hashlib object over the sources read so
+    far) is completed with every PNG read and becomes the content hash."""
+    with StoreWriter(out, "gt", options, overwrite) as writer:
+        tasks = [(out, options, i, part, masks_dir)
                  for i, part in enumerate(chunks(records, partition_size))]
         done = map_tasks(write_gt_part, tasks, cluster,
                          (lambda r: progress(r[0]["n_images"])) if progress else None)
         if len(stats):
-            write_stats(stats, join(out, STATS_FILE), storage_options)
-        digest = hashlib.sha256(raw)
+            write_stats(stats, join(out, STATS_FILE), options)
         for _, png_digests in done:
             for d in png_digests:
                 digest.update(d)
         return writer.finish(
-            [info for info, _ in done],
-            train_stats=STATS_FILE if len(stats) else None,
+            [info for info, _ in done], train_stats=STATS_FILE if len(stats) else None,
             sgdask_version=__version__, content_hash="sha256:" + digest.hexdigest(),
-            source=str(psg_json), instances="masks" if masks_dir else "boxes",
-            n_images=len(records), partition_size=partition_size, **names)
+            n_images=len(records), partition_size=partition_size, **fields)
+
+
+def ingest_vg(h5: str, out: str, dicts: str, image_data: str, split: str = "test",
+              storage_options: StorageOptions | None = None,
+              partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
+              progress: Progress = None, cluster: ClusterSpec = None,
+              val_images: int = VAL_IMAGES) -> dict[str, Any]:
+    """Visual Genome in the VG150 layout (``VG-SGG-with-attri.h5``, its dicts JSON and
+    ``image_data.json``) -> box GT store of ``split`` (test or val), read as
+    Scene-Graph-Benchmark.pytorch reads it (``sgdask.io.vg``). Returns the manifest."""
+    files = VGFiles(str(h5), str(dicts), str(image_data))
+    dict_bytes = read_bytes(dicts, storage_options, "--dicts")
+    image_bytes = read_bytes(image_data, storage_options, "--image-data")
+    digest = hashlib.sha256()
+    fs, path = filesystem(h5, storage_options)
+    try:
+        with fs.open(path, "rb") as f:
+            for block in iter(lambda: f.read(4 << 20), b""):
+                digest.update(block)
+            f.seek(0)
+            gt = read_vg(f, dict_bytes, image_bytes, files, split, val_images)
+    except FileNotFoundError:
+        raise InputError(str(h5), "file not found") from None
+    for part in (dict_bytes, image_bytes, f"split={split};val_images={val_images}".encode()):
+        digest.update(hashlib.sha256(part).digest())
+    if not gt.records:
+        raise InputError(str(h5), f"no {split} image with boxes and relations", field="split")
+    return write_gt_store(
+        out, storage_options, overwrite, gt.records, gt.stats, partition_size, None,
+        progress, cluster, digest, source=str(h5), instances="boxes", gt_format=VG_FORMAT,
+        sources={"dicts": str(dicts), "image_data": str(image_data)}, split=split,
+        dropped_images=gt.dropped, boxes=VG_BOXES, **gt.names)
 
 
 def write_gt_part(out: str, options: StorageOptions | None, index: int,
@@ -145,12 +193,15 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
                        storage_options: StorageOptions | None = None,
                        partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
                        progress: Progress = None, cluster: ClusterSpec = None,
-                       limits: ArchiveLimits | None = None, from_scores: str | None = None
+                       limits: ArchiveLimits | None = None, from_scores: str | None = None,
+                       rank_by: str = PREDICATE, ng_limit: int | None = None
                        ) -> dict[str, Any]:
     """SGBench submission (JSON or ZIP) -> submission store. Returns the manifest.
 
     With ``from_scores``, the triplet lists are derived from per-pair predicate score
-    vectors (``schemas/scores.md``) instead of taken from the submission.
+    vectors (``schemas/scores.md``) instead of taken from the submission, ranked by
+    ``rank_by`` (``predicate`` or ``triplet``), the NG list cut after ``ng_limit`` triplets
+    when given. The store's content hash then covers the score file and both options too.
 
     The archive, the document and every image are checked first (``sgdask validate``'s
     checks, the first error raised); then one task per part reads its TIFFs (ranged reads
@@ -163,10 +214,16 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
     check = checked_submission(source, gt_info)
     images = sorted(check.images, key=lambda i: i.image_id)
     has_ng = check.has_ng
+    content_hash = source.content_hash()
     if from_scores:
-        images = lists_from_scores(images, load_score_lists(from_scores, storage_options),
-                                   from_scores)
+        instances = SubmissionInstances(
+            source.label, {img.image_id: len(img.categories) for img in images},
+            {img.image_id: img.scores for img in images})
+        images = lists_from_scores(images, load_score_lists(
+            from_scores, storage_options, ng_limit, rank_by, instances))
         has_ng = True
+        content_hash = derived_content_hash(content_hash, from_scores, storage_options,
+                                            rank_by, ng_limit)
     sizes = gt_info.sizes if gt_info else {}
     parts = submission_parts(images, gt_reader, partition_size)
     with StoreWriter(out, "submission", storage_options, overwrite) as writer:
@@ -177,42 +234,28 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
         infos = map_tasks(write_submission_part, tasks, cluster,
                           (lambda info: progress(info["n_images"])) if progress else None)
         return writer.finish(
-            infos, sgdask_version=__version__,
-            content_hash=submission_digest(source, from_scores, storage_options),
+            infos, sgdask_version=__version__, content_hash=content_hash,
             source=str(submission), instances="masks" if source.is_zip else "boxes",
             has_ng=has_ng, n_images=len(images), partition_size=partition_size,
-            triplets_from=from_scores)
+            triplets_from=from_scores, rank_by=rank_by if from_scores else None,
+            ng_limit=ng_limit if from_scores else None)
 
 
-def submission_digest(source: SubmissionSource, from_scores: str | None,
-                      storage_options: StorageOptions | None) -> str:
-    """What the store's numbers depend on: the submission file and, when the triplet lists
-    are derived from scores, the scores file too (two score files, two results)."""
-    digest = source.content_hash()
-    if from_scores is None:
-        return digest
-    return combined_digest(digest, file_digest(from_scores, storage_options))
+def derived_content_hash(submission_hash: str, scores_url: str,
+                         options: StorageOptions | None, rank_by: str,
+                         ng_limit: int | None) -> str:
+    """The content hash of a store derived from scores: the submission's hash, the score
+    file's bytes and the derivation options, so that a result cache keyed on it never
+    serves one derivation's numbers for another."""
+    return combined_digest(submission_hash, file_digest(scores_url, options),
+                           f"rank_by={rank_by};ng_limit={ng_limit}")
 
 
-def lists_from_scores(images: list[SubmissionImage], lists: dict[str, DerivedLists],
-                      url: str) -> list[SubmissionImage]:
-    """Images with graph and NG lists replaced by the ones derived from score vectors.
-
-    An image without score rows gets empty lists; score rows of an image the submission
-    lacks, or naming an instance it does not have, are errors.
-    """
-    by_id = {img.image_id: img for img in images}
-    for image_id, derived in lists.items():
-        img = by_id.get(image_id)
-        if img is None:
-            raise InputError(url, "no such image in the submission", image=image_id,
-                             field="image_id")
-        n = len(img.categories)
-        for triplets in (derived.graph, derived.ng):
-            if len(triplets) and triplets[:, :2].max() >= n:
-                raise InputError(url, f"instance index {int(triplets[:, :2].max())} out of "
-                                 "range", image=image_id, field="subject/object",
-                                 expected=f"indices in 0..{n - 1}")
+def lists_from_scores(images: list[SubmissionImage], lists: dict[str, DerivedLists]
+                      ) -> list[SubmissionImage]:
+    """Images with graph and NG lists replaced by the ones derived from score vectors
+    (checked against the images by ``load_score_lists``); an image without score rows gets
+    empty lists."""
     empty = DerivedLists(EMPTY_TRIPLETS, np.empty(0), EMPTY_TRIPLETS, np.empty(0))
     return [replace(img, graph=d.graph, graph_scores=d.graph_scores, ng=d.ng)
             for img in images for d in [lists.get(img.image_id, empty)]]

@@ -212,6 +212,16 @@ def uniform_rows(rows: list[dict[str, Any]], metric_names: list[str]) -> list[di
     return [{c: r.get(c) for c in columns} for r in sorted(rows, key=lambda r: r["image_id"])]
 
 
+def derivation(manifest: dict[str, Any]) -> dict[str, Any]:
+    """How a submission store's lists were derived from scores (``convert --from-scores``):
+    the score file, the ranking and the NG cut; empty for lists given by the submission."""
+    if not manifest.get("triplets_from"):
+        return {}
+    return {"triplets_from": manifest["triplets_from"],
+            "rank_by": manifest.get("rank_by", "predicate"),
+            "ng_limit": manifest.get("ng_limit")}
+
+
 def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalSettings,
                  composition: dict[int, int] | None, gt_manifest: dict[str, Any],
                  pred_manifest: dict[str, Any], counts: dict[str, int]) -> Report:
@@ -250,7 +260,8 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                   "gt": {"source": gt_manifest.get("source"),
                          "content_hash": gt_manifest.get("content_hash")},
                   "submission": {"source": pred_manifest.get("source"),
-                                 "content_hash": pred_manifest.get("content_hash")}}
+                                 "content_hash": pred_manifest.get("content_hash"),
+                                 **derivation(pred_manifest)}}
     return Report(protocol=protocol.as_dict(), aggregation=aggregation,
                   ks=[k.label for k in settings.ks], metrics=metrics,
                   per_predicate=predicate_table(acc, names, aggregation),
