@@ -191,6 +191,16 @@ def predicate_table(acc: Accumulator, names: list[str], aggregation: str
     return rows
 
 
+def submission_provenance(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Source and content hash; for a store converted from model results (``convert
+    --method``), also the method and whether instance scores were kept."""
+    out = {"source": manifest.get("source"), "content_hash": manifest.get("content_hash")}
+    if manifest.get("method"):
+        out.update(method=manifest["method"],
+                   instance_scores=bool(manifest.get("instance_scores")))
+    return out
+
+
 def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalSettings,
                  composition: dict[int, int] | None, gt_manifest: dict[str, Any],
                  pred_manifest: dict[str, Any], counts: dict[str, int]) -> Report:
@@ -225,8 +235,7 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     provenance = {"sgdask_version": __version__,
                   "gt": {"source": gt_manifest.get("source"),
                          "content_hash": gt_manifest.get("content_hash")},
-                  "submission": {"source": pred_manifest.get("source"),
-                                 "content_hash": pred_manifest.get("content_hash")}}
+                  "submission": submission_provenance(pred_manifest)}
     return Report(protocol=protocol.as_dict(), aggregation=aggregation,
                   ks=[k.label for k in settings.ks], metrics=metrics,
                   per_predicate=predicate_table(acc, names, aggregation),
