@@ -528,6 +528,19 @@ def test_ndarray_cannot_be_called_with_a_huge_shape():
         restricted_loads(crafted)
 
 
+@pytest.mark.parametrize("crafted", [
+    # BUILD with slot state {"__init__": _codecs.encode} on the numpy.ndarray stand-in
+    b"\x80\x02cnumpy\nndarray\nN}X\x08\x00\x00\x00__init__c_codecs\nencode\ns\x86b.",
+    # BUILD with a dict state on the _codecs.encode stand-in
+    b"\x80\x02c_codecs\nencode\n}X\x03\x00\x00\x00fooK\x01sb.",
+], ids=["class", "function"])
+def test_one_pickle_cannot_change_how_the_next_is_read(crafted):
+    with pytest.raises(Refused, match="sets"):
+        restricted_loads(crafted)
+    out = restricted_loads(pickle.dumps([Result(x=np.arange(3))], protocol=2))
+    np.testing.assert_array_equal(out[0].fields["x"], np.arange(3))
+
+
 def test_method_errors_are_sgdask_errors(small, lab, tmp_path):
     with pytest.raises(SgdaskError, match="not a method"):
         convert_results(str(small.pickle), str(tmp_path / "s"), lab.gt, "motifs")

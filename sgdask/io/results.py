@@ -72,11 +72,13 @@ class ResultImage:
 
 @dataclass(frozen=True)
 class Where:
-    """How problems of one result are named: file, image id, field prefix."""
+    """How problems of one result are named: file, image id, field prefix; ``label`` names
+    the result in the store (``results[i]`` or the ``.npz`` file name)."""
 
     file: str
     image: str
     prefix: str
+    label: str
 
     def error(self, field: str, what: str, expected: str | None = None) -> InputError:
         return InputError(self.file, what, image=self.image, field=self.prefix + field,
@@ -309,7 +311,7 @@ def decoded(fields: dict[str, Any], method: str, where: Where, shape: tuple[int,
         boxes=boxes[:, :4].astype(np.float64),
         scores=boxes[:, 4].astype(np.float64) if instance_scores else None,
         masks=boolean_masks(f["masks"], where), graph=lists.graph, ng=lists.ng,
-        source_file=where.prefix.rstrip(".") or where.file.rsplit("/", 1)[-1])
+        source_file=where.label)
 
 
 # --------------------------------------------------------------------------- source
@@ -348,8 +350,12 @@ class ResultSource:
 
     def records(self) -> tuple[Any, ...]:
         """The pickled list (parsed once per process)."""
+        return self.loaded()[0]
+
+    def loaded(self) -> tuple[tuple[Any, ...], str]:
+        """(the pickled list, the pickle's SHA-256 hex)."""
         return loaded_pickle(self.url, json.dumps(self.options or {}, sort_keys=True),
-                             str(self.fs.ukey(self.path)), self.limits)[0]
+                             str(self.fs.ukey(self.path)), self.limits)
 
     def npz_names(self) -> list[str]:
         """The directory's ``.npz`` files, in the numeric order of their names."""
@@ -378,14 +384,15 @@ class ResultSource:
         for a directory entry)."""
         if entry.name is None:
             record = self.records()[entry.position]
-            where = Where(self.url, entry.image_id, f"results[{entry.position}].")
+            label = f"results[{entry.position}]"
+            where = Where(self.url, entry.image_id, label + ".", label)
             if not isinstance(record, Record):
                 raise InputError(self.url, f"a {type(record).__name__}", image=entry.image_id,
-                                 field=f"results[{entry.position}]", expected="a Result object")
+                                 field=label, expected="a Result object")
             return record.fields, where, None
         file = join(self.url, entry.name)
         data = self.npz_bytes(file)
-        where = Where(file, entry.image_id, "")
+        where = Where(file, entry.image_id, "", entry.name)
         archive = SafeZip(io.BytesIO(data), file, self.npz_limits)
         arrays: dict[str, Any] = {}
         for name in fields_of(self.method):
@@ -399,12 +406,8 @@ class ResultSource:
     def npz_bytes(self, file: str) -> bytes:
         fs, path = filesystem(file, self.options)
         try:
-            size = fs.size(path)
-            if size is not None and size > self.limits.max_total_size:
-                raise ValueError(size)
             with fs.open(path, "rb") as f:
-                return f.read() if size is not None else read_capped(
-                    f, self.limits.max_total_size)
+                return read_capped(f, self.limits.max_total_size)
         except ValueError:
             raise InputError(file, "too large",
                              expected=limit_hint(self.limits, "max_total_size")) from None
@@ -434,9 +437,7 @@ class ResultSource:
         digest = hashlib.sha256(HASH_HEADER)
         digest.update(f"{self.method}\n{int(self.instance_scores)}\n".encode())
         if not self.is_dir:
-            digest.update(loaded_pickle(self.url, json.dumps(self.options or {},
-                                                             sort_keys=True),
-                                        str(self.fs.ukey(self.path)), self.limits)[1].encode())
+            digest.update(self.loaded()[1].encode())
         else:
             known = list(digests) if digests is not None else [None] * len(entries)
             for entry, hexdigest in zip(entries, known, strict=True):

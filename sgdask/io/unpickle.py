@@ -32,7 +32,33 @@ class Refused(Exception):
     """The pickle asks for something this reader never does; ``str()`` says what."""
 
 
-class Record:
+class Sealed(type):
+    """Metaclass of the classes a pickle can name: BUILD cannot set attributes on them, so
+    one file cannot change how the next one is read in the same process."""
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        raise Refused(f"sets {printable_value(name)} on {cls.__name__}")
+
+
+class StandIn:
+    """A function a pickle can name, wrapped so that BUILD cannot touch it."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: Callable[..., Any]) -> None:
+        object.__setattr__(self, "call", call)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.call(*args, **kwargs)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise Refused(f"sets {printable_value(name)} on {self.call.__name__}")
+
+    def __setstate__(self, state: Any) -> None:
+        raise Refused(f"sets state on {self.call.__name__}")
+
+
+class Record(metaclass=Sealed):
     """An object of a class named ``Result``: its attributes, nothing else."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Record:
@@ -54,7 +80,7 @@ class Record:
             self.fields.update(part)
 
 
-class ArrayToken:
+class ArrayToken(metaclass=Sealed):
     """Stands for ``numpy.ndarray`` in a pickle: accepted only as ``_reconstruct``'s first
     argument, never callable."""
 
@@ -62,14 +88,14 @@ class ArrayToken:
         raise Refused("numpy.ndarray called directly (expected arrays as numpy pickles them)")
 
 
-class ObjectToken:
+class ObjectToken(metaclass=Sealed):
     """Stands for ``builtins.object`` (protocol 0 and 1 name it for ``_reconstructor``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise Refused("builtins.object called directly")
 
 
-class DTypeBuilder:
+class DTypeBuilder(metaclass=Sealed):
     """``numpy.dtype(code)`` as pickled: the code now, the byte order from BUILD."""
 
     def __init__(self, code: Any, align: Any = False, copy: Any = True) -> None:
@@ -169,15 +195,16 @@ def reconstructor(cls: Any, base: Any, state: Any) -> Record:
 NUMPY_CORE = ("numpy.core", "numpy._core")
 #: (module, name) -> what the file gets instead
 STANDINS: dict[tuple[str, str], Any] = {
-    **{(f"{core}.multiarray", "_reconstruct"): reconstruct for core in NUMPY_CORE},
-    **{(f"{core}.multiarray", "scalar"): scalar for core in NUMPY_CORE},
-    **{(f"{core}.numeric", "_frombuffer"): from_buffer for core in NUMPY_CORE},
+    **{(f"{core}.multiarray", "_reconstruct"): StandIn(reconstruct) for core in NUMPY_CORE},
+    **{(f"{core}.multiarray", "scalar"): StandIn(scalar) for core in NUMPY_CORE},
+    **{(f"{core}.numeric", "_frombuffer"): StandIn(from_buffer) for core in NUMPY_CORE},
     ("numpy", "ndarray"): ArrayToken,
     ("numpy", "dtype"): DTypeBuilder,
-    ("_codecs", "encode"): latin1,
-    **{(builtins, "bytes"): empty_bytes for builtins in ("builtins", "__builtin__")},
+    ("_codecs", "encode"): StandIn(latin1),
+    **{(builtins, "bytes"): StandIn(empty_bytes) for builtins in ("builtins", "__builtin__")},
     **{(builtins, "object"): ObjectToken for builtins in ("builtins", "__builtin__")},
-    **{(copyreg, "_reconstructor"): reconstructor for copyreg in ("copyreg", "copy_reg")},
+    **{(copyreg, "_reconstructor"): StandIn(reconstructor)
+       for copyreg in ("copyreg", "copy_reg")},
 }
 
 
