@@ -99,6 +99,7 @@ def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
 
 
 def write_image_order(out: str, options: StorageOptions | None, ids: list[str]) -> None:
+    """The GT store's ``image_order.json``: every test image id in psg.json's order."""
     fs, path = filesystem(out, options)
     with fs.open(join(path, IMAGE_ORDER_FILE), "w") as f:
         json.dump({"image_ids": ids}, f)
@@ -266,8 +267,6 @@ def add_submission_rows(tables: PartTables, img: SubmissionImage, shape: tuple, 
     instance_rows(tables, img.image_id, img.categories, img.boxes, img.scores, crops)
     triplet_rows(tables, img.image_id, "graph", img.graph, img.graph_scores)
     triplet_rows(tables, img.image_id, "ng", img.ng, None)
-
-
 
 
 def convert_results(results: str, out: str, gt: str, method: str,

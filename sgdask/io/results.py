@@ -36,7 +36,7 @@ DEFAULT_LIMITS = ArchiveLimits()
 ZIP_MAGIC = b"PK\x03\x04"
 HASH_HEADER = b"sgdask results v1\n"
 PAIRING = "one result per GT test image with at least one relation, in psg.json's data order"
-#: Result attribute -> the numpy dtype kinds it may have, and what it is
+#: Result attribute -> the numpy dtype kinds it may have
 KINDS = {"masks": "biuf", "labels": "iu", "refine_bboxes": "iuf", "rel_pair_idxes": "iu",
          "rel_dists": "iuf", "refine_scores": "f", "rels": "iu"}
 
