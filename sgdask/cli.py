@@ -20,6 +20,7 @@ from rich.table import Table
 
 from sgdask.errors import SgdaskError, SgdaskWarning
 from sgdask.io.archive import ArchiveLimits, limits_help
+from sgdask.io.methods import METHODS
 from sgdask.kernels.selection import DEFAULT_KS
 from sgdask.pipeline import DEFAULT_PARTITION_SIZE
 from sgdask.protocols import DEFAULT_PROTOCOL
@@ -207,10 +208,13 @@ def is_hdf5_file(url: str, options: dict[str, Any] | None) -> bool:
 
 
 @app.command()
-def convert(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP")],
+def convert(submission: Annotated[str, typer.Argument(
+                help="SGBench JSON or ZIP; with --method, a model's result file (a pickled "
+                "list of Result objects) or a directory of per-image .npz files")],
             out: Annotated[str, typer.Option("--out", help="store URL to create")],
             gt: Annotated[str | None, typer.Option(
-                help="GT store to validate ids, sizes and classes against")] = None,
+                help="GT store to validate ids, sizes and classes against (required with "
+                "--method: results are paired with its test images)")] = None,
             storage_option: StorageOpt = None, overwrite: Overwrite = False,
             scheduler: Scheduler = None, in_process: InProcess = False,
             limit: Limits = None,
@@ -225,11 +229,21 @@ def convert(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP"
             ng_limit: Annotated[int | None, typer.Option(
                 "--ng-limit", min=0, help="with --from-scores: keep only the first N "
                 "triplets of each NG list (Scene-Graph-Benchmark.pytorch evaluates 100)")]
-            = None) -> None:
-    """Convert an SGBench submission into a submission store (Parquet + Zarr).
+            = None,
+            method: Annotated[str | None, typer.Option(
+                help="read OpenPSG-family results and derive the lists as SGBench's "
+                f"conversion scripts do: {'|'.join(METHODS)} (see schemas/results.md)")]
+            = None,
+            instance_scores: Annotated[bool, typer.Option(
+                "--instance-scores", help="with --method: keep the score column of "
+                "refine_bboxes as instance scores (singlempo then merges masks in score "
+                "order; SGBench's scripts drop it)")] = False) -> None:
+    """Convert an SGBench submission, or a model's result file, into a submission store.
 
-    Runs `sgdask validate`'s checks first and stops at the first error."""
-    from sgdask.io.ingest import convert_submission
+    SGBench files: runs `sgdask validate`'s checks first and stops at the first error.
+    Result files (--method): every image is checked as it is converted; any problem stops
+    the conversion and leaves no store."""
+    from sgdask.io.ingest import convert_results, convert_submission
     from sgdask.kernels.scores import RANK_BY
 
     if rank_by not in RANK_BY:
@@ -237,15 +251,39 @@ def convert(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP"
     if not from_scores and (rank_by != "predicate" or ng_limit is not None):
         raise SgdaskError("--rank-by and --ng-limit apply to lists derived --from-scores")
     limits = ArchiveLimits.from_pairs(limit)
+    check_method_options(method, gt, from_scores, instance_scores)
+    cluster = cluster_choice(scheduler, in_process)
     with progress_bar("converting images", None) as advance:
-        manifest = convert_submission(submission, out, gt, storage_options(storage_option),
-                                      overwrite=overwrite, progress=advance,
-                                      cluster=cluster_choice(scheduler, in_process),
-                                      limits=limits, from_scores=from_scores,
-                                      rank_by=rank_by, ng_limit=ng_limit)
+        if method is not None:
+            assert gt is not None
+            manifest = convert_results(submission, out, gt, method,
+                                       storage_options(storage_option), overwrite=overwrite,
+                                       progress=advance, cluster=cluster, limits=limits,
+                                       instance_scores=instance_scores)
+        else:
+            manifest = convert_submission(submission, out, gt, storage_options(storage_option),
+                                          overwrite=overwrite, progress=advance,
+                                          cluster=cluster, limits=limits,
+                                          from_scores=from_scores, rank_by=rank_by,
+                                          ng_limit=ng_limit)
     ranked = f", ranked by {rank_by}" if from_scores else ""
     out_console.print(f"submission store {out}: {manifest['n_images']} images, "
                       f"{manifest['instances']}{ranked}, {manifest['content_hash']}")
+
+
+def check_method_options(method: str | None, gt: str | None, from_scores: str | None,
+                         instance_scores: bool) -> None:
+    """The option combinations ``convert`` accepts."""
+    if method is None:
+        if instance_scores:
+            raise SgdaskError("--instance-scores: only with --method (SGBench files carry "
+                              "their own instance scores)")
+        return
+    if gt is None:
+        raise SgdaskError("--method needs --gt: results are paired with the GT store's test "
+                          "images, in psg.json's order")
+    if from_scores is not None:
+        raise SgdaskError("--from-scores and --method: choose one way to derive the lists")
 
 
 @app.command()

@@ -7,21 +7,23 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Callable, Iterator
-from dataclasses import replace
-from typing import Any
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
 from sgdask import __version__
 from sgdask.cluster import ClusterSpec, map_tasks
-from sgdask.errors import InputError, SgdaskError
+from sgdask.errors import InputError, SgdaskError, StoreError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, combined_digest, file_digest, filesystem, join
 from sgdask.io.psg import GTRecord, class_lists, evaluation_records, label_image
+from sgdask.io.results import ResultEntry, ResultSource, loaded_pickle
 from sgdask.io.scores import SubmissionInstances, load_score_lists
-from sgdask.io.sgbench import SubmissionImage, SubmissionSource, load_json
+from sgdask.io.sgbench import ClassCounts, SubmissionImage, SubmissionSource, load_json
 from sgdask.io.stats import STATS_FILE, train_stats, write_stats
 from sgdask.io.store import (
     PartTables,
@@ -43,6 +45,10 @@ VG_FORMAT = "vg150-h5"
 #: how a VG GT store's boxes relate to the images (the sgbpytorch protocol needs this)
 VG_BOXES = {"coordinates": "pixels, float32 values as its loader computes them",
             "clipped": False, "image_size": "images table width and height (image_data.json)"}
+Item = TypeVar("Item", SubmissionImage, ResultEntry)
+#: GT stores: the test image ids in psg.json's ``data`` order (model result files are
+#: paired with the GT images in that order)
+IMAGE_ORDER_FILE = "image_order.json"
 Progress = Callable[[int], None] | None
 
 
@@ -73,13 +79,14 @@ def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
     raw = read_bytes(psg_json, storage_options, "psg.json")
     doc = load_json(raw, psg_json)
     names = class_lists(doc, psg_json)
-    records = sorted(evaluation_records(doc, psg_json, masks=masks_dir is not None),
-                     key=lambda r: r.image_id)
+    in_data_order = evaluation_records(doc, psg_json, masks=masks_dir is not None)
+    records = sorted(in_data_order, key=lambda r: r.image_id)
     if not records:
         raise InputError(psg_json, "no test images", field="test_image_ids")
     stats = train_stats(doc, psg_json)
     return write_gt_store(out, storage_options, overwrite, records, stats, partition_size,
                           masks_dir, progress, cluster, hashlib.sha256(raw),
+                          [r.image_id for r in in_data_order],
                           source=str(psg_json), instances="masks" if masks_dir else "boxes",
                           **names)
 
@@ -87,11 +94,16 @@ def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
 def write_gt_store(out: str, options: StorageOptions | None, overwrite: bool,
                    records: list[GTRecord], stats: pa.Table, partition_size: int,
                    masks_dir: str | None, progress: Progress, cluster: ClusterSpec,
-                   digest: Any, **fields: Any) -> dict[str, Any]:
+                   digest: Any, image_order: list[str] | None = None, **fields: Any
+                   ) -> dict[str, Any]:
     """A GT store of ``records`` (sorted by id): one task per part, then the training
     statistics, then the manifest. ``digest`` (a hashlib object over the sources read so
-    far) is completed with every PNG read and becomes the content hash."""
+    far) is completed with every PNG read and becomes the content hash; ``image_order``:
+    the test ids in the source's order (psg.json's ``data``), for pairing model results."""
     with StoreWriter(out, "gt", options, overwrite) as writer:
+        if image_order is not None:
+            write_image_order(out, options, image_order)
+            fields["image_order"] = IMAGE_ORDER_FILE
         tasks = [(out, options, i, part, masks_dir)
                  for i, part in enumerate(chunks(records, partition_size))]
         done = map_tasks(write_gt_part, tasks, cluster,
@@ -139,6 +151,28 @@ def ingest_vg(h5: str, out: str, dicts: str, image_data: str, split: str = "test
         dropped_images=gt.dropped, boxes=VG_BOXES, **gt.names)
 
 
+def write_image_order(out: str, options: StorageOptions | None, ids: list[str]) -> None:
+    """The GT store's ``image_order.json``: every test image id in psg.json's order."""
+    fs, path = filesystem(out, options)
+    with fs.open(join(path, IMAGE_ORDER_FILE), "w") as f:
+        json.dump({"image_ids": ids}, f)
+
+
+def evaluated_order(gt: StoreReader, gt_info: GTInfo) -> list[str]:
+    """The GT's test images with relations, in psg.json's ``data`` order."""
+    name = gt.manifest.get("image_order")
+    if not name:
+        raise StoreError(f"{gt.url}: the GT store does not record psg.json's image order, "
+                         "which result files are paired by (written by an older sgdask: "
+                         "run sgdask ingest-gt again)")
+    try:
+        with gt.fs.open(join(gt.path, name), "r") as f:
+            ids = json.load(f)["image_ids"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise StoreError(f"{gt.url}/{name}: unreadable ({type(err).__name__}: {err})") from None
+    return [i for i in ids if i in gt_info.evaluated]
+
+
 def write_gt_part(out: str, options: StorageOptions | None, index: int,
                   records: list[GTRecord], masks_dir: str | None
                   ) -> tuple[dict[str, Any], list[bytes]]:
@@ -176,14 +210,15 @@ def add_gt_rows(tables: PartTables, record: GTRecord, part: str, offset: int | N
     triplet_rows(tables, record.image_id, "gt", relations, None)
 
 
-def submission_parts(images: list[SubmissionImage], gt: StoreReader | None,
-                     partition_size: int) -> list[list[SubmissionImage]]:
-    """Images (sorted by id) cut like the GT's parts when a GT is given, so that an
-    evaluation task reads one GT part and one submission part; else by ``partition_size``."""
+def submission_parts(images: list[Item], gt: StoreReader | None,
+                     partition_size: int) -> list[list[Item]]:
+    """Images (anything with an ``image_id``, sorted by it) cut like the GT's parts when a
+    GT is given, so that an evaluation task reads one GT part and one submission part; else
+    by ``partition_size``."""
     if gt is None:
         return list(chunks(images, partition_size))
     starts = [p["first_id"] for p in gt.parts]
-    groups: dict[int, list[SubmissionImage]] = {}
+    groups: dict[int, list[Item]] = {}
     for img in images:
         groups.setdefault(max(bisect.bisect_right(starts, img.image_id) - 1, 0), []).append(img)
     return [groups[k] for k in sorted(groups)]
@@ -293,3 +328,79 @@ def add_submission_rows(tables: PartTables, img: SubmissionImage, shape: tuple, 
     triplet_rows(tables, img.image_id, "ng", img.ng, None)
 
 
+def convert_results(results: str, out: str, gt: str, method: str,
+                    storage_options: StorageOptions | None = None,
+                    partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
+                    progress: Progress = None, cluster: ClusterSpec = None,
+                    limits: ArchiveLimits | None = None, instance_scores: bool = False
+                    ) -> dict[str, Any]:
+    """OpenPSG-family result file or directory -> submission store (``convert --method``).
+
+    Results are paired with the GT's test images that have relations, in psg.json's order;
+    each part's task decodes its images' masks straight into crops (no TIFF) and derives
+    the lists by ``method``'s rules (``schemas/results.md``). A problem in any image fails
+    the whole conversion, after every task has finished, so no store is left behind.
+    """
+    gt_reader = StoreReader(gt, storage_options, "gt")
+    gt_info = GTInfo.of(gt_reader)
+    source = ResultSource(results, method, storage_options, limits, instance_scores)
+    entries = source.images(evaluated_order(gt_reader, gt_info))
+    parts = submission_parts(sorted(entries, key=lambda e: e.image_id), gt_reader,
+                             partition_size)
+    try:
+        with StoreWriter(out, "submission", storage_options, overwrite) as writer:
+            tasks = [(results, method, instance_scores, out, storage_options, i, part,
+                      {e.image_id: gt_info.sizes[e.image_id] for e in part}, gt_info.classes,
+                      limits)
+                     for i, part in enumerate(parts)]
+            outcomes = map_tasks(write_result_part, tasks, cluster,
+                                 (lambda o: progress(len(o.digests))) if progress else None)
+            raise_first(o.error for o in outcomes)
+            digests = {e.position: d for part, o in zip(parts, outcomes, strict=True)
+                       for e, d in zip(part, o.digests, strict=True)}
+            return writer.finish(
+                [o.info for o in outcomes], sgdask_version=__version__,
+                content_hash=source.content_hash(entries, [digests[e.position]
+                                                           for e in entries]),
+                source=str(results), instances="masks", has_ng=True,
+                n_images=len(entries), partition_size=partition_size, triplets_from=None,
+                method=method, instance_scores=instance_scores)
+    finally:
+        loaded_pickle.cache_clear()
+
+
+@dataclass
+class PartOutcome:
+    """What a result part's task returns: its manifest entry and file digests, or the
+    first problem it found (returned, not raised, so that the driver removes the store only
+    once no task writes into it any more)."""
+
+    info: dict[str, Any] | None
+    digests: list[str | None]
+    error: SgdaskError | None = None
+
+
+def raise_first(errors: Iterable[SgdaskError | None]) -> None:
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+
+
+def write_result_part(results: str, method: str, instance_scores: bool, out: str,
+                      options: StorageOptions | None, index: int, entries: list[ResultEntry],
+                      sizes: dict[str, tuple[int, int]], classes: ClassCounts,
+                      limits: ArchiveLimits | None) -> PartOutcome:
+    """One part of a result conversion (a Dask task): decodes and checks its images, crops
+    their masks and writes the part."""
+    try:
+        source = ResultSource(results, method, options, limits, instance_scores)
+        tables = PartTables.empty()
+        digests = []
+        for entry in entries:
+            img, digest = source.image_and_digest(entry, sizes[entry.image_id], classes)
+            digests.append(digest)
+            add_submission_rows(tables, img.submission_image(), img.masks.shape[1:],
+                                part_name(index), CropMasks.from_dense(img.masks))
+        return PartOutcome(write_part(out, options, index, tables), digests)
+    except SgdaskError as err:
+        return PartOutcome(None, [], err)
