@@ -13,7 +13,7 @@ Outputs: ``ImageTerms`` (per metric a rational term ``(numerator, denominator)``
 predicate for the mean metrics) and ``Dataset`` (SPEC 7 aggregation, exact Fractions).
 
 Where the SPEC is silent, the decisions sgdask has written down (README "Decisions") are
-followed, each marked "decision" below:
+followed:
 
 - IoU of two empty instances (union 0) is 0, for masks and boxes; except that the
   ``sgbench`` protocol reproduces sgbench 1.0.0's NaN for two zero-area boxes.
@@ -170,7 +170,7 @@ def iou(a: Shape, b: Shape) -> Fraction:
         height = max(Fraction(0), min(a[3], b[3]) - max(a[1], b[1]))
         inter = width * height
         union = box_area(a) + box_area(b) - inter
-    return Fraction(inter) / union if union else Fraction(0)  # decision: empty union -> 0
+    return Fraction(inter) / union if union else Fraction(0)
 
 
 def shapes_of(gt: GT, pred: Pred) -> tuple[str, list[Shape], list[Shape]]:

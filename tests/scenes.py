@@ -31,7 +31,7 @@ MASK_KINDS = ("copy", "noisy", "noisy", "half", "other_half", "union", "duplicat
 BOX_KINDS = ("copy", "shifted", "half", "double", "duplicate", "rectangle", "flat")
 # tie-prone images: every prediction stands for a GT instance, with its category, often
 # at the same IoU as another prediction (which one wins is the one-to-one tie rule)
-TIE_MASK_KINDS = ("copy", "half", "other_half", "other_half", "duplicate")
+TIE_MASK_KINDS = ("copy", "half", "half", "other_half", "other_half", "duplicate")
 TIE_BOX_KINDS = ("copy", "copy", "half", "double", "duplicate")
 LIST_KINDS = ("likely", "likely", "random", "repeat", "again")
 TIE_LIST_KINDS = ("likely", "likely", "likely", "again")
@@ -113,12 +113,15 @@ def label_image(c: Chooser, h: int, w: int, n: int) -> np.ndarray:
 
 
 def source_instance(c: Chooser, kind: str, relations: list, n_gt: int,
-                    earlier: list[int | None]) -> int:
+                    earlier: list[int | None], halvable: Sequence[int] = ()) -> int:
     """Mostly an instance the GT relations use (so that lists can hit through it); for a
-    copy or the other half, often the source of an earlier prediction (ties)."""
+    copy or the other half, often the source of an earlier prediction; for a half, often
+    a GT mask of even size (two disjoint halves of it tie at IoU 0.5)."""
     made_from = [g for g in earlier if g is not None]
     if kind in ("copy", "other_half") and made_from and c.integer(0, 1):
         return c.choice(made_from)
+    if kind == "half" and halvable and c.integer(0, 1):
+        return c.choice(halvable)
     return c.choice([*(s for s, _, _ in relations), *(o for _, o, _ in relations),
                      c.integer(0, n_gt - 1)])
 
@@ -255,10 +258,12 @@ def image(c: Chooser, image_id: str = "img", boxes: bool = False, zero_area: boo
         h, w = c.integer(6, 20), c.integer(6, 20)
         label = label_image(c, h, w, n_gt)
         gt = GT(image_id, gt_cats, relations, label_image=label)
+        halvable = [g for g in range(n_gt) if np.count_nonzero(label == g + 1) % 2 == 0
+                    and (label == g + 1).any()]
         made_masks: list[tuple[np.ndarray, int | None]] = []
         for _ in range(n_pred):
             kind = c.choice(TIE_MASK_KINDS if tie_prone else MASK_KINDS)
-            g = source_instance(c, kind, relations, n_gt, [g for _, g in made_masks])
+            g = source_instance(c, kind, relations, n_gt, [g for _, g in made_masks], halvable)
             made_masks.append(predicted_mask(c, kind, label, n_gt, g, made_masks))
         shapes = {"masks": np.array([m for m, _ in made_masks], dtype=bool).reshape(n_pred, h, w)}
         sources = [g for _, g in made_masks]
