@@ -168,16 +168,17 @@ def predicted_mask(c: Chooser, kind: str, label: np.ndarray, n_gt: int, g: int,
     return mask, None
 
 
-def gt_box(c: Chooser, zero_area: bool = False) -> list[float]:
+def gt_box(c: Chooser) -> list[float]:
     """A box of small integers (IoU of exactly 0.5 is common); of zero area sometimes."""
     x1, y1 = c.integer(0, 8), c.integer(0, 8)
-    width = c.integer(0 if zero_area else 1, 6)
+    width = c.integer(0, 6)
     return [float(x1), float(y1), float(x1 + width), float(y1 + c.integer(1, 6))]
 
 
 def predicted_box(c: Chooser, kind: str, boxes: list[list[float]], g: int,
-                  earlier: list[tuple[list[float], int | None]], zero_area: bool
+                  earlier: list[tuple[list[float], int | None]]
                   ) -> tuple[list[float], int | None]:
+    """A box of the given kind (from GT box ``g``) and the GT instance it was made from."""
     x1, y1, x2, y2 = boxes[g]
     if kind == "copy":
         return [x1, y1, x2, y2], g
@@ -191,7 +192,7 @@ def predicted_box(c: Chooser, kind: str, boxes: list[list[float]], g: int,
     if kind == "duplicate" and earlier:
         box, g = c.choice(earlier)
         return list(box), g
-    if kind == "flat" and zero_area:
+    if kind == "flat":  # zero area
         x = float(c.integer(0, 8))
         return [x, y1, x, y2], None
     return gt_box(c), None
@@ -235,47 +236,56 @@ def category(c: Chooser, right: int | None, always: bool) -> int:
     return c.integer(0, N_CATEGORIES - 1)
 
 
-def image(c: Chooser, image_id: str = "img", boxes: bool = False, zero_area: bool = True,
-          missing: bool = True, min_pred: int = 0) -> Image:
+def box_instances(c: Chooser, gt: GT, n_pred: int, tie_prone: bool
+                  ) -> tuple[dict[str, Any], list[int | None]]:
+    """GT boxes (set on ``gt``) and ``n_pred`` predicted boxes with their sources."""
+    n_gt = len(gt.categories)
+    gt.boxes = [gt_box(c) for _ in range(n_gt)]
+    made: list[tuple[list[float], int | None]] = []
+    for _ in range(n_pred):
+        kind = c.choice(TIE_BOX_KINDS if tie_prone else BOX_KINDS)
+        g = source_instance(c, kind, gt.relations, n_gt, [g for _, g in made])
+        made.append(predicted_box(c, kind, gt.boxes, g, made))
+    return {"boxes": [b for b, _ in made]}, [g for _, g in made]
+
+
+def mask_instances(c: Chooser, gt: GT, n_pred: int, tie_prone: bool
+                   ) -> tuple[dict[str, Any], list[int | None]]:
+    """A GT label image (set on ``gt``) and ``n_pred`` predicted masks with their sources."""
+    n_gt = len(gt.categories)
+    h, w = c.integer(6, 20), c.integer(6, 20)
+    label = gt.label_image = label_image(c, h, w, n_gt)
+    sizes = [np.count_nonzero(label == g + 1) for g in range(n_gt)]
+    halvable = [g for g, size in enumerate(sizes) if size and size % 2 == 0]
+    made: list[tuple[np.ndarray, int | None]] = []
+    for _ in range(n_pred):
+        kind = c.choice(TIE_MASK_KINDS if tie_prone else MASK_KINDS)
+        g = source_instance(c, kind, gt.relations, n_gt, [g for _, g in made], halvable)
+        made.append(predicted_mask(c, kind, label, n_gt, g, made))
+    masks = np.array([m for m, _ in made], dtype=bool).reshape(n_pred, h, w)
+    return {"masks": masks}, [g for _, g in made]
+
+
+def image(c: Chooser, image_id: str = "img", boxes: bool = False, missing: bool = True,
+          min_pred: int = 0) -> Image:
     """One random image: GT (1-8 instances) and a prediction (``min_pred``-8 instances),
-    or none (when ``missing`` allows it). A third of the images are tie-prone."""
+    or none (when ``missing`` allows it). A third of the images are tie-prone: every
+    prediction has its source's category, predictions often tie, lists mostly hit."""
     tie_prone = c.integer(0, 2) == 0
     n_gt = c.integer(1, 8)
     gt_cats = [c.integer(0, N_CATEGORIES - 1) for _ in range(n_gt)]
-    relations = gt_relations(c, n_gt)
+    gt = GT(image_id, gt_cats, gt_relations(c, n_gt))
     n_pred = c.integer(min_pred, 8)
-    if boxes:
-        gt_boxes = [gt_box(c, zero_area) for _ in range(n_gt)]
-        gt = GT(image_id, gt_cats, relations, boxes=gt_boxes)
-        made: list[tuple[list[float], int | None]] = []
-        for _ in range(n_pred):
-            kind = c.choice(TIE_BOX_KINDS if tie_prone else BOX_KINDS)
-            g = source_instance(c, kind, relations, n_gt, [g for _, g in made])
-            made.append(predicted_box(c, kind, gt_boxes, g, made, zero_area))
-        shapes: dict[str, Any] = {"boxes": [b for b, _ in made]}
-        sources = [g for _, g in made]
-    else:
-        h, w = c.integer(6, 20), c.integer(6, 20)
-        label = label_image(c, h, w, n_gt)
-        gt = GT(image_id, gt_cats, relations, label_image=label)
-        halvable = [g for g in range(n_gt) if np.count_nonzero(label == g + 1) % 2 == 0
-                    and (label == g + 1).any()]
-        made_masks: list[tuple[np.ndarray, int | None]] = []
-        for _ in range(n_pred):
-            kind = c.choice(TIE_MASK_KINDS if tie_prone else MASK_KINDS)
-            g = source_instance(c, kind, relations, n_gt, [g for _, g in made_masks], halvable)
-            made_masks.append(predicted_mask(c, kind, label, n_gt, g, made_masks))
-        shapes = {"masks": np.array([m for m, _ in made_masks], dtype=bool).reshape(n_pred, h, w)}
-        sources = [g for _, g in made_masks]
+    instances = box_instances if boxes else mask_instances
+    shapes, sources = instances(c, gt, n_pred, tie_prone)
     if missing and c.integer(0, 5) == 0:
         return Image(gt, None)
     cats = [category(c, gt_cats[g] if g is not None else None, tie_prone) for g in sources]
     scores = [c.choice(SCORES) for _ in range(n_pred)] if c.integer(0, 1) else None
     kinds = TIE_LIST_KINDS if tie_prone else LIST_KINDS
-    graph = prediction_list(c, relations, sources, n_pred, kinds)
-    ng = prediction_list(c, relations, sources, n_pred, kinds)
-    pred = Pred(cats, graph, ng, scores=scores, **shapes)
-    return Image(gt, pred)
+    graph = prediction_list(c, gt.relations, sources, n_pred, kinds)
+    ng = prediction_list(c, gt.relations, sources, n_pred, kinds)
+    return Image(gt, Pred(cats, graph, ng, scores=scores, **shapes))
 
 
 def training(c: Chooser) -> Training:

@@ -48,13 +48,13 @@ def check_image(image: scenes.Image, ks: list[str], training, with_ng: bool, leg
         assert expected == actual, (protocol, differences(expected, actual))
 
 
-@settings(max_examples=150, **SETTINGS)
+@settings(max_examples=250, **SETTINGS)
 @given(scenes.images(), scenes.k_lists(), scenes.trainings(), st.booleans(), st.booleans())
 def test_every_image_term_equals_the_literal_one_masks(image, ks, training, with_ng, legacy):
     check_image(image, ks, training, with_ng, legacy)
 
 
-@settings(max_examples=100, **SETTINGS)
+@settings(max_examples=200, **SETTINGS)
 @given(scenes.images(boxes=True), scenes.k_lists(), scenes.trainings(), st.booleans(),
        st.booleans())
 def test_every_image_term_equals_the_literal_one_boxes(image, ks, training, with_ng, legacy):
@@ -102,7 +102,7 @@ def groups_of(draw, n: int) -> list[list[int]]:
     return [list(order[a:b]) for a, b in itertools.pairwise(bounds)]
 
 
-@settings(max_examples=40, **SETTINGS)
+@settings(max_examples=60, **SETTINGS)
 @given(st.booleans().flatmap(lambda boxes: scenes.datasets(boxes=boxes)), scenes.k_lists(),
        scenes.trainings(), st.booleans(), st.booleans(), st.sampled_from([0.5, 1.0]),
        st.data())
@@ -129,7 +129,7 @@ def test_pipeline_scores_equal_the_literal_aggregation(client, tmp_path):
     stores of 3-image parts, evaluated by the Dask pipeline (every protocol in one pass, once
     per aggregation mode): every number equals the literal aggregation of the literal terms.
     """
-    chooser = scenes.RandomChooser(7)  # a seed whose data reach every metric family
+    chooser = scenes.RandomChooser(31)  # a seed whose data reach every metric family
     images = scenes.dataset(chooser, 9, boxes=False, min_pred=1)
     training = scenes.training(chooser)
     ks = ["1", "3", "20", "x0.5", "x2"]

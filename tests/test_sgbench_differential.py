@@ -199,7 +199,7 @@ def check_against_sgbench(image: scenes.Image) -> None:
         assert terms.per_predicate == {} and "PRank" not in ref
 
 
-PER_IMAGE = settings(max_examples=120, deadline=None,
+PER_IMAGE = settings(max_examples=200, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow])
 
 
