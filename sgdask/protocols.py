@@ -51,7 +51,7 @@ SINGLEMPO = Protocol(
 
 SGBENCH = Protocol(
     name="sgbench",
-    version="1.0.0",
+    version="1.0.0.1",  # .1: zero-area boxes match as in sgbench 1.0.0 (NaN IoU)
     normalization="dedup",
     matching="many_to_one",
     missing_counts_in_means=False,

@@ -137,15 +137,30 @@ def with_zero_predicate(triplets: np.ndarray) -> np.ndarray:
     return np.concatenate([out, np.zeros((len(out), 1), dtype=np.int64)], axis=1)
 
 
-def instance_iou(gt: ImageGT, pred: NormalizedPred) -> np.ndarray:
-    """IoU of predicted vs GT instances: masks when both sides have them, else boxes."""
+def instance_iou(gt: ImageGT, pred: NormalizedPred, sgbench_boxes: bool = False
+                 ) -> np.ndarray:
+    """IoU of predicted vs GT instances: masks when both sides have them, else boxes
+    (``sgbench_boxes``: with sgbench 1.0.0's NaN for two zero-area boxes)."""
     if pred.masks is not None and gt.label_image is not None:
         return mask_iou_matrix(pred.masks, gt.label_image, gt.n_instances, gt.areas)
     if pred.boxes is not None and gt.boxes is not None:
-        return box_iou_matrix(pred.boxes, gt.boxes)
+        iou = box_iou_matrix(pred.boxes, gt.boxes)
+        return with_zero_area_pairs(iou, pred.boxes, gt.boxes) if sgbench_boxes else iou
     raise InstanceMismatch("no common instance representation with the GT (the prediction "
                            "has " + ("masks" if pred.masks is not None else "boxes") +
                            ", the GT image has none)")
+
+
+def with_zero_area_pairs(iou: np.ndarray, pred_boxes: np.ndarray, gt_boxes: np.ndarray
+                         ) -> np.ndarray:
+    """NaN where both boxes have zero area: sgbench 1.0.0 divides 0 by 0 there, and its
+    argmax takes NaN as the maximum and its ``IoU < 0.5`` test lets it through, so such a
+    prediction matches the first zero-area GT box of its category. NaN reproduces that."""
+    def flat(boxes: np.ndarray) -> np.ndarray:
+        b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+        return (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) == 0
+
+    return np.where(flat(pred_boxes)[:, None] & flat(gt_boxes)[None, :], np.nan, iou)
 
 
 def gt_relations(gt: ImageGT) -> np.ndarray:
@@ -228,7 +243,8 @@ def score_image(gt: ImageGT, relations: np.ndarray, graph: np.ndarray, ng: np.nd
 
 def build_matcher(gt: ImageGT, norm: NormalizedPred, protocol: Protocol,
                   match_labels: bool = True) -> Matcher:
-    iou = allowed_iou(instance_iou(gt, norm), norm.labels, gt.labels, match_labels)
+    iou = allowed_iou(instance_iou(gt, norm, sgbench_boxes=protocol.name == "sgbench"),
+                      norm.labels, gt.labels, match_labels)
     if protocol.matching == "triplet":
         return TripletMatcher(iou >= IOU_THRESHOLD)
     return MappedMatcher(match_instances(iou, norm.labels, gt.labels,
