@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,8 +19,9 @@ from rich.progress import Progress
 from rich.table import Table
 
 from sgdask.cluster import Local
-from sgdask.errors import SgdaskError
+from sgdask.errors import SgdaskError, SgdaskWarning
 from sgdask.io.archive import ArchiveLimits, limits_help
+from sgdask.io.methods import METHODS
 from sgdask.kernels.selection import DEFAULT_KS
 from sgdask.metrics import RANK_BY, board_columns, format_value, units_note
 from sgdask.pipeline import DEFAULT_PARTITION_SIZE
@@ -160,49 +162,141 @@ def synth(out: Annotated[Path, typer.Argument(help="directory to write the datas
 
 
 @app.command("ingest-gt")
-def ingest_gt_cmd(psg_json: Annotated[str, typer.Argument(help="psg.json (path or URL)")],
+def ingest_gt_cmd(psg_json: Annotated[str, typer.Argument(
+                      help="psg.json, or Visual Genome's VG-SGG-with-attri.h5 (path or URL)")],
                   out: Annotated[str, typer.Option("--out", help="store URL to create")],
                   masks: Annotated[str | None, typer.Option(
                       "--masks", "--gt-masks",
                       help="directory of panoptic PNGs (omit for box-only GT)")] = None,
+                  dicts: Annotated[str | None, typer.Option(
+                      "--dicts", help="Visual Genome: VG-SGG-dicts-with-attri.json")] = None,
+                  image_data: Annotated[str | None, typer.Option(
+                      "--image-data", help="Visual Genome: image_data.json")] = None,
+                  split: Annotated[str | None, typer.Option(
+                      help="Visual Genome: test (split flag 2, the default) or val (the first "
+                      "5000 usable images of flag 0)")] = None,
                   storage_option: StorageOpt = None, overwrite: Overwrite = False,
                   scheduler: Scheduler = None, in_process: InProcess = False,
                   workers: Workers = None) -> None:
-    """Convert OpenPSG ground truth into a GT store (Parquet + Zarr)."""
-    from sgdask.io.ingest import ingest_gt
+    """Convert OpenPSG or Visual Genome (VG150) ground truth into a GT store (Parquet + Zarr)."""
+    from sgdask.io.ingest import ingest_gt, ingest_vg
 
+    options = storage_options(storage_option)
+    visual_genome = dicts is not None or image_data is not None or is_hdf5_file(psg_json,
+                                                                                 options)
+    if visual_genome and (dicts is None or image_data is None or masks is not None):
+        raise SgdaskError(f"{psg_json}: Visual Genome ground truth needs --dicts and "
+                          "--image-data (and has no --masks)")
+    if split is not None and not visual_genome:
+        raise SgdaskError("--split applies to Visual Genome ground truth (psg.json's test "
+                          "split is test_image_ids)")
+    cluster = cluster_choice(scheduler, in_process, workers)
     with progress_bar("ingesting GT images", None) as advance:
-        manifest = ingest_gt(psg_json, out, masks, storage_options(storage_option),
-                             overwrite=overwrite, progress=advance,
-                             cluster=cluster_choice(scheduler, in_process, workers))
-    out_console.print(f"GT store {out}: {manifest['n_images']} test images, "
-                      f"{manifest['instances']}, {manifest['content_hash']}")
+        if visual_genome:
+            assert dicts is not None and image_data is not None
+            manifest = ingest_vg(psg_json, out, dicts, image_data, split or "test", options,
+                                 overwrite=overwrite, progress=advance, cluster=cluster)
+        else:
+            manifest = ingest_gt(psg_json, out, masks, options, overwrite=overwrite,
+                                 progress=advance, cluster=cluster)
+    dropped = manifest.get("dropped_images")
+    note = (f" ({dropped['no_boxes']} without boxes and {dropped['no_relations']} without "
+            "relations dropped)" if dropped else "")
+    out_console.print(f"GT store {out}: {manifest['n_images']} {manifest.get('split', 'test')} "
+                      f"images{note}, {manifest['instances']}, {manifest['content_hash']}")
+
+
+def is_hdf5_file(url: str, options: dict[str, Any] | None) -> bool:
+    """Whether the file starts with the HDF5 signature (a missing file is not HDF5: the
+    reader reports it)."""
+    from sgdask.io.fs import filesystem
+    from sgdask.io.vg import is_hdf5
+
+    fs, path = filesystem(url, options)
+    try:
+        with fs.open(path, "rb") as f:
+            return is_hdf5(f.read(8))
+    except (FileNotFoundError, IsADirectoryError):
+        return False
 
 
 @app.command()
-def convert(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP")],
+def convert(submission: Annotated[str, typer.Argument(
+                help="SGBench JSON or ZIP; with --method, a model's result file (a pickled "
+                "list of Result objects) or a directory of per-image .npz files")],
             out: Annotated[str, typer.Option("--out", help="store URL to create")],
             gt: Annotated[str | None, typer.Option(
-                help="GT store to validate ids, sizes and classes against")] = None,
+                help="GT store to validate ids, sizes and classes against (required with "
+                "--method: results are paired with its test images)")] = None,
             storage_option: StorageOpt = None, overwrite: Overwrite = False,
             scheduler: Scheduler = None, in_process: InProcess = False,
             workers: Workers = None, limit: Limits = None,
             from_scores: Annotated[str | None, typer.Option(
                 "--from-scores", help="derive the triplet lists from per-pair predicate "
-                "scores (Parquet or NPZ, see schemas/scores.md)")] = None) -> None:
-    """Convert an SGBench submission into a submission store (Parquet + Zarr).
+                "scores (Parquet or NPZ, see schemas/scores.md)")] = None,
+            rank_by: Annotated[str, typer.Option(
+                "--rank-by", help="with --from-scores: rank pairs by the best predicate "
+                "score (predicate) or by predicate x subject x object score (triplet, as "
+                "Scene-Graph-Benchmark.pytorch and OpenPSG; needs instance scores)")]
+            = "predicate",
+            ng_limit: Annotated[int | None, typer.Option(
+                "--ng-limit", min=0, help="with --from-scores: keep only the first N "
+                "triplets of each NG list (Scene-Graph-Benchmark.pytorch evaluates 100)")]
+            = None,
+            method: Annotated[str | None, typer.Option(
+                help="read OpenPSG-family results and derive the lists as SGBench's "
+                f"conversion scripts do: {'|'.join(METHODS)} (see schemas/results.md)")]
+            = None,
+            instance_scores: Annotated[bool, typer.Option(
+                "--instance-scores", help="with --method: keep the score column of "
+                "refine_bboxes as instance scores (singlempo then merges masks in score "
+                "order; SGBench's scripts drop it)")] = False) -> None:
+    """Convert an SGBench submission, or a model's result file, into a submission store.
 
-    Runs `sgdask validate`'s checks first and stops at the first error."""
-    from sgdask.io.ingest import convert_submission
+    SGBench files: runs `sgdask validate`'s checks first and stops at the first error.
+    Result files (--method): every image is checked as it is converted; any problem stops
+    the conversion and leaves no store."""
+    from sgdask.io.ingest import convert_results, convert_submission
+    from sgdask.kernels.scores import RANK_BY
 
+    if rank_by not in RANK_BY:
+        raise SgdaskError(f"--rank-by: {rank_by!r} is not one of {', '.join(RANK_BY)}")
+    if not from_scores and (rank_by != "predicate" or ng_limit is not None):
+        raise SgdaskError("--rank-by and --ng-limit apply to lists derived --from-scores")
     limits = ArchiveLimits.from_pairs(limit)
+    check_method_options(method, gt, from_scores, instance_scores)
+    cluster = cluster_choice(scheduler, in_process, workers)
     with progress_bar("converting images", None) as advance:
-        manifest = convert_submission(submission, out, gt, storage_options(storage_option),
-                                      overwrite=overwrite, progress=advance,
-                                      cluster=cluster_choice(scheduler, in_process, workers),
-                                      limits=limits, from_scores=from_scores)
+        if method is not None:
+            assert gt is not None
+            manifest = convert_results(submission, out, gt, method,
+                                       storage_options(storage_option), overwrite=overwrite,
+                                       progress=advance, cluster=cluster, limits=limits,
+                                       instance_scores=instance_scores)
+        else:
+            manifest = convert_submission(submission, out, gt, storage_options(storage_option),
+                                          overwrite=overwrite, progress=advance,
+                                          cluster=cluster, limits=limits,
+                                          from_scores=from_scores, rank_by=rank_by,
+                                          ng_limit=ng_limit)
+    ranked = f", ranked by {rank_by}" if from_scores else ""
     out_console.print(f"submission store {out}: {manifest['n_images']} images, "
-                      f"{manifest['instances']}, {manifest['content_hash']}")
+                      f"{manifest['instances']}{ranked}, {manifest['content_hash']}")
+
+
+def check_method_options(method: str | None, gt: str | None, from_scores: str | None,
+                         instance_scores: bool) -> None:
+    """The option combinations ``convert`` accepts."""
+    if method is None:
+        if instance_scores:
+            raise SgdaskError("--instance-scores: only with --method (SGBench files carry "
+                              "their own instance scores)")
+        return
+    if gt is None:
+        raise SgdaskError("--method needs --gt: results are paired with the GT store's test "
+                          "images, in psg.json's order")
+    if from_scores is not None:
+        raise SgdaskError("--from-scores and --method: choose one way to derive the lists")
 
 
 @app.command()
@@ -416,11 +510,27 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def show_warnings_as_lines() -> None:
+    """``SgdaskWarning``s print as one ``sgdask: warning: ...`` line on stderr; others as
+    Python prints them."""
+    default = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        if issubclass(category, SgdaskWarning):
+            print(f"sgdask: warning: {message}", file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: runs the app, turning sgdask errors into one line and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
+    show_warnings_as_lines()
     if not debug:
         quiet_dask_logs()
     try:

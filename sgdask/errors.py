@@ -52,5 +52,10 @@ class InstanceMismatch(ValueError):
     (masks or boxes): the one kernel failure caused by the inputs rather than by a bug."""
 
 
+class SgdaskWarning(UserWarning):
+    """Something a user should know that does not stop the command (the CLI prints it as
+    one ``sgdask: warning: ...`` line)."""
+
+
 class StoreError(SgdaskError):
     """A canonical store is missing, incomplete, of the wrong kind or would be overwritten."""

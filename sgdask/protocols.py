@@ -24,7 +24,8 @@ class Protocol:
     ``missing_counts_in_means``: an image without prediction scores 0 in the mean metrics
     (else it is left out of them, as SGBench 1.0.0 does). ``prank_over_cells``: PRank is the
     mean over all defined (image, predicate) cells (SGBench) instead of following the
-    aggregation mode.
+    aggregation mode. ``zero_area_boxes_match``: two zero-area boxes of one category match
+    (SGBench 1.0.0 divides 0 by 0 and its argmax takes the NaN).
     """
 
     name: str
@@ -34,6 +35,7 @@ class Protocol:
     missing_counts_in_means: bool
     prank_over_cells: bool
     description: str
+    zero_area_boxes_match: bool = False
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -51,12 +53,13 @@ SINGLEMPO = Protocol(
 
 SGBENCH = Protocol(
     name="sgbench",
-    version="1.0.0",
+    version="1.0.0.1",  # .1: zero-area boxes match as in sgbench 1.0.0 (NaN IoU)
     normalization="dedup",
     matching="many_to_one",
     missing_counts_in_means=False,
     prank_over_cells=True,
     description="reproduces sgbench==1.0.0: exact-duplicate removal, many-to-one matching",
+    zero_area_boxes_match=True,
 )
 
 MULTIMPO = Protocol(

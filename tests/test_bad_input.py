@@ -88,7 +88,7 @@ def test_tiff_layer_count_differs(dataset, tmp_path):
 
 def test_debug_flag_shows_traceback(dataset, tmp_path):
     def corrupt(doc):
-        doc["version"] = 2
+        doc["version"] = 3
 
     bad = rewrite_zip(dataset.submission_zip, tmp_path / "bad.zip", corrupt)
     proc = run_cli("convert", str(bad), "--out", str(tmp_path / "s"), "--debug")

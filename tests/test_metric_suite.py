@@ -452,7 +452,8 @@ def test_legacy_pair_accuracy_pooled_over_gt_pairs_only():
     a, b = legacy_results()
     assert a.ratio_terms["A@1"] == (1, 1)
     assert a.image_terms["R@1"] == (0, 1)
-    assert (b.ratio_terms["A@1"], b.ratio_terms["A@2"], b.ratio_terms["A@3"]) == ((0, 3), (1, 3), (2, 3))
+    assert (b.ratio_terms["A@1"], b.ratio_terms["A@2"], b.ratio_terms["A@3"]) == \
+        ((0, 3), (1, 3), (2, 3))
     report = report_of([a, b], SINGLEMPO, "1,2,3", legacy=True)
     assert report.metrics["A@1"] == pytest.approx(1 / 4, abs=1e-12)
     assert report.metrics["A@2"] == pytest.approx(2 / 4, abs=1e-12)

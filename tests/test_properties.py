@@ -3,6 +3,10 @@
 Scenes are tiny: a random 6x6 GT label image with 2-4 instances, predicted masks that are
 GT masks with a few pixels flipped (so some match and some do not), random categories,
 optional scores, and random graph / NG lists over the predicted instances.
+
+sgdask is reached through tests/adapters.py; every expected value (the instance mapping,
+the merge's kept instances, the GT set) comes from the literal reference implementation
+(tests/literal.py), never from the sgdask functions under test.
 """
 
 from __future__ import annotations
@@ -15,25 +19,17 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from sgdask.accum import Accumulator
-from sgdask.kernels import (
-    mask_iou_matrix,
-    match_instances,
-    merge_masks,
-    normalize_prediction,
-)
-from sgdask.kernels.selection import parse_ks
-from sgdask.metrics.terms import evaluate_image
-from sgdask.protocols import SINGLEMPO
-from sgdask.types import ImageGT, ImagePred, ImageResult, as_triplets
-from tests.builders import snapshot
+from tests import literal
+from tests.adapters import exact_snapshot, score_image
+from tests.literal import GT, ImageTerms, Pred
+from tests.scenes import Image
 
 H = W = 6
 N_PREDICATES = 3
 N_CATEGORIES = 2
 # absolute ks in increasing order, and relative ks in increasing order
-ABSOLUTE = parse_ks("1,2,3,5,8,13")
-RELATIVE = parse_ks("x0.5,x1,x2,x4")
+ABSOLUTE = ["1", "2", "3", "5", "8", "13"]
+RELATIVE = ["x0.5", "x1", "x2", "x4"]
 KS = ABSOLUTE + RELATIVE
 
 SETTINGS = settings(max_examples=80, deadline=None,
@@ -42,8 +38,8 @@ SETTINGS = settings(max_examples=80, deadline=None,
 
 @dataclass
 class Scene:
-    gt: ImageGT
-    pred: ImagePred
+    gt: GT
+    pred: Pred
 
 
 def triplets_over(n: int, min_size: int = 0, max_size: int = 10, distinct: bool = False):
@@ -90,34 +86,35 @@ def scenes(draw, image_id: str = "img") -> Scene:
     extra = st.lists(st.sampled_from(likely), min_size=1, max_size=6) if likely else st.just([])
     graph = draw(st.permutations(draw(triplets_over(n_pred, max_size=6)) + draw(extra)))
     ng = draw(st.permutations(draw(triplets_over(n_pred)) + draw(extra)))
-    gt = ImageGT(image_id, gt_labels, as_triplets(relations), label_image=label_image)
-    pred = ImagePred(image_id, np.asarray(labels, dtype=np.int64), as_triplets(graph),
-                     as_triplets(ng), masks=np.stack(masks),
-                     scores=None if scores is None else np.asarray(scores))
+    gt = GT(image_id, gt_labels.tolist(), relations, label_image=label_image)
+    pred = Pred(labels, graph, ng, masks=np.stack(masks), scores=scores)
     return Scene(gt, pred)
 
 
-def evaluate(scene: Scene) -> ImageResult:
-    return evaluate_image(scene.gt, scene.pred, SINGLEMPO, KS)
+def scored(scene: Scene):
+    return score_image(Image(scene.gt, scene.pred), "singlempo", KS)
+
+
+def evaluate(scene: Scene) -> ImageTerms:
+    return scored(scene).terms
 
 
 def singlempo_mapping(scene: Scene) -> np.ndarray:
-    """kept instance -> GT index (-1 unmatched), recomputed from the kernels of SPEC 5.1 / 4."""
-    norm = normalize_prediction(scene.pred, "singlempo")
-    iou = mask_iou_matrix(norm.masks, scene.gt.label_image, scene.gt.n_instances)
-    return match_instances(iou, norm.labels, scene.gt.labels, one_to_one=True)
+    """kept instance -> GT index (-1 unmatched), from the literal SPEC 5.1 merge and 4."""
+    return np.asarray(literal.instance_mapping(scene.gt, scene.pred, "singlempo")[1],
+                      dtype=np.int64).reshape(-1)
 
 
 def gt_set(scene: Scene) -> np.ndarray:
-    return np.unique(scene.gt.relations, axis=0)
+    return np.asarray(literal.gt_set(scene.gt.relations), dtype=np.int64).reshape(-1, 3)
 
 
-def values(result: ImageResult, family: str, ks) -> list[Fraction]:
-    return [Fraction(*result.image_terms[f"{family}@{k.label}"]) for k in ks]
+def values(result: ImageTerms, family: str, ks) -> list[Fraction]:
+    return [Fraction(*result.scalars[f"{family}@{k}"]) for k in ks]
 
 
-def per_predicate(result: ImageResult, family: str, ks) -> list[dict[int, Fraction]]:
-    return [{p: Fraction(*t) for p, t in result.predicate_terms[f"{family}@{k.label}"].items()}
+def per_predicate(result: ImageTerms, family: str, ks) -> list[dict[int, Fraction]]:
+    return [{p: Fraction(*t) for p, t in result.per_predicate[f"{family}@{k}"].items()}
             for k in ks]
 
 
@@ -137,22 +134,22 @@ def test_recalls_are_monotone_in_k_and_within_bounds(scene):
             for p in per_k[0]:
                 assert non_decreasing([v[p] for v in per_k])
         # relative ks resolve to ceil(F * |G|): order them with the absolute ones by k
-        by_k = sorted(KS, key=lambda k: k.resolve(n_gt))
-        resolved = [k.resolve(n_gt) for k in by_k]
+        by_k = sorted(KS, key=lambda k: literal.resolve(k, n_gt))
+        resolved = [literal.resolve(k, n_gt) for k in by_k]
         vals = values(res, family, by_k)
         assert non_decreasing(vals)
         assert all(vals[i] == vals[i + 1] for i in range(len(by_k) - 1)
                    if resolved[i] == resolved[i + 1])
-    if "PR@1" in res.image_terms:
+    if "PR@1" in res.scalars:
         # one triplet per pair in the graph list: R@k <= PR@k; PR@k monotone in k
         for ks in (ABSOLUTE, RELATIVE):
             assert non_decreasing(values(res, "PR", ks))
         for r, pr in zip(values(res, "R", KS), values(res, "PR", KS), strict=True):
             assert r <= pr
-    for name, (num, den) in res.image_terms.items():
+    for name, (num, den) in res.scalars.items():
         if name != "PRank":
             assert 0 <= num <= den, name
-    for name, terms in res.predicate_terms.items():
+    for name, terms in res.per_predicate.items():
         if name != "PRank":
             assert all(0 <= num <= den for num, den in terms.values()), name
 
@@ -164,20 +161,20 @@ def test_recall_is_bounded_by_matched_instances(scene):
     predicate too, for the graph and the NG list; InstR is the matched GT fraction."""
     res = evaluate(scene)
     mapping = singlempo_mapping(scene)
-    matched = np.zeros(scene.gt.n_instances, dtype=bool)
+    matched = np.zeros(len(scene.gt.categories), dtype=bool)
     matched[mapping[mapping >= 0]] = True
     relations = gt_set(scene)
     reachable = matched[relations[:, 0]] & matched[relations[:, 1]]
     bound = int(reachable.sum())
-    assert res.image_terms["InstR"] == (int(matched.sum()), scene.gt.n_instances)
-    if "R@inf" in res.image_terms:
-        assert res.image_terms["R@inf"] == (bound, len(relations))
+    assert res.scalars["InstR"] == (int(matched.sum()), len(scene.gt.categories))
+    if "R@inf" in res.scalars:
+        assert res.scalars["R@inf"] == (bound, len(relations))
     for family, mean in (("R", "mR"), ("ngR", "mNgR")):
         for k in KS:
-            assert res.image_terms[f"{family}@{k.label}"] == (
-                res.image_terms[f"{family}@{k.label}"][0], len(relations))
-            assert res.image_terms[f"{family}@{k.label}"][0] <= bound
-            for p, (hits, count) in res.predicate_terms[f"{mean}@{k.label}"].items():
+            assert res.scalars[f"{family}@{k}"] == (res.scalars[f"{family}@{k}"][0],
+                                                    len(relations))
+            assert res.scalars[f"{family}@{k}"][0] <= bound
+            for p, (hits, count) in res.per_predicate[f"{mean}@{k}"].items():
                 sel = relations[:, 2] == p
                 assert count == int(sel.sum())
                 assert hits <= int(reachable[sel].sum())
@@ -187,51 +184,37 @@ def test_recall_is_bounded_by_matched_instances(scene):
 @given(scenes(), st.data())
 def test_a_correct_triplet_at_rank_zero_never_lowers_recall(scene, data):
     """Prepend a GT triplet expressed through the predicted instances matched to its subject
-    and object (original indices, via the merge's ``kept``): no R@k / ngR@k goes down, and the
-    triplet itself is recalled at k = 1."""
-    merge = merge_masks(scene.pred.masks, scene.pred.scores)
-    mapping = singlempo_mapping(scene)
-    owner = {int(g): int(merge.kept[i]) for i, g in enumerate(mapping) if g >= 0}
+    and object (original indices, via the literal merge's kept instances): no R@k / ngR@k
+    goes down, and the triplet itself is recalled at k = 1."""
+    norm, mapping = literal.instance_mapping(scene.gt, scene.pred, "singlempo")
+    owner = {g: norm.sources[i] for i, g in enumerate(mapping) if g >= 0}
     relations = gt_set(scene)
     candidates = [t for t in relations.tolist() if t[0] in owner and t[1] in owner]
     assume(candidates)
     s, o, p = data.draw(st.sampled_from(candidates))
-    correct = [[owner[s], owner[o], p]]
+    correct = [(owner[s], owner[o], p)]
     before = evaluate(scene)
     pred = scene.pred
-    better = ImagePred(pred.image_id, pred.labels, as_triplets(correct + pred.graph.tolist()),
-                       as_triplets(correct + pred.ng.tolist()), masks=pred.masks,
-                       scores=pred.scores)
+    better = Pred(pred.categories, correct + list(pred.graph), correct + list(pred.ng),
+                  masks=pred.masks, scores=pred.scores)
     after = evaluate(Scene(scene.gt, better))
     for family in ("R", "ngR"):
         for k in KS:
-            name = f"{family}@{k.label}"
-            assert after.image_terms[name][0] >= before.image_terms[name][0], name
-        assert after.image_terms[f"{family}@1"][0] == 1
+            name = f"{family}@{k}"
+            assert after.scalars[name][0] >= before.scalars[name][0], name
+        assert after.scalars[f"{family}@1"][0] == 1
 
 
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.lists(scenes(), min_size=2, max_size=5), st.data())
 def test_image_order_and_partitioning_change_nothing(scene_list, data):
-    results = [evaluate(s) for s in scene_list]
-    reference = Accumulator()
-    for r in results:
-        reference.update(r)
+    results = [scored(s) for s in scene_list]
+    reference = exact_snapshot([results])
     order = data.draw(st.permutations(range(len(results))))
     cut = data.draw(st.integers(0, len(results)))
-    left, right = Accumulator(), Accumulator()
-    for i in order[:cut]:
-        left.update(results[i])
-    for i in order[cut:]:
-        right.update(results[i])
-    assert snapshot(right.merged(left)) == snapshot(reference)
-    singles = []
-    for i in order:
-        acc = Accumulator()
-        acc.update(results[i])
-        singles.append(acc)
-    folded = Accumulator()
-    for acc in reversed(singles):
-        folded = acc.merged(folded)
-    assert snapshot(folded) == snapshot(reference)
+    left = [results[i] for i in order[:cut]]
+    right = [results[i] for i in order[cut:]]
+    assert exact_snapshot([right, left]) == reference
+    singles = [[results[i]] for i in reversed(order)]
+    assert exact_snapshot(singles) == reference

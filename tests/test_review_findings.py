@@ -166,7 +166,7 @@ import sgdask.kernels.image as image
 def broken(*args, **kwargs):
     raise ValueError("simulated kernel bug")
 
-image.build_matcher = broken
+image.instance_iou = broken
 '''
 
 

@@ -7,20 +7,23 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Callable, Iterator
-from dataclasses import replace
-from typing import Any
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import numpy as np
+import pyarrow as pa
 
 from sgdask import __version__
 from sgdask.cluster import ClusterSpec, map_tasks
-from sgdask.errors import InputError, SgdaskError
+from sgdask.errors import InputError, SgdaskError, StoreError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, combined_digest, file_digest, filesystem, join
 from sgdask.io.psg import GTRecord, class_lists, evaluation_records, label_image
-from sgdask.io.scores import load_score_lists
-from sgdask.io.sgbench import SubmissionImage, SubmissionSource, load_json
+from sgdask.io.results import ResultEntry, ResultSource, loaded_pickle
+from sgdask.io.scores import SubmissionInstances, load_score_lists
+from sgdask.io.sgbench import ClassCounts, SubmissionImage, SubmissionSource, load_json
 from sgdask.io.sources import Decoded, decoded_images
 from sgdask.io.stats import STATS_FILE, train_stats, write_stats
 from sgdask.io.store import (
@@ -33,10 +36,19 @@ from sgdask.io.store import (
     write_part,
 )
 from sgdask.io.validate import GTInfo, checked_submission
-from sgdask.kernels.scores import DerivedLists
+from sgdask.io.vg import VAL_IMAGES, VGFiles, read_vg
+from sgdask.kernels.scores import PREDICATE, DerivedLists
 from sgdask.types import EMPTY_TRIPLETS, BitMasks
 
 DEFAULT_STORE_PARTITION = 64
+VG_FORMAT = "vg150-h5"
+#: how a VG GT store's boxes relate to the images (the sgbpytorch protocol needs this)
+VG_BOXES = {"coordinates": "pixels, float32 values as its loader computes them",
+            "clipped": False, "image_size": "images table width and height (image_data.json)"}
+Item = TypeVar("Item", SubmissionImage, ResultEntry)
+#: GT stores: the test image ids in psg.json's ``data`` order (model result files are
+#: paired with the GT images in that order)
+IMAGE_ORDER_FILE = "image_order.json"
 Progress = Callable[[int], None] | None
 
 
@@ -69,23 +81,93 @@ def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
     names = class_lists(doc, psg_json)
     records = sorted_records(doc, psg_json, masks_dir is not None)
     stats = train_stats(doc, psg_json)
-    with StoreWriter(out, "gt", storage_options, overwrite) as writer:
-        tasks = [(out, storage_options, i, part, masks_dir)
+    return write_gt_store(out, storage_options, overwrite, records, stats, partition_size,
+                          masks_dir, progress, cluster, hashlib.sha256(raw),
+                          data_order(doc, psg_json),
+                          source=str(psg_json), instances="masks" if masks_dir else "boxes",
+                          **names)
+
+
+def write_gt_store(out: str, options: StorageOptions | None, overwrite: bool,
+                   records: list[GTRecord], stats: pa.Table, partition_size: int,
+                   masks_dir: str | None, progress: Progress, cluster: ClusterSpec,
+                   digest: Any, image_order: list[str] | None = None, **fields: Any
+                   ) -> dict[str, Any]:
+    """A GT store of ``records`` (sorted by id): one task per part, then the training
+    statistics, then the manifest. ``digest`` (a hashlib object over the sources read so
+    far) is completed with every PNG read and becomes the content hash; ``image_order``:
+    the test ids in the source's order (psg.json's ``data``), for pairing model results."""
+    with StoreWriter(out, "gt", options, overwrite) as writer:
+        if image_order is not None:
+            write_image_order(out, options, image_order)
+            fields["image_order"] = IMAGE_ORDER_FILE
+        tasks = [(out, options, i, part, masks_dir)
                  for i, part in enumerate(chunks(records, partition_size))]
         done = map_tasks(write_gt_part, tasks, cluster,
                          (lambda r: progress(r[0]["n_images"])) if progress else None)
         if len(stats):
-            write_stats(stats, join(out, STATS_FILE), storage_options)
-        digest = hashlib.sha256(raw)
+            write_stats(stats, join(out, STATS_FILE), options)
         for _, png_digests in done:
             for d in png_digests:
                 digest.update(d)
         return writer.finish(
-            [info for info, _ in done],
-            train_stats=STATS_FILE if len(stats) else None,
+            [info for info, _ in done], train_stats=STATS_FILE if len(stats) else None,
             sgdask_version=__version__, content_hash="sha256:" + digest.hexdigest(),
-            source=str(psg_json), instances="masks" if masks_dir else "boxes",
-            n_images=len(records), partition_size=partition_size, **names)
+            n_images=len(records), partition_size=partition_size, **fields)
+
+
+def ingest_vg(h5: str, out: str, dicts: str, image_data: str, split: str = "test",
+              storage_options: StorageOptions | None = None,
+              partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
+              progress: Progress = None, cluster: ClusterSpec = None,
+              val_images: int = VAL_IMAGES) -> dict[str, Any]:
+    """Visual Genome in the VG150 layout (``VG-SGG-with-attri.h5``, its dicts JSON and
+    ``image_data.json``) -> box GT store of ``split`` (test or val), read as
+    Scene-Graph-Benchmark.pytorch reads it (``sgdask.io.vg``). Returns the manifest."""
+    files = VGFiles(str(h5), str(dicts), str(image_data))
+    dict_bytes = read_bytes(dicts, storage_options, "--dicts")
+    image_bytes = read_bytes(image_data, storage_options, "--image-data")
+    digest = hashlib.sha256()
+    fs, path = filesystem(h5, storage_options)
+    try:
+        with fs.open(path, "rb") as f:
+            for block in iter(lambda: f.read(4 << 20), b""):
+                digest.update(block)
+            f.seek(0)
+            gt = read_vg(f, dict_bytes, image_bytes, files, split, val_images)
+    except FileNotFoundError:
+        raise InputError(str(h5), "file not found") from None
+    for part in (dict_bytes, image_bytes, f"split={split};val_images={val_images}".encode()):
+        digest.update(hashlib.sha256(part).digest())
+    if not gt.records:
+        raise InputError(str(h5), f"no {split} image with boxes and relations", field="split")
+    return write_gt_store(
+        out, storage_options, overwrite, gt.records, gt.stats, partition_size, None,
+        progress, cluster, digest, source=str(h5), instances="boxes", gt_format=VG_FORMAT,
+        sources={"dicts": str(dicts), "image_data": str(image_data)}, split=split,
+        dropped_images=gt.dropped, boxes=VG_BOXES, **gt.names)
+
+
+def write_image_order(out: str, options: StorageOptions | None, ids: list[str]) -> None:
+    """The GT store's ``image_order.json``: every test image id in psg.json's order."""
+    fs, path = filesystem(out, options)
+    with fs.open(join(path, IMAGE_ORDER_FILE), "w") as f:
+        json.dump({"image_ids": ids}, f)
+
+
+def evaluated_order(gt: StoreReader, gt_info: GTInfo) -> list[str]:
+    """The GT's test images with relations, in psg.json's ``data`` order."""
+    name = gt.manifest.get("image_order")
+    if not name:
+        raise StoreError(f"{gt.url}: the GT store does not record psg.json's image order, "
+                         "which result files are paired by (written by an older sgdask: "
+                         "run sgdask ingest-gt again)")
+    try:
+        with gt.fs.open(join(gt.path, name), "r") as f:
+            ids = json.load(f)["image_ids"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise StoreError(f"{gt.url}/{name}: unreadable ({type(err).__name__}: {err})") from None
+    return [i for i in ids if i in gt_info.evaluated]
 
 
 def sorted_records(doc: Any, psg_json: str, masks: bool) -> list[GTRecord]:
@@ -94,6 +176,11 @@ def sorted_records(doc: Any, psg_json: str, masks: bool) -> list[GTRecord]:
     if not records:
         raise InputError(psg_json, "no test images", field="test_image_ids")
     return records
+
+
+def data_order(doc: Any, psg_json: str) -> list[str]:
+    """The test image ids in psg.json's ``data`` order (model results pair in that order)."""
+    return [r.image_id for r in evaluation_records(doc, psg_json, masks=False)]
 
 
 def gt_records(raw: bytes, psg_json: str, masks: bool) -> list[GTRecord]:
@@ -137,14 +224,15 @@ def add_gt_rows(tables: PartTables, record: GTRecord, part: str, masks: BitMasks
     triplet_rows(tables, record.image_id, "gt", relations, None)
 
 
-def submission_parts(images: list[SubmissionImage], gt: StoreReader | None,
-                     partition_size: int) -> list[list[SubmissionImage]]:
-    """Images (sorted by id) cut like the GT's parts when a GT is given, so that an
-    evaluation task reads one GT part and one submission part; else by ``partition_size``."""
+def submission_parts(images: list[Item], gt: StoreReader | None,
+                     partition_size: int) -> list[list[Item]]:
+    """Images (anything with an ``image_id``, sorted by it) cut like the GT's parts when a
+    GT is given, so that an evaluation task reads one GT part and one submission part; else
+    by ``partition_size``."""
     if gt is None:
         return list(chunks(images, partition_size))
     starts = [p["first_id"] for p in gt.parts]
-    groups: dict[int, list[SubmissionImage]] = {}
+    groups: dict[int, list[Item]] = {}
     for img in images:
         groups.setdefault(max(bisect.bisect_right(starts, img.image_id) - 1, 0), []).append(img)
     return [groups[k] for k in sorted(groups)]
@@ -154,12 +242,15 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
                        storage_options: StorageOptions | None = None,
                        partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
                        progress: Progress = None, cluster: ClusterSpec = None,
-                       limits: ArchiveLimits | None = None, from_scores: str | None = None
+                       limits: ArchiveLimits | None = None, from_scores: str | None = None,
+                       rank_by: str = PREDICATE, ng_limit: int | None = None
                        ) -> dict[str, Any]:
     """SGBench submission (JSON or ZIP) -> submission store. Returns the manifest.
 
     With ``from_scores``, the triplet lists are derived from per-pair predicate score
-    vectors (``schemas/scores.md``) instead of taken from the submission.
+    vectors (``schemas/scores.md``) instead of taken from the submission, ranked by
+    ``rank_by`` (``predicate`` or ``triplet``), the NG list cut after ``ng_limit`` triplets
+    when given. The store's content hash then covers the score file and both options too.
 
     The archive, the document and every image are checked first (``sgdask validate``'s
     checks, the first error raised); then one task per part reads its TIFFs (ranged reads
@@ -172,10 +263,16 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
     check = checked_submission(source, gt_info)
     images = sorted(check.images, key=lambda i: i.image_id)
     has_ng = check.has_ng
+    content_hash = source.content_hash()
     if from_scores:
-        images = lists_from_scores(images, load_score_lists(from_scores, storage_options),
-                                   from_scores)
+        instances = SubmissionInstances(
+            source.label, {img.image_id: len(img.categories) for img in images},
+            {img.image_id: img.scores for img in images})
+        images = lists_from_scores(images, load_score_lists(
+            from_scores, storage_options, ng_limit, rank_by, instances))
         has_ng = True
+        content_hash = derived_content_hash(content_hash, from_scores, storage_options,
+                                            rank_by, ng_limit)
     sizes = gt_info.sizes if gt_info else {}
     parts = submission_parts(images, gt_reader, partition_size)
     with StoreWriter(out, "submission", storage_options, overwrite) as writer:
@@ -186,42 +283,28 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
         infos = map_tasks(write_submission_part, tasks, cluster,
                           (lambda info: progress(info["n_images"])) if progress else None)
         return writer.finish(
-            infos, sgdask_version=__version__,
-            content_hash=submission_digest(source, from_scores, storage_options),
+            infos, sgdask_version=__version__, content_hash=content_hash,
             source=str(submission), instances="masks" if source.is_zip else "boxes",
             has_ng=has_ng, n_images=len(images), partition_size=partition_size,
-            triplets_from=from_scores)
+            triplets_from=from_scores, rank_by=rank_by if from_scores else None,
+            ng_limit=ng_limit if from_scores else None)
 
 
-def submission_digest(source: SubmissionSource, from_scores: str | None,
-                      storage_options: StorageOptions | None) -> str:
-    """What the store's numbers depend on: the submission file and, when the triplet lists
-    are derived from scores, the scores file too (two score files, two results)."""
-    digest = source.content_hash()
-    if from_scores is None:
-        return digest
-    return combined_digest(digest, file_digest(from_scores, storage_options))
+def derived_content_hash(submission_hash: str, scores_url: str,
+                         options: StorageOptions | None, rank_by: str,
+                         ng_limit: int | None) -> str:
+    """The content hash of a store derived from scores: the submission's hash, the score
+    file's bytes and the derivation options, so that a result cache keyed on it never
+    serves one derivation's numbers for another."""
+    return combined_digest(submission_hash, file_digest(scores_url, options),
+                           f"rank_by={rank_by};ng_limit={ng_limit}")
 
 
-def lists_from_scores(images: list[SubmissionImage], lists: dict[str, DerivedLists],
-                      url: str) -> list[SubmissionImage]:
-    """Images with graph and NG lists replaced by the ones derived from score vectors.
-
-    An image without score rows gets empty lists; score rows of an image the submission
-    lacks, or naming an instance it does not have, are errors.
-    """
-    by_id = {img.image_id: img for img in images}
-    for image_id, derived in lists.items():
-        img = by_id.get(image_id)
-        if img is None:
-            raise InputError(url, "no such image in the submission", image=image_id,
-                             field="image_id")
-        n = len(img.categories)
-        for triplets in (derived.graph, derived.ng):
-            if len(triplets) and triplets[:, :2].max() >= n:
-                raise InputError(url, f"instance index {int(triplets[:, :2].max())} out of "
-                                 "range", image=image_id, field="subject/object",
-                                 expected=f"indices in 0..{n - 1}")
+def lists_from_scores(images: list[SubmissionImage], lists: dict[str, DerivedLists]
+                      ) -> list[SubmissionImage]:
+    """Images with graph and NG lists replaced by the ones derived from score vectors
+    (checked against the images by ``load_score_lists``); an image without score rows gets
+    empty lists."""
     empty = DerivedLists(EMPTY_TRIPLETS, np.empty(0), EMPTY_TRIPLETS, np.empty(0))
     return [replace(img, graph=d.graph, graph_scores=d.graph_scores, ng=d.ng)
             for img in images for d in [lists.get(img.image_id, empty)]]
@@ -290,3 +373,79 @@ def add_submission_rows(tables: PartTables, img: SubmissionImage, shape: tuple, 
     triplet_rows(tables, img.image_id, "ng", img.ng, None)
 
 
+def convert_results(results: str, out: str, gt: str, method: str,
+                    storage_options: StorageOptions | None = None,
+                    partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
+                    progress: Progress = None, cluster: ClusterSpec = None,
+                    limits: ArchiveLimits | None = None, instance_scores: bool = False
+                    ) -> dict[str, Any]:
+    """OpenPSG-family result file or directory -> submission store (``convert --method``).
+
+    Results are paired with the GT's test images that have relations, in psg.json's order;
+    each part's task decodes its images' masks straight into crops (no TIFF) and derives
+    the lists by ``method``'s rules (``schemas/results.md``). A problem in any image fails
+    the whole conversion, after every task has finished, so no store is left behind.
+    """
+    gt_reader = StoreReader(gt, storage_options, "gt")
+    gt_info = GTInfo.of(gt_reader)
+    source = ResultSource(results, method, storage_options, limits, instance_scores)
+    entries = source.images(evaluated_order(gt_reader, gt_info))
+    parts = submission_parts(sorted(entries, key=lambda e: e.image_id), gt_reader,
+                             partition_size)
+    try:
+        with StoreWriter(out, "submission", storage_options, overwrite) as writer:
+            tasks = [(results, method, instance_scores, out, storage_options, i, part,
+                      {e.image_id: gt_info.sizes[e.image_id] for e in part}, gt_info.classes,
+                      limits)
+                     for i, part in enumerate(parts)]
+            outcomes = map_tasks(write_result_part, tasks, cluster,
+                                 (lambda o: progress(len(o.digests))) if progress else None)
+            raise_first(o.error for o in outcomes)
+            digests = {e.position: d for part, o in zip(parts, outcomes, strict=True)
+                       for e, d in zip(part, o.digests, strict=True)}
+            return writer.finish(
+                [o.info for o in outcomes], sgdask_version=__version__,
+                content_hash=source.content_hash(entries, [digests[e.position]
+                                                           for e in entries]),
+                source=str(results), instances="masks", has_ng=True,
+                n_images=len(entries), partition_size=partition_size, triplets_from=None,
+                method=method, instance_scores=instance_scores)
+    finally:
+        loaded_pickle.cache_clear()
+
+
+@dataclass
+class PartOutcome:
+    """What a result part's task returns: its manifest entry and file digests, or the
+    first problem it found (returned, not raised, so that the driver removes the store only
+    once no task writes into it any more)."""
+
+    info: dict[str, Any] | None
+    digests: list[str | None]
+    error: SgdaskError | None = None
+
+
+def raise_first(errors: Iterable[SgdaskError | None]) -> None:
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+
+
+def write_result_part(results: str, method: str, instance_scores: bool, out: str,
+                      options: StorageOptions | None, index: int, entries: list[ResultEntry],
+                      sizes: dict[str, tuple[int, int]], classes: ClassCounts,
+                      limits: ArchiveLimits | None) -> PartOutcome:
+    """One part of a result conversion (a Dask task): decodes and checks its images, crops
+    their masks and writes the part."""
+    try:
+        source = ResultSource(results, method, options, limits, instance_scores)
+        tables = PartTables.empty()
+        digests = []
+        for entry in entries:
+            img, digest = source.image_and_digest(entry, sizes[entry.image_id], classes)
+            digests.append(digest)
+            add_submission_rows(tables, img.submission_image(), img.masks.shape[1:],
+                                part_name(index), BitMasks.from_dense(img.masks))
+        return PartOutcome(write_part(out, options, index, tables), digests)
+    except SgdaskError as err:
+        return PartOutcome(None, [], err)

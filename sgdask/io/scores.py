@@ -7,7 +7,9 @@ array is refused, never unpickled.
 
 from __future__ import annotations
 
+import warnings
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO
 
@@ -16,9 +18,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sgdask.errors import InputError, SgdaskError
+from sgdask.errors import InputError, SgdaskError, SgdaskWarning
 from sgdask.io.fs import StorageOptions, filesystem
-from sgdask.kernels.scores import DerivedLists, triplet_lists
+from sgdask.kernels.scores import (
+    PREDICATE,
+    RANK_BY,
+    TRIPLET,
+    DerivedLists,
+    triplet_lists,
+    triplet_ranked_lists,
+)
 
 PARQUET_MAGIC = b"PAR1"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -44,17 +53,79 @@ class ScoreRows:
     no_rel: np.ndarray | None
 
 
+@dataclass(frozen=True)
+class SubmissionInstances:
+    """What a score file is checked against: per image of the submission, its instance count
+    and instance scores (None where the submission gives none). ``file`` names the
+    submission in errors."""
+
+    file: str
+    counts: Mapping[str, int]
+    scores: Mapping[str, np.ndarray | None]
+
+
 def load_score_lists(url: str, storage_options: StorageOptions | None = None,
-                     ng_limit: int | None = None) -> dict[str, DerivedLists]:
-    """Image id -> derived graph and NG lists, images in the order they first occur."""
+                     ng_limit: int | None = None, rank_by: str = PREDICATE,
+                     instances: SubmissionInstances | None = None) -> dict[str, DerivedLists]:
+    """Image id -> derived graph and NG lists, images in the order they first occur.
+
+    With ``instances``, every image of the file must be one of the submission's and its
+    indices within its instance count. ``rank_by="triplet"`` needs them, with instance
+    scores for every image that has score rows; ``no_relation`` is then ignored (with a
+    warning).
+    """
+    if rank_by not in RANK_BY:
+        raise SgdaskError(f"--rank-by: {rank_by!r} is not one of {', '.join(RANK_BY)}")
+    if rank_by == TRIPLET and instances is None:
+        raise ValueError("rank_by='triplet' needs the submission's instances")
     rows = read_score_rows(url, storage_options)
-    check_values(rows, url)
-    return {
-        image_id: triplet_lists(rows.subjects[index], rows.objects[index], rows.scores[index],
-                                None if rows.no_rel is None else rows.no_rel[index],
-                                ng_limit=ng_limit)
-        for image_id, index in rows_by_image(rows.image_ids).items()
-    }
+    check_values(rows, url, rank_by)
+    if rank_by == TRIPLET and rows.no_rel is not None:
+        warnings.warn(f"{url}: {NO_RELATION}: ignored under --rank-by triplet (pairs are "
+                      "ranked by predicate x subject x object score)", SgdaskWarning,
+                      stacklevel=2)
+    lists = {}
+    for image_id, index in rows_by_image(rows.image_ids).items():
+        subjects, objects, scores = rows.subjects[index], rows.objects[index], rows.scores[index]
+        if instances is not None:
+            check_instances(url, image_id, subjects, objects, instances, rank_by)
+        if rank_by == TRIPLET:
+            assert instances is not None
+            lists[image_id] = triplet_ranked_lists(subjects, objects, scores,
+                                                   instances.scores[image_id], ng_limit)
+        else:
+            lists[image_id] = triplet_lists(subjects, objects, scores,
+                                            None if rows.no_rel is None else rows.no_rel[index],
+                                            ng_limit=ng_limit)
+    return lists
+
+
+def check_instances(url: str, image_id: str, subjects: np.ndarray, objects: np.ndarray,
+                    instances: SubmissionInstances, rank_by: str) -> None:
+    """InputError unless the image is in the submission, its rows' indices name its
+    instances, and (ranking by triplet) the submission scores them."""
+    n = instances.counts.get(image_id)
+    if n is None:
+        raise InputError(url, "no such image in the submission", image=image_id,
+                         field="image_id")
+    largest = int(max(subjects.max(), objects.max()))
+    if largest >= n:
+        raise InputError(url, f"instance index {largest} out of range", image=image_id,
+                         field="subject/object", expected=f"indices in 0..{n - 1}")
+    if rank_by != TRIPLET:
+        return
+    scores = instances.scores.get(image_id)
+    if scores is None:
+        raise InputError(instances.file, "no instance scores, which --rank-by triplet "
+                         "multiplies into the ranking", image=image_id, field="score",
+                         expected="a score for every instance of an image with score rows")
+    with np.errstate(over="ignore"):
+        bad = ~(np.isfinite(scores.astype(np.float32)) & (scores >= 0))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise InputError(instances.file, f"{float(scores[i])} cannot be multiplied into a ranking",
+                         image=image_id, field=f"score of instance {i}",
+                         expected="non-negative numbers within float32 range (probabilities)")
 
 
 def read_score_rows(url: str, storage_options: StorageOptions | None) -> ScoreRows:
@@ -86,13 +157,24 @@ def rows_by_image(image_ids: np.ndarray) -> dict[str, np.ndarray]:
     return {str(image_ids[first[g]]): grouped[g] for g in np.argsort(first)}
 
 
-def check_values(rows: ScoreRows, file: str) -> None:
-    """InputError naming the first offending row's image for any value out of its domain."""
+def check_values(rows: ScoreRows, file: str, rank_by: str = PREDICATE) -> None:
+    """InputError naming the first offending row's image for any value out of its domain.
+
+    Ranking by triplet multiplies scores in float32: they must be non-negative (a product
+    of two negative numbers would rank high) and finite as float32.
+    """
+    if rank_by == TRIPLET:
+        with np.errstate(over="ignore"):
+            as_float32 = rows.scores.astype(np.float32)
+        bad_scores = ~(np.isfinite(as_float32) & (rows.scores >= 0)).all(axis=1)
+        expected_scores = "non-negative numbers within float32 range (probabilities)"
+    else:
+        bad_scores = ~np.isfinite(rows.scores).all(axis=1)
+        expected_scores = "finite numbers (no null, NaN or inf)"
     checks = [
         ("subject", rows.subjects, rows.subjects < 0, "a non-negative instance index"),
         ("object", rows.objects, rows.objects < 0, "a non-negative instance index"),
-        ("scores", rows.scores, ~np.isfinite(rows.scores).all(axis=1),
-         "finite numbers (no null, NaN or inf)"),
+        ("scores", rows.scores, bad_scores, expected_scores),
     ]
     if rows.no_rel is not None:
         in_range = (rows.no_rel >= 0.0) & (rows.no_rel <= 1.0)

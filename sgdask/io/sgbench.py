@@ -1,7 +1,11 @@
-"""Reader of SGBench file format version 1: a JSON file (boxes) or a ZIP of triplets.json
-plus one layered TIFF per image (masks).
+"""Reader of SGBench file format versions 1 and 2: a JSON file (boxes) or a ZIP of
+triplets.json plus one layered TIFF per image (masks).
 
-Each image is checked against ``SCHEMA`` (``schemas/sgbench-v1.schema.json``) first, then
+Version 2 is what SGBench's own conversion scripts write (``bboxes`` + ``categories`` beside
+``seg_filename``, ``ng_triplets`` on every image); its images are read by the same rules as
+version 1's (``schemas/README.md`` says what changed between the two).
+
+Each image is checked against ``SCHEMA`` (``schemas/sgbench.schema.json``) first, then
 for what a schema cannot say (indices within the instance count, subject != object, finite
 and ordered boxes, list lengths, classes within the GT's lists); every problem names the
 file, the image and the field. ZIP members are read through ``SafeZip``; TIFF headers are
@@ -31,7 +35,7 @@ from sgdask.types import EMPTY_TRIPLETS
 # InputError instead, so without logging configured nothing may reach stderr
 logging.getLogger("tifffile").addHandler(logging.NullHandler())
 
-FILE_VERSION = 1
+FILE_VERSIONS = (1, 2)
 INT32_MAX = 2**31 - 1
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 DEFAULT_LIMITS = ArchiveLimits()
@@ -49,15 +53,18 @@ _TRIPLETS = {"type": "array", "items": {"$ref": "#/definitions/triplet"},
              "description": "a list of [subject, object, predicate] triplets"}
 SCHEMA: dict[str, Any] = {
     "$schema": "http://json-schema.org/draft-07/schema#",
-    "title": "SGBench submission, file format version 1",
+    "title": "SGBench submission, file format versions 1 and 2",
     "$comment": "triplets.json of a ZIP submission (masks in layered TIFFs named by "
                 "seg_filename) or a JSON submission (boxes). Instances in one of three "
-                "spellings; ng_triplets, score and scores are optional.",
-    "description": '{"version": 1, "images": [...]}',
+                "spellings; ng_triplets, score and scores are optional. Versions 1 and 2 "
+                "are read alike: version 2 is the number SGBench's conversion scripts "
+                "write, with bboxes + categories beside seg_filename and ng_triplets.",
+    "description": '{"version": 1 or 2, "images": [...]}',
     "type": "object",
     "required": ["version", "images"],
     "properties": {
-        "version": {"const": FILE_VERSION, "description": "1, the file format version"},
+        "version": {"enum": list(FILE_VERSIONS),
+                    "description": "1 or 2, the file format version"},
         "images": {"type": "array", "items": {"$ref": "#/definitions/image"},
                    "description": "a list of image objects"},
     },
@@ -231,6 +238,7 @@ WHAT: dict[str, Callable[[fastjsonschema.JsonSchemaValueException], str]] = {
     "minimum": lambda err: f"{short(err.value)} is out of range",
     "maximum": lambda err: f"{short(err.value)} is out of range",
     "const": lambda err: f"{short(err.value)} is not supported",
+    "enum": lambda err: f"{short(err.value)} is not supported",
     "oneOf": lambda err: spelling_problem(err.value),
 }
 

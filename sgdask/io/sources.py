@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sgdask.errors import InputError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.partition import load_predictions
@@ -136,11 +135,9 @@ class FileInput:
 
 def open_input(url: str, options: StorageOptions | None, gt: GTInfo,
                limits: ArchiveLimits | None = None) -> StoreInput | FileInput:
-    """The submission at ``url``: a store when it has a manifest, else a submission file."""
-    if is_store(url, options):
-        return StoreInput(url, options)
+    """The submission at ``url``: a submission file when it is a file, else a store (a
+    directory, or nothing at all: the store reader says what is missing)."""
     fs, path = filesystem(url, options)
-    if fs.isdir(path):
-        raise InputError(url, "a directory without manifest.json",
-                         expected="a submission store, or an SGBench ZIP or JSON file")
-    return FileInput(url, options, gt, limits)
+    if fs.isfile(path):
+        return FileInput(url, options, gt, limits)
+    return StoreInput(url, options)

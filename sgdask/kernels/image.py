@@ -43,9 +43,11 @@ def same_category(pred_labels: np.ndarray, gt_labels: np.ndarray, match_labels: 
     return np.asarray(pred_labels)[:, None] == np.asarray(gt_labels)[None, :]
 
 
-def instance_iou(gt: ImageGT, pred: NormalizedPred, allowed: np.ndarray) -> np.ndarray:
+def instance_iou(gt: ImageGT, pred: NormalizedPred, allowed: np.ndarray,
+                 sgbench_boxes: bool = False) -> np.ndarray:
     """IoU of predicted vs GT instances where ``allowed`` (0 elsewhere): masks when both
-    sides have them, else boxes."""
+    sides have them, else boxes (``sgbench_boxes``: with sgbench 1.0.0's NaN for two
+    zero-area boxes)."""
     gt_masks = gt.bit_masks()
     if pred.masks is not None and gt_masks is not None:
         pred_masks = pred.masks
@@ -54,10 +56,25 @@ def instance_iou(gt: ImageGT, pred: NormalizedPred, allowed: np.ndarray) -> np.n
                          pred_masks.areas(), gt_masks.boxes, gt_masks.starts,
                          gt_masks.words, np.asarray(gt_area, dtype=np.int64), allowed)
     if pred.boxes is not None and gt.boxes is not None:
-        return np.where(allowed, box_iou_matrix(pred.boxes, gt.boxes), 0.0)
+        iou = box_iou_matrix(pred.boxes, gt.boxes)
+        if sgbench_boxes:
+            iou = with_zero_area_pairs(iou, pred.boxes, gt.boxes)
+        return np.where(allowed, iou, 0.0)
     raise InstanceMismatch("no common instance representation with the GT (the prediction "
                            "has " + ("masks" if pred.masks is not None else "boxes") +
                            ", the GT image has none)")
+
+
+def with_zero_area_pairs(iou: np.ndarray, pred_boxes: np.ndarray, gt_boxes: np.ndarray
+                         ) -> np.ndarray:
+    """NaN where both boxes have zero area: sgbench 1.0.0 divides 0 by 0 there, and its
+    argmax takes NaN as the maximum and its ``IoU < 0.5`` test lets it through, so such a
+    prediction matches the first zero-area GT box of its category. NaN reproduces that."""
+    def flat(boxes: np.ndarray) -> np.ndarray:
+        b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+        return (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) == 0
+
+    return np.where(flat(pred_boxes)[:, None] & flat(gt_boxes)[None, :], np.nan, iou)
 
 
 def n_predicates_of(relations: np.ndarray) -> int:
@@ -74,13 +91,14 @@ def image_hits(gt: ImageGT, pred: ImagePred, protocol: Protocol, with_ng: bool =
     relations = gt_relations(gt)
     norm = normalize_prediction(pred, protocol.normalization)
     allowed = same_category(norm.labels, gt.labels, match_labels)
+    key = ("iou", protocol.zero_area_boxes_match)  # same masks, same boxes, same rule
     unmerged = protocol.normalization != "singlempo"
-    if shared is not None and unmerged and "iou" in shared:
-        iou = shared["iou"]
+    if shared is not None and unmerged and key in shared:
+        iou = shared[key]
     else:
-        iou = instance_iou(gt, norm, allowed)
+        iou = instance_iou(gt, norm, allowed, protocol.zero_area_boxes_match)
         if shared is not None and unmerged:
-            shared["iou"] = iou
+            shared[key] = iou
     n_gt, n_p = gt.n_instances, n_predicates_of(relations)
     pairs = relations[gt_pair_rows(relations, n_gt)]
     if protocol.matching == "triplet":

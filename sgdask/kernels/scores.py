@@ -10,6 +10,10 @@ predicate class p), ``no_rel`` (n,) in [0, 1] or None.
 
 Every order here is deterministic: ties keep pair order (first occurrence), then predicate
 index, so the same input always gives the same lists.
+
+Two rankings (``RANK_BY``): ``predicate`` (the above: best predicate score, or no-relation)
+and ``triplet``, the one of Scene-Graph-Benchmark.pytorch and OpenPSG, which multiplies in
+the subject's and the object's instance score (``triplet_ranked_lists``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 PairScores = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]
+PREDICATE, TRIPLET = "predicate", "triplet"
+RANK_BY = (PREDICATE, TRIPLET)
 
 
 @dataclass(frozen=True)
@@ -41,9 +47,12 @@ def first_occurrence_groups(subjects: np.ndarray, objects: np.ndarray
 
     Groups are numbered in the order their pair first occurs.
     """
-    pairs = np.stack([np.asarray(subjects, dtype=np.int64),
-                      np.asarray(objects, dtype=np.int64)], axis=1)
-    _, first, inverse = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
+    subjects = np.asarray(subjects, dtype=np.int64)
+    objects = np.asarray(objects, dtype=np.int64)
+    # one integer per pair, ordered as the (subject, object) rows (1-D unique is much faster)
+    width = int(objects.max()) + 1 if len(objects) else 1
+    _, first, inverse = np.unique(subjects * width + objects, return_index=True,
+                                  return_inverse=True)
     by_first = np.argsort(first, kind="stable")
     renumber = np.empty_like(by_first)
     renumber[by_first] = np.arange(len(by_first))
@@ -59,8 +68,12 @@ def aggregate_duplicate_pairs(subjects: np.ndarray, objects: np.ndarray, scores:
     """
     scores = np.asarray(scores, dtype=np.float64)
     group, first = first_occurrence_groups(subjects, objects)
-    merged = np.full((len(first), scores.shape[1]), -np.inf)
-    np.maximum.at(merged, group, scores)
+    if len(first) == len(scores):  # no duplicate pair: nothing to merge
+        return (np.asarray(subjects, dtype=np.int64), np.asarray(objects, dtype=np.int64),
+                scores, None if no_rel is None else np.asarray(no_rel, dtype=np.float64))
+    by_group = np.argsort(group, kind="stable")
+    group_starts = np.searchsorted(group[by_group], np.arange(len(first)))
+    merged = np.maximum.reduceat(scores[by_group], group_starts, axis=0)
     merged_no_rel = None
     if no_rel is not None:
         counts = np.bincount(group, minlength=len(first))
@@ -131,3 +144,64 @@ def triplet_lists(subjects: np.ndarray, objects: np.ndarray, scores: np.ndarray,
     graph, graph_scores = graph_list(*pairs)
     ng, ng_scores = ng_list(*pairs, limit=ng_limit)
     return DerivedLists(graph, graph_scores, ng, ng_scores)
+
+
+def descending_stable(values: np.ndarray, limit: int | None = None) -> np.ndarray:
+    """Indices sorting ``values`` from largest to smallest, equal values in index order;
+    only the first ``limit`` when given.
+
+    Negating is exact in floating point, so ``-values`` orders the same values the same way.
+    With a limit, only the values at least as large as the limit-th largest are sorted
+    (found by a partition): the same first ``limit`` indices as the full stable sort.
+    """
+    negated = -values
+    if limit is not None and limit < len(values):
+        if limit == 0:
+            return np.empty(0, dtype=np.int64)
+        cut = np.partition(negated, limit - 1)[limit - 1]
+        candidates = np.flatnonzero(negated <= cut)
+        return candidates[np.argsort(negated[candidates], kind="stable")[:limit]]
+    return np.argsort(negated, kind="stable")
+
+
+def triplet_ranked_lists(subjects: np.ndarray, objects: np.ndarray, scores: np.ndarray,
+                         instance_scores: np.ndarray, ng_limit: int | None = None
+                         ) -> DerivedLists:
+    """Both lists ranked by predicate score x subject score x object score.
+
+    What Scene-Graph-Benchmark.pytorch computes on its float32 tensors, in float32 and in
+    its order of multiplication, so that equal products come out equal here too:
+
+    - graph list: one triplet per pair, predicate = argmax (ties: the lowest index), pairs
+      ranked by ``(best * s) * o`` (its ``PostProcessor``: ``rel_scores * obj_scores0 *
+      obj_scores1``);
+    - NG list: every (pair, predicate) ranked by ``(s * o) * score[p]`` (its
+      ``SGNoGraphConstraintRecall``: ``obj_scores[pairs].prod(1)[:, None] * rel_scores``).
+
+    Ties keep pair order, then predicate index (a stable sort). ``instance_scores`` (n,) are
+    the image's per-instance scores, indexed by ``subjects``/``objects``. Self pairs are
+    dropped and duplicate pairs aggregated first, as for the predicate ranking; no-relation
+    scores play no part. The returned scores are the float32 products, as float64.
+    """
+    if ng_limit is not None and ng_limit < 0:
+        raise ValueError(f"ng_limit must be >= 0, got {ng_limit}")
+    subjects, objects, merged, _ = aggregate_duplicate_pairs(
+        *without_self_pairs(subjects, objects, scores, None))
+    predicate_scores = merged.astype(np.float32)
+    instance_scores = np.asarray(instance_scores, dtype=np.float32)
+    s, o = instance_scores[subjects], instance_scores[objects]
+
+    predicates = np.argmax(predicate_scores, axis=1)
+    best = predicate_scores[np.arange(len(predicates)), predicates]
+    graph_confidence = best * s * o
+    order = descending_stable(graph_confidence)
+    graph = np.stack([subjects[order], objects[order], predicates[order]], axis=1)
+
+    ng_confidence = ((s * o)[:, None] * predicate_scores).reshape(-1)
+    ng_order = descending_stable(ng_confidence, ng_limit)
+    pairs, ng_predicates = np.divmod(ng_order, max(predicate_scores.shape[1], 1))
+    ng = np.stack([subjects[pairs], objects[pairs], ng_predicates], axis=1)
+    return DerivedLists(graph.astype(np.int64, copy=False),
+                        graph_confidence[order].astype(np.float64),
+                        ng.astype(np.int64, copy=False),
+                        ng_confidence[ng_order].astype(np.float64))

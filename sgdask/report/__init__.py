@@ -219,6 +219,22 @@ def uniform_rows(rows: list[dict[str, Any]], metric_names: list[str]) -> list[di
     return [{c: r.get(c) for c in columns} for r in sorted(rows, key=lambda r: r["image_id"])]
 
 
+def submission_provenance(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Source and content hash; for a store whose lists were derived from scores
+    (``convert --from-scores``), the score file, the ranking and the NG cut; for a store
+    converted from model results (``convert --method``), the method and whether instance
+    scores were kept."""
+    out = {"source": manifest.get("source"), "content_hash": manifest.get("content_hash")}
+    if manifest.get("triplets_from"):
+        out.update(triplets_from=manifest["triplets_from"],
+                   rank_by=manifest.get("rank_by", "predicate"),
+                   ng_limit=manifest.get("ng_limit"))
+    if manifest.get("method"):
+        out.update(method=manifest["method"],
+                   instance_scores=bool(manifest.get("instance_scores")))
+    return out
+
+
 def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalSettings,
                  composition: dict[int, int] | None, gt_manifest: dict[str, Any],
                  pred_manifest: dict[str, Any], counts: dict[str, int]) -> Report:
@@ -241,8 +257,7 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     provenance = {"sgdask_version": __version__,
                   "gt": {"source": gt_manifest.get("source"),
                          "content_hash": gt_manifest.get("content_hash")},
-                  "submission": {"source": pred_manifest.get("source"),
-                                 "content_hash": pred_manifest.get("content_hash")}}
+                  "submission": submission_provenance(pred_manifest)}
     return Report(protocol=protocol.as_dict(), aggregation=settings.aggregation,
                   ks=[k.label for k in settings.ks], metrics=metrics,
                   per_predicate=predicate_table(acc, names, settings.aggregation),

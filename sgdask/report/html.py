@@ -126,8 +126,18 @@ def provenance_rows(reports: dict[str, Report]) -> list[list[str]]:
         gt, sub = prov.get("gt") or {}, prov.get("submission") or {}
         rows.append([", ".join(names), str(prov.get("sgdask_version", "?")),
                      str(gt.get("source")), str(gt.get("content_hash")),
-                     str(sub.get("source")), str(sub.get("content_hash"))])
+                     str(sub.get("source")) + conversion_note(sub),
+                     str(sub.get("content_hash"))])
     return rows
+
+
+def conversion_note(submission: dict[str, Any]) -> str:
+    """How a store converted from model results was made (empty for SGBench files)."""
+    if not submission.get("method"):
+        return ""
+    scores = "instance scores kept" if submission.get("instance_scores") else \
+        "no instance scores"
+    return f" (--method {submission['method']}, {scores})"
 
 
 # --- overall numbers and protocol deltas -----------------------------------------------------

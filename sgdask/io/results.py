@@ -1,0 +1,448 @@
+"""Result files of OpenPSG-family models (``convert --method``): a pickled list of ``Result``
+objects, or a directory of per-image ``.npz`` files, as SGBench's conversion scripts read
+them (``schemas/results.md``).
+
+``ResultSource.images(ids)`` pairs the results with the GT's test images that have
+relations, in psg.json's ``data`` order, as SGBench's scripts pair them (cheap: a directory
+listing, or the pickle parsed once per process); ``ResultSource.image(entry)`` checks and
+decodes one image into categories, boxes, masks and the two triplet lists, so that any task
+can read just the images it needs. Pickles go through ``sgdask.io.unpickle`` (nothing in
+the file is run); ``.npz`` members are read as raw ``.npy`` arrays (no pickled objects)
+through ``SafeZip``, under the same ``ArchiveLimits`` as SGBench ZIPs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import io
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sgdask.errors import InputError, SgdaskError
+from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
+from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.io.methods import METHODS, fields_of, lists_for
+from sgdask.io.sgbench import BOX_EXPECTED, ClassCounts, SubmissionImage
+from sgdask.io.unpickle import ALLOWED_KINDS, TORCH_HINT, Record, Refused, restricted_loads
+
+DEFAULT_LIMITS = ArchiveLimits()
+ZIP_MAGIC = b"PK\x03\x04"
+HASH_HEADER = b"sgdask results v1\n"
+PAIRING = "one result per GT test image with at least one relation, in psg.json's data order"
+#: Result attribute -> the numpy dtype kinds it may have
+KINDS = {"masks": "biuf", "labels": "iu", "refine_bboxes": "iuf", "rel_pair_idxes": "iu",
+         "rel_dists": "iuf", "refine_scores": "f", "rels": "iu"}
+
+
+@dataclass(frozen=True)
+class ResultEntry:
+    """One result, paired with its GT image: ``position`` in the pickled list or in the
+    directory's numeric order, ``name`` its ``.npz`` file (None in a pickle)."""
+
+    image_id: str
+    position: int
+    name: str | None
+
+
+@dataclass
+class ResultImage:
+    """One decoded, checked image: what the store needs."""
+
+    image_id: str
+    categories: np.ndarray
+    boxes: np.ndarray
+    scores: np.ndarray | None
+    masks: np.ndarray
+    graph: np.ndarray
+    ng: np.ndarray
+    source_file: str
+
+    def submission_image(self) -> SubmissionImage:
+        """The image as the SGBench reader would give it (no ZIP member)."""
+        return SubmissionImage(self.image_id, self.categories, self.boxes, self.scores,
+                               self.graph, None, self.ng, self.source_file)
+
+
+@dataclass(frozen=True)
+class Where:
+    """How problems of one result are named: file, image id, field prefix; ``label`` names
+    the result in the store (``results[i]`` or the ``.npz`` file name)."""
+
+    file: str
+    image: str
+    prefix: str
+    label: str
+
+    def error(self, field: str, what: str, expected: str | None = None) -> InputError:
+        return InputError(self.file, what, image=self.image, field=self.prefix + field,
+                          expected=expected)
+
+
+# --------------------------------------------------------------------------- pickle
+
+
+@functools.lru_cache(maxsize=1)
+def loaded_pickle(url: str, options: str, key: str, limits: ArchiveLimits
+                  ) -> tuple[tuple[Any, ...], str]:
+    """(the pickled list, SHA-256 hex of the file), parsed once per process and file
+    version (``key``: fsspec's ukey); ``options`` is the storage options as JSON."""
+    fs, path = filesystem(url, json.loads(options))
+    size = fs.size(path)
+    if size is not None and size > limits.max_pickle_size:
+        raise InputError(url, f"is {size} bytes", expected=limit_hint(limits, "max_pickle_size"))
+    try:
+        with fs.open(path, "rb") as f:
+            data = read_capped(f, limits.max_pickle_size)
+    except ValueError:
+        raise InputError(url, "too large", expected=limit_hint(limits, "max_pickle_size")) \
+            from None
+    except OSError as err:
+        raise SgdaskError(f"{url}: cannot read ({type(err).__name__}: {err})") from None
+    if data.startswith(ZIP_MAGIC):
+        raise InputError(url, f"is a ZIP archive, as torch.save writes: {TORCH_HINT}")
+    try:
+        obj = restricted_loads(data)
+    except Refused as err:
+        raise InputError(url, str(err)) from None
+    except Exception as err:  # the unpickler raises many types for truncated or corrupt data
+        raise InputError(url, f"not a readable pickle ({type(err).__name__}: "
+                         f"{printable(str(err))})") from None
+    if not isinstance(obj, list | tuple):
+        raise InputError(url, f"holds a {type(obj).__name__}",
+                         expected="a list of Result objects: " + PAIRING)
+    return tuple(obj), hashlib.sha256(data).hexdigest()
+
+
+# --------------------------------------------------------------------------- npz
+
+
+def npy_array(data: bytes, fail: Any) -> np.ndarray:
+    """The array of one ``.npy`` member (read-only view of ``data``), without pickles."""
+    f = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise fail(f".npy format version {version}", "1.0 or 2.0, as numpy.savez writes")
+    except InputError:
+        raise
+    except Exception as err:  # numpy raises ValueError and others for a malformed header
+        raise fail(f"not a readable .npy array ({type(err).__name__}: "
+                   f"{printable(str(err))})") from None
+    if dtype.hasobject or dtype.names or dtype.subdtype or dtype.kind not in ALLOWED_KINDS:
+        raise fail(f"dtype {dtype}", "booleans, integers or floats (no object arrays)")
+    count = math.prod(shape)
+    offset = f.tell()
+    if len(data) - offset != count * dtype.itemsize:
+        raise fail(f"holds {len(data) - offset} bytes for shape {shape} of {dtype}",
+                   "a complete .npy array")
+    return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(
+        shape, order="F" if fortran else "C")
+
+
+def npz_stem(name: str) -> int | None:
+    """The integer a result file is ordered by (``12.npz`` -> 12), or None."""
+    try:
+        return int(name.removesuffix(".npz"))
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def field_arrays(fields: dict[str, Any], method: str, where: Where) -> dict[str, np.ndarray]:
+    """The attributes ``method`` reads, each present and a numpy array of an allowed kind."""
+    out = {}
+    for name in fields_of(method):
+        value = fields.get(name)
+        if value is None:
+            raise where.error(name, "missing", f"a numpy array: --method {method} reads it")
+        if not isinstance(value, np.ndarray):
+            raise where.error(name, f"a {type(value).__name__}", "a numpy array")
+        if value.dtype.kind not in KINDS[name]:
+            kinds = {"b": "booleans", "i": "integers", "u": "integers", "f": "floats"}
+            wanted = " or ".join(dict.fromkeys(kinds[k] for k in KINDS[name]))
+            raise where.error(name, f"dtype {value.dtype}", wanted)
+        out[name] = value
+    return out
+
+
+def check_shapes(f: dict[str, np.ndarray], where: Where, shape: tuple[int, int] | None,
+                 classes: ClassCounts | None, instance_scores: bool,
+                 limits: ArchiveLimits) -> None:
+    """Every array's shape agrees with the masks' instance count and the GT."""
+    masks = f["masks"]
+    if masks.ndim != 3:
+        raise where.error("masks", f"shape {masks.shape}", "instances x height x width")
+    n, h, w = masks.shape
+    if n > limits.max_tiff_layers:
+        raise where.error("masks", f"{n} masks", limit_hint(limits, "max_tiff_layers"))
+    if h * w > limits.max_layer_pixels:
+        raise where.error("masks", f"masks are {w}x{h} pixels",
+                          limit_hint(limits, "max_layer_pixels"))
+    if shape is not None and (h, w) != tuple(shape):
+        raise where.error("masks", f"masks are {w}x{h}", f"{shape[1]}x{shape[0]} as the GT image")
+    columns = 5 if instance_scores else 4
+    n_pred = None if classes is None else classes.predicates + 1
+    wanted = {
+        "labels": ((n,), f"({n},): one label per mask"),
+        "refine_bboxes": ((n, columns), f"({n}, {columns}+): x1, y1, x2, y2"
+                          + (", score (--instance-scores)" if instance_scores else "")),
+        "rel_pair_idxes": ((None, 2), "(R, 2): subject and object per row"),
+        "rel_dists": ((len(f["rel_pair_idxes"]), n_pred),
+                      f"({len(f['rel_pair_idxes'])}, {n_pred or 'P + 1'}): per row of "
+                      "rel_pair_idxes, the no-relation score then one per predicate"),
+        "refine_scores": ((n, 2), f"({n}, C): class logits per mask, background first"),
+        "rels": ((None, 3), "(R, 3): subject, object, 1-based predicate"),
+    }
+    for name, (dims, text) in wanted.items():
+        if name in f and not shape_fits(f[name].shape, dims, name):
+            raise where.error(name, f"shape {f[name].shape}", text)
+
+
+def shape_fits(actual: tuple[int, ...], dims: tuple[int | None, ...], name: str) -> bool:
+    """``actual`` matches ``dims`` (None: any); the last dimension of boxes and class logits
+    is a minimum, and ``rel_dists`` needs at least two columns when the GT is unknown."""
+    if len(actual) != len(dims):
+        return False
+    minimum = name in ("refine_bboxes", "refine_scores") or (name == "rel_dists"
+                                                             and dims[-1] is None)
+    for i, (a, d) in enumerate(zip(actual, dims, strict=True)):
+        last = i == len(dims) - 1
+        if last and minimum:
+            if a < (d if d is not None else 2):
+                return False
+        elif d is not None and a != d:
+            return False
+    return True
+
+
+def first_bad(rows: np.ndarray) -> int | None:
+    hits = np.flatnonzero(rows)
+    return int(hits[0]) if len(hits) else None
+
+
+def check_values(f: dict[str, np.ndarray], where: Where, classes: ClassCounts | None,
+                 instance_scores: bool) -> None:
+    """Labels, indices and scores within range, boxes finite and ordered."""
+    n = len(f["labels"])
+    labels = f["labels"]
+    top = None if classes is None else classes.categories
+    bad = first_bad((labels < 1) | (labels > top if top is not None else False))
+    if bad is not None:
+        raise where.error(f"labels[{bad}]", f"{labels[bad]} out of range",
+                          f"1..{top}: 1-based categories" if top else "1-based categories")
+    boxes = f["refine_bboxes"][:, :4].astype(np.float64)
+    bad = first_bad(~np.isfinite(boxes).all(axis=1) | (boxes[:, 2] < boxes[:, 0])
+                    | (boxes[:, 3] < boxes[:, 1]))
+    if bad is not None:
+        raise where.error(f"refine_bboxes[{bad}]", f"{boxes[bad].tolist()} is not a box",
+                          BOX_EXPECTED)
+    if instance_scores:
+        bad = first_bad(~np.isfinite(f["refine_bboxes"][:, 4].astype(np.float64)))
+        if bad is not None:
+            raise where.error(f"refine_bboxes[{bad}][4]", "not a finite score",
+                              "a finite instance score (--instance-scores)")
+    for name in ("rel_dists", "refine_scores"):
+        if name in f:
+            bad = first_bad(~np.isfinite(f[name]).all(axis=1))
+            if bad is not None:
+                raise where.error(f"{name}[{bad}]", "not finite", "finite scores")
+    check_pairs(f["rel_pair_idxes"], n, where, "rel_pair_idxes")
+    if "rels" in f:
+        rels = f["rels"]
+        check_pairs(rels[:, :2], n, where, "rels")
+        top = None if classes is None else classes.predicates
+        bad = first_bad((rels[:, 2] < 1) | (rels[:, 2] > top if top is not None else False))
+        if bad is not None:
+            raise where.error(f"rels[{bad}]", f"predicate {rels[bad, 2]} out of range",
+                              f"1..{top}: 1-based predicates" if top else "1-based predicates")
+
+
+def check_pairs(pairs: np.ndarray, n: int, where: Where, name: str) -> None:
+    bad = first_bad(((pairs < 0) | (pairs >= n)).any(axis=1))
+    if bad is not None:
+        raise where.error(f"{name}[{bad}]", f"instance index out of range in "
+                          f"{pairs[bad].tolist()}", f"indices in 0..{n - 1}" if n
+                          else "no pairs: the image has no masks")
+    bad = first_bad(pairs[:, 0] == pairs[:, 1])
+    if bad is not None:
+        raise where.error(f"{name}[{bad}]", f"subject equals object in {pairs[bad].tolist()}",
+                          "two different instances")
+
+
+def boolean_masks(masks: np.ndarray, where: Where) -> np.ndarray:
+    """The masks as booleans, as SGBench's scripts store them (cast to uint8): integers must
+    lie in 0..255 and floats be 0 or 1, so that the cast changes nothing."""
+    if masks.dtype == bool:
+        return masks
+    if masks.dtype.kind == "f":
+        if not np.isin(masks, (0.0, 1.0)).all():
+            raise where.error("masks", "holds values other than 0 and 1",
+                              "boolean masks: threshold soft masks first")
+    elif masks.dtype != np.uint8 and masks.size and (masks.min() < 0 or masks.max() > 255):
+        raise where.error("masks", "holds values outside 0..255",
+                          "boolean masks, or integers in 0..255 (non-zero = inside)")
+    return masks != 0
+
+
+def decoded(fields: dict[str, Any], method: str, where: Where, shape: tuple[int, int] | None,
+            classes: ClassCounts | None, instance_scores: bool, limits: ArchiveLimits
+            ) -> ResultImage:
+    """One result's fields, checked, turned into the image's instances and lists."""
+    f = field_arrays(fields, method, where)
+    check_shapes(f, where, shape, classes, instance_scores, limits)
+    check_values(f, where, classes, instance_scores)
+    lists = lists_for(method)(f)
+    boxes = f["refine_bboxes"]
+    return ResultImage(
+        image_id=where.image, categories=f["labels"].astype(np.int64) - 1,
+        boxes=boxes[:, :4].astype(np.float64),
+        scores=boxes[:, 4].astype(np.float64) if instance_scores else None,
+        masks=boolean_masks(f["masks"], where), graph=lists.graph, ng=lists.ng,
+        source_file=where.label)
+
+
+# --------------------------------------------------------------------------- source
+
+
+class ResultSource:
+    """A result file (pickle) or directory (``.npz`` per image), via fsspec."""
+
+    def __init__(self, url: str, method: str, storage_options: StorageOptions | None = None,
+                 limits: ArchiveLimits | None = None, instance_scores: bool = False) -> None:
+        if method not in METHODS:
+            raise SgdaskError(f"--method: {method!r} is not a method (expected one of: "
+                              f"{', '.join(METHODS)})")
+        self.url, self.method, self.options = str(url).rstrip("/"), method, storage_options
+        self.limits = limits or DEFAULT_LIMITS
+        self.instance_scores = instance_scores
+        self.fs, self.path = filesystem(self.url, storage_options)
+        if not self.fs.exists(self.path):
+            raise InputError(self.url, "file not found")
+        self.is_dir = self.fs.isdir(self.path)
+        #: boolean mask stacks compress far beyond ``max_ratio``; an .npz member is bounded
+        #: by ``max_member_size`` instead, like a decoded TIFF
+        self.npz_limits = dataclasses.replace(self.limits, max_ratio=math.inf)
+
+    # -- listing
+
+    def images(self, image_ids: Sequence[str]) -> list[ResultEntry]:
+        """The results paired with ``image_ids`` (the GT's test images with relations, in
+        psg.json's ``data`` order); the counts must agree."""
+        names = self.npz_names() if self.is_dir else [None] * len(self.records())
+        if len(names) != len(image_ids):
+            raise InputError(self.url, f"{len(names)} results for {len(image_ids)} GT test "
+                             "images with relations", expected=PAIRING)
+        return [ResultEntry(str(i), k, name)
+                for k, (i, name) in enumerate(zip(image_ids, names, strict=True))]
+
+    def records(self) -> tuple[Any, ...]:
+        """The pickled list (parsed once per process)."""
+        return self.loaded()[0]
+
+    def loaded(self) -> tuple[tuple[Any, ...], str]:
+        """(the pickled list, the pickle's SHA-256 hex)."""
+        return loaded_pickle(self.url, json.dumps(self.options or {}, sort_keys=True),
+                             str(self.fs.ukey(self.path)), self.limits)
+
+    def npz_names(self) -> list[str]:
+        """The directory's ``.npz`` files, in the numeric order of their names."""
+        names = [p.rsplit("/", 1)[-1] for p in self.fs.ls(self.path, detail=False)]
+        names = [n for n in names if n.endswith(".npz")]
+        if len(names) > self.limits.max_entries:
+            raise InputError(self.url, f"holds {len(names)} .npz files",
+                             expected=limit_hint(self.limits, "max_entries"))
+        seen: dict[int, str] = {}
+        for name in names:
+            stem = npz_stem(name)
+            if stem is None:
+                raise InputError(join(self.url, printable(name)), "name is not a number",
+                                 expected="N.npz: results are paired with the GT images in "
+                                 "the order of N")
+            if stem in seen:
+                raise InputError(join(self.url, printable(name)), f"same number as {seen[stem]}",
+                                 expected="one file per number")
+            seen[stem] = name
+        return [seen[k] for k in sorted(seen)]
+
+    # -- one image
+
+    def fields(self, entry: ResultEntry) -> tuple[dict[str, Any], Where, str | None]:
+        """(the result's attributes, how to name its problems, SHA-256 hex of its file
+        for a directory entry)."""
+        if entry.name is None:
+            record = self.records()[entry.position]
+            label = f"results[{entry.position}]"
+            where = Where(self.url, entry.image_id, label + ".", label)
+            if not isinstance(record, Record):
+                raise InputError(self.url, f"a {type(record).__name__}", image=entry.image_id,
+                                 field=label, expected="a Result object")
+            return record.fields, where, None
+        file = join(self.url, entry.name)
+        data = self.npz_bytes(file)
+        where = Where(file, entry.image_id, "", entry.name)
+        archive = SafeZip(io.BytesIO(data), file, self.npz_limits)
+        arrays: dict[str, Any] = {}
+        for name in fields_of(self.method):
+            member = name + ".npy"
+            if member in archive:
+                arrays[name] = npy_array(
+                    archive.read(member, image=entry.image_id, field=name),
+                    lambda what, expected=None, n=name: where.error(n, what, expected))
+        return arrays, where, hashlib.sha256(data).hexdigest()
+
+    def npz_bytes(self, file: str) -> bytes:
+        fs, path = filesystem(file, self.options)
+        try:
+            with fs.open(path, "rb") as f:
+                return read_capped(f, self.limits.max_total_size)
+        except ValueError:
+            raise InputError(file, "too large",
+                             expected=limit_hint(self.limits, "max_total_size")) from None
+        except OSError as err:
+            raise SgdaskError(f"{file}: cannot read ({type(err).__name__}: {err})") from None
+
+    def image(self, entry: ResultEntry, shape: tuple[int, int] | None = None,
+              classes: ClassCounts | None = None) -> ResultImage:
+        """One image, checked (against the GT image's (height, width) and the GT's class
+        counts when given) and decoded."""
+        return self.image_and_digest(entry, shape, classes)[0]
+
+    def image_and_digest(self, entry: ResultEntry, shape: tuple[int, int] | None = None,
+                         classes: ClassCounts | None = None
+                         ) -> tuple[ResultImage, str | None]:
+        fields, where, digest = self.fields(entry)
+        return decoded(fields, self.method, where, shape, classes, self.instance_scores,
+                       self.limits), digest
+
+    # -- identity
+
+    def content_hash(self, entries: Sequence[ResultEntry],
+                     digests: Iterable[str | None] | None = None) -> str:
+        """``sha256:`` of the method, the instance-score choice and the result bytes: the
+        pickle, or each ``.npz`` file's name and SHA-256 in pairing order (``digests``,
+        when the caller has them already, else read here)."""
+        digest = hashlib.sha256(HASH_HEADER)
+        digest.update(f"{self.method}\n{int(self.instance_scores)}\n".encode())
+        if not self.is_dir:
+            digest.update(self.loaded()[1].encode())
+        else:
+            known = list(digests) if digests is not None else [None] * len(entries)
+            for entry, hexdigest in zip(entries, known, strict=True):
+                if hexdigest is None:
+                    hexdigest = hashlib.sha256(self.npz_bytes(join(self.url, entry.name or "")
+                                                              )).hexdigest()
+                digest.update(f"{entry.name}\n{hexdigest}\n".encode())
+        return "sha256:" + digest.hexdigest()
