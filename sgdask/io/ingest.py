@@ -79,11 +79,12 @@ def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
     raw = read_bytes(psg_json, storage_options, "psg.json")
     doc = load_json(raw, psg_json)
     names = class_lists(doc, psg_json)
-    records = sorted_records(doc, psg_json, masks_dir is not None)
+    in_data_order = evaluation_records(doc, psg_json, masks=masks_dir is not None)
+    records = sorted_records(in_data_order, psg_json)
     stats = train_stats(doc, psg_json)
     return write_gt_store(out, storage_options, overwrite, records, stats, partition_size,
                           masks_dir, progress, cluster, hashlib.sha256(raw),
-                          data_order(doc, psg_json),
+                          [r.image_id for r in in_data_order],
                           source=str(psg_json), instances="masks" if masks_dir else "boxes",
                           **names)
 
@@ -170,22 +171,17 @@ def evaluated_order(gt: StoreReader, gt_info: GTInfo) -> list[str]:
     return [i for i in ids if i in gt_info.evaluated]
 
 
-def sorted_records(doc: Any, psg_json: str, masks: bool) -> list[GTRecord]:
+def sorted_records(records: list[GTRecord], psg_json: str) -> list[GTRecord]:
     """The test split's records in store order (sorted by image id)."""
-    records = sorted(evaluation_records(doc, psg_json, masks=masks), key=lambda r: r.image_id)
     if not records:
         raise InputError(psg_json, "no test images", field="test_image_ids")
-    return records
-
-
-def data_order(doc: Any, psg_json: str) -> list[str]:
-    """The test image ids in psg.json's ``data`` order (model results pair in that order)."""
-    return [r.image_id for r in evaluation_records(doc, psg_json, masks=False)]
+    return sorted(records, key=lambda r: r.image_id)
 
 
 def gt_records(raw: bytes, psg_json: str, masks: bool) -> list[GTRecord]:
-    """The records ``ingest_gt`` writes, from psg.json's bytes."""
-    return sorted_records(load_json(raw, psg_json), psg_json, masks)
+    """The records ``ingest_gt`` writes, in store order, from psg.json's bytes."""
+    return sorted_records(evaluation_records(load_json(raw, psg_json), psg_json, masks),
+                          psg_json)
 
 
 def write_gt_part(out: str, options: StorageOptions | None, index: int,
