@@ -101,6 +101,10 @@ def compacted(keys: np.ndarray, values: np.ndarray) -> KeyedSums:
                      np.add.reduceat(values, starts, axis=0))
 
 
+def cat(arrays: tuple[np.ndarray, ...]) -> np.ndarray:
+    return np.concatenate(arrays).astype(np.int64, copy=False)
+
+
 def fraction_sum(dens: np.ndarray, nums: np.ndarray) -> Fraction:
     """Σ num / den exactly (one Fraction per distinct denominator)."""
     return sum((Fraction(int(n), int(d)) for d, n in zip(dens, nums, strict=True)),
@@ -165,30 +169,30 @@ class Accumulator:
         return self.names.index(name)
 
     def add_blocks(self, blocks: list[Block]) -> None:
-        """Add term blocks (``sgdask.metrics.base.Block``) of many images."""
-        mean_parts: list[tuple[np.ndarray, ...]] = []
+        """Add term blocks (``sgdask.metrics.base.Block``) of many images (one compaction
+        per state table, however many blocks)."""
+        rows: dict[str, list[tuple[np.ndarray, ...]]] = {IMAGE: [], RATIO: [], MEAN: []}
         for b in blocks:
             if len(b.num) == 0:
                 continue
-            code = self.code(b.name)
             self.kinds[b.name] = b.kind
-            codes = np.full(len(b.num), code, dtype=np.int64)
-            ones = np.ones(len(b.num), dtype=np.int64)
-            if b.kind == IMAGE:
-                self.image_sums = self.image_sums.added(np.stack([codes, b.den], 1),
-                                                        np.stack([b.num, ones], 1))
-            elif b.kind == RATIO:
-                self.ratio_sums = self.ratio_sums.added(codes[:, None],
-                                                        np.stack([b.num, b.den], 1))
-            elif b.kind == MEAN:
-                assert b.predicate is not None
-                self.cell_sums = self.cell_sums.added(
-                    np.stack([codes, b.predicate, b.den], 1), np.stack([b.num, ones], 1))
-                self.cell_totals = self.cell_totals.added(
-                    np.stack([codes, b.predicate], 1), np.stack([b.num, b.den], 1))
-                mean_parts.append((b.image, codes, b.num, b.den))
-        if mean_parts:
-            self.add_image_means(*(np.concatenate(c) for c in zip(*mean_parts, strict=True)))
+            codes = np.full(len(b.num), self.code(b.name), dtype=np.int64)
+            predicate = codes if b.predicate is None else b.predicate  # (unused then)
+            rows[b.kind].append((codes, b.image, predicate, b.num, b.den))
+        if rows[IMAGE]:
+            codes, _, _, num, den = (cat(c) for c in zip(*rows[IMAGE], strict=True))
+            self.image_sums = self.image_sums.added(np.stack([codes, den], 1),
+                                                    np.stack([num, np.ones_like(num)], 1))
+        if rows[RATIO]:
+            codes, _, _, num, den = (cat(c) for c in zip(*rows[RATIO], strict=True))
+            self.ratio_sums = self.ratio_sums.added(codes[:, None], np.stack([num, den], 1))
+        if rows[MEAN]:
+            codes, image, predicate, num, den = (cat(c) for c in zip(*rows[MEAN], strict=True))
+            self.cell_sums = self.cell_sums.added(np.stack([codes, predicate, den], 1),
+                                                  np.stack([num, np.ones_like(num)], 1))
+            self.cell_totals = self.cell_totals.added(np.stack([codes, predicate], 1),
+                                                      np.stack([num, den], 1))
+            self.add_image_means(image, codes, num, den)
 
     def add_image_means(self, image: np.ndarray, metric: np.ndarray, num: np.ndarray,
                         den: np.ndarray) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from sgdask.io.store import StoreReader
-from sgdask.kernels.bits import v1_crop_words, word_layout, xor_rows
+from sgdask.kernels.bits import unpack_sparse, v1_crop_words, xor_rows
 from sgdask.types import BitMasks, ImageGT, ImagePred
 
 IMAGE_COLUMNS = ["image_id", "height", "width", "n_instances", "n_graph", "n_ng",
@@ -125,14 +125,10 @@ class PartMasks:
             self.v2_words(offsets, with_masks)
 
     def v2_words(self, offsets: np.ndarray, with_masks: np.ndarray) -> None:
-        sizes = np.diff(word_layout(self.boxes))
         if not with_masks.any():
             return
-        lo = int(offsets[with_masks].min())
-        hi = int((offsets + sizes)[with_masks].max())
-        self.words = self.reader.read_masks(self.rows.mask_array, lo, hi).astype(
-            np.uint64, copy=True)
-        self.starts = offsets - lo
+        self.words = unpack_sparse(self.reader.read_masks(self.rows.mask_array))
+        self.starts = offsets
         xor_rows(self.boxes, self.starts, self.words, True)
 
     def v1_crops(self, offsets: np.ndarray, with_masks: np.ndarray) -> None:

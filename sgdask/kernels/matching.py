@@ -19,13 +19,25 @@ def allowed_iou(iou: np.ndarray, pred_labels: np.ndarray, gt_labels: np.ndarray,
     return np.where(same, iou, 0.0)
 
 
+@njit(**JIT)
 def match_many_to_one(iou: np.ndarray, threshold: float = IOU_THRESHOLD) -> np.ndarray:
-    """SGBench 1.0 matching: each prediction takes its argmax GT (lowest index on ties)."""
-    if iou.shape[1] == 0:
-        return np.full(iou.shape[0], -1, dtype=np.int64)
-    best = iou.argmax(axis=1).astype(np.int64)
-    best[iou[np.arange(len(iou)), best] < threshold] = -1
-    return best
+    """SGBench 1.0 matching: each prediction takes its argmax GT (lowest index on ties; a
+    NaN counts as the maximum and passes the threshold, as numpy's argmax and ``<`` do)."""
+    n_pred, n_gt = iou.shape
+    mapping = np.full(n_pred, -1, dtype=np.int64)
+    if n_gt == 0:
+        return mapping
+    for m in range(n_pred):
+        best = 0
+        for g in range(n_gt):
+            if np.isnan(iou[m, g]):
+                best = g
+                break
+            if iou[m, g] > iou[m, best]:
+                best = g
+        if not iou[m, best] < threshold:
+            mapping[m] = best
+    return mapping
 
 
 @njit(**JIT)

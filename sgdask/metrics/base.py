@@ -174,9 +174,12 @@ class HitsBatch:
         return self.k_per_image(k)[self.t_image]
 
     def k_per_image(self, k: KSpec) -> np.ndarray:
+        """k of each image: ``ceil(F * |G|)`` for a relative k, exactly (F = p/q)."""
         if k.absolute is not None:
             return np.full(self.n_images, k.absolute, dtype=np.int64)
-        return np.array([k.resolve(int(n)) for n in self.n_gt], dtype=np.int64)
+        assert k.factor is not None
+        p, q = k.factor.numerator, k.factor.denominator
+        return -((-p * self.n_gt) // q)
 
 
 def concat(parts: list[np.ndarray], dtype: type = np.int64) -> np.ndarray:
