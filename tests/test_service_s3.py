@@ -1,0 +1,70 @@
+"""The benchmarking service on a moto S3 server (127.0.0.1): an HTTP upload streamed into an
+``s3://`` registry, and a ZIP + sidecar dropped into ``REGISTRY/inbox/``, both ranked exactly
+once while two `sgdask worker` processes poll the same registry."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from sgdask.service.tokens import add_token
+from tests.servicekit import Proc, auth, upload, wait_final, wait_for
+from tests.test_s3 import AWS_ENV, BUCKET, s3  # noqa: F401  (the moto S3 server fixture)
+
+
+def records(s3, submission_id: str) -> list[dict]:  # noqa: F811
+    folder = f"{BUCKET}/registry/status/{submission_id}"
+    s3.fs.invalidate_cache()
+    if not s3.fs.exists(folder):
+        return []
+    return [json.loads(s3.fs.cat_file(p)) for p in sorted(s3.fs.find(folder))]
+
+
+def test_upload_and_inbox_on_s3_with_two_workers(s3, tiny, client, tmp_path):  # noqa: F811
+    gt = s3.url("service-gt")
+    s3.fs.put(tiny.gt, gt, recursive=True)
+    tokens = tmp_path / "tokens.json"
+    token = add_token(tokens, "s3-team", "participant")
+    common = ["--registry", s3.url("registry"), "--gt", gt, "--out", s3.url("board"),
+              "--tokens", str(tokens), *s3.cli_options()]
+    server = Proc(["serve", *common, "--port", "0", "--no-worker"], tmp_path / "serve.log",
+                  AWS_ENV)
+    workers = [Proc(["worker", *common, "--scheduler", client.scheduler.address, "--poll",
+                     "0.2"], tmp_path / f"worker-{i}.log", AWS_ENV) for i in range(2)]
+    try:
+        base = server.url()
+        answer = upload(base, token, tiny.variant(2), "uploaded to s3")
+        assert answer.status_code == 202, answer.text
+        uploaded = answer.json()["id"]
+        s3.fs.pipe_file(f"{BUCKET}/registry/inbox/dropped.zip",
+                        tiny.variant(3).read_bytes())
+        s3.fs.pipe_file(f"{BUCKET}/registry/inbox/dropped.meta.json", json.dumps(
+            {"name": "dropped in the inbox", "paper": "https://example.org/inbox",
+             "token": token}).encode())
+
+        def listed() -> list[dict] | None:
+            mine = httpx.get(f"{base}/api/submissions", headers=auth(token), timeout=30)
+            docs = mine.json()
+            return docs if len(docs) == 2 else None
+        docs = wait_for(listed, 90, "the inbox submission to be registered", 0.3)
+        dropped = next(d["id"] for d in docs if d["id"] != uploaded)
+        for sid in (uploaded, dropped):
+            assert wait_final(base, token, sid, 150)["status"] == "ranked"
+    finally:
+        for proc in (*workers, server):
+            proc.stop()
+    assert {d["name"] for d in docs} == {"uploaded to s3", "dropped in the inbox"}
+    assert next(d for d in docs if d["id"] == dropped)["file"] == "dropped.zip"
+    for sid in (uploaded, dropped):
+        statuses = [r["status"] for r in records(s3, sid)]
+        assert statuses == ["validating", "converting", "evaluating", "evaluated", "ranked"]
+    s3.fs.invalidate_cache()
+    assert s3.fs.find(f"{BUCKET}/registry/inbox") == []
+    assert len(s3.fs.ls(f"{BUCKET}/registry/inbox-claims")) == 1
+    assert len(s3.fs.ls(f"{BUCKET}/registry/entries")) == 2
+    board = json.loads(s3.fs.cat_file(f"{BUCKET}/board/leaderboard.json"))
+    assert sorted(r["submission_id"] for r in board) == sorted([uploaded, dropped])
+    claimed_by = {json.loads(s3.fs.cat_file(p))["worker"]
+                  for p in s3.fs.find(f"{BUCKET}/registry/inbox-claims")}
+    assert len(claimed_by) == 1
