@@ -39,7 +39,7 @@ DAILY = 5
 def tokens(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """A tokens file: four participant teams, a team for the limit test, a maintainer."""
     path = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    teams = {t: add_token(path, t, "participant") for t in (*TEAMS, "limited", "xss")}
+    teams = {t: add_token(path, t, "participant") for t in (*TEAMS, "limited", "xss", "hider")}
     teams["lab"] = add_token(path, "lab", "maintainer")
     return path, teams
 
@@ -243,6 +243,38 @@ def test_html_payload_is_shown_as_text(server, tiny):
     assert "<script>alert" not in page and "<img src=x" not in page
     assert "&lt;script&gt;alert(&quot;name&quot;)&lt;/script&gt;&lt;img src=x" in page
     assert 'href="https://example.org/?q=&quot;&gt;&lt;script&gt;' in page
+
+
+def test_hidden_results_leave_the_board(server, tiny):
+    """A team hides its ranked result: others get 404 and the board drops it; a maintainer
+    hides another team's result, which that team then cannot show again."""
+    base, _, teams = server
+    answer = upload(base, teams["hider"], tiny.variant(0), "to be hidden")
+    assert answer.status_code == 202, answer.text
+    sid = answer.json()["id"]
+    assert wait_final(base, teams["hider"], sid, 120)["status"] == "ranked"
+
+    def on_board() -> bool:
+        rows = httpx.get(f"{base}/api/leaderboard", timeout=30).json()
+        return sid in [r["submission_id"] for r in rows]
+
+    def set_hidden(token: str, hidden: bool) -> httpx.Response:
+        return httpx.post(f"{base}/api/submissions/{sid}/visibility", headers=auth(token),
+                          json={"hidden": hidden}, timeout=30)
+
+    assert on_board()
+    assert set_hidden(teams["team-a"], True).status_code == 403   # not theirs
+    assert set_hidden(teams["hider"], True).json()["hidden"] is True
+    assert httpx.get(f"{base}/api/submissions/{sid}", timeout=30).status_code == 404
+    assert httpx.get(f"{base}/api/submissions/{sid}", headers=auth(teams["team-a"]),
+                     timeout=30).status_code == 404
+    assert status(base, teams["hider"], sid)["hidden"] is True    # the team still sees it
+    wait_for(lambda: not on_board(), 60, "the board to drop the hidden result", 0.3)
+    assert set_hidden(teams["hider"], False).json()["hidden"] is False
+    wait_for(on_board, 60, "the board to show the result again", 0.3)
+    assert set_hidden(teams["lab"], True).json()["hidden"] is True  # a maintainer
+    refused = set_hidden(teams["hider"], False)
+    assert refused.status_code == 403 and "may not change" in refused.json()["detail"]
 
 
 def test_submit_cli_waits_for_the_result(server, tiny, tmp_path):

@@ -183,13 +183,14 @@ def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
     options = options or Options()
     entries = Registry(registry_url, storage_options).rankable()
     job = board_job(registry_url, gt, entries, options, storage_options)
-    if not entries:
+    fs, root = filesystem(out, storage_options)
+    if not entries and read_json(fs, join(root, "current.json")) is None:
+        # (with a board published, an empty registry, every entry hidden, is published)
         log("registry is empty: nothing to rank")
         return RerankOutcome(None, [], [], [])
     if dry_run:
         outcome = run_many(job, dry_run=True, log=log)
         return RerankOutcome(None, [], outcome.cached, [])
-    fs, root = filesystem(out, storage_options)
     with exclusive_lock(join(out, "lock.json"), storage_options, stale_after):
         outcome = run_many(job, client, scheduler, progress, log=log)
         current = read_json(fs, join(root, "current.json"))

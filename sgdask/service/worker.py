@@ -326,7 +326,8 @@ class Worker:
         fs.invalidate_cache(root)
         current = read_json(fs, join(root, "current.json"))
         digest = inputs_digest(rankable, Options())
-        if not waiting and (not rankable or (current and current.get("inputs") == digest)):
+        up_to_date = current.get("inputs") == digest if current else not rankable
+        if not waiting and up_to_date:
             return False
         try:
             rerank(self.config.registry, self.config.gt, self.config.out, Options(),
