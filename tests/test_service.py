@@ -405,3 +405,46 @@ def test_a_stopped_worker_releases_its_heartbeat(tiny, client, tmp_path):
         proc.stop()
     assert proc.proc.returncode == 0, proc.text()
     assert not list((registry / "workers").glob("*.json"))
+
+
+def test_retry_limit_ends_in_failed(tiny, client, tmp_path):
+    """An entry that keeps failing for a reason that is not the submission's (here: the GT
+    store is missing) is queued again, then `failed` after --max-attempts claims; an entry
+    whose worker died at the last attempt is `failed` without another try."""
+    from sgdask.batch.registry import Entry, Registry, utc_now
+    from sgdask.service.queue import new_id, upload_url
+    from sgdask.service.worker import Worker, WorkerConfig
+
+    registry = Registry(str(tmp_path / "registry"))
+
+    def queued(name: str) -> str:
+        sid = new_id(utc_now())
+        target = Path(upload_url(registry, sid))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(tiny.variant(0).read_bytes())
+        registry.add(Entry(sid, name, registry.store_url(sid), str(target), utc_now(), False,
+                           None, "received", "", "team-a", "model.zip"))
+        return sid
+
+    config = WorkerConfig(registry.url, str(tmp_path / "no-gt"), str(tmp_path / "board"),
+                          max_attempts=2, lease=1)
+    worker = Worker(config, client, log=lambda _: None)
+    sid = queued("unlucky")
+    worker.cycle()
+    assert [r["status"] for r in history(tmp_path / "registry", sid)] == [
+        "validating", "received"]
+    assert "no-gt" in history(tmp_path / "registry", sid)[-1]["retry_reason"]
+    worker.cycle()
+    records = history(tmp_path / "registry", sid)
+    assert [r["status"] for r in records] == ["validating", "received", "validating", "failed"]
+    assert records[-1]["errors"][0].startswith("gave up after 2 attempts: StoreError: ")
+
+    dead = queued("abandoned")
+    for seq, state in enumerate(["validating", "evaluating", "validating", "evaluating"], 1):
+        assert registry.advance(dead, seq, state, worker="gone-worker",
+                                **({"attempt": seq // 2 + 1} if state == "validating" else {}))
+    worker.cycle()
+    records = history(tmp_path / "registry", dead)
+    assert records[-1]["status"] == "failed"
+    assert records[-1]["errors"] == [
+        "gave up after 2 attempts: worker gone-worker stopped while evaluating"]

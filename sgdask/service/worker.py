@@ -169,15 +169,17 @@ class Worker:
         """Claim, validate and convert entries one at a time, up to ``batch`` of them. A
         failure to read the queue ends the batch; what was prepared is still scored."""
         ready: list[Claim] = []
+        tried: set[str] = set()  # an entry queued again after an error waits a cycle
         while len(ready) < self.config.batch:
             try:
-                claim = self.claim_next()
+                claim = self.claim_next(tried)
             except Exception as err:  # an unreachable store: next cycle
                 self.log(f"worker {self.id}: reading the queue failed: "
                          f"{type(err).__name__}: {err}")
                 break
             if claim is None:
                 break
+            tried.add(claim.id)
             try:
                 if self.prepare(claim):
                     ready.append(claim)
@@ -187,9 +189,11 @@ class Worker:
 
     # --- claiming ------------------------------------------------------------------------
 
-    def claim_next(self) -> Claim | None:
-        """Claim the oldest entry that is queued or whose worker died."""
+    def claim_next(self, skip: set[str]) -> Claim | None:
+        """Claim the oldest entry (not in ``skip``) that is queued or whose worker died."""
         for sub in submissions(self.registry):
+            if sub.id in skip:
+                continue
             if sub.state == "received" or (sub.state in IN_PROGRESS and not is_alive(
                     self.registry, sub.owner, self.config.lease)):
                 claim = self.claim(sub)
