@@ -50,7 +50,7 @@ def shot(page: Any, folder: Path, name: str) -> Path:
 
 
 def upload_through_form(page: Any, base: str, name: str, paper: str, file: Path,
-                        token: str | None) -> None:
+                        token: str | None, screenshot_to: Path | None = None) -> None:
     page.goto(f"{base}/submit")
     if token is not None:
         page.fill("#token", token)
@@ -59,6 +59,8 @@ def upload_through_form(page: Any, base: str, name: str, paper: str, file: Path,
     page.fill("#name", name)
     page.fill("#paper", paper)
     page.set_input_files("#file", str(file))
+    if screenshot_to is not None:
+        shot(page, screenshot_to, "upload-form")
     page.click("#upload")
     page.wait_for_url(f"{base}/submissions/*", timeout=60_000)
 
@@ -86,7 +88,7 @@ def test_upload_rank_reject_and_escape_in_chromium(site, tiny, chromium_page,  #
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
 
     upload_through_form(page, base, "browser model", "https://example.org/browser-paper",
-                        tiny.variant(1), token)
+                        tiny.variant(1), token, folder)
     assert page.locator("h1").inner_text() == "browser model"
     wait_status(page, "ranked", 120)
     assert page.locator("#metrics").count() == 1
@@ -99,6 +101,9 @@ def test_upload_rank_reject_and_escape_in_chromium(site, tiny, chromium_page,  #
     assert paper.get_attribute("href") == "https://example.org/browser-paper"
     report = row.locator("a", has_text="browser model").get_attribute("href")
     assert report.startswith("/reports/")
+    header = page.locator('#board-public th[data-col="mR@50"]')
+    header.click()                       # the sorter runs under the page's CSP (script hash)
+    assert header.get_attribute("aria-sort") == "ascending"
     shot(page, folder, "leaderboard")
     page.goto(base + report)
     assert "sgdask report" in page.title()

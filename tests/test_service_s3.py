@@ -14,7 +14,7 @@ from tests.test_s3 import AWS_ENV, BUCKET, s3  # noqa: F401  (the moto S3 server
 
 
 def records(s3, submission_id: str) -> list[dict]:  # noqa: F811
-    folder = f"{BUCKET}/registry/status/{submission_id}"
+    folder = f"{BUCKET}/service-registry/status/{submission_id}"
     s3.fs.invalidate_cache()
     if not s3.fs.exists(folder):
         return []
@@ -22,12 +22,13 @@ def records(s3, submission_id: str) -> list[dict]:  # noqa: F811
 
 
 def test_upload_and_inbox_on_s3_with_two_workers(s3, tiny, client, tmp_path):  # noqa: F811
+    # own prefixes: moto keeps one state per process, shared with the other S3 tests
     gt = s3.url("service-gt")
     s3.fs.put(tiny.gt, gt, recursive=True)
     tokens = tmp_path / "tokens.json"
     token = add_token(tokens, "s3-team", "participant")
-    common = ["--registry", s3.url("registry"), "--gt", gt, "--out", s3.url("board"),
-              "--tokens", str(tokens), *s3.cli_options()]
+    common = ["--registry", s3.url("service-registry"), "--gt", gt,
+              "--out", s3.url("service-board"), "--tokens", str(tokens), *s3.cli_options()]
     server = Proc(["serve", *common, "--port", "0", "--no-worker"], tmp_path / "serve.log",
                   AWS_ENV)
     workers = [Proc(["worker", *common, "--scheduler", client.scheduler.address, "--poll",
@@ -37,9 +38,9 @@ def test_upload_and_inbox_on_s3_with_two_workers(s3, tiny, client, tmp_path):  #
         answer = upload(base, token, tiny.variant(2), "uploaded to s3")
         assert answer.status_code == 202, answer.text
         uploaded = answer.json()["id"]
-        s3.fs.pipe_file(f"{BUCKET}/registry/inbox/dropped.zip",
+        s3.fs.pipe_file(f"{BUCKET}/service-registry/inbox/dropped.zip",
                         tiny.variant(3).read_bytes())
-        s3.fs.pipe_file(f"{BUCKET}/registry/inbox/dropped.meta.json", json.dumps(
+        s3.fs.pipe_file(f"{BUCKET}/service-registry/inbox/dropped.meta.json", json.dumps(
             {"name": "dropped in the inbox", "paper": "https://example.org/inbox",
              "token": token}).encode())
 
@@ -60,11 +61,11 @@ def test_upload_and_inbox_on_s3_with_two_workers(s3, tiny, client, tmp_path):  #
         statuses = [r["status"] for r in records(s3, sid)]
         assert statuses == ["validating", "converting", "evaluating", "evaluated", "ranked"]
     s3.fs.invalidate_cache()
-    assert s3.fs.find(f"{BUCKET}/registry/inbox") == []
-    assert len(s3.fs.ls(f"{BUCKET}/registry/inbox-claims")) == 1
-    assert len(s3.fs.ls(f"{BUCKET}/registry/entries")) == 2
-    board = json.loads(s3.fs.cat_file(f"{BUCKET}/board/leaderboard.json"))
+    assert s3.fs.find(f"{BUCKET}/service-registry/inbox") == []
+    assert len(s3.fs.ls(f"{BUCKET}/service-registry/inbox-claims")) == 1
+    assert len(s3.fs.ls(f"{BUCKET}/service-registry/entries")) == 2
+    board = json.loads(s3.fs.cat_file(f"{BUCKET}/service-board/leaderboard.json"))
     assert sorted(r["submission_id"] for r in board) == sorted([uploaded, dropped])
     claimed_by = {json.loads(s3.fs.cat_file(p))["worker"]
-                  for p in s3.fs.find(f"{BUCKET}/registry/inbox-claims")}
+                  for p in s3.fs.find(f"{BUCKET}/service-registry/inbox-claims")}
     assert len(claimed_by) == 1

@@ -66,6 +66,8 @@ def serve(service: ServiceConfig, worker: WorkerConfig | None, scheduler: str | 
         if thread is not None:
             thread.join(timeout=30)
 
+    if not service.tokens and not service.open_uploads:
+        log("warning: no --tokens file and no --open-uploads: every upload will be refused")
     sock = bound_socket(host, port)
     shown = f"[{host}]" if ":" in host else host
     log(f"serving http://{shown}:{sock.getsockname()[1]}/ (registry {service.registry}, "
