@@ -3,6 +3,7 @@ processes on 127.0.0.1, bounded waits, reading a registry's state from its files
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -57,16 +58,20 @@ class Proc:
         wait_for(lambda: healthy(base), timeout, "the server to answer")
         return base
 
+    def signal(self, sig: signal.Signals) -> None:
+        """``sig`` to the process group (the process may have exited meanwhile)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+
     def kill(self) -> None:
         """SIGKILL, no clean-up: the process and anything it started."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
 
     def stop(self) -> None:
         """SIGTERM (a clean stop), SIGKILL if it does not stop in time."""
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:

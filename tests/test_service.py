@@ -328,7 +328,7 @@ def test_server_killed_mid_upload_leaves_nothing(tiny, tokens, tmp_path):
             wait_for(lambda: partial.is_dir() and any(
                 p.stat().st_size > 0 for p in partial.iterdir()), 30,
                 "the upload to reach the registry")
-            os.killpg(proc.proc.pid, signal.SIGKILL)
+            proc.signal(signal.SIGKILL)
             proc.proc.wait(timeout=30)
         assert entry_ids(registry) == set()
         assert stored_uploads(registry) == []
@@ -367,7 +367,7 @@ def test_worker_killed_mid_evaluation_is_retried_and_ranked_once(tiny, tokens, c
             wait_for(lambda sid=sid: "evaluating" in [r["status"] for r in
                                                       history(registry, sid)],
                      90, "evaluation to start", interval=0.005)
-            os.killpg(first.proc.pid, signal.SIGKILL)
+            first.signal(signal.SIGKILL)
         finally:
             first.kill()
         done.add(sid)
