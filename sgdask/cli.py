@@ -350,19 +350,19 @@ def submit_to_server(submission: str, server: str, token: str | None, name: str,
 
     answer = client.upload(server, token, submission, name, paper,
                            "approved" if approved else "public")
-    out_console.print(f"uploaded {answer['id']}: {answer['status']} -> {answer['url']}")
+    print(f"uploaded {answer['id']}: {answer['status']} -> {answer['url']}", flush=True)
     if not wait:
         return
     doc = client.wait(server, token, answer["id"], timeout,
-                      lambda status: err_console.print(f"{answer['id']}: {status}"))
+                      lambda status: print(f"{answer['id']}: {status}", file=sys.stderr))
     for line in doc.get("errors", []):
         print(line, file=sys.stderr)
     if doc["status"] != "ranked":
         raise SgdaskError(f"{answer['id']}: {doc['status']}")
     metrics = doc.get("metrics") or {}
     rank = doc.get("rank")
-    out_console.print(f"{answer['id']}: ranked{f' #{rank}' if rank else ''}, mR@50 "
-                      f"{fmt_metric('mR@50', metrics.get('mR@50'))}")
+    print(f"{answer['id']}: ranked{f' #{rank}' if rank else ''}, mR@50 "
+          f"{fmt_metric('mR@50', metrics.get('mR@50'))}")
 
 
 @app.command()
