@@ -452,7 +452,7 @@ def serve(registry: Registry, gt: GT,
     from sgdask.service.server import serve as run_server
 
     options = storage_options(storage_option)
-    service = ServiceConfig(registry, gt, out, options, tokens, max_upload_mb,
+    service = ServiceConfig(registry, out, options, tokens, max_upload_mb,
                             Limits(daily_limit or None, total_limit or None), open_uploads,
                             title)
     worker = None if no_worker else worker_config(

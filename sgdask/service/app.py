@@ -58,7 +58,6 @@ REPORT_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
 @dataclass
 class ServiceConfig:
     registry: str
-    gt: str
     out: str
     storage_options: StorageOptions | None = None
     tokens: str | None = None
@@ -66,7 +65,6 @@ class ServiceConfig:
     limits: Limits = field(default_factory=Limits)
     open_uploads: bool = False
     title: str = "sgdask leaderboard"
-    max_errors: int = 20
 
     @property
     def max_upload_bytes(self) -> int:
