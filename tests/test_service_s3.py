@@ -69,3 +69,20 @@ def test_upload_and_inbox_on_s3_with_two_workers(s3, tiny, client, tmp_path):  #
     claimed_by = {json.loads(s3.fs.cat_file(p))["worker"]
                   for p in s3.fs.find(f"{BUCKET}/service-registry/inbox-claims")}
     assert len(claimed_by) == 1
+
+
+def test_exclusive_create_has_one_winner_on_s3_and_disk(s3, tmp_path):  # noqa: F811
+    """The primitive under claims and status records: 8 threads create the same object at
+    once; exactly one succeeds and its bytes are the object's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sgdask.batch.registry import create_exclusive
+    from sgdask.io.fs import filesystem
+
+    for url in (s3.url("exclusive", "claim.json"), str(tmp_path / "exclusive" / "claim.json")):
+        fs, path = filesystem(url, s3.options if url.startswith("s3://") else None)
+        with ThreadPoolExecutor(8) as pool:
+            won = list(pool.map(lambda i, fs=fs, path=path: create_exclusive(
+                fs, path, f"writer {i}".encode()), range(8)))
+        assert won.count(True) == 1, (url, won)
+        assert fs.cat_file(path).decode() == f"writer {won.index(True)}"
