@@ -437,3 +437,30 @@ def test_retry_limit_ends_in_failed(tiny, client, tmp_path):
     assert records[-1]["status"] == "failed"
     assert records[-1]["errors"] == [
         "gave up after 2 attempts: worker gone-worker stopped while evaluating"]
+
+
+def test_total_limit_and_what_counts():
+    """Total limit: no next time; failed submissions do not count, rejected ones do;
+    maintainers are not limited; the daily window is rolling."""
+    from sgdask.batch.registry import Entry
+    from sgdask.service.limits import LimitReached, Limits, check_limits
+    from sgdask.service.queue import Submission
+    from sgdask.service.tokens import Account
+
+    now = datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
+
+    def sub(hours_ago: float, state: str) -> Submission:
+        at = (now - timedelta(hours=hours_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        entry = Entry("x", "m", "u", "s", at, False, None, "received", "", "lab", None)
+        return Submission(entry, [{"status": state}])
+
+    team, boss = Account("lab", "participant"), Account("lab", "maintainer")
+    subs = [sub(30, "ranked"), sub(20, "rejected"), sub(1, "failed")]
+    check_limits(team, subs, Limits(daily=2, total=3), now)      # 2 count, 1 in 24 h
+    with pytest.raises(LimitReached) as total:
+        check_limits(team, subs, Limits(daily=None, total=2), now)
+    assert total.value.next_allowed is None and "2 submissions in total" in str(total.value)
+    with pytest.raises(LimitReached) as daily:
+        check_limits(team, [*subs, sub(2, "ranked")], Limits(daily=2, total=None), now)
+    assert daily.value.next_allowed == now + timedelta(hours=4)  # the 20-hour-old one ages out
+    check_limits(boss, [*subs, sub(2, "ranked")], Limits(daily=1, total=1), now)
