@@ -451,14 +451,33 @@ def evaluate_many_cmd(manifest: Annotated[str, typer.Argument(
 
 @app.command()
 def submit(submission: Annotated[str, typer.Argument(help="SGBench ZIP or JSON")],
-           registry: Annotated[str, typer.Option(help="registry URL")],
-           gt: Annotated[str, typer.Option(help="GT store URL (validates against it)")],
            name: Annotated[str, typer.Option(help="model name shown on the leaderboard")],
+           registry: Annotated[str | None, typer.Option(
+               help="registry URL (convert and register here; or --server)")] = None,
+           server: Annotated[str | None, typer.Option(
+               help="benchmark server URL (upload through its API; or --registry)")] = None,
+           token: Annotated[str | None, typer.Option(
+               envvar="SGDASK_TOKEN", help="token for --server (or $SGDASK_TOKEN)")] = None,
+           gt: Annotated[str | None, typer.Option(
+               help="GT store URL (validates against it; with --registry)")] = None,
            approved: Annotated[bool, typer.Option(help="show on the approved board")] = False,
            paper: Annotated[str | None, typer.Option(help="paper link")] = None,
+           wait: Annotated[bool, typer.Option(
+               "--wait", help="with --server: wait until ranked, rejected or failed")] = False,
+           wait_timeout: Annotated[float, typer.Option(
+               help="seconds --wait waits at most")] = 3600,
            scheduler: Scheduler = None, in_process: InProcess = False,
            workers: Workers = None, storage_option: StorageOpt = None) -> None:
-    """Validate, convert and register a submission."""
+    """Submit a model: convert and register it (--registry), or upload it (--server).
+
+    With --server --wait the exit code is 0 when ranked, 2 when rejected or failed."""
+    if (registry is None) == (server is None):
+        raise SgdaskError("submit: give exactly one of --registry URL or --server URL")
+    if server is not None:
+        submit_to_server(submission, server, token, name, paper, approved, wait, wait_timeout)
+        return
+    if gt is None:
+        raise SgdaskError("submit --registry: --gt is required")
     from sgdask.batch.registry import submit as register
 
     entry = register(submission, registry, gt, name, approved, paper,
@@ -466,6 +485,27 @@ def submit(submission: Annotated[str, typer.Argument(help="SGBench ZIP or JSON")
                      cluster=cluster_choice(scheduler, in_process, workers))
     out_console.print(f"registered {entry.submission_id}: {entry.name} "
                       f"({'approved' if entry.approved else 'not approved'}) -> {entry.url}")
+
+
+def submit_to_server(submission: str, server: str, token: str | None, name: str,
+                     paper: str | None, approved: bool, wait: bool, timeout: float) -> None:
+    from sgdask.service import client
+
+    answer = client.upload(server, token, submission, name, paper,
+                           "approved" if approved else "public")
+    print(f"uploaded {answer['id']}: {answer['status']} -> {answer['url']}", flush=True)
+    if not wait:
+        return
+    doc = client.wait(server, token, answer["id"], timeout,
+                      lambda status: print(f"{answer['id']}: {status}", file=sys.stderr))
+    for line in doc.get("errors", []):
+        print(line, file=sys.stderr)
+    if doc["status"] != "ranked":
+        raise SgdaskError(f"{answer['id']}: {doc['status']}")
+    metrics = doc.get("metrics") or {}
+    rank = doc.get("rank")
+    print(f"{answer['id']}: ranked{f' #{rank}' if rank else ''}, {RANK_BY} "
+          f"{format_value(RANK_BY, metrics.get(RANK_BY))}")
 
 
 @app.command()
@@ -497,6 +537,120 @@ def rerank(registry: Annotated[str, typer.Option(help="registry URL")],
     for row in outcome.board:
         out_console.print(f"{row['rank']:3d}. {row['name']}  {RANK_BY} "
                           f"{format_value(RANK_BY, row['metrics'].get(RANK_BY))}")
+
+
+# --- the benchmarking service ----------------------------------------------------------------
+
+Registry = Annotated[str, typer.Option(help="registry URL (entries, uploads, stores, cache)")]
+GT = Annotated[str, typer.Option(help="GT store URL")]
+Board = Annotated[str, typer.Option(help="leaderboard URL (rerank publishes here)")]
+TokensFile = Annotated[str | None, typer.Option(
+    help="tokens file (from `sgdask tokens add`); without it only --open-uploads work")]
+DailyLimit = Annotated[int, typer.Option(
+    min=0, help="submissions per team per rolling 24 hours (0: no limit)")]
+TotalLimit = Annotated[int, typer.Option(min=0, help="submissions per team in total (0: none)")]
+OpenUploads = Annotated[bool, typer.Option(
+    "--open-uploads", help="the public board takes uploads without a token (a local lab)")]
+Poll = Annotated[float, typer.Option(min=0.05, help="seconds between queue polls")]
+Lease = Annotated[float, typer.Option(
+    min=0.5, help="seconds without a heartbeat after which a worker is presumed dead and its "
+    "entries are taken over")]
+MaxAttempts = Annotated[int, typer.Option(
+    min=1, help="claims of one entry before it is marked failed")]
+
+
+def worker_config(registry: str, gt: str, out: str, options: dict[str, Any] | None,
+                  tokens: str | None, daily_limit: int, total_limit: int,
+                  open_uploads: bool, poll: float, lease: float, max_attempts: int) -> Any:
+    from sgdask.service.limits import Limits
+    from sgdask.service.worker import WorkerConfig
+
+    return WorkerConfig(registry, gt, out, options, poll, lease, max_attempts, tokens=tokens,
+                        limits=Limits(daily_limit or None, total_limit or None),
+                        open_uploads=open_uploads)
+
+
+@app.command()
+def serve(registry: Registry, gt: GT,
+          out: Board,
+          scheduler: Scheduler = None,
+          host: Annotated[str, typer.Option(
+              help="address to listen on (put a TLS proxy in front for anything public)")]
+          = "127.0.0.1",
+          port: Annotated[int, typer.Option(help="port (0: any free port)")] = 8000,
+          tokens: TokensFile = None,
+          no_worker: Annotated[bool, typer.Option(
+              "--no-worker", help="only take uploads; run `sgdask worker` separately")] = False,
+          max_upload_mb: Annotated[float, typer.Option(
+              min=0.001, help="largest upload in MiB (413 beyond)")] = 2048,
+          daily_limit: DailyLimit = 5, total_limit: TotalLimit = 0,
+          open_uploads: OpenUploads = False,
+          title: Annotated[str, typer.Option(help="the leaderboard's title")]
+          = "sgdask leaderboard",
+          poll: Poll = 1.0, lease: Lease = 60.0, max_attempts: MaxAttempts = 3,
+          storage_option: StorageOpt = None) -> None:
+    """Serve the benchmark: upload form, status pages, leaderboard, JSON API, and the queue
+    worker (in this process unless --no-worker)."""
+    from sgdask.service.app import ServiceConfig
+    from sgdask.service.limits import Limits
+    from sgdask.service.server import serve as run_server
+
+    options = storage_options(storage_option)
+    service = ServiceConfig(registry, out, options, tokens, max_upload_mb,
+                            Limits(daily_limit or None, total_limit or None), open_uploads,
+                            title)
+    worker = None if no_worker else worker_config(
+        registry, gt, out, options, tokens, daily_limit, total_limit, open_uploads, poll, lease,
+        max_attempts)
+    run_server(service, worker, scheduler, host, port)
+
+
+@app.command()
+def worker(registry: Registry, gt: GT, out: Board,
+           scheduler: Scheduler = None, tokens: TokensFile = None,
+           daily_limit: DailyLimit = 5, total_limit: TotalLimit = 0,
+           open_uploads: OpenUploads = False,
+           poll: Poll = 1.0, lease: Lease = 60.0, max_attempts: MaxAttempts = 3,
+           storage_option: StorageOpt = None) -> None:
+    """Work the service's queue and inbox: validate, convert, evaluate, publish.
+
+    Any number of workers may poll one registry; each entry and inbox file is taken once.
+    Tokens and limits apply to inbox submissions."""
+    from sgdask.service.server import work
+
+    work(worker_config(registry, gt, out, storage_options(storage_option), tokens, daily_limit,
+                       total_limit, open_uploads, poll, lease, max_attempts), scheduler)
+
+
+tokens_app = typer.Typer(no_args_is_help=True, help="Create and revoke upload tokens.")
+app.add_typer(tokens_app, name="tokens")
+
+
+@tokens_app.command("add")
+def tokens_add(file: Annotated[Path, typer.Argument(help="tokens file (created if absent)")],
+               team: Annotated[str, typer.Option(help="team name")],
+               role: Annotated[str, typer.Option(help="participant or maintainer")]
+               = "participant") -> None:
+    """Create a token for a team; the token is the last line of the output (shown once:
+    only its hash is stored)."""
+    from sgdask.service.tokens import add_token
+
+    token = add_token(file, team, role)
+    print(f"added a {role} token for team {team} to {file}; it is not shown again:")
+    print(token)
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(file: Annotated[Path, typer.Argument(help="tokens file")],
+                  team: Annotated[str, typer.Argument(help="team whose tokens to remove")]
+                  ) -> None:
+    """Remove every token of a team (a running server notices the change)."""
+    from sgdask.service.tokens import revoke_team
+
+    removed = revoke_team(file, team)
+    if not removed:
+        raise SgdaskError(f"{file}: team {team!r} has no token")
+    print(f"revoked {removed} token(s) of team {team}")
 
 
 def quiet_dask_logs() -> None:

@@ -78,3 +78,44 @@ def tiff_bytes(array) -> bytes:
     buf = io.BytesIO()
     tifffile.imwrite(buf, array, compression="deflate")
     return buf.getvalue()
+
+
+@dataclass(frozen=True)
+class Tiny:
+    """A 10-image dataset, its GT store and submission variants (benchmarking service)."""
+
+    paths: SynthPaths
+    gt: str
+    root: Path
+
+    def variant(self, i: int) -> Path:
+        """A valid submission with different bytes (and numbers) for each ``i``: every
+        triplet list shortened by ``i`` (keeping at least one), so results are never shared
+        through the result cache."""
+        path = self.root / f"variant-{i}.zip"
+        if not path.exists():
+            def shorten(doc):
+                for img in doc["images"]:
+                    keep = max(1, len(img["triplets"]) - i)
+                    img["triplets"], img["scores"] = img["triplets"][:keep], img["scores"][:keep]
+            rewrite_zip(self.paths.submission_zip, path, shorten)
+        return path
+
+    def broken(self) -> Path:
+        """A ZIP whose triplets.json names a TIFF the archive lacks."""
+        path = self.root / "broken.zip"
+        if not path.exists():
+            with zipfile.ZipFile(self.paths.submission_zip) as z:
+                tiff = sorted(n for n in z.namelist() if n.endswith(".tiff"))[0]
+            rewrite_zip(self.paths.submission_zip, path, drop=(tiff,))
+        return path
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> Tiny:
+    root = tmp_path_factory.mktemp("tiny")
+    paths = write_dataset(root / "raw", n_images=10, seed=3, height=64, width=80,
+                          missing_fraction=0.0, no_relation_fraction=0.0)
+    gt = str(root / "gt")
+    ingest_gt(str(paths.psg_json), gt, str(paths.masks_dir))
+    return Tiny(paths, gt, root)

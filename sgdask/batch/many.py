@@ -99,6 +99,7 @@ class ManyOutcome:
     cached: list[tuple[str, str]]
     evaluated: list[tuple[str, str]]
     gt_parts_read: list[str]
+    keys: dict[tuple[str, str], str] = field(default_factory=dict)  # result cache keys
 
 
 def plan_cache(job: ManyJob, cache: ResultCache | None
@@ -152,7 +153,7 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | None =
     if job.out and not dry_run:
         write_outputs(job, reports)
     evaluated = [(n, p) for n, ps in missing.items() for p in ps] if not dry_run else []
-    return ManyOutcome(reports, sorted(hits), evaluated, parts_read)
+    return ManyOutcome(reports, sorted(hits), evaluated, parts_read, keys)
 
 
 def summary_rows(reports: dict[str, dict[str, Report]]) -> list[dict[str, Any]]:

@@ -3,19 +3,29 @@
 Each entry is written once with an exclusive create, so concurrent submitters never lose
 each other's entries (object stores have no append); the registry is the listing.
 Submitted files are converted into ``URL/stores/<submission id>``.
+
+An entry's status can move on (the benchmarking service's queue) without rewriting it:
+``URL/status/<id>/<seq>.json`` are append-only records, each created exclusively at the next
+sequence number, so the latest record is the status and two processes racing to move the
+same entry cannot both win (the exclusive create is the compare-and-swap). Entries without
+records keep the status they were written with (``sgdask submit --registry``: ``ready``).
+Visibility (a team hiding its result) is a second append-only log, ``URL/visibility/<id>/``.
+Every file is immutable once written, so a long-lived reader caches what it has read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+import os
+import uuid
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from sgdask.cluster import ClusterSpec
 from sgdask.errors import InputError, SgdaskError
-from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.io.fs import StorageOptions, filesystem, is_local, join
 from sgdask.io.ingest import convert_submission
 
 
@@ -32,45 +42,166 @@ class Entry:
     paper: str | None
     status: str
     content_hash: str
+    team: str | None = None
+    filename: str | None = None
+
+
+# Statuses an entry moves through in the service's queue; ``evaluated`` (scored and cached,
+# waiting for the board to be published) is shown to users as ``evaluating``.
+QUEUE_STATUSES = ("received", "validating", "converting", "evaluating", "evaluated", "ranked",
+                  "rejected", "failed")
+# What rerank puts on the board: converted by ``submit`` (ready) or scored by the service.
+RANKABLE = frozenset({"ready", "evaluated", "ranked"})
+STAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 def utc_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime(STAMP_FORMAT)
+
+
+def parse_stamp(stamp: str) -> datetime:
+    return datetime.strptime(stamp, STAMP_FORMAT).replace(tzinfo=UTC)
+
+
+def create_exclusive(fs: Any, path: str, data: bytes) -> bool:
+    """Create ``path`` holding ``data`` unless it exists (then False); all or nothing.
+
+    Local disk: written under a temporary name, then hard-linked into place (``link``
+    fails if the name exists, and a reader never sees half a file). Object stores: a
+    conditional PUT (``If-None-Match: *``), which is atomic by itself."""
+    fs.makedirs(fs._parent(path), exist_ok=True)
+    if is_local(fs):
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+        return True
+    try:
+        with fs.open(path, "xb") as f:
+            f.write(data)
+    except FileExistsError:
+        return False
+    return True
 
 
 class Registry:
     def __init__(self, url: str, storage_options: StorageOptions | None = None) -> None:
         self.url, self.options = str(url).rstrip("/"), storage_options
         self.fs, self.path = filesystem(self.url, storage_options)
+        self._read: dict[str, Any] = {}  # path -> parsed immutable file
 
     def store_url(self, submission_id: str) -> str:
         return join(self.url, "stores", submission_id)
 
     def entries(self) -> list[Entry]:
-        """All entries, oldest first."""
-        folder = join(self.path, "entries")
-        if not self.fs.exists(folder):
-            return []
+        """All entries, oldest first, each with its current status."""
+        histories = self.histories()
+        out = [replace(e, status=histories[e.submission_id][-1]["status"])
+               if histories.get(e.submission_id) else e for e in self.written_entries()]
+        return sorted(out, key=lambda e: (e.submitted_at, e.submission_id))
+
+    def written_entries(self) -> list[Entry]:
+        """The entries as written (their first status)."""
         out = []
-        for path in sorted(self.fs.find(folder)):
-            if not path.endswith(".json"):
-                continue
-            with self.fs.open(path, "r") as f:
+        for path in self.listing("entries"):
+            if path not in self._read:
                 try:
-                    out.append(Entry(**json.load(f)))
+                    self._read[path] = Entry(**json.loads(self.read_text(path)))
                 except (json.JSONDecodeError, TypeError) as err:
                     raise InputError(path, f"not a registry entry ({err})") from err
-        return sorted(out, key=lambda e: (e.submitted_at, e.submission_id))
+            out.append(self._read[path])
+        return out
+
+    def entry(self, submission_id: str) -> Entry | None:
+        """One entry as written, or None."""
+        path = join(self.path, "entries", f"{submission_id}.json")
+        if path not in self._read:
+            try:
+                self._read[path] = Entry(**json.loads(self.read_text(path)))
+            except FileNotFoundError:
+                return None
+        return self._read[path]
 
     def add(self, entry: Entry) -> None:
         """Write an entry; never overwrites one (exclusive create)."""
         path = join(self.path, "entries", f"{entry.submission_id}.json")
-        self.fs.makedirs(join(self.path, "entries"), exist_ok=True)
-        try:
-            with self.fs.open(path, "xb") as f:
-                f.write(json.dumps(asdict(entry), indent=1).encode())
-        except FileExistsError:
-            raise SgdaskError(f"{path}: submission id already registered") from None
+        if not create_exclusive(self.fs, path, json.dumps(asdict(entry), indent=1).encode()):
+            raise SgdaskError(f"{path}: submission id already registered")
+
+    def rankable(self) -> list[Entry]:
+        """The entries rerank puts on the board: converted or scored, and not hidden."""
+        hidden = self.hidden()
+        return [e for e in self.entries()
+                if e.status in RANKABLE and not hidden.get(e.submission_id, False)]
+
+    # --- append-only logs: status and visibility ----------------------------------------
+
+    def histories(self) -> dict[str, list[dict[str, Any]]]:
+        """Status records of every entry that has any, by submission id, in order."""
+        return self.logs("status")
+
+    def history(self, submission_id: str) -> list[dict[str, Any]]:
+        return self.logs("status", submission_id).get(submission_id, [])
+
+    def advance(self, submission_id: str, seq: int, status: str, **fields: Any) -> bool:
+        """Append status record ``seq`` (1 follows the entry itself); False if another
+        process wrote that record first."""
+        return self.append("status", submission_id, seq, {"status": status, **fields})
+
+    def hidden(self) -> dict[str, bool]:
+        """Submission id -> hidden, for every entry whose visibility was ever set."""
+        return {sid: log[-1]["hidden"] for sid, log in self.logs("visibility").items()}
+
+    def visibility(self, submission_id: str) -> dict[str, Any] | None:
+        """The latest visibility record (``hidden``, ``by``), or None (public)."""
+        log = self.logs("visibility", submission_id).get(submission_id)
+        return log[-1] if log else None
+
+    def set_hidden(self, submission_id: str, hidden: bool, by: str) -> None:
+        """Append a visibility record at the next free sequence number."""
+        for _ in range(100):
+            seq = len(self.logs("visibility", submission_id).get(submission_id, [])) + 1
+            if self.append("visibility", submission_id, seq, {"hidden": hidden, "by": by}):
+                return
+        raise SgdaskError(f"{submission_id}: visibility keeps changing; try again")
+
+    def append(self, log: str, submission_id: str, seq: int, record: dict[str, Any]) -> bool:
+        path = join(self.path, log, submission_id, f"{seq:06d}.json")
+        data = {**record, "seq": seq, "at": utc_now()}
+        return create_exclusive(self.fs, path, json.dumps(data).encode())
+
+    def logs(self, log: str, submission_id: str | None = None
+             ) -> dict[str, list[dict[str, Any]]]:
+        """Records of one log (of one entry, or all), by submission id, in order."""
+        folder = join(log, submission_id) if submission_id else log
+        out: dict[str, list[dict[str, Any]]] = {}
+        for path in self.listing(folder):
+            if path not in self._read:
+                self._read[path] = json.loads(self.read_text(path))
+            out.setdefault(path.rsplit("/", 2)[-2], []).append(self._read[path])
+        return out
+
+    # --- reading -------------------------------------------------------------------------
+
+    def listing(self, folder: str) -> list[str]:
+        """Sorted paths of the complete ``.json`` files under ``folder`` (fresh, not from
+        the filesystem's listing cache: other processes add files)."""
+        path = join(self.path, folder)
+        self.fs.invalidate_cache(path)
+        if not self.fs.exists(path):
+            return []
+        return sorted(p for p in self.fs.find(path) if p.endswith(".json"))
+
+    def read_text(self, path: str) -> str:
+        """The file's text. Object store filesystems answer from their listing cache, which
+        may predate files other processes added: that cache is dropped first."""
+        self.fs.invalidate_cache(self.fs._parent(path))
+        return self.fs.cat_file(path).decode()
 
 
 def new_submission_id(name: str, submitted_at: str) -> str:

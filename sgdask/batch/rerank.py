@@ -30,8 +30,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from distributed import Client
 
+from sgdask import __version__
 from sgdask.batch.leaderboard_html import render_leaderboard
-from sgdask.batch.many import Log, ManyJob, run_many
+from sgdask.batch.many import Log, ManyJob, ManyOutcome, run_many
 from sgdask.batch.registry import Entry, Registry, utc_now
 from sgdask.errors import SgdaskError
 from sgdask.io.fs import StorageOptions, filesystem, is_local, join
@@ -144,8 +145,9 @@ def approved_board(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | 
     board = []
     for rank, row in enumerate((r for r in rows if r["approved"]), start=1):
         old = before.get(row["submission_id"])
-        board.append({**row, "rank": rank, "rank_change": None if old is None else old - rank})
-        row["approved_rank"] = rank
+        change = None if old is None else old - rank
+        board.append({**row, "rank": rank, "rank_change": change})
+        row["approved_rank"], row["approved_rank_change"] = rank, change
     return board
 
 
@@ -170,23 +172,30 @@ def protocol_versions() -> dict[str, str]:
     return {**{p: PROTOCOLS[p].version for p in BOARD_PROTOCOLS}, "metrics": METRICS_VERSION}
 
 
+def board_job(registry_url: str, gt: str, entries: list[Entry], options: Options,
+              storage_options: StorageOptions | None) -> ManyJob:
+    """The evaluation a board needs, through the registry's result cache (the service's
+    worker scores new entries with the same job, so rerank finds them cached)."""
+    return ManyJob(gt, [(e.submission_id, e.url, ",".join(BOARD_PROTOCOLS)) for e in entries],
+                   options, cache=join(registry_url, "cache"), storage_options=storage_options)
+
+
 def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
            storage_options: StorageOptions | None = None, client: Client | None = None,
            scheduler: str | None = None, dry_run: bool = False, progress: bool = False,
            log: Log = print, stale_after: float = STALE_LOCK_SECONDS) -> RerankOutcome:
     """Evaluate missing results and publish a new leaderboard if anything changed."""
     options = options or Options()
-    registry = Registry(registry_url, storage_options)
-    entries = [e for e in registry.entries() if e.status == "ready"]
-    job = ManyJob(gt, [(e.submission_id, e.url, ",".join(BOARD_PROTOCOLS)) for e in entries],
-                  options, cache=join(registry_url, "cache"), storage_options=storage_options)
-    if not entries:
+    entries = Registry(registry_url, storage_options).rankable()
+    job = board_job(registry_url, gt, entries, options, storage_options)
+    fs, root = filesystem(out, storage_options)
+    if not entries and read_json(fs, join(root, "current.json")) is None:
+        # (with a board published, an empty registry, every entry hidden, is published)
         log("registry is empty: nothing to rank")
         return RerankOutcome(None, [], [], [])
     if dry_run:
         outcome = run_many(job, dry_run=True, log=log)
         return RerankOutcome(None, [], outcome.cached, [])
-    fs, root = filesystem(out, storage_options)
     with exclusive_lock(join(out, "lock.json"), storage_options, stale_after):
         outcome = run_many(job, client, scheduler, progress, log=log)
         current = read_json(fs, join(root, "current.json"))
@@ -202,7 +211,8 @@ def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
         approved = approved_board(board, previous)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         board_dir = f"history/{stamp}"
-        files = board_files(board, approved, outcome.reports, current, stamp)
+        pages = report_pages(outcome, join(registry_url, "cache"), storage_options, client)
+        files = board_files(board, approved, pages, current, stamp)
         files[TOP_PAGE] = leaderboard_page(board, approved, current, stamp,
                                            report_prefix=f"{board_dir}/")
         for name, data in files.items():
@@ -254,8 +264,55 @@ def leaderboard_page(board: list[dict[str, Any]], approved: list[dict[str, Any]]
         previous_generated_at=current["published_at"] if current else None).encode()
 
 
+def report_title(submission_id: str) -> str:
+    return f"sgdask report: {submission_id}"
+
+
+def page_key(submission_id: str, keys: dict[tuple[str, str], str]) -> str:
+    """Names a rendered report page: the submission's result cache keys (so a new protocol
+    or metric version renders anew), its title and the sgdask version that renders it."""
+    mine = sorted((p, k) for (name, p), k in keys.items() if name == submission_id)
+    text = json.dumps([__version__, report_title(submission_id), mine])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def render_page(by_protocol: dict[str, Report], submission_id: str, url: str,
+                storage_options: StorageOptions | None) -> bytes:
+    """Render one report page and keep it at ``url`` (runs as a Dask task)."""
+    data = render_html(by_protocol, title=report_title(submission_id)).encode()
+    fs, path = filesystem(url, storage_options)
+    fs.makedirs(fs._parent(path), exist_ok=True)
+    write_atomic(fs, path, data)
+    return data
+
+
+def report_pages(outcome: ManyOutcome, cache: str, storage_options: StorageOptions | None,
+                 client: Client | None = None) -> dict[str, bytes]:
+    """Every submission's HTML report page. Rendering (matplotlib plots) costs seconds per
+    page, so a page is rendered once, kept under ``CACHE/pages/`` and reused by every later
+    board; missing pages render as parallel tasks when a client is given."""
+    fs, root = filesystem(cache, storage_options)
+    pages, missing = {}, {}
+    for submission_id in outcome.reports:
+        name = page_key(submission_id, outcome.keys) + ".html"
+        try:
+            with fs.open(join(root, "pages", name), "rb") as f:
+                pages[submission_id] = f.read()
+        except FileNotFoundError:
+            missing[submission_id] = join(cache, "pages", name)
+    if client is not None and missing:
+        futures = {sid: client.submit(render_page, outcome.reports[sid], sid, url,
+                                      storage_options, pure=False)
+                   for sid, url in missing.items()}
+        pages.update({sid: future.result() for sid, future in futures.items()})
+    else:
+        pages.update({sid: render_page(outcome.reports[sid], sid, url, storage_options)
+                      for sid, url in missing.items()})
+    return pages
+
+
 def board_files(board: list[dict[str, Any]], approved: list[dict[str, Any]],
-                reports: dict[str, dict[str, Report]], current: dict[str, Any] | None,
+                pages: dict[str, bytes], current: dict[str, Any] | None,
                 stamp: str) -> dict[str, bytes]:
     """Every file of one dated board, by relative path."""
     table = pa.Table.from_pylist([
@@ -270,7 +327,6 @@ def board_files(board: list[dict[str, Any]], approved: list[dict[str, Any]],
     files = {"leaderboard.json": json.dumps(board, indent=1).encode(),
              "leaderboard.parquet": sink.getvalue().to_pybytes(),
              "leaderboard.html": leaderboard_page(board, approved, current, stamp)}
-    for submission_id, by_protocol in reports.items():
-        files[f"reports/{submission_id}.html"] = render_html(
-            by_protocol, title=f"sgdask report: {submission_id}").encode()
+    for submission_id, page in pages.items():
+        files[f"reports/{submission_id}.html"] = page
     return files

@@ -1,0 +1,64 @@
+"""Who may upload where, and what an upload's fields may hold (HTTP and inbox alike)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sgdask.batch.leaderboard_html import URL_IGNORED, URL_SCHEME
+from sgdask.service.tokens import Account
+
+BOARDS = ("public", "approved")
+NAME_MAX = 200
+PAPER_MAX = 2000
+
+
+@dataclass(frozen=True)
+class Refusal(Exception):
+    """An upload refused: the HTTP status to answer and a one-line reason."""
+
+    status: int
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def authorize(account: Account | None, token_given: bool, board: str,
+              open_uploads: bool) -> None:
+    """Raise Refusal unless ``account`` may upload to ``board``.
+
+    The approved board takes maintainers only; the public board any valid token, or no
+    token at all with ``open_uploads``. An unknown token is refused even then."""
+    if board not in BOARDS:
+        raise Refusal(400, f"board: {board!r} is not one of {', '.join(BOARDS)}")
+    if token_given and account is None:
+        raise Refusal(401, "token: unknown or revoked token")
+    if account is None:
+        if board == "public" and open_uploads:
+            return
+        raise Refusal(401, "token: missing (send Authorization: Bearer TOKEN)")
+    if board == "approved" and not account.is_maintainer:
+        raise Refusal(403, f"board: team {account.team} may not upload to the approved board "
+                      "(maintainers only)")
+
+
+def checked_name(name: str | None) -> str:
+    """The model name: 1-200 printable characters (any text: it is escaped when shown)."""
+    name = (name or "").strip()
+    if not name:
+        raise Refusal(400, "name: missing")
+    if len(name) > NAME_MAX or not name.isprintable():
+        raise Refusal(400, f"name: expected at most {NAME_MAX} printable characters")
+    return name
+
+
+def checked_paper(paper: str | None) -> str | None:
+    """The paper link: empty, or an absolute http(s) URL."""
+    paper = (paper or "").strip()
+    if not paper:
+        return None
+    scheme = URL_SCHEME.match(URL_IGNORED.sub("", paper))
+    if (len(paper) > PAPER_MAX or not paper.isprintable() or scheme is None
+            or scheme.group(1).lower() not in ("http", "https")):
+        raise Refusal(400, "paper: expected an http:// or https:// link")
+    return paper

@@ -1,0 +1,524 @@
+"""The Starlette application: HTML pages for browsers, a JSON API for scripts and CI.
+
+Authentication: the API takes ``Authorization: Bearer TOKEN`` only (never a cookie, so a
+foreign page cannot make a browser call it); the pages take the token once in a form field and
+keep it in an HttpOnly, SameSite=Strict cookie. Every form POST carries a CSRF token that
+must equal the value of a second HttpOnly SameSite=Strict cookie (double submit), and a
+cross-site ``Sec-Fetch-Site`` or foreign ``Origin`` is refused as well.
+
+No text from the client names a file: submission ids are checked against a fixed pattern
+before they are used, uploads are stored under server-chosen names, and the uploaded file
+name is only ever displayed (escaped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from sgdask.batch.registry import Entry, Registry, utc_now
+from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.service import pages
+from sgdask.service.access import Refusal, authorize, checked_name, checked_paper
+from sgdask.service.limits import LimitReached, Limits, check_limits
+from sgdask.service.queue import (
+    Submission,
+    is_submission_id,
+    new_id,
+    submission,
+    submissions,
+    upload_url,
+)
+from sgdask.service.tokens import Account, TokenBook
+from sgdask.service.uploads import UploadSink, receive
+
+TOKEN_COOKIE, CSRF_COOKIE = "sgdask_token", "sgdask_csrf"
+DEFAULT_MAX_UPLOAD_MB = 2048
+PAGE_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+            f"script-src '{pages.SCRIPT_HASH}'; form-action 'self'; frame-ancestors 'none'; "
+            "base-uri 'none'")
+REPORT_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+              "frame-ancestors 'none'; base-uri 'none'")
+
+
+@dataclass
+class ServiceConfig:
+    registry: str
+    out: str
+    storage_options: StorageOptions | None = None
+    tokens: str | None = None
+    max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB
+    limits: Limits = field(default_factory=Limits)
+    open_uploads: bool = False
+    title: str = "sgdask leaderboard"
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_mb * 2**20)
+
+
+class Service:
+    """What every handler shares."""
+
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
+        self.registry = Registry(config.registry, config.storage_options)
+        self.tokens = TokenBook(config.tokens)
+        self.register_lock = asyncio.Lock()  # limits are checked, entries added under it
+
+    async def run(self, func: Callable[..., Any], *args: Any) -> Any:
+        """Blocking storage calls run in worker threads, never on the event loop."""
+        return await anyio.to_thread.run_sync(partial(func, *args))
+
+    # --- the board ----------------------------------------------------------------------
+
+    def board_file(self, name: str) -> bytes | None:
+        """A file of the published board (one GET, never from a stale listing cache)."""
+        fs, root = filesystem(self.config.out, self.config.storage_options)
+        path = join(root, name)
+        fs.invalidate_cache(fs._parent(path))  # the listing cache may predate the file
+        try:
+            return fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+
+    def board(self) -> tuple[list[dict[str, Any]] | None, str | None]:
+        """(the published rows, when they were published) or (None, None)."""
+        data = self.board_file("leaderboard.json")
+        if data is None:
+            return None, None
+        current = json.loads(self.board_file("current.json") or b"{}")
+        return json.loads(data), current.get("published_at")
+
+    def ranks(self) -> dict[str, int]:
+        rows, _ = self.board()
+        return {r["submission_id"]: r["rank"] for r in rows or []}
+
+    def report(self, submission_id: str) -> bytes | None:
+        current = json.loads(self.board_file("current.json") or b"null")
+        if not current:
+            return None
+        return self.board_file(f"{current['board']}/reports/{submission_id}.html")
+
+
+# --- who is asking -------------------------------------------------------------------------
+
+def bearer(request: Request) -> str | None:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def cookie_account(svc: Service, request: Request) -> Account | None:
+    return svc.tokens.account(request.cookies.get(TOKEN_COOKIE))
+
+
+def can_view(sub: Submission, account: Account | None) -> bool:
+    return not sub.hidden or is_owner(sub, account) or bool(account and account.is_maintainer)
+
+
+def is_owner(sub: Submission, account: Account | None) -> bool:
+    return account is not None and sub.entry.team == account.team
+
+
+def may_see_errors(sub: Submission, account: Account | None) -> bool:
+    return (sub.entry.team is None or is_owner(sub, account)
+            or bool(account and account.is_maintainer))
+
+
+def may_set_hidden(sub: Submission, account: Account | None, hidden: bool,
+                   visibility: dict[str, Any] | None) -> bool:
+    """Teams hide and show their own; maintainers hide any, and only they undo their hide."""
+    if account is None:
+        return False
+    if account.is_maintainer:
+        return True
+    hidden_by_maintainer = bool(visibility and visibility["hidden"]
+                                and visibility["by"].startswith("maintainer"))
+    return is_owner(sub, account) and (hidden or not hidden_by_maintainer)
+
+
+# --- CSRF ----------------------------------------------------------------------------------
+
+def csrf_value(request: Request) -> tuple[str, bool]:
+    """(the browser's CSRF token, whether it is new and must be set as a cookie)."""
+    value = request.cookies.get(CSRF_COOKIE)
+    if value and 16 <= len(value) <= 128 and value.isascii() and value.isprintable():
+        return value, False
+    return secrets.token_urlsafe(32), True
+
+
+def check_csrf(request: Request, submitted: str | None) -> None:
+    """Refuse a form POST unless it carries the cookie's CSRF token and comes from here."""
+    cookie = request.cookies.get(CSRF_COOKIE)
+    if not cookie or not submitted or not secrets.compare_digest(cookie.encode(),
+                                                                 submitted.encode()):
+        raise Refusal(403, "csrf: the form is stale or was not sent from this site; reload "
+                      "the page and try again")
+    if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        raise Refusal(403, "csrf: cross-site form submissions are refused")
+    origin = request.headers.get("origin")
+    if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
+        raise Refusal(403, "csrf: the form was sent from another origin")
+
+
+def with_cookies(response: Response, request: Request, csrf: str, new_csrf: bool,
+                 token: str | None = None) -> Response:
+    secure = request.url.scheme == "https"
+    if new_csrf:
+        response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict",
+                            secure=secure, path="/")
+    if token is not None:
+        response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict",
+                            secure=secure, path="/")
+    return response
+
+
+# --- uploads -------------------------------------------------------------------------------
+
+async def accept_upload(svc: Service, request: Request, token: str | None, form: bool
+                        ) -> tuple[Submission, str | None]:
+    """Stream an upload into the registry and register it; returns the submission and
+    the token that was used (for the form's cookie). Raises Refusal / LimitReached."""
+    config = svc.config
+    submitted_at = utc_now()
+    submission_id = new_id(submitted_at)
+
+    def who(fields: dict[str, str]) -> tuple[Account | None, str | None]:
+        used = fields.get("token") or token
+        account = svc.tokens.account(used)
+        authorize(account, bool(used), fields.get("board") or "public", config.open_uploads)
+        return account, used
+
+    async def start_file(fields: dict[str, str]) -> UploadSink:
+        if form:
+            check_csrf(request, fields.get("csrf"))
+        account, _ = who(fields)
+        await svc.run(lambda: check_limits(account, submissions(svc.registry), config.limits))
+        return UploadSink(svc.registry, submission_id)
+
+    upload = await receive(request, config.max_upload_bytes, start_file)
+    assert upload.sink is not None
+    try:
+        account, used = who(upload.fields)
+        name = checked_name(upload.fields.get("name"))
+        paper = checked_paper(upload.fields.get("paper"))
+        async with svc.register_lock:
+            await svc.run(lambda: check_limits(account, submissions(svc.registry),
+                                               config.limits))
+            await svc.run(upload.sink.commit)
+            entry = Entry(submission_id, name, svc.registry.store_url(submission_id),
+                          upload_url(svc.registry, submission_id), submitted_at,
+                          upload.fields.get("board") == "approved", paper, "received", "",
+                          account.team if account else None, upload.filename)
+            await svc.run(svc.registry.add, entry)
+    except BaseException:
+        await svc.run(upload.sink.abort)
+        raise
+    return Submission(entry, []), used
+
+
+# --- JSON ----------------------------------------------------------------------------------
+
+def status_url(request: Request, submission_id: str) -> str:
+    return str(request.url_for("status_page", submission_id=submission_id))
+
+
+def submission_json(request: Request, sub: Submission, rank: int | None,
+                    account: Account | None) -> dict[str, Any]:
+    e, errors_visible = sub.entry, may_see_errors(sub, account)
+    out = {"id": sub.id, "name": e.name, "team": e.team, "board": sub.board,
+           "paper": e.paper, "file": e.filename, "status": sub.status,
+           "errors": (sub.latest("errors") or []) if errors_visible and sub.status in
+           ("rejected", "failed") else [],
+           "warnings": (sub.latest("warnings") or []) if errors_visible else [],
+           "submitted_at": e.submitted_at, "updated_at": sub.updated_at,
+           "attempts": sub.attempts, "hidden": sub.hidden, "rank": rank,
+           "url": status_url(request, sub.id)}
+    if sub.status == "ranked":
+        out["metrics"] = sub.latest("metrics") or {}
+        out["report"] = str(request.url_for("report_page", submission_id=sub.id)) \
+            if rank is not None else None
+    return out
+
+
+def refusal_json(err: Refusal | LimitReached) -> JSONResponse:
+    if isinstance(err, LimitReached):
+        headers, body = {}, {"detail": str(err), "next_allowed_at": None}
+        if err.next_allowed is not None:
+            wait = (err.next_allowed - datetime.now(UTC)).total_seconds()
+            headers["Retry-After"] = str(max(1, math.ceil(wait)))
+            body["next_allowed_at"] = err.next_allowed.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return JSONResponse(body, 429, headers=headers)
+    headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else {}
+    return JSONResponse({"detail": str(err)}, err.status, headers=headers)
+
+
+def not_found() -> Refusal:
+    return Refusal(404, "no such submission")
+
+
+# --- handlers ------------------------------------------------------------------------------
+
+Handler = Callable[[Service, Request], Awaitable[Response]]
+
+
+def api(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """Refusals become JSON errors."""
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request.app.state.service, request)
+        except (Refusal, LimitReached) as err:
+            return refusal_json(err)
+    return endpoint
+
+
+def html(handler: Callable[[Service, Request, str], Awaitable[Response]]
+         ) -> Callable[[Request], Awaitable[Response]]:
+    """Refusals become error pages; sets the CSRF cookie when the browser has none."""
+    async def endpoint(request: Request) -> Response:
+        svc = request.app.state.service
+        csrf, new = csrf_value(request)
+        try:
+            response = await handler(svc, request, csrf)
+        except (Refusal, LimitReached) as err:
+            status = err.status if isinstance(err, Refusal) else 429
+            account = cookie_account(svc, request)
+            response = HTMLResponse(pages.error_page(status, str(err), account, csrf), status)
+        return with_cookies(response, request, csrf, new)
+    return endpoint
+
+
+async def api_submit(svc: Service, request: Request) -> Response:
+    try:
+        sub, _ = await accept_upload(svc, request, bearer(request), form=False)
+    except ClientDisconnect:
+        return Response(status_code=400)
+    return JSONResponse({"id": sub.id, "status": sub.status,
+                         "url": status_url(request, sub.id)}, 202)
+
+
+async def api_submission(svc: Service, request: Request) -> Response:
+    sub, account = await visible_submission(svc, request, svc.tokens.account(bearer(request)))
+    rank = (await svc.run(svc.ranks)).get(sub.id)
+    return JSONResponse(submission_json(request, sub, rank, account))
+
+
+async def api_submissions(svc: Service, request: Request) -> Response:
+    account = svc.tokens.account(bearer(request))
+    if account is None:
+        raise Refusal(401, "token: missing or unknown")
+    subs, ranks = await svc.run(own_submissions, svc, account), await svc.run(svc.ranks)
+    return JSONResponse([submission_json(request, s, ranks.get(s.id), account) for s in subs])
+
+
+async def api_visibility(svc: Service, request: Request) -> Response:
+    account = svc.tokens.account(bearer(request))
+    try:
+        doc = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise Refusal(400, "expected JSON {\"hidden\": true|false}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("hidden"), bool):
+        raise Refusal(400, "hidden: expected true or false")
+    sub = await change_visibility(svc, request, account, doc["hidden"])
+    rank = (await svc.run(svc.ranks)).get(sub.id)
+    return JSONResponse(submission_json(request, sub, rank, account))
+
+
+async def api_leaderboard(svc: Service, request: Request) -> Response:
+    data = await svc.run(svc.board_file, "leaderboard.json")
+    if data is None:
+        raise Refusal(404, "no leaderboard has been published yet")
+    return Response(data, media_type="application/json")
+
+
+async def visible_submission(svc: Service, request: Request, account: Account | None
+                             ) -> tuple[Submission, Account | None]:
+    """The submission named in the path, if the caller may see it (else 404)."""
+    submission_id = request.path_params["submission_id"]
+    if not is_submission_id(submission_id):
+        raise not_found()
+    sub = await svc.run(submission, svc.registry, submission_id)
+    if sub is None or not can_view(sub, account):
+        raise not_found()
+    return sub, account
+
+
+async def change_visibility(svc: Service, request: Request, account: Account | None,
+                            hidden: bool) -> Submission:
+    if account is None:
+        raise Refusal(401, "token: missing or unknown")
+    sub, _ = await visible_submission(svc, request, account)
+    visibility = await svc.run(svc.registry.visibility, sub.id)
+    if not may_set_hidden(sub, account, hidden, visibility):
+        raise Refusal(403, f"team {account.team} may not change this submission's visibility")
+    by = f"{'maintainer' if account.is_maintainer else 'team'}:{account.team}"
+    await svc.run(svc.registry.set_hidden, sub.id, hidden, by)
+    return await svc.run(submission, svc.registry, sub.id)
+
+
+def own_submissions(svc: Service, account: Account) -> list[Submission]:
+    """The team's submissions (every submission for maintainers)."""
+    return [s for s in submissions(svc.registry)
+            if account.is_maintainer or s.entry.team == account.team]
+
+
+# --- pages ---------------------------------------------------------------------------------
+
+async def leaderboard_page(svc: Service, request: Request, csrf: str) -> Response:
+    rows, published = await svc.run(svc.board)
+    return HTMLResponse(pages.leaderboard(rows, published, svc.config.title,
+                                          cookie_account(svc, request), csrf))
+
+
+async def submit_form(svc: Service, request: Request, csrf: str) -> Response:
+    return HTMLResponse(pages.upload_form(cookie_account(svc, request), csrf,
+                                          svc.config.max_upload_mb, svc.config.open_uploads))
+
+
+async def submit_post(svc: Service, request: Request, csrf: str) -> Response:
+    try:
+        sub, used = await accept_upload(svc, request, request.cookies.get(TOKEN_COOKIE),
+                                        form=True)
+    except ClientDisconnect:
+        return Response(status_code=400)
+    except (Refusal, LimitReached) as err:
+        status = err.status if isinstance(err, Refusal) else 429
+        return HTMLResponse(pages.upload_form(cookie_account(svc, request), csrf,
+                                              svc.config.max_upload_mb,
+                                              svc.config.open_uploads, str(err)), status)
+    response = RedirectResponse(f"/submissions/{sub.id}", 303)
+    keep = used if used and used != request.cookies.get(TOKEN_COOKIE) else None
+    return with_cookies(response, request, csrf, False, keep)
+
+
+async def status_page(svc: Service, request: Request, csrf: str) -> Response:
+    account = cookie_account(svc, request)
+    sub, _ = await visible_submission(svc, request, account)
+    rank = (await svc.run(svc.ranks)).get(sub.id)
+    owner = is_owner(sub, account) or bool(account and account.is_maintainer)
+    return HTMLResponse(pages.status_page(sub, rank, rank is not None,
+                                          may_see_errors(sub, account), owner, account, csrf))
+
+
+async def visibility_post(svc: Service, request: Request, csrf: str) -> Response:
+    fields = await small_form(request)
+    check_csrf(request, fields.get("csrf"))
+    sub = await change_visibility(svc, request, cookie_account(svc, request),
+                                  fields.get("visibility") == "hidden")
+    return RedirectResponse(f"/submissions/{sub.id}", 303)
+
+
+async def mine_page(svc: Service, request: Request, csrf: str) -> Response:
+    account = cookie_account(svc, request)
+    subs = await svc.run(own_submissions, svc, account) if account else []
+    return HTMLResponse(pages.mine_page(subs, account, csrf))
+
+
+async def login_form(svc: Service, request: Request, csrf: str) -> Response:
+    return HTMLResponse(pages.login_form(cookie_account(svc, request), csrf))
+
+
+async def login_post(svc: Service, request: Request, csrf: str) -> Response:
+    fields = await small_form(request)
+    check_csrf(request, fields.get("csrf"))
+    token = fields.get("token", "").strip()
+    if svc.tokens.account(token) is None:
+        return HTMLResponse(pages.login_form(None, csrf, "token: unknown or revoked token"),
+                            401)
+    return with_cookies(RedirectResponse("/mine", 303), request, csrf, False, token)
+
+
+async def logout_post(svc: Service, request: Request, csrf: str) -> Response:
+    fields = await small_form(request)
+    check_csrf(request, fields.get("csrf"))
+    response = RedirectResponse("/", 303)
+    response.delete_cookie(TOKEN_COOKIE, path="/")
+    return response
+
+
+async def report_page(svc: Service, request: Request, csrf: str) -> Response:
+    await visible_submission(svc, request, cookie_account(svc, request))
+    data = await svc.run(svc.report, request.path_params["submission_id"])
+    if data is None:
+        raise Refusal(404, "no published report for this submission")
+    response = HTMLResponse(data)
+    response.headers["Content-Security-Policy"] = REPORT_CSP
+    return response
+
+
+async def small_form(request: Request) -> dict[str, str]:
+    """An urlencoded form of a few short fields."""
+    if not request.headers.get("content-type", "").startswith(
+            "application/x-www-form-urlencoded"):
+        raise Refusal(415, "expected an urlencoded form")
+    form = await request.form(max_files=0, max_fields=8, max_part_size=4096)
+    return {k: v for k, v in form.items() if isinstance(v, str)}
+
+
+async def health(request: Request) -> Response:
+    return Response("ok\n", media_type="text/plain")
+
+
+# --- the application -----------------------------------------------------------------------
+
+class SecurityHeaders:
+    """CSP, no sniffing, no framing, no caching of personal pages."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        async def send_with_headers(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                names = {k.lower() for k, _ in headers}
+                extra = {b"content-security-policy": PAGE_CSP.encode(),
+                         b"x-content-type-options": b"nosniff",
+                         b"x-frame-options": b"DENY", b"referrer-policy": b"same-origin",
+                         b"cache-control": b"no-store"}
+                headers += [(k, v) for k, v in extra.items() if k not in names]
+                message = {**message, "headers": headers}
+            await send(message)
+        await self.app(scope, receive, send_with_headers)
+
+
+def create_app(config: ServiceConfig, lifespan: Any = None) -> Any:
+    routes = [
+        Route("/", html(leaderboard_page), methods=["GET"]),
+        Route("/submit", html(submit_form), methods=["GET"]),
+        Route("/submit", html(submit_post), methods=["POST"]),
+        Route("/login", html(login_form), methods=["GET"]),
+        Route("/login", html(login_post), methods=["POST"]),
+        Route("/logout", html(logout_post), methods=["POST"]),
+        Route("/mine", html(mine_page), methods=["GET"]),
+        Route("/submissions/{submission_id}", html(status_page), methods=["GET"],
+              name="status_page"),
+        Route("/submissions/{submission_id}/visibility", html(visibility_post),
+              methods=["POST"]),
+        Route("/reports/{submission_id}", html(report_page), methods=["GET"],
+              name="report_page"),
+        Route("/api/submissions", api(api_submit), methods=["POST"]),
+        Route("/api/submissions", api(api_submissions), methods=["GET"]),
+        Route("/api/submissions/{submission_id}", api(api_submission), methods=["GET"]),
+        Route("/api/submissions/{submission_id}/visibility", api(api_visibility),
+              methods=["POST"]),
+        Route("/api/leaderboard", api(api_leaderboard), methods=["GET"]),
+        Route("/healthz", health, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.service = Service(config)
+    return SecurityHeaders(app)

@@ -1,0 +1,76 @@
+"""``sgdask submit --server URL``: upload through the JSON API, optionally wait for the result.
+
+httpx sends the file from disk in chunks (multipart fields first, then the file), so a large
+ZIP is never read whole into memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from sgdask.errors import SgdaskError
+from sgdask.service.queue import FINAL
+
+POLL_SECONDS = 2.0
+
+
+def api_error(server: str, response: httpx.Response) -> SgdaskError:
+    try:
+        body = response.json()
+        detail = body.get("detail", response.text)
+    except ValueError:
+        body, detail = {}, response.text.strip()[:200]
+    if response.status_code == 429 and body.get("next_allowed_at"):
+        detail = f"{detail} (next upload allowed at {body['next_allowed_at']})"
+    return SgdaskError(f"{server}: HTTP {response.status_code}: {detail}")
+
+
+def upload(server: str, token: str | None, path: str, name: str, paper: str | None = None,
+           board: str = "public", timeout: float = 600.0) -> dict[str, Any]:
+    """POST the file; returns the 202 answer (id, status, url)."""
+    file = Path(path)
+    if not file.is_file():
+        raise SgdaskError(f"{path}: file not found")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    fields = {"name": name, "board": board, **({"paper": paper} if paper else {})}
+    try:
+        with httpx.Client(base_url=server.rstrip("/"), timeout=httpx.Timeout(
+                timeout, connect=10)) as client, file.open("rb") as f:
+            response = client.post("/api/submissions", data=fields, headers=headers,
+                                   files={"file": (file.name, f, "application/octet-stream")})
+    except httpx.HTTPError as err:
+        raise SgdaskError(f"{server}: cannot upload ({type(err).__name__}: {err})") from None
+    if response.status_code != 202:
+        raise api_error(server, response)
+    return response.json()
+
+
+def wait(server: str, token: str | None, submission_id: str, timeout: float,
+         progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Poll the submission until it is ranked, rejected or failed (or ``timeout`` s)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    deadline = time.monotonic() + timeout
+    seen = None
+    with httpx.Client(base_url=server.rstrip("/"), timeout=30) as client:
+        while True:
+            try:
+                response = client.get(f"/api/submissions/{submission_id}", headers=headers)
+            except httpx.HTTPError as err:
+                raise SgdaskError(f"{server}: cannot read the status ({err})") from None
+            if response.status_code != 200:
+                raise api_error(server, response)
+            doc = response.json()
+            if doc["status"] != seen:
+                seen = doc["status"]
+                progress(seen)
+            if seen in FINAL:
+                return doc
+            if time.monotonic() > deadline:
+                raise SgdaskError(f"{server}: {submission_id} still {seen} after {timeout:g} s "
+                                  "(the server keeps working on it)")
+            time.sleep(POLL_SECONDS)

@@ -1,0 +1,63 @@
+"""Per-team submission limits: so many per rolling 24 hours, so many in total.
+
+Every submission of the team counts except ``failed`` ones (the service's fault, not the
+team's); rejected ones count, as on hosted leaderboards, so a limit cannot be probed
+around with broken files. Maintainers are not limited.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sgdask.batch.registry import parse_stamp
+from sgdask.service.queue import Submission
+from sgdask.service.tokens import Account
+
+WINDOW = timedelta(hours=24)
+ANONYMOUS = "anonymous"
+
+
+@dataclass(frozen=True)
+class Limits:
+    daily: int | None = 5
+    total: int | None = None
+
+
+@dataclass(frozen=True)
+class LimitReached(Exception):
+    """Over a limit; ``next_allowed`` is when the next upload is allowed (None: never)."""
+
+    message: str
+    next_allowed: datetime | None
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def team_of(account: Account | None) -> str:
+    return account.team if account else ANONYMOUS
+
+
+def check_limits(account: Account | None, subs: list[Submission], limits: Limits,
+                 now: datetime | None = None) -> None:
+    """Raise LimitReached when the team may not submit now."""
+    if account is not None and account.is_maintainer:
+        return
+    team = team_of(account)
+    now = now or datetime.now(UTC)
+    counted = sorted(parse_stamp(s.entry.submitted_at) for s in subs
+                     if (s.entry.team or ANONYMOUS) == team and s.state != "failed")
+    if limits.total is not None and len(counted) >= limits.total:
+        raise LimitReached(f"team {team}: the limit of {limits.total} submissions in total "
+                           "is reached", None)
+    recent = [t for t in counted if now - t < WINDOW]
+    if limits.daily is not None and len(recent) >= limits.daily:
+        # the upload that frees a slot is the oldest of the last `daily` ones
+        frees = recent[len(recent) - limits.daily] + WINDOW
+        raise LimitReached(f"team {team}: the limit of {limits.daily} submissions per 24 hours "
+                           f"is reached; next upload allowed at {stamp(frees)}", frees)
+
+
+def stamp(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")

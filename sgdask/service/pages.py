@@ -1,0 +1,232 @@
+"""Server-rendered pages: plain HTML strings, every piece of user text through ``esc``.
+
+No build step and no script but the leaderboard's sorter (allowed by its hash in the
+Content-Security-Policy); status pages refresh themselves with ``<meta http-equiv=refresh>``
+until the submission is final.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+from sgdask.batch.leaderboard_html import (
+    CSS as BOARD_CSS,
+)
+from sgdask.batch.leaderboard_html import (
+    SORTER_JS,
+    board_section,
+    esc,
+    header,
+    link,
+)
+from sgdask.metrics import RANK_BY, board_columns, format_value
+from sgdask.service.access import BOARDS
+from sgdask.service.queue import FINAL, Submission
+from sgdask.service.tokens import Account
+
+STEPS = ("received", "validating", "converting", "evaluating", "ranked")
+REFRESH_SECONDS = 2
+SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(SORTER_JS.encode()).digest()).decode()
+
+CSS = BOARD_CSS + """
+nav { margin-bottom: 1.2em; padding-bottom: 0.5em; border-bottom: 1px solid #ddd; }
+nav a, nav form { margin-right: 1.2em; display: inline; }
+nav .who { color: #555; margin-right: 0.6em; }
+form.upload label { display: block; margin: 0.6em 0 0.2em; }
+form.upload input[type=text], form.upload input[type=password], form.upload input[type=url] {
+  width: 28em; }
+ol.steps { list-style: none; padding: 0; display: flex; gap: 0.4em; }
+ol.steps li { padding: 0.2em 0.7em; border-radius: 1em; background: #eee; color: #777; }
+ol.steps li.done { background: #d7f0dc; color: #1a7f37; }
+ol.steps li.current { background: #1565c0; color: #fff; }
+ol.steps li.bad { background: #c62828; color: #fff; }
+.errors li { font-family: ui-monospace, monospace; color: #c62828; white-space: pre-wrap; }
+.warnings li { font-family: ui-monospace, monospace; color: #8a6d00; white-space: pre-wrap; }
+dl.facts { display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }
+dl.facts dt { color: #555; }
+.error-box { border: 1px solid #c62828; padding: 0.6em 1em; color: #c62828; }
+"""
+
+
+def page(title: str, body: str, account: Account | None, csrf: str,
+         refresh: bool = False, script: str = "") -> str:
+    """A whole page: navigation, the body (HTML the caller escaped), optional script."""
+    meta = f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">\n' if refresh else ""
+    tail = f"<script>{script}</script>\n" if script else ""
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"{meta}<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+            f"{nav(account, csrf)}\n{body}\n{tail}</body>\n</html>\n")
+
+
+def nav(account: Account | None, csrf: str) -> str:
+    links = ['<a href="/">Leaderboard</a>', '<a href="/submit">Submit</a>',
+             '<a href="/mine">My submissions</a>']
+    if account is None:
+        links.append('<a href="/login">Sign in</a>')
+    else:
+        links.append(f'<span class="who">team {esc(account.team)} ({esc(account.role)})</span>'
+                     f'<form method="post" action="/logout">{csrf_field(csrf)}'
+                     '<button type="submit">Sign out</button></form>')
+    return "<nav>" + " ".join(links) + "</nav>"
+
+
+def csrf_field(csrf: str) -> str:
+    return f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
+
+
+# --- leaderboard ---------------------------------------------------------------------------
+
+def leaderboard(rows: list[dict[str, Any]] | None, published_at: str | None, title: str,
+                account: Account | None, csrf: str) -> str:
+    if rows is None:
+        body = (f"<h1>{esc(title)}</h1>\n<p class=\"note\">No leaderboard has been published "
+                'yet: <a href="/submit">submit a model</a>.</p>')
+        return page(title, body, account, csrf)
+    public = [{**r, "report": f"/reports/{r['submission_id']}"} for r in rows]
+    approved = sorted(({**r, "rank": r["approved_rank"],
+                        "rank_change": r.get("approved_rank_change")}
+                       for r in public if r.get("approved_rank") is not None),
+                      key=lambda r: r["rank"])
+    body = "\n".join([header(title, published_at or "", None), '<div class="boards">',
+                      board_section("public", public, board_columns()),
+                      board_section("approved", approved, board_columns()), "</div>"])
+    return page(title, body, account, csrf, script=SORTER_JS)
+
+
+# --- upload form ---------------------------------------------------------------------------
+
+def upload_form(account: Account | None, csrf: str, max_mb: float, open_uploads: bool,
+                error: str | None = None) -> str:
+    token = ("" if account is not None else
+             '<label for="token">Token' + (" (optional for the public board)"
+                                           if open_uploads else "") + "</label>\n"
+             '<input type="password" id="token" name="token" autocomplete="off">\n')
+    boards = "".join(f'<option value="{b}">{b}</option>' for b in BOARDS)
+    body = f"""<h1>Submit a model</h1>
+{error_box(error)}<form class="upload" method="post" action="/submit" enctype="multipart/form-data">
+{csrf_field(csrf)}
+{token}<label for="name">Model name</label>
+<input type="text" id="name" name="name" required maxlength="200">
+<label for="paper">Paper link (http or https, optional)</label>
+<input type="url" id="paper" name="paper" maxlength="2000">
+<label for="board">Board</label>
+<select id="board" name="board">{boards}</select>
+<label for="file">Submission: SGBench ZIP or JSON (at most {max_mb:g} MiB)</label>
+<input type="file" id="file" name="file" required accept=".zip,.json">
+<p><button type="submit" id="upload">Upload</button></p>
+</form>
+<p class="note">The approved board takes uploads from maintainers only.</p>"""
+    return page("Submit a model", body, account, csrf)
+
+
+def login_form(account: Account | None, csrf: str, error: str | None = None) -> str:
+    body = f"""<h1>Sign in</h1>
+{error_box(error)}<form class="upload" method="post" action="/login">
+{csrf_field(csrf)}
+<label for="token">Token</label>
+<input type="password" id="token" name="token" autocomplete="off" required>
+<p><button type="submit">Sign in</button></p>
+</form>
+<p class="note">The token is kept in an HttpOnly cookie for this browser session.</p>"""
+    return page("Sign in", body, account, csrf)
+
+
+def error_box(error: str | None) -> str:
+    return f'<p class="error-box" id="error">{esc(error)}</p>\n' if error else ""
+
+
+def error_page(status: int, message: str, account: Account | None, csrf: str) -> str:
+    body = (f"<h1>Error {status}</h1>\n{error_box(message)}"
+            '<p><a href="/submit">Back to the upload form</a></p>')
+    return page(f"Error {status}", body, account, csrf)
+
+
+# --- one submission ------------------------------------------------------------------------
+
+def status_page(sub: Submission, rank: int | None, has_report: bool, may_see_errors: bool,
+                may_change: bool, account: Account | None, csrf: str) -> str:
+    e = sub.entry
+    facts = [("id", esc(sub.id)), ("team", esc(e.team or "-")), ("board", esc(sub.board)),
+             ("file", esc(e.filename or "-")), ("submitted", esc(e.submitted_at)),
+             ("updated", esc(sub.updated_at)), ("attempts", esc(sub.attempts)),
+             ("paper", link(e.paper, e.paper) if e.paper else "-"),
+             ("visibility", "hidden" if sub.hidden else "public"),
+             ("rank", esc(rank) if rank is not None else "-")]
+    if has_report:
+        facts.append(("report", link(f"/reports/{sub.id}", "full report")))
+    parts = [f"<h1>{esc(e.name)}</h1>", steps(sub.status),
+             f'<p>Status: <strong id="status" data-status="{esc(sub.status)}">'
+             f"{esc(sub.status)}</strong></p>",
+             '<dl class="facts">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
+             + "</dl>"]
+    if may_see_errors:
+        parts.append(problem_list("errors", sub.latest("errors") if sub.status in
+                                  ("rejected", "failed") else None))
+        parts.append(problem_list("warnings", sub.latest("warnings")))
+    metrics = sub.latest("metrics") if sub.status == "ranked" else None
+    if metrics:
+        parts.append(metrics_table(metrics))
+    if may_change:
+        parts.append(visibility_form(sub, csrf))
+    return page(f"{e.name}: {sub.status}", "\n".join(p for p in parts if p), account, csrf,
+                refresh=sub.status not in FINAL)
+
+
+def steps(status: str) -> str:
+    if status in ("rejected", "failed"):
+        return f'<ol class="steps"><li class="bad">{esc(status)}</li></ol>'
+    index = STEPS.index(status) if status in STEPS else 0
+
+    def state(i: int) -> str:
+        return "done" if i < index or status == "ranked" else "current" if i == index else ""
+
+    items = [f'<li class="{state(i)}">{s}</li>' for i, s in enumerate(STEPS)]
+    return '<ol class="steps">' + "".join(items) + "</ol>"
+
+
+def problem_list(kind: str, lines: list[str] | None) -> str:
+    if not lines:
+        return ""
+    items = "".join(f"<li>{esc(line)}</li>" for line in lines)
+    return f'<h2>{kind.capitalize()}</h2>\n<ul class="{kind}" id="{kind}">{items}</ul>'
+
+
+def metrics_table(metrics: dict[str, Any]) -> str:
+    names = [c for c in (*board_columns(), f"multimpo {RANK_BY}") if c in metrics]
+    rows = "".join(f'<tr><td class="text">{esc(n)}</td>'
+                   f"<td>{esc(format_value(n.split()[-1], metrics[n]))}</td></tr>"
+                   for n in names)
+    return (f'<h2>Metrics (singlempo)</h2>\n<table id="metrics"><thead><tr><th class="text">'
+            f"metric</th><th>value</th></tr></thead><tbody>{rows}</tbody></table>")
+
+
+def visibility_form(sub: Submission, csrf: str) -> str:
+    action, label = ("public", "Make public") if sub.hidden else ("hidden", "Hide")
+    return (f'<form method="post" action="/submissions/{esc(sub.id)}/visibility">'
+            f'{csrf_field(csrf)}<input type="hidden" name="visibility" value="{action}">'
+            f'<button type="submit" id="visibility">{label}</button></form>')
+
+
+# --- the caller's submissions --------------------------------------------------------------
+
+def mine_page(subs: list[Submission], account: Account | None, csrf: str) -> str:
+    if account is None:
+        body = ('<h1>My submissions</h1>\n<p><a href="/login">Sign in</a> with your team\'s '
+                "token to see its submissions.</p>")
+        return page("My submissions", body, account, csrf)
+    rows = "".join(
+        f'<tr><td class="text">{link(f"/submissions/{s.id}", s.entry.name)}</td>'
+        f'<td class="text">{esc(s.entry.team or "-")}</td><td class="text">{esc(s.board)}</td>'
+        f'<td class="text">{esc(s.status)}</td><td class="text">{esc(s.entry.submitted_at)}</td>'
+        f'<td class="text">{"hidden" if s.hidden else "public"}</td></tr>'
+        for s in reversed(subs))
+    empty = '<tr><td colspan="6" class="empty">no submissions</td></tr>'
+    body = (f"<h1>Submissions of team {esc(account.team)}</h1>\n<table id=\"mine\"><thead><tr>"
+            '<th class="text">model</th><th class="text">team</th><th class="text">board</th>'
+            '<th class="text">status</th><th class="text">submitted</th>'
+            '<th class="text">visibility</th></tr></thead>'
+            f"<tbody>{rows or empty}</tbody></table>")
+    return page("My submissions", body, account, csrf, refresh=any(
+        s.status not in FINAL for s in subs))

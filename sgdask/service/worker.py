@@ -1,0 +1,347 @@
+"""The queue worker: received -> validating -> converting -> evaluating -> ranked.
+
+One cycle: take what the inbox holds; claim queued entries one at a time, oldest first,
+validating (``sgdask validate``'s checks, as a task on the cluster) and converting each; score
+every converted entry in one ``evaluate-many`` graph through the registry's result cache;
+then run the cached rerank, which publishes the board, and mark the published entries
+ranked. Every stage's output survives a crash (the store's manifest is written last, the
+cache entry last), so a retried entry resumes where the dead worker stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from distributed import Client
+
+from sgdask.batch.many import run_many
+from sgdask.batch.registry import Registry
+from sgdask.batch.rerank import (
+    LockHeld,
+    board_job,
+    inputs_digest,
+    read_json,
+    report_pages,
+    rerank,
+)
+from sgdask.errors import InputError, SgdaskError
+from sgdask.io.archive import ArchiveLimits
+from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.io.ingest import convert_submission
+from sgdask.io.store import StoreReader
+from sgdask.io.validate import validate_submission
+from sgdask.metrics import RANK_BY
+from sgdask.pipeline import Options
+from sgdask.service.inbox import pick_inbox
+from sgdask.service.limits import Limits
+from sgdask.service.queue import (
+    IN_PROGRESS,
+    Submission,
+    beat,
+    is_alive,
+    new_worker_id,
+    retire,
+    submissions,
+    upload_url,
+)
+from sgdask.service.tokens import TokenBook
+
+Log = Callable[[str], None]
+DEFAULT_MAX_ERRORS = 20
+
+
+@dataclass
+class WorkerConfig:
+    registry: str
+    gt: str
+    out: str
+    storage_options: StorageOptions | None = None
+    poll: float = 1.0
+    lease: float = 60.0
+    max_attempts: int = 3
+    batch: int = 8
+    max_errors: int = DEFAULT_MAX_ERRORS
+    tokens: str | None = None
+    limits: Limits = field(default_factory=Limits)
+    open_uploads: bool = False
+    archive_limits: ArchiveLimits | None = None
+    stale_lock_after: float = 3600.0
+
+
+class LostClaim(Exception):
+    """Another worker moved the entry on (it presumed this one dead)."""
+
+
+class Claim:
+    """An entry this worker owns; ``step`` appends its next status record."""
+
+    def __init__(self, registry: Registry, sub: Submission, worker: str, seq: int) -> None:
+        self.registry, self.sub, self.worker, self.seq = registry, sub, worker, seq
+
+    @property
+    def id(self) -> str:
+        return self.sub.id
+
+    def step(self, status: str, **fields: Any) -> None:
+        if not self.registry.advance(self.id, self.seq + 1, status, worker=self.worker,
+                                     **fields):
+            raise LostClaim(self.id)
+        self.seq += 1
+
+
+def validation_messages(upload: str, gt: str, options: StorageOptions | None,
+                        limits: ArchiveLimits | None, max_errors: int, shown_as: str
+                        ) -> tuple[list[str], list[str]]:
+    """(errors, warnings) as ``sgdask validate`` prints them, the upload's storage URL
+    replaced by the name the user uploaded (a Dask task)."""
+    problems = validate_submission(upload, gt, options, limits, max_errors)
+    lines = [(p.is_error, str(p).replace(upload, shown_as)) for p in problems]
+    return [t for e, t in lines if e], [t for e, t in lines if not e]
+
+
+def report_metrics(reports: dict[str, Any]) -> dict[str, Any]:
+    """The singlempo metrics shown on the status page, plus multimpo's ranking metric."""
+    single = reports.get("singlempo")
+    out = {k: v for k, v in (single.metrics if single else {}).items()
+           if isinstance(v, (int, float)) and v == v}
+    multi = reports.get("multimpo")
+    if multi and RANK_BY in multi.metrics:
+        out[f"multimpo {RANK_BY}"] = multi.metrics[RANK_BY]
+    return out
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig, client: Client, log: Log = print,
+                 worker_id: str | None = None) -> None:
+        self.config, self.client, self.log = config, client, log
+        self.id = worker_id or new_worker_id()
+        self.registry = Registry(config.registry, config.storage_options)
+        self.tokens = TokenBook(config.tokens)
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Cycle until ``stop`` is set; a heartbeat thread keeps the claims alive."""
+        beat(self.registry, self.id)
+        beating = threading.Thread(target=self.beat_until, args=(stop,), daemon=True,
+                                   name=f"sgdask-heartbeat-{self.id}")
+        beating.start()
+        self.log(f"worker {self.id}: polling {self.config.registry} every "
+                 f"{self.config.poll:g} s")
+        try:
+            while not stop.is_set():
+                try:
+                    busy = self.cycle()
+                except Exception as err:  # keep serving; the entries are retried
+                    self.log(f"worker {self.id}: cycle failed: {type(err).__name__}: {err}")
+                    busy = False
+                if not busy:
+                    stop.wait(self.config.poll)
+        finally:
+            stop.set()
+            beating.join(timeout=5)
+            retire(self.registry, self.id)
+
+    def beat_until(self, stop: threading.Event) -> None:
+        interval = max(0.2, self.config.lease / 4)
+        while not stop.wait(interval):
+            try:
+                beat(self.registry, self.id)
+            except Exception as err:  # an unreachable store: the next beat may succeed
+                self.log(f"worker {self.id}: heartbeat failed: {err}")
+
+    def cycle(self) -> bool:
+        """One pass over the inbox and the queue; True if it did anything."""
+        picked = pick_inbox(self.registry, self.id, self.tokens, self.config.limits,
+                            self.config.open_uploads, self.config.lease, self.log)
+        ready = self.prepare_batch()
+        if ready:
+            self.evaluate(ready)
+        published = self.publish_if_needed()
+        return bool(picked or ready or published)
+
+    def prepare_batch(self) -> list[Claim]:
+        """Claim, validate and convert entries one at a time, up to ``batch`` of them. A
+        failure to read the queue ends the batch; what was prepared is still scored."""
+        ready: list[Claim] = []
+        tried: set[str] = set()  # an entry queued again after an error waits a cycle
+        while len(ready) < self.config.batch:
+            try:
+                claim = self.claim_next(tried)
+            except Exception as err:  # an unreachable store: next cycle
+                self.log(f"worker {self.id}: reading the queue failed: "
+                         f"{type(err).__name__}: {err}")
+                break
+            if claim is None:
+                break
+            tried.add(claim.id)
+            try:
+                if self.prepare(claim):
+                    ready.append(claim)
+            except LostClaim:
+                self.log(f"worker {self.id}: {claim.id} was taken over by another worker")
+        return ready
+
+    # --- claiming ------------------------------------------------------------------------
+
+    def claim_next(self, skip: set[str]) -> Claim | None:
+        """Claim the oldest entry (not in ``skip``) that is queued or whose worker died."""
+        for sub in submissions(self.registry):
+            if sub.id in skip:
+                continue
+            if sub.state == "received" or (sub.state in IN_PROGRESS and not is_alive(
+                    self.registry, sub.owner, self.config.lease)):
+                claim = self.claim(sub)
+                if claim is not None:
+                    return claim
+        return None
+
+    def claim(self, sub: Submission) -> Claim | None:
+        if sub.state in IN_PROGRESS and sub.attempts >= self.config.max_attempts:
+            reason = (f"gave up after {sub.attempts} attempts: worker {sub.owner} stopped "
+                      f"while {sub.state}")
+            if self.registry.advance(sub.id, sub.next_seq, "failed", worker=self.id,
+                                     errors=[reason]):
+                self.log(f"worker {self.id}: {sub.id}: failed ({reason})")
+            return None
+        if not self.registry.advance(sub.id, sub.next_seq, "validating", worker=self.id,
+                                     attempt=sub.attempts + 1):
+            return None  # another worker was first
+        self.log(f"worker {self.id}: {sub.id}: claimed (attempt {sub.attempts + 1})")
+        return Claim(self.registry, sub, self.id, sub.next_seq)
+
+    def retry_or_fail(self, claim: Claim, err: BaseException) -> None:
+        """An unexpected error: queue the entry again, or fail it after max attempts."""
+        reason = f"{type(err).__name__}: {err}"
+        self.log(f"worker {self.id}: {claim.id}: {reason}\n{traceback.format_exc()}")
+        attempts = claim.sub.attempts + 1
+        try:
+            if attempts >= self.config.max_attempts:
+                claim.step("failed", errors=[f"gave up after {attempts} attempts: {reason}"])
+            else:
+                claim.step("received", retry_reason=reason)
+        except LostClaim:
+            pass
+
+    # --- validate and convert ------------------------------------------------------------
+
+    def prepare(self, claim: Claim) -> bool:
+        """Validate and convert; True when the entry is ready to be scored."""
+        entry = claim.sub.entry
+        try:
+            if not self.store_complete(entry.url):
+                errors, warnings = self.client.submit(
+                    validation_messages, upload_url(self.registry, claim.id), self.config.gt,
+                    self.config.storage_options, self.config.archive_limits,
+                    self.config.max_errors, entry.filename or "upload", pure=False).result()
+                if errors:
+                    claim.step("rejected", errors=errors, warnings=warnings)
+                    self.log(f"worker {self.id}: {claim.id}: rejected ({errors[0]})")
+                    return False
+                claim.step("converting", warnings=warnings)
+                convert_submission(upload_url(self.registry, claim.id), entry.url,
+                                   self.config.gt, self.config.storage_options, overwrite=True,
+                                   cluster=self.client, limits=self.config.archive_limits)
+            return True
+        except LostClaim:
+            raise
+        except InputError as err:
+            shown = str(err).replace(upload_url(self.registry, claim.id),
+                                     entry.filename or "upload")
+            claim.step("rejected", errors=[f"error: {shown}"])
+            return False
+        except Exception as err:
+            self.retry_or_fail(claim, err)
+            return False
+
+    def store_complete(self, url: str) -> bool:
+        """A store left complete by an earlier attempt (its manifest is written last)."""
+        try:
+            StoreReader(url, self.config.storage_options, "submission")
+        except SgdaskError:
+            return False
+        return True
+
+    # --- evaluate ------------------------------------------------------------------------
+
+    def evaluate(self, claims: list[Claim]) -> None:
+        """Score every claimed entry in one graph (filling the result cache)."""
+        live = []
+        for claim in claims:
+            try:
+                claim.step("evaluating")
+                live.append(claim)
+            except LostClaim:
+                pass
+        try:
+            self.score(live)
+        except InputError:
+            for claim in live:  # find the culprit: one graph per entry
+                try:
+                    self.score([claim])
+                except InputError as err:
+                    self.reject(claim, err)
+                except Exception as err:
+                    self.retry_or_fail(claim, err)
+        except Exception as err:
+            for claim in live:
+                self.retry_or_fail(claim, err)
+
+    def score(self, claims: list[Claim]) -> None:
+        if not claims:
+            return
+        job = board_job(self.config.registry, self.config.gt, [c.sub.entry for c in claims],
+                        Options(), self.config.storage_options)
+        start = time.perf_counter()
+        outcome = run_many(job, client=self.client, log=lambda _: None)
+        scored = time.perf_counter()
+        report_pages(outcome, job.cache, self.config.storage_options, self.client)
+        self.log(f"worker {self.id}: scored {len(claims)} submission(s) in "
+                 f"{scored - start:.1f} s, rendered their reports in "
+                 f"{time.perf_counter() - scored:.1f} s")
+        for claim in claims:
+            evaluated = [list(k) for k in outcome.evaluated if k[0] == claim.id]
+            try:
+                claim.step("evaluated", metrics=report_metrics(outcome.reports[claim.id]),
+                           evaluated=evaluated)
+                self.log(f"worker {self.id}: {claim.id}: evaluated")
+            except LostClaim:
+                pass
+
+    def reject(self, claim: Claim, err: InputError) -> None:
+        with contextlib.suppress(LostClaim):
+            claim.step("rejected", errors=[f"error: {err}"])
+
+    # --- publish -------------------------------------------------------------------------
+
+    def publish_if_needed(self) -> bool:
+        """Rerank when the board lacks an entry or shows a hidden one; mark the entries
+        the published board holds ranked. Another worker's rerank holding the lock: the
+        next cycle tries again."""
+        subs = submissions(self.registry)
+        waiting = [s for s in subs if s.state == "evaluated"]
+        rankable = self.registry.rankable()
+        fs, root = filesystem(self.config.out, self.config.storage_options)
+        fs.invalidate_cache(root)
+        current = read_json(fs, join(root, "current.json"))
+        digest = inputs_digest(rankable, Options())
+        up_to_date = current.get("inputs") == digest if current else not rankable
+        if not waiting and up_to_date:
+            return False
+        try:
+            rerank(self.config.registry, self.config.gt, self.config.out, Options(),
+                   self.config.storage_options, client=self.client, log=self.log,
+                   stale_after=self.config.stale_lock_after)
+        except LockHeld:
+            return False
+        for sub in waiting:
+            if self.registry.advance(sub.id, sub.next_seq, "ranked", worker=self.id,
+                                     metrics=sub.latest("metrics") or {}):
+                self.log(f"worker {self.id}: {sub.id}: ranked")
+        return bool(waiting)
