@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from sgdask import __version__
 from sgdask.errors import SgdaskError, SgdaskWarning
 from sgdask.io.archive import ArchiveLimits, limits_help
 from sgdask.io.methods import METHODS
@@ -25,6 +26,7 @@ from sgdask.kernels.selection import DEFAULT_KS
 from sgdask.pipeline import DEFAULT_PARTITION_SIZE
 from sgdask.protocols import DEFAULT_PROTOCOL
 from sgdask.report import Report, fmt_metric
+from sgdask.versions import dependency_versions
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Distributed evaluation of scene graph generation models.")
@@ -40,7 +42,8 @@ StorageOpt = Annotated[list[str] | None, typer.Option(
     "e.g. endpoint_url=http://127.0.0.1:5000")]
 Overwrite = Annotated[bool, typer.Option(help="replace an existing store at --out")]
 Scheduler = Annotated[str | None, typer.Option(
-    help="address of an existing Dask scheduler (default: an in-process LocalCluster)")]
+    help="address of an existing Dask scheduler (default: Dask's scheduler-address setting, "
+    "e.g. DASK_SCHEDULER_ADDRESS, else an in-process LocalCluster)")]
 InProcess = Annotated[bool, typer.Option(
     "--in-process", help="convert in this process, without Dask (small inputs)")]
 Limits = Annotated[list[str] | None, typer.Option(
@@ -134,6 +137,24 @@ def fmt(value: float | None, signed: bool = False) -> str:
     if value is None:
         return "-"
     return f"{100 * value:+.2f}" if signed else f"{100 * value:.2f}"
+
+
+@app.callback(invoke_without_command=True)
+def main_options(version: Annotated[bool, typer.Option(
+                     "--version", help="print sgdask's version and exit")] = False,
+                 verbose: Annotated[bool, typer.Option(
+                     "--verbose", help="with --version: also the versions of the libraries "
+                     "that decide the numbers (what a report's provenance records)")]
+                 = False) -> None:
+    """The options that come before any command (the group's callback)."""
+    if version:
+        print(f"sgdask {__version__}")
+        if verbose:
+            for name, number in dependency_versions().items():
+                print(f"{name} {number}")
+        raise typer.Exit()
+    if verbose:
+        raise SgdaskError("--verbose applies to --version")
 
 
 @app.command()

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import dask.config
 from distributed import Client, LocalCluster, as_completed
 
 from sgdask.errors import SgdaskError
@@ -15,17 +16,27 @@ LOCAL = "local"
 ClusterSpec = Client | str | None
 
 
+def configured_scheduler() -> str | None:
+    """Dask's own ``scheduler-address`` setting (``DASK_SCHEDULER_ADDRESS`` or a Dask config
+    file), which ``distributed.Client()`` also connects to when given no address."""
+    return dask.config.get("scheduler-address", None) or None
+
+
 @contextmanager
 def dask_client(client: Client | None = None, scheduler: str | None = None
                 ) -> Iterator[Client]:
-    """The given client, a client of ``scheduler``, or an in-process LocalCluster."""
+    """The given client, a client of ``scheduler`` (when none is named: of Dask's configured
+    ``scheduler-address``, if set), or an in-process LocalCluster."""
+    named = scheduler if scheduler != LOCAL else None
+    address = named or configured_scheduler()
     if client is not None:
         yield client
-    elif scheduler and scheduler != LOCAL:
+    elif address:
         try:
-            connected = Client(scheduler, timeout="20s")
+            connected = Client(address, timeout="20s")
         except OSError as err:
-            raise SgdaskError(f"--scheduler {scheduler}: cannot connect ({err})") from err
+            origin = "--scheduler" if named else "scheduler-address (DASK_SCHEDULER_ADDRESS)"
+            raise SgdaskError(f"{origin} {address}: cannot connect ({err})") from err
         with connected:
             yield connected
     else:

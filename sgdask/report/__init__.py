@@ -15,6 +15,7 @@ from sgdask.accum import Accumulator, metric_sort_key
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.kernels.selection import KSpec
 from sgdask.protocols import Protocol
+from sgdask.versions import dependency_versions
 
 NOT_PERCENT = ("PRank",)
 
@@ -265,7 +266,8 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     provenance = {"sgdask_version": __version__,
                   "gt": {"source": gt_manifest.get("source"),
                          "content_hash": gt_manifest.get("content_hash")},
-                  "submission": submission_provenance(pred_manifest)}
+                  "submission": submission_provenance(pred_manifest),
+                  "packages": dependency_versions()}
     return Report(protocol=protocol.as_dict(), aggregation=aggregation,
                   ks=[k.label for k in settings.ks], metrics=metrics,
                   per_predicate=predicate_table(acc, names, aggregation),
