@@ -5,13 +5,20 @@ PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed-stamp
 DEMO   ?= demo-data
 IMAGES ?= 200
+# Material for MkDocs prints a banner about MkDocs 2 on every build; the build is the same.
+MKDOCS  = NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs
+# resolved on Python 3.11 (CI's); on another Python, `make lock` first
+CONSTRAINTS ?= constraints.txt
+# make lock: resolved in a throw-away venv
+LOCK_VENV = .lock-venv
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint docs bench lock wheel-test clean
 
-$(STAMP): pyproject.toml
+# The versions the suite last passed with (constraints.txt); pyproject.toml keeps ranges.
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -19,13 +26,36 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
+	$(MKDOCS) build --strict --quiet
 	$(PY) -m pytest -q tests
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
+# The documentation site, into site/ (open site/index.html); a broken link fails the build.
+docs: $(STAMP)
+	$(MKDOCS) build --strict
+
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
 
+# Refresh constraints.txt deliberately: the newest versions pyproject.toml's ranges allow.
+# Then run `make test` (it reinstalls .venv from the new file) and commit both if it passes.
+lock:
+	rm -rf $(LOCK_VENV)
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LOCK_VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	{ echo "# Versions the test suite passes with; written by 'make lock' (Python $$($(LOCK_VENV)/bin/python -c 'import platform; print(platform.python_version())'))."; \
+	  echo "# Used as 'pip install -c constraints.txt'; pyproject.toml keeps the ranges users get."; \
+	  $(LOCK_VENV)/bin/python -m pip freeze --exclude-editable | grep -v -i '^sgdask[=@ ]'; \
+	} > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf $(LOCK_VENV)
+
+# The wheel and sdist as users get them, installed into a fresh venv without dev extras.
+wheel-test: $(STAMP)
+	bash .ci/wheel-smoke
+
 clean:
-	rm -rf $(VENV) $(DEMO) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(LOCK_VENV) $(DEMO) site dist .pytest_cache .hypothesis

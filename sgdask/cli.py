@@ -18,7 +18,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from sgdask.cluster import Local
+from sgdask import __version__
+from sgdask.cluster import LOCAL, Local
 from sgdask.errors import SgdaskError, SgdaskWarning
 from sgdask.io.archive import ArchiveLimits, limits_help
 from sgdask.io.methods import METHODS
@@ -27,6 +28,7 @@ from sgdask.metrics import RANK_BY, board_columns, format_value, units_note
 from sgdask.pipeline import DEFAULT_PARTITION_SIZE
 from sgdask.protocols import DEFAULT_PROTOCOL
 from sgdask.report import Report
+from sgdask.versions import dependency_versions
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Distributed evaluation of scene graph generation models.")
@@ -42,7 +44,8 @@ StorageOpt = Annotated[list[str] | None, typer.Option(
     "e.g. endpoint_url=http://127.0.0.1:5000")]
 Overwrite = Annotated[bool, typer.Option(help="replace an existing store at --out")]
 Scheduler = Annotated[str | None, typer.Option(
-    help="address of an existing Dask scheduler (default: an in-process LocalCluster)")]
+    help="address of an existing Dask scheduler (default: Dask's scheduler-address setting, "
+    "e.g. DASK_SCHEDULER_ADDRESS, else an in-process LocalCluster)")]
 InProcess = Annotated[bool, typer.Option(
     "--in-process", help="convert in this process, without Dask (small inputs)")]
 Workers = Annotated[int | None, typer.Option(
@@ -63,7 +66,7 @@ def cluster_choice(scheduler: str | None, in_process: bool = False,
         return None
     if scheduler and workers:
         raise SgdaskError("--workers: only for the local cluster (not with --scheduler)")
-    return scheduler or Local(workers)
+    return scheduler or (Local(workers) if workers else LOCAL)
 
 
 def parse_value(text: str) -> Any:
@@ -145,6 +148,24 @@ def fmt(value: float | None, signed: bool = False) -> str:
     if value is None:
         return "-"
     return f"{100 * value:+.2f}" if signed else f"{100 * value:.2f}"
+
+
+@app.callback(invoke_without_command=True)
+def main_options(version: Annotated[bool, typer.Option(
+                     "--version", help="print sgdask's version and exit")] = False,
+                 verbose: Annotated[bool, typer.Option(
+                     "--verbose", help="with --version: also the versions of the libraries "
+                     "that decide the numbers (what a report's provenance records)")]
+                 = False) -> None:
+    """The options that come before any command (the group's callback)."""
+    if version:
+        print(f"sgdask {__version__}")
+        if verbose:
+            for name, number in dependency_versions().items():
+                print(f"{name} {number}")
+        raise typer.Exit()
+    if verbose:
+        raise SgdaskError("--verbose applies to --version")
 
 
 @app.command()

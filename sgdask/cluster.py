@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dask.config
 from distributed import Client, LocalCluster, as_completed
 
 from sgdask.errors import SgdaskError
@@ -62,6 +63,12 @@ def usable_cores() -> int:
     return max(1, cores)
 
 
+def configured_scheduler() -> str | None:
+    """Dask's own ``scheduler-address`` setting (``DASK_SCHEDULER_ADDRESS`` or a Dask config
+    file), which ``distributed.Client()`` also connects to when given no address."""
+    return dask.config.get("scheduler-address", None) or None
+
+
 @contextmanager
 def local_cluster(spec: Local) -> Iterator[Client]:
     workers = spec.workers or usable_cores()
@@ -80,15 +87,19 @@ def local_cluster(spec: Local) -> Iterator[Client]:
 @contextmanager
 def dask_client(client: Client | None = None, scheduler: str | Local | None = None
                 ) -> Iterator[Client]:
-    """The given client, a client of ``scheduler`` (an address, or ``Local(...)``), or an
-    in-process LocalCluster on the usable cores."""
+    """The given client, a client of ``scheduler`` (an address; when none is named, Dask's
+    configured ``scheduler-address``, if set), or an in-process LocalCluster
+    (``Local(...)``, default: on the usable cores)."""
+    named = scheduler if isinstance(scheduler, str) and scheduler != LOCAL else None
+    address = named or (None if isinstance(scheduler, Local) else configured_scheduler())
     if client is not None:
         yield client
-    elif isinstance(scheduler, str) and scheduler != LOCAL:
+    elif address:
         try:
-            connected = Client(scheduler, timeout="20s")
+            connected = Client(address, timeout="20s")
         except OSError as err:
-            raise SgdaskError(f"--scheduler {scheduler}: cannot connect ({err})") from err
+            origin = "--scheduler" if named else "scheduler-address (DASK_SCHEDULER_ADDRESS)"
+            raise SgdaskError(f"{origin} {address}: cannot connect ({err})") from err
         with connected:
             yield connected
     else:

@@ -29,6 +29,7 @@ from sgdask.metrics import (
 from sgdask.metrics.base import DERIVED, Context, Finals
 from sgdask.metrics.terms import inputs_of
 from sgdask.protocols import Protocol
+from sgdask.versions import dependency_versions
 
 
 @dataclass
@@ -257,7 +258,8 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     provenance = {"sgdask_version": __version__,
                   "gt": {"source": gt_manifest.get("source"),
                          "content_hash": gt_manifest.get("content_hash")},
-                  "submission": submission_provenance(pred_manifest)}
+                  "submission": submission_provenance(pred_manifest),
+                  "packages": dependency_versions()}
     return Report(protocol=protocol.as_dict(), aggregation=settings.aggregation,
                   ks=[k.label for k in settings.ks], metrics=metrics,
                   per_predicate=predicate_table(acc, names, settings.aggregation),

@@ -1,0 +1,224 @@
+"""MkDocs hook: the pages the documentation generates from the repository at build time.
+
+Nothing here is copied text, so the site cannot drift from what it documents:
+
+- **mirrored files**: ``schemas/`` (every file format) and the cluster recipes of ``jobs/``
+  become pages; Markdown files as they are (their relative links rewritten to the pages of
+  the files they name), other files (JSON schemas, YAML, Dockerfile) as a highlighted code
+  page, plus the raw file for download.
+- **the command line**: every command's ``--help``, from the CLI's own click command.
+- **the API reference**: one page per module of ``API_MODULES``, rendered by mkdocstrings
+  from the docstrings.
+
+Formulas (``\\( ... \\)`` and ``\\[ ... \\]``, marked by pymdownx.arithmatex) become MathML when
+the page is built, so the site shows them without JavaScript or network (it is meant to be
+opened from disk).
+
+A nav entry naming a group's index page (``formats/index.md``, ``tasks/cluster.md``,
+``reference/api.md``) becomes a section holding the group's pages, so adding a schema file,
+a recipe or a module needs no edit of ``mkdocs.yml``.
+"""
+
+from __future__ import annotations
+
+import html
+import posixpath
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: modules of the API reference, one page each, with mkdocstrings options per module: the
+#: one place the list is kept (packages that only hold submodules show them)
+API_MODULES: dict[str, dict[str, Any]] = {
+    "sgdask.pipeline": {},
+    "sgdask.report": {},
+    "sgdask.io.ingest": {},
+    "sgdask.batch": {"show_submodules": True},
+    "sgdask.kernels": {},
+}
+
+CLI_MARKER = "<!-- generated: command help -->"
+CODE_LANGUAGES = {".json": "json", ".yaml": "yaml", ".yml": "yaml", "Dockerfile": "dockerfile"}
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """Files of the repository shown as pages: ``source`` (a file or a directory's files,
+    relative to the repository) -> pages under ``page_dir``; ``index`` is the page of
+    ``README.md`` (the group's nav entry)."""
+
+    source: str
+    page_dir: str
+    index: str
+
+    def sources(self) -> list[Path]:
+        root = REPO / self.source
+        return sorted(p for p in root.iterdir() if p.is_file()) if root.is_dir() else [root]
+
+    def page_of(self, path: Path) -> str:
+        """The docs path of a mirrored file's page."""
+        if path.name == "README.md":
+            return self.index
+        name = path.name if path.suffix == ".md" else f"{path.name}.md"
+        return posixpath.join(self.page_dir, name)
+
+
+MIRRORS = (
+    Mirror("schemas", "formats", "formats/index.md"),
+    Mirror("jobs/README.md", "tasks", "tasks/cluster.md"),
+    Mirror("jobs/cluster", "tasks/cluster", "tasks/cluster.md"),
+)
+
+
+def mirrored_pages() -> dict[Path, str]:
+    """Every mirrored repository file -> its page."""
+    return {path: mirror.page_of(path) for mirror in MIRRORS for path in mirror.sources()}
+
+
+def api_pages() -> dict[str, str]:
+    """Module -> its API reference page."""
+    return {module: f"reference/api/{module}.md" for module in API_MODULES}
+
+
+LINK = re.compile(r"\]\((?P<target>[^)\s#]+)(?P<anchor>#[^)\s]*)?\)")
+
+
+def rewrite_links(text: str, source: Path, page: str, pages: dict[Path, str]) -> str:
+    """Relative links of a mirrored Markdown file, pointed at the pages of the files they
+    name; links to anything else are left for MkDocs' strict link check."""
+    def rewrite(match: re.Match[str]) -> str:
+        target = match["target"]
+        if "://" in target or target.startswith(("/", "mailto:")):
+            return match[0]
+        resolved = (source.parent / target).resolve()
+        if resolved not in pages:
+            return match[0]
+        relative = posixpath.relpath(pages[resolved], posixpath.dirname(page))
+        return f"]({relative}{match['anchor'] or ''})"
+
+    return LINK.sub(rewrite, text)
+
+
+def code_page(path: Path, page: str) -> str:
+    """A non-Markdown file as a page: its name, a link to the raw file, its text."""
+    language = CODE_LANGUAGES.get(path.suffix) or CODE_LANGUAGES.get(path.name, "text")
+    raw = posixpath.basename(raw_copy(page))
+    source = path.relative_to(REPO).as_posix()
+    return (f"# {path.name}\n\n`{source}` in the repository ([raw file]({raw})).\n\n"
+            f"```{language}\n{path.read_text().rstrip()}\n```\n")
+
+
+def raw_copy(page: str) -> str:
+    """Where the raw file of a code page is published (the page's path without ``.md``)."""
+    return page[: -len(".md")]
+
+
+def mirrored_content(path: Path, page: str, pages: dict[Path, str]) -> str:
+    if path.suffix == ".md":
+        return rewrite_links(path.read_text(), path, page, pages)
+    return code_page(path, page)
+
+
+def api_page(module: str) -> str:
+    options = API_MODULES[module]
+    lines = [f"# `{module}`", "", f"::: {module}"]
+    if options:
+        lines += ["    options:", *(f"      {k}: {str(v).lower()}" for k, v in options.items())]
+    return "\n".join(lines) + "\n"
+
+
+def command_help() -> str:
+    """Markdown: every ``sgdask`` command's help, as ``sgdask COMMAND --help`` prints it
+    (plain text, 80 columns), from the click command typer builds."""
+    import typer
+
+    from sgdask.cli import app
+
+    group = typer.main.get_command(app)
+    root = group.context_class(group, info_name="sgdask", max_content_width=80,
+                               terminal_width=80)
+    sections = [help_section("sgdask", group, root)]
+    for name in group.list_commands(root):
+        command = group.get_command(root, name)
+        context = command.context_class(command, info_name=name, parent=root)
+        sections.append(help_section(f"sgdask {name}", command, context))
+    return "\n".join(sections)
+
+
+def help_section(title: str, command: Any, context: Any) -> str:
+    """One command's plain help (rich panels off) under a heading."""
+    command.rich_markup_mode = None  # typer: plain click help (this object is ours alone)
+    text = command.get_help(context).rstrip()
+    return f"## `{title}`\n\n```text\n{text}\n```\n"
+
+
+def group_sections() -> dict[str, list[tuple[str, str]]]:
+    """Index page of each generated group -> (nav title, page) of its section, index first:
+    mirrored files are titled by their file names, API pages by their modules."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for mirror in MIRRORS:
+        section = groups.setdefault(mirror.index, [("Overview", mirror.index)])
+        section += [(p.name, mirror.page_of(p)) for p in mirror.sources()
+                    if mirror.page_of(p) != mirror.index]
+    groups["reference/api.md"] = [("Overview", "reference/api.md"),
+                                  *((m, page) for m, page in api_pages().items())]
+    return groups
+
+
+def expanded_nav(nav: list[Any], groups: dict[str, list[tuple[str, str]]]) -> list[Any]:
+    """``nav`` with every entry naming a group's index page turned into the group's
+    section."""
+    out: list[Any] = []
+    for entry in nav:
+        (title, value), = entry.items() if isinstance(entry, dict) else ((None, entry),)
+        if isinstance(value, list):
+            value = expanded_nav(value, groups)
+        elif value in groups:
+            value = [{name: page} for name, page in groups[value]]
+        out.append(value if title is None else {title: value})
+    return out
+
+
+MATH = re.compile(r'<(?P<tag>span|div) class="arithmatex">(?P<tex>.*?)</(?P=tag)>', re.S)
+
+
+def mathml(match: re.Match[str]) -> str:
+    """One formula marked by arithmatex (generic mode: ``\\(...\\)`` inline, ``\\[...\\]``
+    displayed) as MathML."""
+    from latex2mathml.converter import convert
+
+    display = match["tag"] == "div"
+    tex = html.unescape(match["tex"]).strip()[2:-2]
+    formula = convert(tex, display="block" if display else "inline")
+    return f'<div class="formula">{formula}</div>' if display else formula
+
+
+def on_config(config: Any) -> Any:
+    config["nav"] = expanded_nav(config["nav"], group_sections())
+    return config
+
+
+def on_files(files: Files, config: Any) -> Files:
+    pages = mirrored_pages()
+    for path, page in pages.items():
+        files.append(File.generated(config, page, content=mirrored_content(path, page, pages)))
+        if path.suffix != ".md":
+            files.append(File.generated(config, raw_copy(page), abs_src_path=str(path)))
+    for module, page in api_pages().items():
+        files.append(File.generated(config, page, content=api_page(module)))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
+    if CLI_MARKER in markdown:
+        return markdown.replace(CLI_MARKER, command_help())
+    return markdown
+
+
+def on_page_content(content: str, page: Any, config: Any, files: Files) -> str:
+    return MATH.sub(mathml, content)

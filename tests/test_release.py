@@ -1,0 +1,93 @@
+"""What a release promises beyond the numbers: ``sgdask --version [--verbose]``, the package
+versions every report records, the constraints file the Makefile installs from, and Dask's
+configured scheduler being used when no ``--scheduler`` is given."""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib.metadata import version
+from pathlib import Path
+
+import dask.config
+import fastjsonschema
+import pytest
+
+import sgdask
+from sgdask.cli import main
+from sgdask.cluster import dask_client
+from sgdask.versions import PACKAGES, dependency_versions
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as done:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return done.value.code or 0, out, err
+
+
+def test_version(capsys):
+    code, out, _ = run_cli(capsys, "--version")
+    assert (code, out) == (0, f"sgdask {sgdask.__version__}\n")
+    assert sgdask.__version__ == version("sgdask")  # pyproject reads it from the package
+
+
+def test_version_verbose_lists_the_libraries_that_decide_the_numbers(capsys):
+    code, out, _ = run_cli(capsys, "--version", "--verbose")
+    lines = out.splitlines()
+    assert code == 0 and lines[0] == f"sgdask {sgdask.__version__}"
+    listed = dict(line.split(" ", 1) for line in lines[1:])
+    assert listed == dependency_versions()
+    assert list(listed)[-1] == "python"
+    for name in ("numpy", "dask", "distributed", "zarr", "pyarrow"):
+        assert listed[name] == version(name)
+
+
+def test_verbose_without_version_is_an_error(capsys):
+    code, out, err = run_cli(capsys, "--verbose")
+    assert (code, out) == (2, "")
+    assert err == "sgdask: error: --verbose applies to --version\n"
+
+
+def test_packages_not_installed_are_left_out(monkeypatch):
+    monkeypatch.setattr("sgdask.versions.PACKAGES", (*PACKAGES, "no-such-distribution-x"))
+    found = dependency_versions()
+    assert "no-such-distribution-x" not in found and "numpy" in found
+
+
+def test_report_provenance_records_the_package_versions(stores, client):
+    report = sgdask.evaluate(stores.gt, stores.pred, client=client)
+    assert report.provenance["packages"] == dependency_versions()
+    schema = json.loads((ROOT / "schemas" / "metrics.schema.json").read_text())
+    fastjsonschema.compile(schema)(json.loads(report.to_json()))
+    broken = json.loads(report.to_json())
+    broken["provenance"]["packages"]["numpy"] = 1
+    with pytest.raises(fastjsonschema.JsonSchemaValueException):
+        fastjsonschema.compile(schema)(broken)
+
+
+def test_configured_scheduler_is_used_without_scheduler_option(client):
+    with dask.config.set({"scheduler-address": client.scheduler.address}):
+        with dask_client() as used:
+            assert used.scheduler.address == client.scheduler.address
+        with dask_client(scheduler="local") as used:  # what convert passes by default
+            assert used.scheduler.address == client.scheduler.address
+
+
+def test_constraints_pin_every_installed_dependency_exactly():
+    """``constraints.txt`` is a lock: exact pins, no sgdask itself, and it covers every
+    runtime and dev requirement of pyproject.toml."""
+    lines = [line for line in (ROOT / "constraints.txt").read_text().splitlines()
+             if line and not line.startswith("#")]
+    pins = dict(line.split("==") for line in lines)
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+==[^=\s]+", line) for line in lines)
+    assert "sgdask" not in {name.lower() for name in pins}
+    names = {re.sub(r"[-_.]+", "-", name).lower() for name in pins}
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    required = re.findall(r'^\s+"([A-Za-z0-9._-]+)(?:\[[^\]]*\])?[<>=!~ ]', pyproject, re.M)
+    assert len(required) > 20
+    for name in required:
+        assert re.sub(r"[-_.]+", "-", name).lower() in names, f"{name} is not pinned"
+    assert {"numba", "llvmlite"} <= names  # locked ahead of the speed work's dependency
