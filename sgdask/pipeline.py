@@ -36,6 +36,7 @@ from sgdask.metrics.terms import batch_blocks, inputs_of, with_zero_shot
 from sgdask.protocols import DEFAULT_PROTOCOL, Protocol, get_protocols
 from sgdask.report import EvalSettings, Report, build_report
 from sgdask.report.intervals import CISettings, add_intervals
+from sgdask.stats.bootstrap import Mapper
 from sgdask.stats.table import TermTable
 from sgdask.types import ImageGT, ImageHits, ImagePred, ZeroShot
 
@@ -362,20 +363,43 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Opt
             dask_client(client, scheduler) as active:
         result = run_bag(active, specs, job, progress)
         writers.commit(result.parts_written)
-    reports = {
+        reports = many_reports(result, subs, inputs, pred_counts, job, options, composition,
+                               gt_reader.manifest, counts)
+        if options.intervals is not None:
+            for by_protocol in reports.values():
+                for report in by_protocol.values():
+                    add_intervals(report, options.intervals, composition,
+                                  cluster_mapper(active))
+    return ManyResult(reports, result.gt_parts_read)
+
+
+def many_reports(result: PartitionResult, subs: tuple[Submission, ...],
+                 inputs: list[SubmissionInput], pred_counts: list[dict[str, int]], job: Job,
+                 options: Options, composition: dict[int, int] | None,
+                 gt_manifest: dict[str, Any], counts: dict[str, int]
+                 ) -> dict[str, dict[str, Report]]:
+    """Per submission and protocol, the report of the folded results."""
+    return {
         sub.name: {p.name: build_report(
             result.accumulators[(sub.name, p.name)], result.images[(sub.name, p.name)],
-            EvalSettings(p, options.aggregation, job.ks, sub.with_ng, zero_shot is not None,
-                         options.legacy, options.tau, options.match_labels),
-            composition, gt_reader.manifest, given.manifest, {**counts, **pred_count},
+            EvalSettings(p, options.aggregation, job.ks, sub.with_ng,
+                         job.zero_shot is not None, options.legacy, options.tau,
+                         options.match_labels),
+            composition, gt_manifest, given.manifest, {**counts, **pred_count},
             TermTable.concat(result.terms[(sub.name, p.name)]))
             for p in sub.protocols}
         for sub, given, pred_count in zip(subs, inputs, pred_counts, strict=True)}
-    if options.intervals is not None:
-        for by_protocol in reports.values():
-            for report in by_protocol.values():
-                add_intervals(report, options.intervals, composition)
-    return ManyResult(reports, result.gt_parts_read)
+
+
+def cluster_mapper(client: Client) -> Mapper:
+    """Run blocks of bootstrap resamples as tasks (the shared terms sent once)."""
+    def run(func: Any, shared: tuple, blocks: list[tuple]) -> list[Any]:
+        [sent] = client.scatter([shared], broadcast=True, hash=False)
+        futures = [client.submit(lambda s, b: func(*s, *b), sent, block, pure=False)
+                   for block in blocks]
+        return client.gather(futures)
+
+    return run
 
 
 def kept_stores(subs: tuple[Submission, ...], inputs: list[SubmissionInput],

@@ -298,6 +298,22 @@ def test_table_order_and_partitioning_do_not_matter():
     assert a.metrics == b.metrics and a.predicates == b.predicates
 
 
+def in_blocks(func, shared, blocks):
+    """A mapper that runs the blocks here, last first."""
+    return [func(*shared, *block) for block in blocks[::-1]][::-1]
+
+
+def test_blocks_of_resamples_give_the_same_intervals(monkeypatch):
+    import sgdask.stats.bootstrap as bootstrap_module
+
+    table = random_table(seed=12, n_images=50)
+    scoring = Scoring("per_predicate", frozenset({"PRank"}), wimr)
+    whole = bootstrap(table, scoring, 0.95, 90, 4)
+    monkeypatch.setattr(bootstrap_module, "BLOCK_WORK", 10 * len(table))
+    blocks = bootstrap(table, scoring, 0.95, 90, 4, mapper=in_blocks)
+    assert blocks.metrics == whole.metrics and blocks.predicates == whole.predicates
+
+
 def test_arrow_round_trip():
     table = random_table(seed=3)
     arrow = table.to_arrow()

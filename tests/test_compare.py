@@ -16,10 +16,10 @@ from sgdask.batch.cache import ResultCache
 from sgdask.cli import main
 from sgdask.io.ingest import convert_submission
 from sgdask.io.store import StoreReader
-from sgdask.pipeline import evaluate, evaluate_protocols, training_stats
+from sgdask.pipeline import cluster_mapper, evaluate, evaluate_protocols, training_stats
 from sgdask.report import TERMS_FILE, Report
 from sgdask.report.intervals import CISettings, scoring_of
-from sgdask.stats.bootstrap import point_values, resample_indices
+from sgdask.stats.bootstrap import bootstrap, point_values, resample_indices
 from sgdask.stats.paired import Model, compare
 from tests.conftest import rewrite_zip
 from tests.test_bootstrap import literal_interval, literal_value
@@ -88,6 +88,17 @@ def test_intervals_do_not_depend_on_partitioning_or_workers(reports, stores, cli
         alone = evaluate(stores.gt, stores.pred, partition_size=3, client=one_worker,
                          intervals=CI)
     assert comparable(alone) == comparable(reports["singlempo"])
+
+
+def test_resamples_on_the_cluster_give_the_same_intervals(reports, client, monkeypatch):
+    import sgdask.stats.bootstrap as bootstrap_module
+
+    report = reports["singlempo"]
+    scoring = scoring_of(report, None)
+    here = bootstrap(report.terms, scoring, 0.95, 60, 2)
+    monkeypatch.setattr(bootstrap_module, "BLOCK_WORK", 12 * len(report.terms))
+    spread = bootstrap(report.terms, scoring, 0.95, 60, 2, mapper=cluster_mapper(client))
+    assert spread.metrics == here.metrics and spread.predicates == here.predicates
 
 
 def test_report_files_keep_terms_and_intervals(reports, tmp_path):

@@ -16,7 +16,7 @@ from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import FAMILIES, metric_of
 from sgdask.metrics.base import DERIVED, Context, Finals
 from sgdask.report import Report
-from sgdask.stats.bootstrap import Derive, PredicateValues, Scoring, bootstrap
+from sgdask.stats.bootstrap import Derive, Mapper, PredicateValues, Scoring, bootstrap
 
 INTERVAL_SUFFIXES = ("_lo", "_hi")
 
@@ -101,15 +101,16 @@ def selected(report: Report, spec: str | None) -> list[str] | None:
 
 
 def add_intervals(report: Report, settings: CISettings,
-                  composition: dict[int, int] | None) -> None:
+                  composition: dict[int, int] | None, mapper: Mapper | None = None) -> None:
     """Compute the report's bootstrap intervals and put them into it: ``intervals``,
     ``ci`` (the settings) and ``<metric>_lo`` / ``_hi`` columns of the per-predicate
-    table."""
+    table (``mapper``: where blocks of resamples may run, e.g. the cluster)."""
     if report.terms is None:
         raise SgdaskError("intervals need the per-image terms (per_image_terms.parquet); "
                           "evaluate again")
     found = bootstrap(report.terms, scoring_of(report, composition), settings.level,
-                      settings.resamples, settings.seed, selected(report, settings.metrics))
+                      settings.resamples, settings.seed, selected(report, settings.metrics),
+                      mapper)
     report.intervals = {n: list(found.metrics[n]) for n in report.metrics
                         if n in found.metrics}
     report.ci = found.settings()

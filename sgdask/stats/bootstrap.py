@@ -28,6 +28,8 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
 
 import numpy as np
 from scipy import sparse
@@ -106,7 +108,7 @@ class TermMatrix:
 
     def __init__(self, csr: sparse.csr_matrix) -> None:
         self.csr = csr
-        self._distinct: tuple[sparse.csr_matrix, np.ndarray] | None = None
+        self.distinct, self.rows = distinct_rows(csr)
 
     def __sub__(self, other: TermMatrix) -> TermMatrix:
         return TermMatrix((self.csr - other.csr).tocsr())
@@ -117,10 +119,7 @@ class TermMatrix:
 
     def sums(self, weights: np.ndarray) -> np.ndarray:
         """Column sums under each weighting: (columns x B) for weights (B x images)."""
-        if self._distinct is None:
-            self._distinct = distinct_rows(self.csr)
-        unique, rows = self._distinct
-        return np.asarray(unique @ np.ascontiguousarray(weights.T))[rows]
+        return np.asarray(self.distinct @ np.ascontiguousarray(weights.T))[self.rows]
 
 
 def distinct_rows(matrix: sparse.csr_matrix) -> tuple[sparse.csr_matrix, np.ndarray]:
@@ -299,21 +298,25 @@ def plan_for(tables: Sequence[TermTable], names: Sequence[str] | None, scoring: 
     return Plan(layout_of(tables, wanted, scoring), scoring.derive, derived)
 
 
-def resample_indices(n_images: int, resamples: int, seed: int) -> Iterator[np.ndarray]:
-    """The image indices of each resample, in order: the b-th ``integers(0, n, n)`` draw of
-    ``numpy.random.default_rng(seed)``."""
+def resample_indices(n_images: int, resamples: int, seed: int, start: int = 0
+                     ) -> Iterator[np.ndarray]:
+    """The image indices of resamples ``start`` .. ``resamples - 1``, in order: resample b
+    is the b-th ``integers(0, n, n)`` draw of ``numpy.random.default_rng(seed)``."""
     rng = np.random.default_rng(seed)
-    for _ in range(resamples):
-        yield rng.integers(0, n_images, size=n_images)
+    for b in range(resamples):
+        indices = rng.integers(0, n_images, size=n_images)
+        if b >= start:
+            yield indices
 
 
-def count_chunks(n_images: int, resamples: int, seed: int,
-                 chunk: int | None = None) -> Iterator[np.ndarray]:
-    """Resample weights (how often each image was drawn), a (chunk x images) array at a
-    time: bounded memory whatever the number of resamples."""
+def count_chunks(n_images: int, resamples: int, seed: int, chunk: int | None = None,
+                 start: int = 0) -> Iterator[np.ndarray]:
+    """Resample weights (how often each image was drawn) of resamples ``start`` ..
+    ``resamples - 1``, a (chunk x images) array at a time: bounded memory whatever the
+    number of resamples."""
     size = chunk or max(1, CHUNK_CELLS // max(n_images, 1))
     batch: list[np.ndarray] = []
-    for indices in resample_indices(n_images, resamples, seed):
+    for indices in resample_indices(n_images, resamples, seed, start):
         batch.append(np.bincount(indices, minlength=n_images))
         if len(batch) == size:
             yield np.array(batch, dtype=float)
@@ -371,25 +374,47 @@ class Intervals:
                 "unit": "image", "seed": self.seed}
 
 
-def bootstrap_samples(tables: Sequence[TermTable], plan: Plan, resamples: int, seed: int
-                      ) -> list[Values]:
-    """Per table, its values under every resample (the same resamples for every table:
-    the tables must hold the same images)."""
-    n = tables[0].n_images
-    matrices = [term_matrix(plan.layout, t) for t in tables]
-    parts: list[list[Values]] = [[] for _ in tables]
-    for weights in count_chunks(n, resamples, seed):
+def block_samples(matrices: Sequence[TermMatrix], plan: Plan, seed: int, start: int,
+                  stop: int) -> list[Values]:
+    """Per term matrix, its values under resamples ``start`` .. ``stop - 1``."""
+    n = matrices[0].n_images
+    parts: list[list[Values]] = [[] for _ in matrices]
+    for weights in count_chunks(n, stop, seed, start=start):
         for i, matrix in enumerate(matrices):
             parts[i].append(plan.values(matrix, weights))
     return [Values.joined(p) for p in parts]
 
 
+# ``mapper(func, shared, blocks)``: ``[func(*shared, *block) for block in blocks]``, maybe
+# elsewhere (``sgdask.pipeline.cluster_mapper`` runs the blocks as Dask tasks).
+Mapper = Callable[[Callable[..., Any], tuple, list[tuple]], list[Any]]
+# Term rows x resamples per block when a mapper spreads the work: the PSG test split (2177
+# images, ~250k rows, 1000 resamples) stays in one block, where shipping the terms would
+# cost more than it saves; Visual Genome's 26k images go to the cluster in blocks.
+BLOCK_WORK = 500_000_000
+
+
+def bootstrap_samples(tables: Sequence[TermTable], plan: Plan, resamples: int, seed: int,
+                      mapper: Mapper | None = None) -> list[Values]:
+    """Per table, its values under every resample (the same resamples for every table:
+    the tables must hold the same images). With a ``mapper``, blocks of resamples may run
+    elsewhere; every resample is computed on its own, so the values are the same."""
+    work = sum(len(t) for t in tables) * resamples
+    blocks = 1 if mapper is None else min(max(1, work // BLOCK_WORK), resamples)
+    matrices = [term_matrix(plan.layout, t) for t in tables]
+    if blocks == 1:
+        return block_samples(matrices, plan, seed, 0, resamples)
+    edges = np.linspace(0, resamples, blocks + 1).astype(int).tolist()
+    done = mapper(block_samples, (matrices, plan, seed), list(pairwise(edges)))
+    return [Values.joined([d[i] for d in done]) for i in range(len(tables))]
+
+
 def bootstrap(table: TermTable, scoring: Scoring, level: float = 0.95,
-              resamples: int = 1000, seed: int = 0, names: Sequence[str] | None = None
-              ) -> Intervals:
+              resamples: int = 1000, seed: int = 0, names: Sequence[str] | None = None,
+              mapper: Mapper | None = None) -> Intervals:
     """Percentile bootstrap intervals over images for ``names`` (None: every metric)."""
     plan = plan_for([table], names, scoring)
-    samples = bootstrap_samples([table], plan, resamples, seed)[0]
+    samples = bootstrap_samples([table], plan, resamples, seed, mapper)[0]
     shown = set(plan.layout.scalar) | set(plan.layout.averaged) | set(plan.derived)
     if names is not None:
         shown &= set(names)

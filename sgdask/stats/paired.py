@@ -36,6 +36,7 @@ from sgdask.stats.bootstrap import (
     Plan,
     Scoring,
     Values,
+    block_samples,
     bootstrap_samples,
     finalize,
     percentile_interval,
@@ -180,7 +181,7 @@ def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: 
     matrices = [[term_matrix(plan.layout, run) for run in m.runs] for m in models]
     ones = np.ones((1, len(image_ids)))
     points = [[plan.values(mx, ones) for mx in runs] for runs in matrices]
-    samples = [model_values(bootstrap_samples(m.runs, plan, resamples, seed)) for m in models]
+    samples = [model_values(block_samples(runs, plan, seed, 0, resamples)) for runs in matrices]
     summaries = [model_summary(m, p, s, compared, level)
                  for m, p, s in zip(models, points, samples, strict=True)]
     rows, per_predicate = [], []
