@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -27,6 +27,9 @@ from sgdask.metrics import RANK_BY, board_columns, format_value, units_note
 from sgdask.pipeline import DEFAULT_PARTITION_SIZE
 from sgdask.protocols import DEFAULT_PROTOCOL
 from sgdask.report import Report, interval_caption
+
+if TYPE_CHECKING:
+    from sgdask.stats.paired import Comparison
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Distributed evaluation of scene graph generation models.")
@@ -441,11 +444,11 @@ def gt_store_of(gt: str, masks: str | None, cache_dir: str | None, options: Any,
 
 
 @app.command()
-def compare(models: Annotated[list[str] | None, typer.Argument(
+def compare(gt: Annotated[str, typer.Option(
+                "--gt", help="GT store URL, or psg.json (ingested once, then cached)")],
+            models: Annotated[list[str] | None, typer.Argument(
                 help="report directories (evaluate --out), submission stores or, with "
                 "--registry, registry names; the first is the baseline")] = None,
-            gt: Annotated[str, typer.Option(
-                "--gt", help="GT store URL, or psg.json (ingested once, then cached)")] = "",
             out: Annotated[str | None, typer.Option(
                 help="directory for comparison.json, comparison_details.json and "
                 "comparison.html")] = None,
@@ -494,9 +497,6 @@ def compare(models: Annotated[list[str] | None, typer.Argument(
     from sgdask.cluster import dask_client
     from sgdask.pipeline import Options
 
-    if not gt:
-        raise SgdaskError("compare: --gt is required (the GT store the models were "
-                          "evaluated against)")
     options = storage_options(storage_option)
     entries = [(name, [m]) for name, m in zip(labels(models or []), models or [],
                                                 strict=True)]
@@ -514,7 +514,7 @@ def compare(models: Annotated[list[str] | None, typer.Argument(
             err_console.print(f"wrote {path}")
 
 
-def print_comparison(comparison: Any, metrics: str | None,
+def print_comparison(comparison: Comparison, metrics: str | None,
                      console: Console = out_console) -> None:
     """The models and the differences of the leaderboard's columns (every metric with
     ``--metrics``; all of them are in comparison.json)."""

@@ -13,10 +13,17 @@ import pytest
 from distributed import Client, LocalCluster
 
 from sgdask.batch.cache import ResultCache
+from sgdask.batch.many import ManyJob, run_many
 from sgdask.cli import main
 from sgdask.io.ingest import convert_submission
 from sgdask.io.store import StoreReader
-from sgdask.pipeline import cluster_mapper, evaluate, evaluate_protocols, training_stats
+from sgdask.pipeline import (
+    Options,
+    cluster_mapper,
+    evaluate,
+    evaluate_protocols,
+    training_stats,
+)
 from sgdask.report import TERMS_FILE, Report
 from sgdask.report.intervals import CISettings, scoring_of
 from sgdask.stats.bootstrap import bootstrap, point_values, resample_indices
@@ -206,3 +213,15 @@ def test_compare_cli_needs_terms(stores, reports, client, tmp_path, capsys):
     assert code == 2 and err.count("\n") == 1
     assert err.startswith(f"sgdask: error: {tmp_path / 'old'}: was written before")
     assert "evaluate it again" in err
+
+
+def test_evaluate_many_intervals_from_cached_terms(stores, client, tmp_path):
+    job = ManyJob(stores.gt, [("a", stores.pred, "singlempo")],
+                  Options(ci=0.9, resamples=30, seed=3), cache=str(tmp_path / "cache"))
+    first = run_many(job, client=client, log=lambda _: None)
+    second = run_many(job, client=client, log=lambda _: None)
+    assert first.evaluated and not second.evaluated
+    a, b = first.reports["a"]["singlempo"], second.reports["a"]["singlempo"]
+    assert a.intervals and a.intervals == b.intervals and a.ci == b.ci
+    cached = json.loads(next((tmp_path / "cache").glob("*/metrics.json")).read_text())
+    assert "intervals" not in cached  # the cache keeps terms, not one run's intervals
