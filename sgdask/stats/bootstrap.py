@@ -244,15 +244,24 @@ def derived_values(per_predicate: dict[str, tuple[np.ndarray, np.ndarray]], deri
     out = {name: np.full(n, np.nan) for name in names}
     for b in range(n):
         def values(name: str, b: int = b) -> dict[int, float]:
-            ids, matrix = per_predicate.get(name, (np.empty(0, np.int64), np.empty((0, n))))
-            column = matrix[:, b]
-            keep = ~np.isnan(column)
-            return dict(zip(ids[keep].tolist(), column[keep].tolist(), strict=True))
+            return predicate_dict(per_predicate, name, b)
 
         for name, value in derive(values).items():
             if name in out:
                 out[name][b] = float(value)
     return out
+
+
+def predicate_dict(per_predicate: dict[str, tuple[np.ndarray, np.ndarray]], name: str,
+                   b: int) -> dict[int, float]:
+    """Predicate -> value of a mean metric under weighting b (predicates without one left
+    out; empty for a metric not computed)."""
+    if name not in per_predicate:
+        return {}
+    ids, matrix = per_predicate[name]
+    column = matrix[:, b]
+    keep = ~np.isnan(column)
+    return dict(zip(ids[keep].tolist(), column[keep].tolist(), strict=True))
 
 
 @dataclass
@@ -273,7 +282,7 @@ def plan_for(tables: Sequence[TermTable], names: Sequence[str] | None, scoring: 
     over ``tables``; the mean metrics a derived metric reads are found by running
     ``derive`` once on the data."""
     common = [n for n in tables[0].names if all(n in t.names for t in tables)]
-    wanted = common if names is None else [n for n in names if n in common]
+    wanted = list(common) if names is None else [n for n in names if n in common]
     derived: list[str] = []
     if scoring.derive is not None:
         means = [n for n in common if tables[0].kind_of(n) == MEAN]
@@ -286,9 +295,7 @@ def plan_for(tables: Sequence[TermTable], names: Sequence[str] | None, scoring: 
 
             def recording(name: str, per_predicate: dict = per_predicate) -> dict[int, float]:
                 read.add(name)
-                ids, matrix = per_predicate.get(name, (np.empty(0), np.empty((0, 1))))
-                keep = ~np.isnan(matrix[:, 0])
-                return dict(zip(ids[keep].tolist(), matrix[keep, 0].tolist(), strict=True))
+                return predicate_dict(per_predicate, name, 0)
 
             names_found = set(scoring.derive(recording))
             found = names_found if found is None else found & names_found

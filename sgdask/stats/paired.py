@@ -145,9 +145,10 @@ def model_values(runs: list[Values]) -> Values:
 
 
 def randomization_p(plan: Plan, a: list, b: list, observed: dict[str, float],
-                    names: list[str], permutations: int, seed: int) -> dict[str, float]:
+                    names: list[str], permutations: int, seed: int
+                    ) -> dict[str, float | None]:
     """Two-sided paired approximate-randomization p-value per metric (a, b: the runs'
-    term matrices)."""
+    term matrices; None where the difference itself is undefined)."""
     n = a[0].n_images
     extreme = dict.fromkeys(names, 0)
     ones = np.ones((1, n))
@@ -164,7 +165,8 @@ def randomization_p(plan: Plan, a: list, b: list, observed: dict[str, float],
             d = np.mean(diffs[name], axis=0)
             limit = abs(observed[name]) - TIE * max(1.0, abs(observed[name]))
             extreme[name] += int((np.abs(d[~np.isnan(d)]) >= limit).sum())
-    return {name: (1 + extreme[name]) / (1 + permutations) for name in names}
+    return {name: (1 + extreme[name]) / (1 + permutations)
+            if np.isfinite(observed[name]) else None for name in names}
 
 
 def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: Scoring,
@@ -189,7 +191,8 @@ def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: 
                           for n in compared if n in m.runs[0].names} for m in models}
     for ia, ib in pairs:
         a, b = summaries[ia], summaries[ib]
-        observed = {n: b["metrics"][n]["value"] - a["metrics"][n]["value"] for n in compared}
+        observed = {n: number(b["metrics"][n]["value"]) - number(a["metrics"][n]["value"])
+                    for n in compared}
         p_values = randomization_p(plan, matrices[ia], matrices[ib], observed, compared,
                                    permutations, seed)
         for name in compared:
@@ -201,9 +204,9 @@ def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: 
                                           per_image[models[ib].name][name],
                                           name in lower_is_better)
             rows.append({"metric": name, "a": a["name"], "b": b["name"],
-                         "a_value": a["metrics"][name]["value"],
-                         "b_value": b["metrics"][name]["value"],
-                         "delta": observed[name], "ci_low": interval[0],
+                         "a_value": nan_none(a["metrics"][name]["value"]),
+                         "b_value": nan_none(b["metrics"][name]["value"]),
+                         "delta": nan_none(observed[name]), "ci_low": interval[0],
                          "ci_high": interval[1], "p_value": p_values[name],
                          "p_holm": None, "wins": counts[0], "ties": counts[1],
                          "losses": counts[2], "a_sd": a["metrics"][name]["sd"],
@@ -212,7 +215,7 @@ def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: 
         per_predicate += predicate_differences(a["name"], b["name"], points[ia], points[ib],
                                                samples[ia], samples[ib], level)
     for name in compared:
-        mine = [r for r in rows if r["metric"] == name]
+        mine = [r for r in rows if r["metric"] == name and r["p_value"] is not None]
         for row, adjusted in zip(mine, holm([r["p_value"] for r in mine]), strict=True):
             row["p_holm"] = adjusted
     settings = {"level": level, "resamples": resamples, "permutations": permutations,
@@ -229,9 +232,10 @@ def model_summary(model: Model, points: list[Values], samples: Values, names: li
     for name in names:
         runs = np.array([p.metrics[name][0] for p in points])
         interval = percentile_interval(samples.metrics[name], level) or (None, None)
-        metrics[name] = {"value": float(np.mean(runs)),
-                         "sd": float(np.std(runs, ddof=1)) if len(runs) > 1 else None,
-                         "runs": runs.tolist(), "ci_low": interval[0],
+        metrics[name] = {"value": nan_none(float(np.mean(runs))),
+                         "sd": nan_none(float(np.std(runs, ddof=1))) if len(runs) > 1
+                         else None,
+                         "runs": [nan_none(v) for v in runs.tolist()], "ci_low": interval[0],
                          "ci_high": interval[1]}
     return {"name": model.name, "runs": len(points), "metrics": metrics}
 
@@ -255,7 +259,12 @@ def predicate_differences(a: str, b: str, points_a: list[Values], points_b: list
 
 
 def nan_none(value: float) -> float | None:
+    """JSON has no NaN: an undefined value is null."""
     return None if np.isnan(value) else float(value)
+
+
+def number(value: float | None) -> float:
+    return np.nan if value is None else value
 
 
 def rank_ranges(tables: Sequence[TermTable], name: str, scoring: Scoring, level: float,
