@@ -8,7 +8,9 @@ process tree is sampled (wall time, CPU seconds, peak RSS per process):
   the ``sgbench`` and ``singlempo`` protocols, for every W of ``--workers``;
 - C: end to end from the same ZIP: ``sgdask convert`` then ``sgdask evaluate``;
 - the floor: only read and decode every mask from the stores, in one process;
-- memory flatness: B (singlempo) again on a dataset of a quarter of the images.
+- memory flatness: B (singlempo) again on a dataset of a quarter of the images;
+- the cost of intervals: 1000 bootstrap resamples of every metric of B (singlempo) against
+  the evaluation itself (``benchmarks._ci_cost``), and with ``--ci-metrics mR@50``.
 
 Prints the tables and writes ``benchmarks/results/<UTC date and time>-<images>.json`` and
 ``.md`` (e.g. ``2026-11-22T0452Z-2177.json``), ``benchmarks/results/latest.md`` and the
@@ -45,7 +47,7 @@ BENCH = ROOT / "benchmarks"
 PROTOCOLS = ("sgbench", "singlempo")
 QUICK_IMAGES = 200
 FLAT_LIMIT = 1.25
-TARGETS = {"B": 15.0, "C": 2.5, "scaling": 1.8, "worker_gib": 1.0, "store": 0.5}
+TARGETS = {"B": 15.0, "C": 2.5, "scaling": 1.8, "worker_gib": 1.0, "store": 0.5, "ci": 0.2}
 _START = time.perf_counter()
 
 
@@ -149,6 +151,15 @@ def run_end_to_end(ds: Dataset, protocol: str, interval: float) -> Measurement:
     return combined(f"C convert + evaluate ({protocol})", parts)
 
 
+def run_ci_cost(ds: Dataset, workers: int, interval: float) -> Measurement:
+    argv = python("-m", "benchmarks._ci_cost", "--gt", str(ds.gt_store), "--pred",
+                  str(ds.pred_store), "--workers", str(workers))
+    m = run_measured(f"intervals w{workers}", argv, ROOT, interval)
+    m.extra.update(last_json(m.stdout))
+    m.extra["work_s"] = m.extra["evaluate_s"]
+    return m
+
+
 def run_floor(ds: Dataset, interval: float) -> Measurement:
     argv = python("-m", "benchmarks._floor", "--gt", str(ds.gt_store), "--pred",
                   str(ds.pred_store), "--zip", str(ds.raw.submission_zip),
@@ -209,6 +220,8 @@ def run_suite(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series])
                     args.repeats, lambda p=protocol, w=workers: run_evaluate(ds, p, w, iv))
     measure(rp.Series("C", f"C sgdask convert + evaluate ({args.e2e_protocol})", n),
             args.repeats, lambda: run_end_to_end(ds, args.e2e_protocol, iv))
+    measure(rp.Series("ci", f"B singlempo + 1000 bootstrap resamples, {ref_w} worker(s)", n),
+            1, lambda: run_ci_cost(ds, ref_w, iv))
 
 
 def run_memory_check(args: argparse.Namespace, small: Dataset) -> rp.Series:
@@ -308,6 +321,16 @@ def memory_targets(runs: dict[str, rp.Series], mem: dict[str, Any] | None
     return rows
 
 
+def ci_target(runs: dict[str, rp.Series]) -> dict[str, Any]:
+    """What 1000 resamples of every metric add to the evaluation (and of one metric)."""
+    r = runs["ci"].runs[0].extra
+    text = (f"{r['intervals_all_s']:.2f} s on {r['evaluate_s']:.2f} s "
+            f"({100 * r['ratio_all']:.0f} %; {r['metrics']} metrics, {r['term_rows']} term "
+            f"rows); --ci-metrics {r['ci_metrics']}: {r['intervals_some_s']:.2f} s")
+    return target(f"1000 resamples of every metric add <= {100 * TARGETS['ci']:.0f} % to "
+                  "the evaluation (singlempo)", text, r["ratio_all"] <= TARGETS["ci"])
+
+
 def size_target(size: dict[str, dict[str, int]]) -> dict[str, Any]:
     r = rp.ratio(size["submission store"]["bytes"], size["submission.zip"]["bytes"]) or 0.0
     return target(f"submission store <= {TARGETS['store']:g} x ZIP size", f"{r:.2f}x",
@@ -319,7 +342,7 @@ def summarize(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series],
     w = args.reference_workers
     size, scale, mem = sizes(ds), scaling(runs, args.workers), memory(runs, small, w)
     targets = [*speed_targets(runs, w), scaling_target(scale, args.workers),
-               *memory_targets(runs, mem), size_target(size)]
+               *memory_targets(runs, mem), size_target(size), ci_target(runs)]
     return {"sizes": size, "scaling": scale, "memory": mem, "targets": targets,
             "agreement": agreement(runs, w), "floor": runs["floor"].runs[0].extra}
 

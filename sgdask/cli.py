@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -27,8 +27,11 @@ from sgdask.kernels.selection import DEFAULT_KS
 from sgdask.metrics import RANK_BY, board_columns, format_value, units_note
 from sgdask.pipeline import DEFAULT_PARTITION_SIZE
 from sgdask.protocols import DEFAULT_PROTOCOL
-from sgdask.report import Report
+from sgdask.report import Report, interval_caption
 from sgdask.versions import dependency_versions
+
+if TYPE_CHECKING:
+    from sgdask.stats.paired import Comparison
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Distributed evaluation of scene graph generation models.")
@@ -107,7 +110,7 @@ def progress_bar(description: str, total: int | None) -> Iterator[Any]:
 
 
 def print_report(report: Report, console: Console = out_console) -> None:
-    header, rows = report.grid()
+    header, rows = report.grid(sep="\n", template="{lo}–{hi}")
     title = (f"protocol {report.protocol['name']} v{report.protocol['version']} · "
              f"aggregation {report.aggregation} · "
              f"{report.diagnostics.get('evaluated_images', 0)} images")
@@ -122,6 +125,8 @@ def print_report(report: Report, console: Console = out_console) -> None:
         console.print(f"left out {metric}: {why}")
     for note in report.notes:
         console.print(f"note: {note}")
+    if report.ci:
+        console.print(f"intervals: {interval_caption(report.ci)}")
     missing = report.diagnostics.get("images_missing", 0)
     if missing:
         console.print(f"{missing} evaluated image(s) have no prediction (scored 0)")
@@ -400,13 +405,30 @@ def evaluate(gt: Annotated[str, typer.Option(
                  "--match-labels/--no-match-labels",
                  help="match predictions only to GT instances of the same category "
                  "(SPEC section 4; recorded in the report)")] = True,
+             ci: Annotated[float | None, typer.Option(
+                 "--ci", help="bootstrap intervals at this level (e.g. 0.95) for every "
+                 "metric: percentile bootstrap over images")] = None,
+             resamples: Annotated[int, typer.Option(
+                 help="with --ci: bootstrap resamples")] = 1000,
+             seed: Annotated[int, typer.Option(
+                 help="with --ci: seed of the resamples (the same for every protocol)")] = 0,
+             ci_metrics: Annotated[str | None, typer.Option(
+                 "--ci-metrics", help="with --ci: only these metrics, comma separated "
+                 "(names like mR@50 or families like mR)")] = None,
              limit: Limits = None, storage_option: StorageOpt = None) -> None:
     """Score a submission (store or file) against the GT (store or psg.json) on a Dask
     cluster and print the table."""
     from sgdask.cluster import dask_client
     from sgdask.pipeline import evaluate_protocols
+    from sgdask.report.intervals import CISettings
     from sgdask.report.writers import write_reports
 
+    intervals = None
+    if ci is not None:
+        intervals = CISettings(ci, resamples, seed, ci_metrics)
+        intervals.check()
+    elif ci_metrics is not None:
+        raise SgdaskError("--ci-metrics: only with --ci LEVEL")
     options = storage_options(storage_option)
     start = time.perf_counter()
     with dask_client(None, cluster_choice(scheduler, False, workers)) as client:
@@ -416,7 +438,7 @@ def evaluate(gt: Annotated[str, typer.Option(
                                      stats=stats, legacy=legacy_metrics, tau=tau,
                                      match_labels=match_labels,
                                      limits=ArchiveLimits.from_pairs(limit),
-                                     keep_store=keep_store)
+                                     keep_store=keep_store, intervals=intervals)
     for report in reports.values():
         print_report(report)
     if len(reports) > 1:
@@ -440,6 +462,111 @@ def gt_store_of(gt: str, masks: str | None, cache_dir: str | None, options: Any,
     with progress_bar("ingesting GT images (cached for the next run)", None) as advance:
         return cached_gt_store(gt, masks, cache_dir, options, client, advance,
                                log=err_console.print)
+
+
+@app.command()
+def compare(gt: Annotated[str, typer.Option(
+                "--gt", help="GT store URL, or psg.json (ingested once, then cached)")],
+            models: Annotated[list[str] | None, typer.Argument(
+                help="report directories (evaluate --out), submission stores or, with "
+                "--registry, registry names; the first is the baseline")] = None,
+            out: Annotated[str | None, typer.Option(
+                help="directory for comparison.json, comparison_details.json and "
+                "comparison.html")] = None,
+            group: Annotated[list[str] | None, typer.Option(
+                "--group", help="several runs of one model (training seeds) as "
+                "NAME=RUN1,RUN2,...: mean ± sd over runs (repeatable; after the positional "
+                "models)")] = None,
+            all_pairs: Annotated[bool, typer.Option(
+                "--all-pairs", help="compare every pair, not only each model with the "
+                "first")] = False,
+            protocol: Annotated[str, typer.Option(help="the protocol to compare under")]
+            = DEFAULT_PROTOCOL,
+            metrics: Annotated[str | None, typer.Option(
+                "--metrics", help="only these metrics, comma separated (mR@50 or mR)")]
+            = None,
+            level: Annotated[float, typer.Option(help="interval level")] = 0.95,
+            resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 1000,
+            permutations: Annotated[int, typer.Option(
+                help="approximate-randomization permutations")] = 1000,
+            seed: Annotated[int, typer.Option(help="seed of resamples and permutations")]
+            = 0,
+            registry: Annotated[str | None, typer.Option(
+                help="registry URL: models may be registry names (its cache is used)")]
+            = None,
+            k: Annotated[str, typer.Option("--k", help="ks of stores evaluated here")]
+            = DEFAULT_KS,
+            aggregation: Annotated[str, typer.Option(
+                help="per_predicate, pooled or image")] = "per_predicate",
+            stats: Annotated[str | None, typer.Option(
+                help="training statistics (default: the GT store's)")] = None,
+            partition_size: Annotated[int | None, typer.Option(
+                help="images per Dask task when stores are evaluated")]
+            = DEFAULT_PARTITION_SIZE,
+            scheduler: Scheduler = None, workers: Workers = None,
+            cache_dir: CacheDir = None, storage_option: StorageOpt = None) -> None:
+    """Is model B better than model A? Paired bootstrap intervals of the differences,
+    approximate-randomization p-values (Holm-corrected), per-predicate differences and
+    per-image wins, for every metric."""
+    from sgdask.batch.compare import (
+        CompareJob,
+        labels,
+        parse_group,
+        run_compare,
+        write_comparison,
+    )
+    from sgdask.cluster import dask_client
+    from sgdask.pipeline import Options
+
+    options = storage_options(storage_option)
+    entries = [(name, [m]) for name, m in zip(labels(models or []), models or [],
+                                                strict=True)]
+    entries += [parse_group(g) for g in group or []]
+    job = CompareJob(gt, entries, protocol, Options(k, aggregation, partition_size, stats),
+                     all_pairs, level, resamples, permutations, seed, metrics, registry,
+                     options)
+    job.check()
+    with dask_client(None, cluster_choice(scheduler, False, workers)) as client:
+        job.gt = gt_store_of(gt, None, cache_dir, options, client)
+        comparison = run_compare(job, client, progress=True)
+    print_comparison(comparison, metrics)
+    if out:
+        for path in write_comparison(comparison, out, options):
+            err_console.print(f"wrote {path}")
+
+
+def print_comparison(comparison: Comparison, metrics: str | None,
+                     console: Console = out_console) -> None:
+    """The models and the differences of the leaderboard's columns (every metric with
+    ``--metrics``; all of them are in comparison.json)."""
+    from sgdask.report.compare_html import model_rows, p_text, points
+
+    rows = comparison.rows
+    names = list(dict.fromkeys(r["metric"] for r in rows))
+    shown = names if metrics else [c for c in board_columns() if c in names] or names
+    settings = comparison.settings
+    models = Table(title=f"{len(comparison.models)} models · protocol "
+                   f"{settings['protocol']} · {settings['images']} images · "
+                   f"{100 * settings['level']:g}% intervals")
+    for name in ("model", "runs", *shown):
+        models.add_column(name, justify="left" if name == "model" else "right")
+    for row in model_rows(comparison, shown, sep="\n", template="{lo}–{hi}"):
+        models.add_row(*row)
+    console.print(models)
+    diffs = Table(title="b − a (percentage points; PRank in ranks, lower is better)",
+                  caption=f"interval: paired bootstrap, {settings['resamples']} resamples; "
+                  f"p: paired approximate randomization, {settings['permutations']} "
+                  "permutations; Holm over all pairs; W/T/L: images b wins/ties/loses")
+    for name in ("metric", "a", "b", "Δ", "low", "high", "p", "p Holm", "W/T/L"):
+        diffs.add_column(name, justify="left" if name in ("metric", "a", "b") else "right")
+    for r in rows:
+        if r["metric"] in shown:
+            diffs.add_row(r["metric"], r["a"], r["b"], points(r["metric"], r["delta"]),
+                          points(r["metric"], r["ci_low"]), points(r["metric"], r["ci_high"]),
+                          p_text(r["p_value"]), p_text(r["p_holm"]),
+                          "-" if r["wins"] is None
+                          else f"{r['wins']}/{r['ties']}/{r['losses']}")
+    console.print(diffs)
 
 
 @app.command("evaluate-many")

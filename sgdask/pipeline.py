@@ -10,7 +10,7 @@ protocol on it, so many models cost one pass over the GT.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import dask.bag as db
@@ -35,6 +35,9 @@ from sgdask.metrics.base import IMAGE, Block, Context, Family
 from sgdask.metrics.terms import batch_blocks, inputs_of, with_zero_shot
 from sgdask.protocols import DEFAULT_PROTOCOL, Protocol, get_protocols
 from sgdask.report import EvalSettings, Report, build_report
+from sgdask.report.intervals import CISettings, add_intervals
+from sgdask.stats.bootstrap import Mapper
+from sgdask.stats.table import TermTable
 from sgdask.types import ImageGT, ImageHits, ImagePred, ZeroShot
 
 DEFAULT_PARTITION_SIZE: int | None = None  # one task per GT store part
@@ -84,8 +87,9 @@ Key = tuple[str, str]  # (submission name, protocol name)
 
 @dataclass
 class PartitionResult:
-    """Per (submission, protocol): an accumulator and per-image rows; the GT parts read;
-    the store parts written (``keep_store``).
+    """Per (submission, protocol): an accumulator, per-image rows and the per-image terms
+    (one ``TermTable`` per partition); the GT parts read; the store parts written
+    (``keep_store``).
 
     Merging is associative (accumulators merge exactly; rows and lists concatenate).
     """
@@ -94,6 +98,7 @@ class PartitionResult:
     images: dict[Key, list[dict[str, Any]]] = field(default_factory=dict)
     gt_parts_read: list[str] = field(default_factory=list)
     parts_written: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    terms: dict[Key, list[TermTable]] = field(default_factory=dict)
 
     def add(self, key: Key, hits: list[ImageHits], blocks: list[Block]) -> None:
         """Add the hits of a partition's images and their term blocks."""
@@ -102,6 +107,8 @@ class PartitionResult:
         acc.add_counts(np.concatenate([h.predicates for h in hits]),
                        image_diagnostics(hits))
         self.images.setdefault(key, []).extend(image_rows(hits, blocks))
+        self.terms.setdefault(key, []).append(
+            TermTable.from_blocks([h.image_id for h in hits], blocks))
 
     def merged(self, other: PartitionResult) -> PartitionResult:
         keys = list(dict.fromkeys([*self.accumulators, *other.accumulators]))
@@ -112,7 +119,8 @@ class PartitionResult:
             {k: self.accumulators.get(k, empty).merged(other.accumulators.get(k, empty))
              for k in keys},
             {k: self.images.get(k, []) + other.images.get(k, []) for k in keys},
-            self.gt_parts_read + other.gt_parts_read, written)
+            self.gt_parts_read + other.gt_parts_read, written,
+            {k: self.terms.get(k, []) + other.terms.get(k, []) for k in keys})
 
 
 def image_diagnostics(hits: list[ImageHits]) -> dict[str, int]:
@@ -284,6 +292,17 @@ class Options:
     legacy: bool = False
     tau: float = 0.5
     match_labels: bool = True
+    ci: float | None = None
+    resamples: int = 1000
+    seed: int = 0
+    ci_metrics: str | None = None
+
+    @property
+    def intervals(self) -> CISettings | None:
+        """Bootstrap settings (``--ci``), None without intervals."""
+        if self.ci is None:
+            return None
+        return CISettings(self.ci, self.resamples, self.seed, self.ci_metrics)
 
     def check(self) -> None:
         if self.aggregation not in AGGREGATIONS:
@@ -293,6 +312,8 @@ class Options:
             raise SgdaskError("--partition-size: must be at least 1")
         if not self.tau >= 0:
             raise SgdaskError(f"--tau: {self.tau} must be a number >= 0")
+        if self.intervals is not None:
+            self.intervals.check()
 
 
 @dataclass
@@ -342,15 +363,43 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Opt
             dask_client(client, scheduler) as active:
         result = run_bag(active, specs, job, progress)
         writers.commit(result.parts_written)
-    reports = {
+        reports = many_reports(result, subs, inputs, pred_counts, job, options, composition,
+                               gt_reader.manifest, counts)
+        if options.intervals is not None:
+            for by_protocol in reports.values():
+                for report in by_protocol.values():
+                    add_intervals(report, options.intervals, composition,
+                                  cluster_mapper(active))
+    return ManyResult(reports, result.gt_parts_read)
+
+
+def many_reports(result: PartitionResult, subs: tuple[Submission, ...],
+                 inputs: list[SubmissionInput], pred_counts: list[dict[str, int]], job: Job,
+                 options: Options, composition: dict[int, int] | None,
+                 gt_manifest: dict[str, Any], counts: dict[str, int]
+                 ) -> dict[str, dict[str, Report]]:
+    """Per submission and protocol, the report of the folded results."""
+    return {
         sub.name: {p.name: build_report(
             result.accumulators[(sub.name, p.name)], result.images[(sub.name, p.name)],
-            EvalSettings(p, options.aggregation, job.ks, sub.with_ng, zero_shot is not None,
-                         options.legacy, options.tau, options.match_labels),
-            composition, gt_reader.manifest, given.manifest, {**counts, **pred_count})
+            EvalSettings(p, options.aggregation, job.ks, sub.with_ng,
+                         job.zero_shot is not None, options.legacy, options.tau,
+                         options.match_labels),
+            composition, gt_manifest, given.manifest, {**counts, **pred_count},
+            TermTable.concat(result.terms[(sub.name, p.name)]))
             for p in sub.protocols}
         for sub, given, pred_count in zip(subs, inputs, pred_counts, strict=True)}
-    return ManyResult(reports, result.gt_parts_read)
+
+
+def cluster_mapper(client: Client) -> Mapper:
+    """Run blocks of bootstrap resamples as tasks (the shared terms sent once)."""
+    def run(func: Any, shared: tuple, blocks: list[tuple]) -> list[Any]:
+        [sent] = client.scatter([shared], broadcast=True, hash=False)
+        futures = [client.submit(lambda s, b: func(*s, *b), sent, block, pure=False)
+                   for block in blocks]
+        return client.gather(futures)
+
+    return run
 
 
 def kept_stores(subs: tuple[Submission, ...], inputs: list[SubmissionInput],
@@ -369,10 +418,15 @@ def evaluate_protocols(gt: str, pred: str, protocols: str = DEFAULT_PROTOCOL,
                        storage_options: StorageOptions | None = None, progress: bool = False,
                        stats: str | None = None, legacy: bool = False, tau: float = 0.5,
                        match_labels: bool = True, limits: ArchiveLimits | None = None,
-                       keep_store: str | None = None) -> dict[str, Report]:
+                       keep_store: str | None = None, intervals: CISettings | None = None
+                       ) -> dict[str, Report]:
     """Score ``pred`` (a submission store or file) against ``gt`` under several protocols
-    in one pass over the data."""
+    in one pass over the data (``intervals``: with bootstrap intervals, the same resamples
+    for every protocol)."""
     options = Options(ks, aggregation, partition_size, stats, legacy, tau, match_labels)
+    if intervals is not None:
+        options = replace(options, ci=intervals.level, resamples=intervals.resamples,
+                          seed=intervals.seed, ci_metrics=intervals.metrics)
     many = evaluate_many(gt, [("submission", pred, protocols)], options, client, scheduler,
                          storage_options, progress, limits,
                          {"submission": keep_store} if keep_store else None)
@@ -385,11 +439,11 @@ def evaluate(gt: str, pred: str, protocol: str = DEFAULT_PROTOCOL, ks: str = DEF
              client: Client | None = None, scheduler: str | None = None,
              storage_options: StorageOptions | None = None, progress: bool = False,
              stats: str | None = None, legacy: bool = False, tau: float = 0.5,
-             match_labels: bool = True) -> Report:
+             match_labels: bool = True, intervals: CISettings | None = None) -> Report:
     """Score the submission ``pred`` against the GT store ``gt`` under one protocol."""
     reports = evaluate_protocols(gt, pred, protocol, ks, aggregation, partition_size, client,
                                  scheduler, storage_options, progress, stats, legacy, tau,
-                                 match_labels)
+                                 match_labels, intervals=intervals)
     if len(reports) != 1:
         raise SgdaskError("evaluate() takes one protocol; use evaluate_protocols() for several")
     return next(iter(reports.values()))

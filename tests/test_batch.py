@@ -106,6 +106,11 @@ def test_rerank_publishes_then_skips(registry, stores, tmp_path, client):
     assert [e["approved"] for e in board] == [False, True]
     assert board[0]["metrics"]["mR@50"] > board[1]["metrics"]["mR@50"]
     assert "mR@50" in board[0]["delta"]
+    assert [e["rank_range"] for e in board] == [[1, 1], [2, 2]]  # clearly apart
+    assert [e.get("approved_rank_range") for e in board] == [None, [1, 1]]
+    for e in board:
+        low, high = e["intervals"]["mR@50"]
+        assert low <= e["metrics"]["mR@50"] <= high
     html = (tmp_path / "board" / "leaderboard.html").read_text()
     assert "strong-model" in html and "board-approved" in html
     pointer = json.loads((tmp_path / "board" / "current.json").read_text())
@@ -116,6 +121,13 @@ def test_rerank_publishes_then_skips(registry, stores, tmp_path, client):
     assert second.published is None and not second.evaluated and len(second.cached) == 4
     assert any("up to date" in line for line in lines)
     assert json.loads((tmp_path / "board" / "current.json").read_text()) == pointer
+
+    (tmp_path / "board" / "current.json").unlink()  # publish again: all from the cache
+    third = rerank(registry, stores.gt, out, client=client, log=lambda _: None)
+    assert third.published and not third.evaluated
+    again = json.loads((tmp_path / "board" / "leaderboard.json").read_text())
+    assert [(e["rank_range"], e["intervals"]) for e in again] == \
+        [(e["rank_range"], e["intervals"]) for e in board]
 
 
 def test_protocol_version_bump_reevaluates(registry, stores, tmp_path, client, monkeypatch):

@@ -62,6 +62,17 @@ def test_numbers_formatted(boards):
     assert page.count('data-col="PRank"') == 2 and 'data-col="Δ multimpo"' in page
 
 
+def test_interval_and_rank_range(boards):
+    boards["public"][0].update(rank_range=[1, 2], intervals={"mR@50": [0.35, 0.45]})
+    boards["public"][1].update(rank_range=[1, 3])
+    page = render(boards)
+    assert page.count('data-col="rank range"') == 1  # the approved board has no ranges
+    assert '<td data-value="1">1–2</td>' in page and '<td data-value="1">1–3</td>' in page
+    assert ('<td data-value="0.4">40.00<br><span class="ci">[35.00, 45.00]</span></td>'
+            in page)
+    assert '<td data-value="0.3">30.00</td>' in page  # no interval: plain
+
+
 def test_exact_values_for_sorting():
     board = {"public": [entry(1, "x", 0.123456789, 1.0)]}
     page = render_leaderboard(board, ["R@50"])

@@ -8,6 +8,7 @@ import re
 import uuid
 
 import fsspec
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -150,3 +151,24 @@ def test_write_html_memory(reports):
 def test_empty_reports_rejected():
     with pytest.raises(ValueError):
         render_html({})
+
+
+def test_intervals_in_tables_and_error_bars(reports):
+    from sgdask.report.html import mean_columns, predicate_errors
+
+    report = reports["singlempo"]
+    report.intervals = {"R@20": [0.2, 0.3], "PRank": [1.25, 1.75]}
+    report.ci = {"level": 0.9, "resamples": 50, "method": "percentile", "unit": "image",
+                 "seed": 0}
+    for row, (lo, hi) in zip(report.per_predicate, [(0.4, 0.6), (0.2, 0.3), (None, None),
+                                                   (0.0, 0.1)], strict=True):
+        row["mR@50_lo"], row["mR@50_hi"] = lo, hi
+    assert mean_columns(report) == ["mR@20", "mR@50", "mR@100"]
+    errors = predicate_errors(report, "mR@50", [0, 1, 2, 3])
+    assert np.allclose(errors, [[10, 5, 0, 0], [10, 5, 0, 10]])
+    assert predicate_errors(report, "mR@100", [0, 1]) is None
+    page = render_html(reports)
+    assert "<td>R</td><td>25.00 [20.00, 30.00]</td>" in page
+    assert "PRank 1.50 [1.25, 1.75]" in page
+    assert "Intervals: 90% percentile bootstrap over images, 50 resamples, seed 0." in page
+    assert "mR@50_lo" not in page

@@ -2,7 +2,10 @@
 
 Keys are content hashes, so a re-run skips exactly what is already computed, and a new
 protocol version, GT or metric definition misses the cache. An entry is complete only
-when its ``entry.json`` exists (written last).
+when its ``entry.json`` exists (written last). Entries hold the per-image terms
+(``per_image_terms.parquet``), so intervals, ``compare`` and ``rerank``'s rank ranges
+never re-evaluate; an entry written before terms were kept counts as a miss (evaluated
+once more, then complete).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from sgdask import __version__
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.pipeline import Options
 from sgdask.protocols import METRICS_VERSION, Protocol
-from sgdask.report import Report
+from sgdask.report import TERMS_FILE, Report
 
 ENTRY = "entry.json"
 
@@ -43,8 +46,9 @@ class ResultCache:
         return join(self.url, key)
 
     def get(self, key: str) -> Report | None:
-        """The cached report, or None when absent or incomplete."""
-        if not self.fs.exists(join(self.path, key, ENTRY)):
+        """The cached report, or None when absent or incomplete (no per-image terms)."""
+        if not (self.fs.exists(join(self.path, key, ENTRY))
+                and self.fs.exists(join(self.path, key, TERMS_FILE))):
             return None
         return Report.read(self.location(key), self.options)
 

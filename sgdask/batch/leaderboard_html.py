@@ -17,6 +17,7 @@ from sgdask.metrics import RANK_BY, format_value
 Entry = dict[str, Any]
 
 DELTA_COLUMN = "Δ multimpo"
+RANGE_COLUMN = "rank range"
 MISSING = "-"
 SAFE_SCHEMES = ("http", "https")
 # Browsers drop ASCII whitespace and control characters inside a URL before reading its scheme.
@@ -41,6 +42,7 @@ td.empty { text-align: center; color: #777; font-style: italic; }
 .new { color: #1565c0; font-size: 0.85em; }
 .approved { color: #1a7f37; }
 .unsafe-link { color: #777; }
+.ci { color: #666; font-size: 0.8em; }
 """
 
 # Rows are sorted by the clicked column's data-value: numerically when both values are
@@ -114,24 +116,29 @@ def header(title: str, generated_at: str, previous_generated_at: str | None) -> 
                      f"{esc(previous_generated_at)}</p>")
     parts.append('<p class="note">Recalls in percent, PRank in ranks (lower is better); '
                  f"{esc(DELTA_COLUMN)} is multimpo − singlempo {esc(RANK_BY)} in percentage "
-                 "points. Click a column header to sort.</p>")
+                 f"points. Under {esc(RANK_BY)}: its bootstrap interval over the test "
+                 f"images; {esc(RANGE_COLUMN)}: from 1 + the number of models significantly "
+                 "better to the number of models not significantly worse (paired bootstrap). "
+                 "Click a column header to sort.</p>")
     return "\n".join(parts)
 
 
 # --- one board -------------------------------------------------------------------------------
 
 def board_section(name: str, entries: list[Entry], columns: list[str]) -> str:
+    ranges = any(e.get("rank_range") for e in entries)
     return (f'<section>\n<h2>{esc(name)}</h2>\n<table class="board" id="{esc(board_id(name))}">\n'
-            f"<thead><tr>{header_cells(columns)}</tr></thead>\n"
-            f"<tbody>\n{body_rows(entries, columns)}\n</tbody>\n</table>\n</section>")
+            f"<thead><tr>{header_cells(columns, ranges)}</tr></thead>\n"
+            f"<tbody>\n{body_rows(entries, columns, ranges)}\n</tbody>\n</table>\n</section>")
 
 
 def board_id(name: str) -> str:
     return "board-" + re.sub(r"[^A-Za-z0-9_-]", "-", name)
 
 
-def header_cells(columns: list[str]) -> str:
-    cells = [th("rank", "#"), th("name", "model", text=True),
+def header_cells(columns: list[str], ranges: bool = False) -> str:
+    cells = [th("rank", "#"), *([th(RANGE_COLUMN, RANGE_COLUMN)] if ranges else []),
+             th("name", "model", text=True),
              th("submitted_at", "submitted", text=True),
              *(th(c, c) for c in columns), th(DELTA_COLUMN, DELTA_COLUMN)]
     return "".join(cells)
@@ -142,22 +149,44 @@ def th(col: str, label: str, text: bool = False) -> str:
     return f'<th data-col="{esc(col)}"{cls}>{esc(label)}</th>'
 
 
-def body_rows(entries: list[Entry], columns: list[str]) -> str:
+def body_rows(entries: list[Entry], columns: list[str], ranges: bool = False) -> str:
     if not entries:
-        return f'<tr><td class="empty" colspan="{len(columns) + 4}">no submissions</td></tr>'
-    return "\n".join(entry_row(order, entry, columns) for order, entry in enumerate(entries))
+        return (f'<tr><td class="empty" colspan="{len(columns) + 4 + ranges}">no submissions'
+                "</td></tr>")
+    return "\n".join(entry_row(order, entry, columns, ranges)
+                     for order, entry in enumerate(entries))
 
 
-def entry_row(order: int, entry: Entry, columns: list[str]) -> str:
+def entry_row(order: int, entry: Entry, columns: list[str], ranges: bool = False) -> str:
     metrics = entry.get("metrics") or {}
     delta = (entry.get("delta") or {}).get(RANK_BY)
     submitted = str(entry.get("submitted_at") or "")
+    intervals = entry.get("intervals") or {}
     cells = [td(entry["rank"], f"{esc(entry['rank'])} {rank_change(entry.get('rank_change'))}"),
+             *([range_td(entry.get("rank_range"))] if ranges else []),
              td(entry["name"], name_cell(entry), text=True),
              td(submitted, esc(submitted[:10]), text=True),
-             *(number_td(metrics.get(c), format_value(c, metrics.get(c))) for c in columns),
+             *(metric_td(c, metrics.get(c), intervals.get(c)) for c in columns),
              number_td(delta, fmt_delta(delta))]
     return f'<tr data-order="{order}">' + "".join(cells) + "</tr>"
+
+
+def range_td(ranks: list[int] | None) -> str:
+    """A rank range ``2–4`` (one number when it is one rank); sorts by its first rank."""
+    if not ranks:
+        return td("", MISSING)
+    text = str(ranks[0]) if ranks[0] == ranks[1] else f"{ranks[0]}–{ranks[1]}"
+    return td(ranks[0], esc(text))
+
+
+def metric_td(name: str, value: float | None, interval: list[float] | None) -> str:
+    """A metric cell, with its bootstrap interval underneath when the row has one."""
+    if not interval:
+        return number_td(value, format_value(name, value))
+    shown = (f"{esc(format_value(name, value))}<br><span class=\"ci\">"
+             f"[{esc(format_value(name, interval[0]))}, "
+             f"{esc(format_value(name, interval[1]))}]</span>")
+    return td("" if value is None else repr(float(value)), shown)
 
 
 def td(value: Any, content: str, text: bool = False) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -28,9 +28,10 @@ from sgdask.errors import InputError
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.stats import stats_digest
 from sgdask.io.store import StoreReader
-from sgdask.pipeline import Options, evaluate_many
+from sgdask.pipeline import Options, evaluate_many, training_stats
 from sgdask.protocols import DEFAULT_PROTOCOL, get_protocols
 from sgdask.report import Report
+from sgdask.report.intervals import add_intervals
 from sgdask.report.writers import write_reports
 
 Log = Callable[[str], None]
@@ -49,7 +50,7 @@ class ManyJob:
 
 
 OPTION_FIELDS = ("ks", "aggregation", "partition_size", "stats", "legacy", "tau",
-                 "match_labels")
+                 "match_labels", "ci", "resamples", "seed", "ci_metrics")
 
 
 def parse_manifest(doc: Any, label: str) -> ManyJob:
@@ -138,7 +139,8 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | None =
     if missing and not dry_run:
         urls = {name: url for name, url, _ in job.submissions}
         result = evaluate_many(job.gt, [(n, urls[n], ",".join(p)) for n, p in missing.items()],
-                               job.options, client, scheduler, job.storage_options, progress)
+                               replace(job.options, ci=None), client, scheduler,
+                               job.storage_options, progress)
         fresh, parts_read = result.reports, result.gt_parts_read
         for name, by_protocol in fresh.items():
             for protocol, report in by_protocol.items():
@@ -150,10 +152,23 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | None =
         report = hits.get((name, protocol)) or fresh.get(name, {}).get(protocol)
         if report is not None:
             reports.setdefault(name, {})[protocol] = report
+    if job.options.intervals is not None and reports:
+        with_intervals(job, reports)
     if job.out and not dry_run:
         write_outputs(job, reports)
     evaluated = [(n, p) for n, ps in missing.items() for p in ps] if not dry_run else []
     return ManyOutcome(reports, sorted(hits), evaluated, parts_read, keys)
+
+
+def with_intervals(job: ManyJob, reports: dict[str, dict[str, Report]]) -> None:
+    """Bootstrap intervals on every report, cached or fresh (the cache holds none: they
+    come from the cached terms, the same resamples for every report)."""
+    assert job.options.intervals is not None
+    gt = StoreReader(job.gt, job.storage_options, "gt")
+    _, composition = training_stats(gt, job.options.stats, job.storage_options)
+    for by_protocol in reports.values():
+        for report in by_protocol.values():
+            add_intervals(report, job.options.intervals, composition)
 
 
 def summary_rows(reports: dict[str, dict[str, Report]]) -> list[dict[str, Any]]:

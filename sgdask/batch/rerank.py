@@ -22,7 +22,7 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,10 +36,15 @@ from sgdask.batch.many import Log, ManyJob, ManyOutcome, run_many
 from sgdask.batch.registry import Entry, Registry, utc_now
 from sgdask.errors import SgdaskError
 from sgdask.io.fs import StorageOptions, filesystem, is_local, join
-from sgdask.metrics import RANK_BY, TIE_BREAK, board_columns
-from sgdask.pipeline import Options
+from sgdask.io.store import StoreReader
+from sgdask.metrics import RANK_BY, TIE_BREAK, board_columns, metric_of
+from sgdask.pipeline import Options, training_stats
 from sgdask.report import Report
 from sgdask.report.html import render_html
+from sgdask.report.intervals import scoring_of
+from sgdask.stats.bootstrap import Scoring
+from sgdask.stats.paired import rank_ranges
+from sgdask.stats.table import TermTable
 
 BOARD_PROTOCOLS = ("singlempo", "multimpo")
 EXIT_LOCKED = 3
@@ -138,17 +143,76 @@ def board_rows(entries: list[Entry], reports: dict[str, dict[str, Report]],
     return rows
 
 
-def approved_board(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None
+def approved_board(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None,
+                   ranges: dict[str, list[int] | None] | None = None
                    ) -> list[dict[str, Any]]:
-    """The approved entries ranked among themselves."""
+    """The approved entries ranked among themselves (``ranges``: their rank ranges among
+    themselves, by submission id)."""
     before = {r["submission_id"]: r.get("approved_rank") for r in previous or []}
     board = []
     for rank, row in enumerate((r for r in rows if r["approved"]), start=1):
         old = before.get(row["submission_id"])
         change = None if old is None else old - rank
-        board.append({**row, "rank": rank, "rank_change": change})
+        entry = {**row, "rank": rank, "rank_change": change}
+        if ranges is not None:
+            entry["rank_range"] = ranges.get(row["submission_id"])
+            row["approved_rank_range"] = entry["rank_range"]
+        board.append(entry)
         row["approved_rank"], row["approved_rank_change"] = rank, change
     return board
+
+
+@dataclass(frozen=True)
+class BoardCI:
+    """How the board's intervals and rank ranges are computed (``sgdask.stats.paired``)."""
+
+    level: float = 0.95
+    resamples: int = 1000
+    seed: int = 0
+
+
+def ranking_terms(row: dict[str, Any], reports: dict[str, dict[str, Report]]
+                  ) -> TermTable | None:
+    """The per-image terms a row is ranked by (its singlempo report's), if any."""
+    report = reports.get(row["submission_id"], {}).get("singlempo")
+    if report is None or row["metrics"].get(RANK_BY) is None:
+        return None
+    return report.terms
+
+
+def board_ranges(rows: list[dict[str, Any]], reports: dict[str, dict[str, Report]],
+                 scoring: Scoring, ci: BoardCI) -> dict[str, dict[str, Any]]:
+    """Per submission id: the ranking metric's interval and the rank range among ``rows``,
+    from the cached per-image terms (no evaluation); rows without terms get none."""
+    usable = [r for r in rows if ranking_terms(r, reports) is not None]
+    if not usable:
+        return {}
+    metric = metric_of(RANK_BY)
+    found = rank_ranges([ranking_terms(r, reports) for r in usable],  # type: ignore[misc]
+                        RANK_BY, scoring, ci.level, ci.resamples, ci.seed,
+                        bool(metric and metric.lower_is_better))
+    return {r["submission_id"]: {"interval": list(interval) if interval else None,
+                                 "range": [lo, hi]}
+            for r, (interval, (lo, hi)) in zip(usable, found, strict=True)}
+
+
+def with_ranges(board: list[dict[str, Any]], reports: dict[str, dict[str, Report]],
+                composition: dict[int, int] | None, ci: BoardCI
+                ) -> dict[str, list[int] | None]:
+    """Put the ranking metric's interval (``intervals``) and the rank range (``rank_range``)
+    into every row; returns the rank ranges among the approved rows, by submission id."""
+    first = next((reports[r["submission_id"]]["singlempo"] for r in board
+                  if ranking_terms(r, reports) is not None), None)
+    if first is None:
+        return {}
+    scoring = scoring_of(first, composition)
+    public = board_ranges(board, reports, scoring, ci)
+    for row in board:
+        found = public.get(row["submission_id"], {})
+        row["intervals"] = {RANK_BY: found.get("interval")}
+        row["rank_range"] = found.get("range")
+    approved = board_ranges([r for r in board if r["approved"]], reports, scoring, ci)
+    return {sid: found["range"] for sid, found in approved.items()}
 
 
 @dataclass
@@ -159,10 +223,11 @@ class RerankOutcome:
     board: list[dict[str, Any]]
 
 
-def inputs_digest(entries: list[Entry], options: Options) -> str:
-    """What a board depends on: the entries and the evaluation settings."""
+def inputs_digest(entries: list[Entry], options: Options, ci: BoardCI | None = None) -> str:
+    """What a board depends on: the entries, the evaluation and interval settings."""
     payload = [(e.submission_id, e.content_hash, e.approved) for e in entries]
-    text = json.dumps([payload, BOARD_PROTOCOLS, options.__dict__, protocol_versions()])
+    text = json.dumps([payload, BOARD_PROTOCOLS, options.__dict__, protocol_versions(),
+                       asdict(ci or BoardCI())])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -183,8 +248,10 @@ def board_job(registry_url: str, gt: str, entries: list[Entry], options: Options
 def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
            storage_options: StorageOptions | None = None, client: Client | None = None,
            scheduler: str | None = None, dry_run: bool = False, progress: bool = False,
-           log: Log = print, stale_after: float = STALE_LOCK_SECONDS) -> RerankOutcome:
-    """Evaluate missing results and publish a new leaderboard if anything changed."""
+           log: Log = print, stale_after: float = STALE_LOCK_SECONDS,
+           ci: BoardCI | None = None) -> RerankOutcome:
+    """Evaluate missing results and publish a new leaderboard if anything changed (each
+    model's ranking metric with its bootstrap interval and rank range, ``ci``)."""
     options = options or Options()
     entries = Registry(registry_url, storage_options).rankable()
     job = board_job(registry_url, gt, entries, options, storage_options)
@@ -199,7 +266,7 @@ def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
     with exclusive_lock(join(out, "lock.json"), storage_options, stale_after):
         outcome = run_many(job, client, scheduler, progress, log=log)
         current = read_json(fs, join(root, "current.json"))
-        digest = inputs_digest(entries, options)
+        digest = inputs_digest(entries, options, ci)
         if current and current.get("inputs") == digest:
             if publish_copies(fs, root, current["board"]):
                 log(f"top-level copies did not match {current['board']}: rewritten")
@@ -208,7 +275,10 @@ def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
         previous = read_json(fs, join(root, current["board"], "leaderboard.json")) \
             if current else None
         board = board_rows(entries, outcome.reports, previous)
-        approved = approved_board(board, previous)
+        _, composition = training_stats(StoreReader(gt, storage_options, "gt"), options.stats,
+                                        storage_options)
+        ranges = with_ranges(board, outcome.reports, composition, ci or BoardCI())
+        approved = approved_board(board, previous, ranges)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         board_dir = f"history/{stamp}"
         pages = report_pages(outcome, join(registry_url, "cache"), storage_options, client)
@@ -311,6 +381,15 @@ def report_pages(outcome: ManyOutcome, cache: str, storage_options: StorageOptio
     return pages
 
 
+def interval_columns(row: dict[str, Any]) -> dict[str, Any]:
+    """The ranking metric's interval and the rank range as flat Parquet columns."""
+    interval = (row.get("intervals") or {}).get(RANK_BY) or [None, None]
+    ranks = row.get("rank_range") or [None, None]
+    return {f"singlempo {RANK_BY} ci_low": interval[0],
+            f"singlempo {RANK_BY} ci_high": interval[1],
+            "rank_range_low": ranks[0], "rank_range_high": ranks[1]}
+
+
 def board_files(board: list[dict[str, Any]], approved: list[dict[str, Any]],
                 pages: dict[str, bytes], current: dict[str, Any] | None,
                 stamp: str) -> dict[str, bytes]:
@@ -321,6 +400,7 @@ def board_files(board: list[dict[str, Any]], approved: list[dict[str, Any]],
          "submitted_at": r["submitted_at"], "paper": r["paper"],
          "rank_change": r["rank_change"],
          **{f"singlempo {c}": r["metrics"].get(c) for c in board_columns()},
+         **interval_columns(r),
          f"multimpo - singlempo {RANK_BY}": r["delta"].get(RANK_BY)} for r in board])
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import Any
 
@@ -29,7 +29,11 @@ from sgdask.metrics import (
 from sgdask.metrics.base import DERIVED, Context, Finals
 from sgdask.metrics.terms import inputs_of
 from sgdask.protocols import Protocol
+from sgdask.stats.table import TermTable
 from sgdask.versions import dependency_versions
+
+TABLES = ("per_predicate", "per_image", "terms")
+TERMS_FILE = "per_image_terms.parquet"
 
 
 @dataclass
@@ -37,7 +41,10 @@ class Report:
     """Overall numbers, per-predicate and per-image tables, diagnostics and provenance.
 
     Metric values are fractions in [0, 1], or a mean 0-based rank for rank metrics
-    (``sgdask.metrics``: display RANK, lower is better).
+    (``sgdask.metrics``: display RANK, lower is better). ``terms``: the per-image terms
+    (``per_image_terms.parquet``; None in reports written before they were kept).
+    ``intervals``: metric -> [low, high] bootstrap interval, with ``ci`` its settings
+    (``evaluate --ci``; None without).
     """
 
     protocol: dict[str, Any]
@@ -51,19 +58,23 @@ class Report:
     notes: list[str] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
+    intervals: dict[str, list[float]] | None = None
+    ci: dict[str, Any] | None = None
+    terms: TermTable | None = field(default=None, compare=False, repr=False)
 
     def summary(self) -> dict[str, Any]:
-        """Everything but the per-predicate and per-image tables (what metrics.json holds)."""
-        data = asdict(self)
-        data.pop("per_image")
-        data.pop("per_predicate")
-        return data
+        """Everything but the tables (what metrics.json holds); no interval keys in a
+        report without intervals."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in TABLES}
+        return {k: v for k, v in data.items()
+                if v is not None or k not in ("intervals", "ci")}
 
     def to_json(self) -> str:
         return json.dumps(self.summary(), indent=2, sort_keys=False)
 
     def write(self, out: str, storage_options: StorageOptions | None = None) -> list[str]:
-        """Write metrics.json, per_predicate.parquet, per_image.parquet and report.md."""
+        """Write metrics.json, per_predicate.parquet, per_image.parquet, report.md and (with
+        terms) per_image_terms.parquet."""
         fs, path = filesystem(out, storage_options)
         fs.makedirs(path, exist_ok=True)
         written = []
@@ -75,34 +86,53 @@ class Report:
             with fs.open(join(path, f"{name}.parquet"), "wb") as f:
                 pq.write_table(pa.Table.from_pylist(rows), f)
             written.append(join(out, f"{name}.parquet"))
+        if self.terms is not None:
+            with fs.open(join(path, TERMS_FILE), "wb") as f:
+                pq.write_table(self.terms.to_arrow(), f, compression="zstd")
+            written.append(join(out, TERMS_FILE))
         return written
 
     @classmethod
     def read(cls, url: str, storage_options: StorageOptions | None = None) -> Report:
-        """A report written by ``write`` (tables come back with the union of their columns)."""
+        """A report written by ``write`` (tables come back with the union of their columns;
+        ``terms`` is None for a report written before per-image terms were kept)."""
         fs, path = filesystem(url, storage_options)
         with fs.open(join(path, "metrics.json"), "r") as f:
             summary = json.load(f)
-        tables = {}
+        tables: dict[str, Any] = {}
         for name in ("per_predicate", "per_image"):
             with fs.open(join(path, f"{name}.parquet"), "rb") as f:
                 tables[name] = pq.read_table(f).to_pylist()
+        if fs.exists(join(path, TERMS_FILE)):
+            with fs.open(join(path, TERMS_FILE), "rb") as f:
+                tables["terms"] = TermTable.from_arrow(pq.read_table(f))
         return cls(**summary, **tables)
 
-    def grid(self) -> tuple[list[str], list[list[str]]]:
-        """(header, rows) of the overall table: metric families x ks."""
+    def cell(self, name: str, sep: str = " ", template: str = "[{lo}, {hi}]") -> str:
+        """A metric formatted, with its interval (``template``, after ``sep``) when the
+        report has one."""
+        text = format_value(name, self.metrics.get(name))
+        interval = (self.intervals or {}).get(name)
+        if interval:
+            text += sep + template.format(lo=format_value(name, interval[0]),
+                                          hi=format_value(name, interval[1]))
+        return text
+
+    def grid(self, sep: str = " ", template: str = "[{lo}, {hi}]"
+             ) -> tuple[list[str], list[list[str]]]:
+        """(header, rows) of the overall table: metric families x ks (cells with their
+        interval, see ``cell``, when the report has intervals)."""
         header = ["metric", *self.ks]
         rows = []
         for family in families_with_k(self.metrics):
-            cells = [format_value(f"{family}@{k}", self.metrics.get(f"{family}@{k}"))
-                     for k in self.ks]
+            cells = [self.cell(f"{family}@{k}", sep, template) for k in self.ks]
             if any(c != "-" for c in cells):
                 rows.append([family, *cells])
         return header, rows
 
     def scalars(self) -> list[tuple[str, str]]:
-        """Metrics without k (InstR, R@inf...), formatted."""
-        return [(name, format_value(name, value)) for name, value in self.metrics.items()
+        """Metrics without k (InstR, R@inf...), formatted (with intervals)."""
+        return [(name, self.cell(name)) for name in self.metrics
                 if not k_of(name, self.ks)]
 
     def markdown(self) -> str:
@@ -115,8 +145,16 @@ class Report:
         lines += ["", ", ".join(f"{name} {value}" for name, value in self.scalars())]
         lines += [f"- left out: {m}: {why}" for m, why in self.left_out.items()]
         lines += [f"- note: {n}" for n in self.notes]
+        if self.ci:
+            lines += [f"- intervals: {interval_caption(self.ci)}"]
         lines += [f"- {k}: {v}" for k, v in self.diagnostics.items()]
         return "\n".join(lines) + "\n"
+
+
+def interval_caption(ci: dict[str, Any]) -> str:
+    """How the intervals were computed, in one line."""
+    return (f"{100 * ci['level']:g}% {ci['method']} bootstrap over images, "
+            f"{ci['resamples']} resamples, seed {ci['seed']}")
 
 
 def k_of(name: str, ks: list[str]) -> str | None:
@@ -238,8 +276,10 @@ def submission_provenance(manifest: dict[str, Any]) -> dict[str, Any]:
 
 def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalSettings,
                  composition: dict[int, int] | None, gt_manifest: dict[str, Any],
-                 pred_manifest: dict[str, Any], counts: dict[str, int]) -> Report:
-    """Finalize the accumulator under an aggregation mode into a Report."""
+                 pred_manifest: dict[str, Any], counts: dict[str, int],
+                 terms: TermTable | None = None) -> Report:
+    """Finalize the accumulator under an aggregation mode into a Report (``terms``: the
+    per-image terms it was summed from, kept for intervals and comparisons)."""
     protocol = settings.protocol
     metrics = final_metrics(acc, settings, composition)
     names = gt_manifest.get("predicate_classes", [])
@@ -265,4 +305,5 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                   per_predicate=predicate_table(acc, names, settings.aggregation),
                   per_image=uniform_rows(images, acc.image_metric_names()),
                   diagnostics=diagnostics, left_out=left_out(settings.inputs, metrics),
-                  notes=notes, provenance=provenance, options=settings.options())
+                  notes=notes, provenance=provenance, options=settings.options(),
+                  terms=terms)

@@ -23,7 +23,8 @@ from matplotlib.figure import Figure
 from sgdask.io.fs import StorageOptions, filesystem, is_local
 from sgdask.metrics import RANK_BY, format_value, is_rank, units_note
 from sgdask.metrics.recall import METRICS as RECALL_METRICS
-from sgdask.report import Report
+from sgdask.report import Report, interval_caption
+from sgdask.report.intervals import is_interval_column
 
 ROW_KEYS = ("predicate", "name", "gt_count")
 CURVE_FAMILIES = tuple(m.prefix for m in RECALL_METRICS)
@@ -151,6 +152,8 @@ def overall_section(reports: dict[str, Report]) -> str:
         parts += [f"<h3>{esc(name)}</h3>", table(header, rows)]
         if scalars:
             parts.append(f"<p>{esc(scalars)}</p>")
+        if report.ci:
+            parts.append(paragraph(f"Intervals: {interval_caption(report.ci)}."))
     if len(reports) >= 2:
         parts += ["<h3>Protocol delta</h3>",
                   paragraph(f"Differences relative to {first_name(reports)}, in percentage "
@@ -215,9 +218,11 @@ def png_data_uri(fig: Figure) -> str:
 
 
 def mean_columns(report: Report) -> list[str]:
-    """The per-predicate table's metric columns, in table order."""
-    return [c for c in dict.fromkeys(k for row in report.per_predicate for k in row)
-            if c not in ROW_KEYS]
+    """The per-predicate table's metric columns, in table order (interval bounds
+    ``<metric>_lo`` / ``_hi`` are not columns of their own)."""
+    columns = [c for c in dict.fromkeys(k for row in report.per_predicate for k in row)
+               if c not in ROW_KEYS]
+    return [c for c in columns if not is_interval_column(c, columns)]
 
 
 def predicate_metric(reports: dict[str, Report]) -> str | None:
@@ -250,6 +255,18 @@ def predicate_values(report: Report, metric: str, predicates: list[int]) -> np.n
     return np.array([np.nan if by_id.get(p) is None else 100 * by_id[p] for p in predicates])
 
 
+def predicate_errors(report: Report, metric: str, predicates: list[int]) -> np.ndarray | None:
+    """Error bar lengths (2 x predicates, percent: below and above the value) of the
+    per-predicate intervals, None when the report has none (0 where a predicate has
+    none)."""
+    if not any(f"{metric}_lo" in row for row in report.per_predicate):
+        return None
+    values = predicate_values(report, metric, predicates)
+    low = predicate_values(report, f"{metric}_lo", predicates)
+    high = predicate_values(report, f"{metric}_hi", predicates)
+    return np.nan_to_num(np.array([values - low, high - values]).clip(min=0))
+
+
 def predicate_axes(n_predicates: int, names: list[str], ylabel: str) -> tuple[Figure, Axes]:
     """A figure wide enough for one labelled bar group per predicate."""
     fig = Figure(figsize=(max(6.0, 2.0 + 0.3 * n_predicates), 4.0))
@@ -260,12 +277,16 @@ def predicate_axes(n_predicates: int, names: list[str], ylabel: str) -> tuple[Fi
     return fig, ax
 
 
-def grouped_bars(ax: Axes, series: dict[str, np.ndarray]) -> None:
-    """One bar per series side by side within each x position."""
+def grouped_bars(ax: Axes, series: dict[str, np.ndarray],
+                 errors: dict[str, np.ndarray | None] | None = None) -> None:
+    """One bar per series side by side within each x position (with error bars where
+    ``errors`` has them)."""
     width = 0.8 / len(series)
     for i, (label, values) in enumerate(series.items()):
         x = np.arange(len(values)) - 0.4 + width * (i + 0.5)
-        ax.bar(x, values, width=width, label=label)
+        yerr = (errors or {}).get(label)
+        ax.bar(x, values, width=width, label=label, yerr=yerr,
+               error_kw={"elinewidth": 0.8, "capsize": 1.5, "ecolor": "#333"})
     ax.legend(fontsize=8)
 
 
@@ -273,8 +294,11 @@ def predicate_bars_figure(reports: dict[str, Report], metric: str) -> Figure:
     ids, names = zip(*predicates_by_frequency(reports), strict=True)
     fig, ax = predicate_axes(len(ids), list(names), f"{metric} (%)")
     grouped_bars(ax, {name: predicate_values(r, metric, list(ids))
-                      for name, r in reports.items()})
-    ax.set_title(f"Per-predicate {metric}, predicates by GT frequency (most frequent left)")
+                      for name, r in reports.items()},
+                 {name: predicate_errors(r, metric, list(ids)) for name, r in reports.items()})
+    bars = " with bootstrap intervals" if any(r.intervals for r in reports.values()) else ""
+    ax.set_title(f"Per-predicate {metric}{bars}, predicates by GT frequency "
+                 "(most frequent left)")
     return fig
 
 

@@ -1,0 +1,125 @@
+"""Bootstrap intervals on a Report: how its terms score (``scoring_of``), which metrics get
+an interval (``--ci-metrics``), and putting the intervals into the report.
+
+The resampling itself is ``sgdask.stats.bootstrap`` (pure numpy, runs on the client: the
+per-image terms are small). Everything needed is in the report (its terms, protocol,
+aggregation, ks, options) except the training compositions of derived metrics (wIMR),
+which come from the GT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sgdask.errors import SgdaskError
+from sgdask.kernels.selection import parse_ks
+from sgdask.metrics import FAMILIES, metric_of
+from sgdask.metrics.base import DERIVED, Context, Finals
+from sgdask.report import Report
+from sgdask.stats.bootstrap import Derive, Mapper, PredicateValues, Scoring, bootstrap
+
+INTERVAL_SUFFIXES = ("_lo", "_hi")
+
+
+@dataclass(frozen=True)
+class CISettings:
+    """``evaluate --ci LEVEL --resamples N --seed S --ci-metrics NAMES``."""
+
+    level: float = 0.95
+    resamples: int = 1000
+    seed: int = 0
+    metrics: str | None = None
+
+    def check(self) -> None:
+        if not 0 < self.level < 1:
+            raise SgdaskError(f"--ci: {self.level} is not a level between 0 and 1 "
+                              "(e.g. 0.95)")
+        if self.resamples < 1:
+            raise SgdaskError("--resamples: must be at least 1")
+        if self.seed < 0:
+            raise SgdaskError("--seed: must be >= 0")
+        for token in tokens(self.metrics):
+            if metric_of(token) is None:
+                raise SgdaskError(f"--ci-metrics: {token!r} is not a metric name (expected "
+                                  "e.g. mR@50 or mR)")
+
+
+def tokens(spec: str | None) -> list[str]:
+    """The names of a comma-separated metric list."""
+    return [t.strip() for t in (spec or "").split(",") if t.strip()]
+
+
+def scoring_of(report: Report, composition: dict[int, int] | None,
+               aggregation: str | None = None) -> Scoring:
+    """How the report's terms turn into its metrics: its aggregation (or ``aggregation``),
+    the mean metrics its protocol takes over all cells, and the derived metrics it has
+    (needs the GT's training compositions; None: derived metrics get no interval)."""
+    names = report.terms.names if report.terms is not None else list(report.metrics)
+    over_cells = set()
+    for name in names:
+        metric = metric_of(name)
+        if metric and metric.over_cells_flag and report.protocol.get(metric.over_cells_flag):
+            over_cells.add(name)
+    return Scoring(aggregation or report.aggregation, frozenset(over_cells),
+                   derivation(report, composition))
+
+
+def derivation(report: Report, composition: dict[int, int] | None) -> Derive | None:
+    """The derive functions of the families whose derived metrics the report has."""
+    families = [f for f in FAMILIES if f.derive and any(
+        m.kind == DERIVED and any(metric_of(n) is m for n in report.metrics)
+        for m in f.metrics)]
+    if not families or not composition:
+        return None
+    ctx = Context(parse_ks(report.ks), report.aggregation,
+                  float(report.options.get("tau", 0.5)), composition)
+
+    def derive(predicate_values: PredicateValues) -> dict[str, float]:
+        finals = Finals(predicate_values)  # type: ignore[arg-type]  # floats, not Fractions
+        out: dict[str, float] = {}
+        for family in families:
+            assert family.derive is not None
+            out.update({n: float(v) for n, v in family.derive(finals, ctx).items()})
+        return out
+
+    return derive
+
+
+def selected(report: Report, spec: str | None) -> list[str] | None:
+    """Metric names of ``--ci-metrics`` (names like ``mR@50`` or prefixes like ``mR``, comma
+    separated) among the report's metrics; None: every metric."""
+    if spec is None:
+        return None
+    names: list[str] = []
+    for token in tokens(spec):
+        found = [n for n in report.metrics if n == token or n.partition("@")[0] == token]
+        if not found:
+            raise SgdaskError(f"--ci-metrics: {token!r} is not a metric of this evaluation "
+                              f"(it has {', '.join(report.metrics)})")
+        names += [n for n in found if n not in names]
+    return names
+
+
+def add_intervals(report: Report, settings: CISettings,
+                  composition: dict[int, int] | None, mapper: Mapper | None = None) -> None:
+    """Compute the report's bootstrap intervals and put them into it: ``intervals``,
+    ``ci`` (the settings) and ``<metric>_lo`` / ``_hi`` columns of the per-predicate
+    table (``mapper``: where blocks of resamples may run, e.g. the cluster)."""
+    if report.terms is None:
+        raise SgdaskError("intervals need the per-image terms (per_image_terms.parquet); "
+                          "evaluate again")
+    found = bootstrap(report.terms, scoring_of(report, composition), settings.level,
+                      settings.resamples, settings.seed, selected(report, settings.metrics),
+                      mapper)
+    report.intervals = {n: list(found.metrics[n]) for n in report.metrics
+                        if n in found.metrics}
+    report.ci = found.settings()
+    for row in report.per_predicate:
+        for name, by_predicate in found.predicates.items():
+            interval = by_predicate.get(row["predicate"])
+            row[f"{name}_lo"], row[f"{name}_hi"] = interval if interval else (None, None)
+
+
+def is_interval_column(column: str, columns: list[str]) -> bool:
+    """Whether a per-predicate column is the bound of another column's interval."""
+    return any(column.endswith(s) and column[:-len(s)] in columns for s in INTERVAL_SUFFIXES)

@@ -1,0 +1,446 @@
+"""Metric values under image weights, and the percentile bootstrap over images.
+
+Every dataset value of SPEC section 7 is a ratio of sums over images, or a mean of such
+ratios over predicates: with a weight per image (how often a bootstrap resample drew it;
+1 for the data itself) a value is a function of weighted column sums ``W @ M``, where M
+holds each image's terms in a fixed column layout (``Layout``). M is sparse (a few
+predicates per image), so a chunk of resamples costs one sparse-dense product; then
+``finalize`` turns the sums into values with the aggregation's rules:
+
+- image-level metrics: Σ w·(num/den) / Σ w over the images with a value;
+- ratio metrics: Σ w·num / Σ w·den;
+- mean metrics, per predicate: Σ w·(num/den) / Σ w over the images where the predicate
+  occurs (``pooled``: Σ w·num / Σ w·den); the dataset value is the mean over the predicates
+  that occur in the resample (a predicate absent from a resample is left out of its mean,
+  as section 7 leaves out predicates absent from the data);
+- mean metrics under ``image``: per image the mean over its predicates, then as an
+  image-level metric; over all cells (sgbench's PRank): Σ w·Σ_p(num/den) / Σ w·cells;
+- derived metrics: the family's ``derive`` on each resample's per-predicate values.
+
+Resample b draws ``rng.integers(0, n, n)`` (the b-th such draw of ``default_rng(seed)``)
+over the images in canonical order (sorted ids): the same indices for every metric,
+protocol and model of one run, whatever the partitioning. Everything here is a pure
+function of (terms, indices); nothing depends on Dask.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+from scipy import sparse
+
+from sgdask.metrics.base import IMAGE, MEAN, RATIO
+from sgdask.stats.table import TermTable
+
+PredicateValues = Callable[[str], dict[int, float]]
+Derive = Callable[[PredicateValues], dict[str, float]]
+CHUNK_CELLS = 1 << 21  # resamples x images per chunk (16 MiB of float64 weights)
+METHOD = "percentile"
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How terms become values: the aggregation mode, the mean metrics taken over all
+    (image, predicate) cells instead (sgbench's PRank), and the derived metrics (a function
+    of per-predicate values, e.g. wIMR; None: no derived metric)."""
+
+    aggregation: str = "per_predicate"
+    over_cells: frozenset[str] = frozenset()
+    derive: Derive | None = None
+
+
+@dataclass
+class Layout:
+    """Columns of the weighted-sum matrix: per metric, where its sums are.
+
+    ``scalar[name] = (top, bottom)``: value = sum[top] / sum[bottom]. ``predicates[name] =
+    (ids, tops, bottoms)``: per predicate value = sum[top] / sum[bottom]. ``averaged``:
+    mean metrics whose value is the mean of their per-predicate values; ``image_means``:
+    mean metrics whose value is the mean over images of per-image means (``image`` mode).
+    """
+
+    aggregation: str
+    n_columns: int = 0
+    scalar: dict[str, tuple[int, int]] = field(default_factory=dict)
+    predicates: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=dict)
+    averaged: list[str] = field(default_factory=list)
+    image_means: set[str] = field(default_factory=set)
+
+    def columns(self, n: int) -> np.ndarray:
+        first = self.n_columns
+        self.n_columns += n
+        return np.arange(first, first + n)
+
+
+def layout_of(tables: Sequence[TermTable], names: Sequence[str], scoring: Scoring) -> Layout:
+    """One column layout for every table (the union of their predicates per metric)."""
+    layout = Layout(scoring.aggregation)
+    kinds = {n: k for t in tables for n, k in zip(t.names, t.kinds, strict=True)}
+    for name in names:
+        kind = kinds.get(name)
+        if kind in (IMAGE, RATIO):
+            top, bottom = layout.columns(2)
+            layout.scalar[name] = (int(top), int(bottom))
+        elif kind == MEAN:
+            ids = np.unique(np.concatenate([t.predicate[t.rows_of(name)] for t in tables]))
+            cols = layout.columns(2 * len(ids))
+            layout.predicates[name] = (ids, cols[0::2], cols[1::2])
+            if name in scoring.over_cells or scoring.aggregation == "image":
+                top, bottom = layout.columns(2)
+                layout.scalar[name] = (int(top), int(bottom))
+                if name not in scoring.over_cells:
+                    layout.image_means.add(name)
+            else:
+                layout.averaged.append(name)
+    return layout
+
+
+class TermMatrix:
+    """A table's terms in a layout, transposed: (columns x images). Weighted sums use each
+    distinct column once (the GT count columns of mR@20, mR@50, mNgR@50, IMR@50... are
+    the same column: computing it once saves about half the work)."""
+
+    def __init__(self, csr: sparse.csr_matrix) -> None:
+        self.csr = csr
+        self.distinct, self.rows = distinct_rows(csr)
+
+    def __sub__(self, other: TermMatrix) -> TermMatrix:
+        return TermMatrix((self.csr - other.csr).tocsr())
+
+    @property
+    def n_images(self) -> int:
+        return int(self.csr.shape[1])
+
+    def sums(self, weights: np.ndarray) -> np.ndarray:
+        """Column sums under each weighting: (columns x B) for weights (B x images)."""
+        return np.asarray(self.distinct @ np.ascontiguousarray(weights.T))[self.rows]
+
+
+def distinct_rows(matrix: sparse.csr_matrix) -> tuple[sparse.csr_matrix, np.ndarray]:
+    """The distinct rows of a sparse matrix, and for every row the index of its copy."""
+    matrix = matrix.tocsr()
+    matrix.sum_duplicates()
+    matrix.sort_indices()
+    first: dict[tuple[bytes, bytes], int] = {}
+    rows = np.empty(matrix.shape[0], dtype=np.int64)
+    keep = []
+    for r in range(matrix.shape[0]):
+        s, e = matrix.indptr[r], matrix.indptr[r + 1]
+        key = (matrix.indices[s:e].tobytes(), matrix.data[s:e].tobytes())
+        if key not in first:
+            first[key] = len(keep)
+            keep.append(r)
+        rows[r] = first[key]
+    return matrix[keep], rows
+
+
+def term_matrix(layout: Layout, table: TermTable) -> TermMatrix:
+    """The table's terms in the layout, transposed: (columns x images), duplicates
+    summed."""
+    rows, cols, data = [], [], []
+
+    def put(image: np.ndarray, col: np.ndarray | int, values: np.ndarray) -> None:
+        rows.append(image)
+        cols.append(np.broadcast_to(col, image.shape))
+        data.append(values)
+
+    for name in [*layout.scalar, *layout.predicates]:
+        sel = table.rows_of(name)
+        image, num, den = table.image[sel], table.num[sel], table.den[sel]
+        value = num / den
+        kind = table.kind_of(name) if len(sel) else None
+        if name in layout.predicates:
+            ids, tops, bottoms = layout.predicates[name]
+            j = np.searchsorted(ids, table.predicate[sel])
+            pooled = layout.aggregation == "pooled"
+            put(image, tops[j], num.astype(float) if pooled else value)
+            put(image, bottoms[j], den.astype(float) if pooled else np.ones(len(sel)))
+        if name not in layout.scalar:
+            continue
+        top, bottom = layout.scalar[name]
+        if kind == RATIO:
+            put(image, top, num.astype(float))
+            put(image, bottom, den.astype(float))
+        elif name in layout.image_means:
+            first, cells = group_sizes(image)
+            put(image, top, value / cells)
+            put(image[first], bottom, np.ones(len(first)))
+        else:  # image-level value, or a mean over cells
+            put(image, top, value)
+            put(image, bottom, np.ones(len(sel)))
+    shape = (layout.n_columns, table.n_images)
+    if not rows:
+        return TermMatrix(sparse.csr_matrix(shape))
+    return TermMatrix(sparse.csr_matrix((np.concatenate(data), (np.concatenate(cols),
+                                                                np.concatenate(rows))),
+                                        shape=shape))
+
+
+def group_sizes(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows sorted by image: the first row of each image, and per row its image's
+    row count."""
+    _, first, inverse, counts = np.unique(image, return_index=True, return_inverse=True,
+                                          return_counts=True)
+    return first, counts[inverse.reshape(-1)].astype(float)
+
+
+@dataclass
+class Values:
+    """Values under B weightings: metric -> (B,), mean metric -> (predicate ids, (P, B))."""
+
+    metrics: dict[str, np.ndarray]
+    predicates: dict[str, tuple[np.ndarray, np.ndarray]]
+
+    @classmethod
+    def joined(cls, parts: Sequence[Values]) -> Values:
+        first = parts[0]
+        return cls({n: np.concatenate([p.metrics[n] for p in parts]) for n in first.metrics},
+                   {n: (ids, np.concatenate([p.predicates[n][1] for p in parts], axis=1))
+                    for n, (ids, _) in first.predicates.items()})
+
+    def mean(self, others: Sequence[Values]) -> Values:
+        """The element-wise mean of this and ``others`` (runs of one model)."""
+        every = [self, *others]
+        return Values({n: np.mean([v.metrics[n] for v in every], axis=0)
+                       for n in self.metrics},
+                      {n: (ids, np.mean([v.predicates[n][1] for v in every], axis=0))
+                       for n, (ids, _) in self.predicates.items()})
+
+
+def ratio(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
+    out = np.full(np.broadcast(top, bottom).shape, np.nan)
+    np.divide(top, bottom, out=out, where=bottom > 0)
+    return out
+
+
+def finalize(layout: Layout, sums: np.ndarray, derive: Derive | None = None,
+             derived: Sequence[str] = ()) -> Values:
+    """Values from column sums (columns x B); ``derived``: the derived names to compute."""
+    per_predicate = {name: (ids, ratio(sums[tops], sums[bottoms]))
+                     for name, (ids, tops, bottoms) in layout.predicates.items()}
+    metrics = {name: ratio(sums[top], sums[bottom])
+               for name, (top, bottom) in layout.scalar.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: no predicate drawn
+        for name in layout.averaged:
+            values = per_predicate[name][1]
+            metrics[name] = np.nanmean(values, axis=0) if len(values) \
+                else np.full(sums.shape[1], np.nan)
+    if derive is not None and derived:
+        metrics.update(derived_values(per_predicate, derive, derived, sums.shape[1]))
+    return Values(metrics, per_predicate)
+
+
+def derived_values(per_predicate: dict[str, tuple[np.ndarray, np.ndarray]], derive: Derive,
+                   names: Sequence[str], n: int) -> dict[str, np.ndarray]:
+    """Derived metrics per weighting: ``derive`` on that weighting's per-predicate values
+    (predicates without a value left out)."""
+    out = {name: np.full(n, np.nan) for name in names}
+    for b in range(n):
+        def values(name: str, b: int = b) -> dict[int, float]:
+            return predicate_dict(per_predicate, name, b)
+
+        for name, value in derive(values).items():
+            if name in out:
+                out[name][b] = float(value)
+    return out
+
+
+def predicate_dict(per_predicate: dict[str, tuple[np.ndarray, np.ndarray]], name: str,
+                   b: int) -> dict[int, float]:
+    """Predicate -> value of a mean metric under weighting b (predicates without one left
+    out; empty for a metric not computed)."""
+    if name not in per_predicate:
+        return {}
+    ids, matrix = per_predicate[name]
+    column = matrix[:, b]
+    keep = ~np.isnan(column)
+    return dict(zip(ids[keep].tolist(), column[keep].tolist(), strict=True))
+
+
+@dataclass
+class Plan:
+    """What to compute for a set of tables: the layout, and which derived metrics."""
+
+    layout: Layout
+    derive: Derive | None
+    derived: list[str]
+
+    def values(self, matrix: TermMatrix, weights: np.ndarray) -> Values:
+        return finalize(self.layout, matrix.sums(weights), self.derive, self.derived)
+
+
+def plan_for(tables: Sequence[TermTable], names: Sequence[str] | None, scoring: Scoring
+             ) -> Plan:
+    """The layout for ``names`` (None: every metric the tables have, derived ones included)
+    over ``tables``; the mean metrics a derived metric reads are found by running
+    ``derive`` once on the data."""
+    common = [n for n in tables[0].names if all(n in t.names for t in tables)]
+    wanted = list(common) if names is None else [n for n in names if n in common]
+    derived: list[str] = []
+    if scoring.derive is not None:
+        means = [n for n in common if tables[0].kind_of(n) == MEAN]
+        full = layout_of(tables, means, scoring)
+        read: set[str] = set()
+        found: set[str] | None = None
+        for table in tables:
+            sums = term_matrix(full, table).sums(np.ones((1, table.n_images)))
+            per_predicate = finalize(full, sums).predicates
+
+            def recording(name: str, per_predicate: dict = per_predicate) -> dict[int, float]:
+                read.add(name)
+                return predicate_dict(per_predicate, name, 0)
+
+            names_found = set(scoring.derive(recording))
+            found = names_found if found is None else found & names_found
+        derived = sorted(n for n in found or () if names is None or n in names)
+        if derived:
+            wanted += [n for n in sorted(read) if n in common and n not in wanted]
+    return Plan(layout_of(tables, wanted, scoring), scoring.derive, derived)
+
+
+def resample_indices(n_images: int, resamples: int, seed: int, start: int = 0
+                     ) -> Iterator[np.ndarray]:
+    """The image indices of resamples ``start`` .. ``resamples - 1``, in order: resample b
+    is the b-th ``integers(0, n, n)`` draw of ``numpy.random.default_rng(seed)``."""
+    rng = np.random.default_rng(seed)
+    for b in range(resamples):
+        indices = rng.integers(0, n_images, size=n_images)
+        if b >= start:
+            yield indices
+
+
+def count_chunks(n_images: int, resamples: int, seed: int, chunk: int | None = None,
+                 start: int = 0) -> Iterator[np.ndarray]:
+    """Resample weights (how often each image was drawn) of resamples ``start`` ..
+    ``resamples - 1``, a (chunk x images) array at a time: bounded memory whatever the
+    number of resamples."""
+    size = chunk or max(1, CHUNK_CELLS // max(n_images, 1))
+    batch: list[np.ndarray] = []
+    for indices in resample_indices(n_images, resamples, seed, start):
+        batch.append(np.bincount(indices, minlength=n_images))
+        if len(batch) == size:
+            yield np.array(batch, dtype=float)
+            batch = []
+    if batch:
+        yield np.array(batch, dtype=float)
+
+
+def percentile_interval(samples: np.ndarray, level: float) -> tuple[float, float] | None:
+    """The central ``level`` percentile interval of the finite samples (resamples where the
+    value is undefined, e.g. no zero-shot triplet drawn, are left out); None when none is
+    finite."""
+    return percentile_intervals(samples[None, :], level)[0]
+
+
+def percentile_intervals(samples: np.ndarray, level: float
+                         ) -> list[tuple[float, float] | None]:
+    """``percentile_interval`` of every row of a (rows x B) array at once: numpy's
+    ``percentile`` (linear interpolation) over each row's finite values."""
+    ordered = np.sort(np.where(np.isfinite(samples), samples, np.inf), axis=1)
+    count = np.isfinite(ordered).sum(axis=1)
+    bounds = [linear_percentile(ordered, count, q) for q in (50 * (1 - level),
+                                                               50 * (1 + level))]
+    return [(float(bounds[0][r]), float(bounds[1][r])) if count[r] else None
+            for r in range(len(samples))]
+
+
+def linear_percentile(ordered: np.ndarray, count: np.ndarray, q: float) -> np.ndarray:
+    """Per row the q-th percentile of its first ``count`` (sorted) values, interpolated as
+    ``numpy.percentile`` does."""
+    virtual = np.maximum(count - 1, 0) * (q / 100)
+    below = np.floor(virtual).astype(np.int64)
+    above = np.minimum(below + 1, np.maximum(count - 1, 0))
+    gamma = virtual - below
+    rows = np.arange(len(ordered))
+    a, b = ordered[rows, below], ordered[rows, above]
+    with np.errstate(invalid="ignore"):
+        diff = b - a
+        return np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+
+
+@dataclass
+class Intervals:
+    """Bootstrap intervals of one evaluation: per metric, and per mean metric and
+    predicate."""
+
+    level: float
+    resamples: int
+    seed: int
+    metrics: dict[str, tuple[float, float]]
+    predicates: dict[str, dict[int, tuple[float, float]]]
+
+    def settings(self) -> dict[str, object]:
+        return {"level": self.level, "resamples": self.resamples, "method": METHOD,
+                "unit": "image", "seed": self.seed}
+
+
+def block_samples(matrices: Sequence[TermMatrix], plan: Plan, seed: int, start: int,
+                  stop: int) -> list[Values]:
+    """Per term matrix, its values under resamples ``start`` .. ``stop - 1``."""
+    n = matrices[0].n_images
+    parts: list[list[Values]] = [[] for _ in matrices]
+    for weights in count_chunks(n, stop, seed, start=start):
+        for i, matrix in enumerate(matrices):
+            parts[i].append(plan.values(matrix, weights))
+    return [Values.joined(p) for p in parts]
+
+
+# ``mapper(func, shared, blocks)``: ``[func(*shared, *block) for block in blocks]``, maybe
+# elsewhere (``sgdask.pipeline.cluster_mapper`` runs the blocks as Dask tasks).
+Mapper = Callable[[Callable[..., Any], tuple, list[tuple]], list[Any]]
+# Term rows x resamples per block when a mapper spreads the work: the PSG test split (2177
+# images, ~250k rows, 1000 resamples) stays in one block, where shipping the terms would
+# cost more than it saves; Visual Genome's 26k images go to the cluster in blocks.
+BLOCK_WORK = 500_000_000
+
+
+def bootstrap_samples(tables: Sequence[TermTable], plan: Plan, resamples: int, seed: int,
+                      mapper: Mapper | None = None) -> list[Values]:
+    """Per table, its values under every resample (the same resamples for every table:
+    the tables must hold the same images). With a ``mapper``, blocks of resamples may run
+    elsewhere; every resample is computed on its own, so the values are the same."""
+    work = sum(len(t) for t in tables) * resamples
+    blocks = 1 if mapper is None else min(max(1, work // BLOCK_WORK), resamples)
+    matrices = [term_matrix(plan.layout, t) for t in tables]
+    if blocks == 1:
+        return block_samples(matrices, plan, seed, 0, resamples)
+    edges = np.linspace(0, resamples, blocks + 1).astype(int).tolist()
+    done = mapper(block_samples, (matrices, plan, seed), list(pairwise(edges)))
+    return [Values.joined([d[i] for d in done]) for i in range(len(tables))]
+
+
+def bootstrap(table: TermTable, scoring: Scoring, level: float = 0.95,
+              resamples: int = 1000, seed: int = 0, names: Sequence[str] | None = None,
+              mapper: Mapper | None = None) -> Intervals:
+    """Percentile bootstrap intervals over images for ``names`` (None: every metric)."""
+    plan = plan_for([table], names, scoring)
+    samples = bootstrap_samples([table], plan, resamples, seed, mapper)[0]
+    shown = set(plan.layout.scalar) | set(plan.layout.averaged) | set(plan.derived)
+    if names is not None:
+        shown &= set(names)
+    names_shown = sorted(shown)
+    found = percentile_intervals(np.array([samples.metrics[n] for n in names_shown])
+                                 .reshape(len(names_shown), -1), level)
+    metrics = {n: iv for n, iv in zip(names_shown, found, strict=True) if iv is not None}
+    predicates = {}
+    for name, (ids, matrix) in samples.predicates.items():
+        if name in shown:
+            rows = percentile_intervals(matrix, level)
+            predicates[name] = {int(p): iv for p, iv in zip(ids.tolist(), rows, strict=True)
+                                if iv is not None}
+    return Intervals(level, resamples, seed, metrics, predicates)
+
+
+def point_values(table: TermTable, scoring: Scoring, names: Sequence[str] | None = None
+                 ) -> dict[str, float]:
+    """The values on the data itself (every image weight 1): what the report shows."""
+    plan = plan_for([table], names, scoring)
+    values = plan.values(term_matrix(plan.layout, table), np.ones((1, table.n_images)))
+    return {n: float(v[0]) for n, v in values.metrics.items() if np.isfinite(v[0])}

@@ -1,0 +1,287 @@
+"""Paired comparison of models on the same images: bootstrap intervals of differences,
+approximate randomization p-values (Holm-corrected), per-image wins, and rank ranges.
+
+A *model* is one evaluation or a group of runs (training seeds); a group's value is the
+mean over its runs, reported with the standard deviation over runs next to its test-set
+interval.
+
+- **Difference**: ``b − a`` in the metric's own units (``b`` the model compared with the
+  baseline ``a``; for rank metrics lower is better). Its interval is the percentile
+  bootstrap of ``b − a`` over the *same* resampled images for both models (paired).
+- **p-value** (two-sided, paired approximate randomization, as sacrebleu's paired-ar):
+  each permutation swaps each image's terms between the two models with probability 1/2
+  and recomputes the difference; p = (1 + #{|d_perm| ≥ |d|}) / (1 + permutations). For
+  groups every (run of a, run of b) pair is swapped on the same images and the differences
+  averaged. A model against itself gets d = 0 and p = 1.
+- **Holm**: per metric, over all compared pairs (step-down, monotone).
+- **Rank ranges** (leaderboard): model j is significantly better than i when the paired
+  bootstrap interval of their difference excludes 0; i ranks from 1 + #(significantly
+  better) to the number of models not significantly worse (itself included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sgdask.errors import SgdaskError
+from sgdask.metrics import sort_key
+from sgdask.metrics.base import IMAGE, RATIO
+from sgdask.stats.bootstrap import (
+    CHUNK_CELLS,
+    METHOD,
+    Plan,
+    Scoring,
+    Values,
+    block_samples,
+    bootstrap_samples,
+    finalize,
+    percentile_interval,
+    plan_for,
+    term_matrix,
+)
+from sgdask.stats.table import TermTable
+
+DEFAULT_PERMUTATIONS = 1000
+PERMUTATION_STREAM = 1  # the swaps' generator: default_rng((seed, 1)), apart from resamples
+TIE = 1e-12
+
+
+@dataclass
+class Model:
+    """A model to compare: one run, or several (a group of training seeds)."""
+
+    name: str
+    runs: list[TermTable]
+
+
+def same_images(models: Sequence[Model]) -> np.ndarray:
+    """The images every run was evaluated on (they must be the same)."""
+    first = models[0].runs[0].image_ids
+    for model in models:
+        for run in model.runs:
+            if run.n_images != len(first) or not np.array_equal(run.image_ids, first):
+                raise SgdaskError(f"{model.name}: evaluated on other images than "
+                                  f"{models[0].name} ({run.n_images} vs {len(first)} "
+                                  "images): compare needs the same ground truth")
+    return first
+
+
+def metric_names(plan: Plan) -> list[str]:
+    """Every metric a plan computes, in report order."""
+    names = {*plan.layout.scalar, *plan.layout.averaged, *plan.derived}
+    return sorted(names, key=sort_key)
+
+
+def swap_chunks(n_images: int, permutations: int, seed: int) -> Iterator[np.ndarray]:
+    """Per permutation, which images swap models (1.0) and which stay (0.0), a chunk of
+    permutations at a time."""
+    rng = np.random.default_rng((seed, PERMUTATION_STREAM))
+    size = max(1, CHUNK_CELLS // max(n_images, 1))
+    done = 0
+    while done < permutations:
+        count = min(size, permutations - done)
+        yield (rng.random((count, n_images)) < 0.5).astype(float)
+        done += count
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (same order as given)."""
+    order = np.argsort(p_values, kind="stable")
+    m = len(p_values)
+    adjusted = np.empty(m)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted.tolist()
+
+
+def image_values(table: TermTable, name: str) -> np.ndarray:
+    """Per image (canonical order) its own value of a metric: num/den of image-level and
+    ratio metrics, the mean over its predicates of a mean metric; NaN where the image has
+    none."""
+    rows = table.rows_of(name)
+    out = np.full(table.n_images, np.nan)
+    if not len(rows):
+        return out
+    image, value = table.image[rows], table.num[rows] / table.den[rows]
+    if table.kind_of(name) in (IMAGE, RATIO):
+        out[image] = value
+        return out
+    totals = np.bincount(image, weights=value, minlength=table.n_images)
+    counts = np.bincount(image, minlength=table.n_images)
+    np.divide(totals, counts, out=out, where=counts > 0)
+    return out
+
+
+def wins_ties_losses(a: np.ndarray, b: np.ndarray, lower_is_better: bool
+                     ) -> tuple[int, int, int]:
+    """Images where b is better than, as good as, worse than a (images where either has no
+    value are left out)."""
+    both = ~(np.isnan(a) | np.isnan(b))
+    diff = (b - a)[both] * (-1 if lower_is_better else 1)
+    return (int((diff > TIE).sum()), int((np.abs(diff) <= TIE).sum()),
+            int((diff < -TIE).sum()))
+
+
+@dataclass
+class Comparison:
+    """What ``compare`` found; ``rows``: one per (pair, metric)."""
+
+    settings: dict[str, Any]
+    models: list[dict[str, Any]]
+    rows: list[dict[str, Any]]
+    per_predicate: list[dict[str, Any]]
+    image_ids: np.ndarray
+    image_values: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+
+
+def model_values(runs: list[Values]) -> Values:
+    return runs[0].mean(runs[1:]) if len(runs) > 1 else runs[0]
+
+
+def randomization_p(plan: Plan, a: list, b: list, observed: dict[str, float],
+                    names: list[str], permutations: int, seed: int
+                    ) -> dict[str, float | None]:
+    """Two-sided paired approximate-randomization p-value per metric (a, b: the runs'
+    term matrices; None where the difference itself is undefined)."""
+    n = a[0].n_images
+    extreme = dict.fromkeys(names, 0)
+    ones = np.ones((1, n))
+    pairs = [(mb - ma, ma.sums(ones), mb.sums(ones)) for ma in a for mb in b]
+    for swaps in swap_chunks(n, permutations, seed):
+        diffs: dict[str, list[np.ndarray]] = {name: [] for name in names}
+        for difference, sum_a, sum_b in pairs:
+            moved = difference.sums(swaps)
+            va = finalize(plan.layout, sum_a + moved, plan.derive, plan.derived)
+            vb = finalize(plan.layout, sum_b - moved, plan.derive, plan.derived)
+            for name in names:
+                diffs[name].append(vb.metrics[name] - va.metrics[name])
+        for name in names:
+            d = np.mean(diffs[name], axis=0)
+            limit = abs(observed[name]) - TIE * max(1.0, abs(observed[name]))
+            extreme[name] += int((np.abs(d[~np.isnan(d)]) >= limit).sum())
+    return {name: (1 + extreme[name]) / (1 + permutations)
+            if np.isfinite(observed[name]) else None for name in names}
+
+
+def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: Scoring,
+            level: float = 0.95, resamples: int = 1000,
+            permutations: int = DEFAULT_PERMUTATIONS, seed: int = 0,
+            names: Sequence[str] | None = None,
+            lower_is_better: frozenset[str] = frozenset()) -> Comparison:
+    """Compare models pairwise (``pairs`` of indices into ``models``: (baseline, other))
+    on every metric they all have (or ``names``)."""
+    image_ids = same_images(models)
+    tables = [run for m in models for run in m.runs]
+    plan = plan_for(tables, names, scoring)
+    compared = metric_names(plan)
+    matrices = [[term_matrix(plan.layout, run) for run in m.runs] for m in models]
+    ones = np.ones((1, len(image_ids)))
+    points = [[plan.values(mx, ones) for mx in runs] for runs in matrices]
+    samples = [model_values(block_samples(runs, plan, seed, 0, resamples)) for runs in matrices]
+    summaries = [model_summary(m, p, s, compared, level)
+                 for m, p, s in zip(models, points, samples, strict=True)]
+    rows, per_predicate = [], []
+    per_image = {m.name: {n: np.mean([image_values(r, n) for r in m.runs], axis=0)
+                          for n in compared if n in m.runs[0].names} for m in models}
+    for ia, ib in pairs:
+        a, b = summaries[ia], summaries[ib]
+        observed = {n: number(b["metrics"][n]["value"]) - number(a["metrics"][n]["value"])
+                    for n in compared}
+        p_values = randomization_p(plan, matrices[ia], matrices[ib], observed, compared,
+                                   permutations, seed)
+        for name in compared:
+            delta = samples[ib].metrics[name] - samples[ia].metrics[name]
+            interval = percentile_interval(delta, level) or (None, None)
+            counts = (None, None, None)
+            if name in per_image[models[ia].name]:
+                counts = wins_ties_losses(per_image[models[ia].name][name],
+                                          per_image[models[ib].name][name],
+                                          name in lower_is_better)
+            rows.append({"metric": name, "a": a["name"], "b": b["name"],
+                         "a_value": nan_none(a["metrics"][name]["value"]),
+                         "b_value": nan_none(b["metrics"][name]["value"]),
+                         "delta": nan_none(observed[name]), "ci_low": interval[0],
+                         "ci_high": interval[1], "p_value": p_values[name],
+                         "p_holm": None, "wins": counts[0], "ties": counts[1],
+                         "losses": counts[2], "a_sd": a["metrics"][name]["sd"],
+                         "b_sd": b["metrics"][name]["sd"], "a_runs": a["runs"],
+                         "b_runs": b["runs"]})
+        per_predicate += predicate_differences(a["name"], b["name"], points[ia], points[ib],
+                                               samples[ia], samples[ib], level)
+    for name in compared:
+        mine = [r for r in rows if r["metric"] == name and r["p_value"] is not None]
+        for row, adjusted in zip(mine, holm([r["p_value"] for r in mine]), strict=True):
+            row["p_holm"] = adjusted
+    settings = {"level": level, "resamples": resamples, "permutations": permutations,
+                "seed": seed, "method": f"paired {METHOD} bootstrap over images; paired "
+                "approximate randomization; Holm per metric", "aggregation":
+                scoring.aggregation, "images": len(image_ids)}
+    return Comparison(settings, summaries, rows, per_predicate, image_ids, per_image)
+
+
+def model_summary(model: Model, points: list[Values], samples: Values, names: list[str],
+                  level: float) -> dict[str, Any]:
+    """A model's value per metric (mean over runs), sd over runs, test-set interval."""
+    metrics = {}
+    for name in names:
+        runs = np.array([p.metrics[name][0] for p in points])
+        interval = percentile_interval(samples.metrics[name], level) or (None, None)
+        metrics[name] = {"value": nan_none(float(np.mean(runs))),
+                         "sd": nan_none(float(np.std(runs, ddof=1))) if len(runs) > 1
+                         else None,
+                         "runs": [nan_none(v) for v in runs.tolist()], "ci_low": interval[0],
+                         "ci_high": interval[1]}
+    return {"name": model.name, "runs": len(points), "metrics": metrics}
+
+
+def predicate_differences(a: str, b: str, points_a: list[Values], points_b: list[Values],
+                          samples_a: Values, samples_b: Values, level: float
+                          ) -> list[dict[str, Any]]:
+    """Per mean metric and predicate: b − a with its paired bootstrap interval."""
+    rows = []
+    full_a, full_b = model_values(points_a), model_values(points_b)
+    for name, (ids, sampled_a) in samples_a.predicates.items():
+        sampled = samples_b.predicates[name][1] - sampled_a
+        value_a, value_b = full_a.predicates[name][1][:, 0], full_b.predicates[name][1][:, 0]
+        for j, predicate in enumerate(ids.tolist()):
+            interval = percentile_interval(sampled[j], level) or (None, None)
+            rows.append({"a": a, "b": b, "metric": name, "predicate": int(predicate),
+                         "a_value": nan_none(value_a[j]), "b_value": nan_none(value_b[j]),
+                         "delta": nan_none(value_b[j] - value_a[j]),
+                         "ci_low": interval[0], "ci_high": interval[1]})
+    return rows
+
+
+def nan_none(value: float) -> float | None:
+    """JSON has no NaN: an undefined value is null."""
+    return None if np.isnan(value) else float(value)
+
+
+def number(value: float | None) -> float:
+    return np.nan if value is None else value
+
+
+def rank_ranges(tables: Sequence[TermTable], name: str, scoring: Scoring, level: float,
+                resamples: int, seed: int, lower_is_better: bool
+                ) -> list[tuple[tuple[float, float] | None, tuple[int, int]]]:
+    """Per model: its bootstrap interval of ``name`` and its rank range among ``tables``
+    (all on the same images, the same resamples)."""
+    same_images([Model(str(i), [t]) for i, t in enumerate(tables)])
+    plan = plan_for(tables, [name], scoring)
+    samples = [s.metrics[name] for s in bootstrap_samples(tables, plan, resamples, seed)]
+    sign = -1.0 if lower_is_better else 1.0
+    m = len(tables)
+    better = np.zeros((m, m), dtype=bool)  # better[j, i]: j significantly better than i
+    for i in range(m):
+        for j in range(m):
+            if i != j:
+                interval = percentile_interval(sign * (samples[j] - samples[i]), level)
+                better[j, i] = interval is not None and interval[0] > 0
+    return [(percentile_interval(samples[i], level),
+             (1 + int(better[:, i].sum()), m - int(better[i, :].sum()))) for i in range(m)]
