@@ -1,7 +1,9 @@
-"""Measured subprocess of run B: start a LocalCluster of W worker processes, evaluate, exit.
+"""Measured subprocess of run B: start sgdask's LocalCluster, evaluate, exit.
 
 ``python -m benchmarks._evaluate --gt G --pred P --protocol sgbench --workers 2`` prints one
 JSON line: cluster start, evaluate-only and shutdown seconds, the worker pids, the metrics.
+The cluster is the one ``sgdask evaluate`` starts (``sgdask.cluster.Local``: worker threads
+in this process unless ``--processes``).
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ import json
 import os
 import time
 
-from distributed import Client, LocalCluster
-
+from sgdask.cluster import Local, dask_client
 from sgdask.pipeline import DEFAULT_PARTITION_SIZE, evaluate
 
 
@@ -22,6 +23,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pred", required=True)
     parser.add_argument("--protocol", default="singlempo")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--processes", action="store_true")
     parser.add_argument("--partition-size", type=int, default=DEFAULT_PARTITION_SIZE)
     return parser.parse_args(argv)
 
@@ -29,10 +31,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     start = time.perf_counter()
-    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
-        client.wait_for_workers(args.workers)
-        worker_pids = sorted(client.run(os.getpid).values())
+    with dask_client(scheduler=Local(args.workers, args.processes)) as client:
+        client.wait_for_workers(1)
+        worker_pids = sorted(set(client.run(os.getpid).values()))
         ready = time.perf_counter()
         report = evaluate(args.gt, args.pred, protocol=args.protocol,
                           partition_size=args.partition_size, client=client)

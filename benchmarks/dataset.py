@@ -10,10 +10,16 @@ host does both once.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 import sgdask
 import sgdask.synth
@@ -34,6 +40,7 @@ class Dataset:
     raw: SynthPaths
     gt_store: Path
     pred_store: Path
+    models: tuple[Path, ...] = ()
 
     @property
     def scratch_store(self) -> Path:
@@ -112,16 +119,60 @@ def prune(pattern_dir: Path, pattern: str, keep: Iterable[Path], log: Log) -> No
             shutil.rmtree(stale, ignore_errors=True)
 
 
-def prepare(cache: Path, n_images: int, seed: int, log: Log) -> Dataset:
-    """The cached dataset of ``n_images`` test images, made if missing."""
+def rotated_graph_lists(table: pa.Table, shift: int) -> pa.Table:
+    """The triplets table with every image's graph list rotated by ``shift`` positions
+    (same triplets and counts, another ranking: another model's scores)."""
+    images = np.asarray(pc.fill_null(table["image_id"], "").cast(pa.string()).to_numpy(
+        zero_copy_only=False))
+    lists = np.asarray(table["list"].cast(pa.string()).to_numpy(zero_copy_only=False))
+    n = len(images)
+    if n == 0:
+        return table
+    new_group = np.r_[True, (images[1:] != images[:-1]) | (lists[1:] != lists[:-1])]
+    starts = np.flatnonzero(new_group)
+    lengths = np.diff(np.r_[starts, n])
+    group = np.repeat(np.arange(len(starts)), lengths)
+    position = np.arange(n) - starts[group]
+    rolled = starts[group] + (position + shift) % lengths[group]
+    order = np.where(lists == "graph", rolled, np.arange(n))
+    columns = {name: table[name].take(order) if name in ("subject", "object", "predicate")
+               else table[name] for name in table.column_names}
+    return pa.table(columns, schema=table.schema)
+
+
+def perturbed_store(pred: Path, out: Path, shift: int) -> None:
+    """A copy of the submission store whose graph lists are rotated (``shift``)."""
+    if is_store(out):
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(pred, tmp)
+    for part in sorted((tmp / "triplets").glob("*.parquet")):
+        pq.write_table(rotated_graph_lists(pq.read_table(part), shift), part,
+                       compression="zstd")
+    manifest = json.loads((tmp / "manifest.json").read_text())
+    manifest["content_hash"] += f"+rotated{shift}"
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    tmp.rename(out)
+
+
+def prepare(cache: Path, n_images: int, seed: int, log: Log, models: int = 0) -> Dataset:
+    """The cached dataset of ``n_images`` test images, made if missing; ``models``: also that
+    many submission stores (the first is the submission, the others perturbed copies)."""
     root = cache / f"psg-{n_images}-seed{seed}-synth{synth_hash()}"
     prune(cache, f"psg-{n_images}-seed{seed}-synth*", [root], log)
     raw = synthesize(root / "raw", n_images, seed, log)
     suffix = package_hash()
     gt, pred = root / f"gt-{suffix}.store", root / f"pred-{suffix}.store"
-    prune(root, "*.store", [gt, pred], log)
+    others = tuple(root / f"pred-{suffix}-m{i}.store" for i in range(1, models))
+    prune(root, "*.store", [gt, pred, *others], log)
     build_stores(raw, gt, pred, n_images, log)
-    return Dataset(n_images, seed, root, raw, gt, pred)
+    if others:
+        log(f"writing {len(others)} perturbed copies of the submission store (once; cached)")
+    for shift, store in enumerate(others, start=1):
+        perturbed_store(pred, store, shift)
+    return Dataset(n_images, seed, root, raw, gt, pred, (pred, *others) if models else ())
 
 
 def tree_bytes(path: Path) -> int:

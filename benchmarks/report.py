@@ -124,19 +124,31 @@ def main_table(series: list[Series], reference: Series) -> Table:
     return headers, rows
 
 
+def phase_table(phases: dict[str, Any]) -> Table:
+    protocols = [k for k in phases if isinstance(phases[k], dict)]
+    names = list(phases[protocols[0]])
+    rows = [[name, *(fmt(phases[p][name], 3) for p in protocols)] for name in names]
+    rows.append(["kernels (all but reading)",
+                 *(fmt(sum(v for k, v in phases[p].items() if not k.startswith("read")), 3)
+                   for p in protocols)])
+    rows.append(["total", *(fmt(sum(phases[p].values()), 3) for p in protocols)])
+    return ["phase", *protocols], rows
+
+
 def floor_table(floor: dict[str, Any], workers: int, best_b: Series | None) -> Table:
     per_core = floor["store_s"] / workers
     rows = [
         ["read + decode all masks from the stores, 1 process", fmt(floor["store_s"])],
-        ["  of which GT label images", fmt(floor["store_gt_s"])],
-        ["  of which predicted mask stacks", fmt(floor["store_pred_s"])],
+        ["  of which the GT store", fmt(floor["store_gt_s"])],
+        ["  of which the submission store", fmt(floor["store_pred_s"])],
         [f"floor at {workers} cores (store decode / {workers})", fmt(per_core)],
         ["for comparison: decode the raw PNGs + ZIP TIFFs, 1 process", fmt(floor["raw_s"])],
+        ["  of which the ZIP's TIFFs", fmt(floor["raw_tiff_s"])],
     ]
     if best_b is not None and best_b.work_s:
         rows.append([f"fastest B evaluate-only ({best_b.label}) / floor at {workers} cores",
                      fmt(best_b.work_s / per_core, 1, "x")])
-    return ["floor", "seconds"], rows
+    return ["floor (CPU)", "seconds"], rows
 
 
 def sizes_table(sizes: dict[str, dict[str, int]]) -> Table:

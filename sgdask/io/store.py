@@ -6,8 +6,9 @@
     URL/images/part-00000.parquet    one row per image
     URL/instances/part-00000.parquet one row per instance
     URL/triplets/part-00000.parquet  submission: graph + NG lists;  GT: relations
-    URL/masks/part-00000             Zarr v3, 1-D uint64, one per part: every instance's
-                                     mask as rows of 64-bit words over its box
+    URL/masks/part-00000             Zarr v3, 1-D uint8, one per part: every instance's
+                                     mask as rows of 64-bit words over its box, row-XOR-ed
+                                     and stored sparse (``pack_sparse``)
 
 Images are sorted by id and cut into parts of ``partition_size`` images; the manifest lists
 each part's first and last id, so a Dask task reads only the parts holding its images.
