@@ -136,7 +136,7 @@ class HitsBatch:
     """The ImageHits of many images, concatenated (images numbered 0..n-1).
 
     Per GT triplet: ``t_image`` (its image) and every hit array of ImageHits; per GT pair:
-    ``q_image``, ``pair_first``; per image: ``n_gt`` (GT triplets), ``n_instances``,
+    ``q_image``, ``pair_first``; per image: ``n_gt_triplets``, ``n_instances``,
     ``n_matched``, ``missing``; ``reachable``: GT triplets whose subject and object were
     both matched. ``group`` numbers the (image, predicate) cells of the GT triplets in
     order; ``group_image``, ``group_predicate``, ``group_count`` describe them.
@@ -144,7 +144,7 @@ class HitsBatch:
 
     image_ids: list[str]
     missing: np.ndarray
-    n_gt: np.ndarray
+    n_gt_triplets: np.ndarray
     n_instances: np.ndarray
     n_matched: np.ndarray
     t_image: np.ndarray
@@ -179,7 +179,7 @@ class HitsBatch:
             return np.full(self.n_images, k.absolute, dtype=np.int64)
         assert k.factor is not None
         p, q = k.factor.numerator, k.factor.denominator
-        return -((-p * self.n_gt) // q)
+        return -((-p * self.n_gt_triplets) // q)
 
 
 def concat(parts: list[np.ndarray], dtype: type = np.int64) -> np.ndarray:
@@ -203,8 +203,8 @@ def optional(images: list[ImageHits], name: str) -> np.ndarray | None:
 
 def batch_of(images: list[ImageHits]) -> HitsBatch:
     """Concatenate the hits of ``images``."""
-    n_gt = np.array([h.n_gt_triplets for h in images], dtype=np.int64)
-    t_image = np.repeat(np.arange(len(images), dtype=np.int64), n_gt)
+    n_gt_triplets = np.array([h.n_gt_triplets for h in images], dtype=np.int64)
+    t_image = np.repeat(np.arange(len(images), dtype=np.int64), n_gt_triplets)
     predicates = concat([h.relations[:, 2] for h in images])
     reachable = concat([h.matched_gt[h.relations[:, 0]] & h.matched_gt[h.relations[:, 1]]
                         for h in images], bool)
@@ -214,7 +214,7 @@ def batch_of(images: list[ImageHits]) -> HitsBatch:
     return HitsBatch(
         image_ids=[h.image_id for h in images],
         missing=np.array([h.missing for h in images], dtype=bool),
-        n_gt=n_gt,
+        n_gt_triplets=n_gt_triplets,
         n_instances=np.array([len(h.matched_gt) for h in images], dtype=np.int64),
         n_matched=np.array([int(h.matched_gt.sum()) for h in images], dtype=np.int64),
         t_image=t_image, predicates=predicates, reachable=reachable,
@@ -266,11 +266,11 @@ def recall_terms(hit: np.ndarray, predicates: np.ndarray) -> tuple[Term, dict[in
 
 
 def add_recalls(terms: Terms, first: np.ndarray, predicates: np.ndarray,
-                ks: tuple[KSpec, ...], n_gt: int, image_prefix: str | None,
+                ks: tuple[KSpec, ...], n_gt_triplets: int, image_prefix: str | None,
                 mean_prefix: str | None) -> None:
-    """Recall terms for every k (relative k resolves with ``n_gt``, all GT triplets)."""
+    """Recall terms for every k (relative k resolves with ``n_gt_triplets``, all GT triplets)."""
     for k in ks:
-        overall, per_predicate = recall_terms(first < k.resolve(n_gt), predicates)
+        overall, per_predicate = recall_terms(first < k.resolve(n_gt_triplets), predicates)
         if image_prefix:
             terms.image[f"{image_prefix}@{k.label}"] = overall
         if mean_prefix:

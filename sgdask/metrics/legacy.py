@@ -33,7 +33,8 @@ def batch_terms(batch: HitsBatch, ctx: Context) -> list[Block]:
     for k in ctx.ks:
         hit = batch.legacy_first < batch.k_per_triplet(k)
         found = np.bincount(batch.t_image, weights=hit, minlength=batch.n_images)
-        blocks.append(Block(f"A@{k.label}", RATIO, images, found.astype(np.int64), batch.n_gt))
+        blocks.append(Block(f"A@{k.label}", RATIO, images, found.astype(np.int64),
+                            batch.n_gt_triplets))
     return blocks
 
 
