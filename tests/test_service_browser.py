@@ -120,7 +120,7 @@ def test_upload_rank_reject_and_escape_in_chromium(site, tiny, chromium_page,  #
     assert page.locator("h1").inner_text() == XSS_NAME
     wait_status(page, "ranked", 120)
     page.goto(base + "/")
-    cell = page.locator("#board-public tbody tr td:nth-child(2)", has_text="onerror")
+    cell = page.locator("#board-public tbody tr td.text", has_text="onerror")  # the name cell
     assert cell.get_attribute("data-value") == XSS_NAME
     assert cell.locator("a").first.inner_text() == XSS_NAME
     assert cell.locator("a", has_text="paper").get_attribute("href") == XSS_PAPER
