@@ -251,6 +251,24 @@ def plan_partitions(gt: StoreReader, preds: list[SubmissionInput], partition_siz
     return specs, counts, [c for _, c in per_pred]
 
 
+TASKS_PER_THREAD = 2
+MIN_TASK_IMAGES = 8
+
+
+def spread_size(n_images: int, n_tasks: int, client: Client, partition_size: int | None
+                ) -> int | None:
+    """A partition size that gives every worker thread of the cluster work when the default
+    (one task per GT store part) has fewer tasks than threads (a store of few large parts on
+    many cores); None keeps the plan (always when ``--partition-size`` is given)."""
+    if partition_size is not None:
+        return None
+    threads = sum(client.nthreads().values())
+    if n_tasks >= threads:
+        return None
+    size = max(MIN_TASK_IMAGES, -(-n_images // (TASKS_PER_THREAD * threads)))
+    return size if -(-n_images // size) > n_tasks else None
+
+
 def run_bag(client: Client, specs: list[PartitionSpec], job: Job, progress: bool
             ) -> PartitionResult:
     """Map score_partition over a bag of partitions, show progress, fold the results."""
@@ -361,6 +379,10 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Opt
               options.match_labels, tuple(FAMILIES))
     with kept_stores(subs, inputs, storage_options) as writers, \
             dask_client(client, scheduler) as active:
+        size = spread_size(counts["evaluated_images"], len(specs), active,
+                           options.partition_size)
+        if size is not None:
+            specs, _, _ = plan_partitions(gt_reader, inputs, size)
         result = run_bag(active, specs, job, progress)
         writers.commit(result.parts_written)
         reports = many_reports(result, subs, inputs, pred_counts, job, options, composition,

@@ -222,3 +222,22 @@ def test_worker_loss_mid_evaluation(hand_cluster, observer, big_stores):
           f"R@50 {undisturbed.metrics['R@50']!r}\n"
           f"  worker loss  mR@50 {report.metrics['mR@50']!r}  R@50 {report.metrics['R@50']!r}")
     assert comparable(report) == comparable(undisturbed)
+
+
+def test_few_parts_on_many_threads_are_spread_and_change_nothing(stores, local_report):
+    """One task per GT part leaves threads idle when there are more threads than parts: the
+    plan is cut finer then, with the same numbers."""
+    from distributed import LocalCluster
+
+    from sgdask.pipeline import spread_size
+
+    with LocalCluster(n_workers=1, threads_per_worker=8, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as many:
+        parts = len(json.loads(Path(stores.gt, "manifest.json").read_text())["parts"])
+        assert parts < 8
+        assert spread_size(40, parts, many, None) == 8          # 5 tasks of 8 images
+        assert spread_size(40, parts, many, 16) is None         # --partition-size wins
+        assert spread_size(4000, 64, many, None) is None        # enough parts already
+        report = evaluate(stores.gt, stores.pred, protocol="singlempo", client=many)
+    assert report.metrics == local_report.metrics
+    assert report.per_predicate == local_report.per_predicate
