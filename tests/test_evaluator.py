@@ -45,7 +45,6 @@ class Tensor:
 
     def __init__(self, array: Any) -> None:
         self.array = np.asarray(array)
-        self.calls: list[str] = []
 
     def detach(self) -> Tensor:
         return self
@@ -293,6 +292,25 @@ def test_input_forms_give_the_same_report():
                         {k: v.tolist() for k, v in pred.items()})
     reports.append(as_lists.compute())
     assert all(comparable(r) == comparable(reports[0]) for r in reports[1:])
+
+
+def test_statistics_as_file_table_or_psg_json(tmp_path):
+    """stats: a `sgdask stats` file, its table or a parsed psg.json: the same zero-shot
+    metrics."""
+    from sgdask.io.stats import train_stats, write_stats
+
+    chooser = scenes.RandomChooser(31)
+    images = scenes.dataset(chooser, 6, boxes=False, min_pred=1)
+    doc = training_doc(scenes.training(chooser))
+    table = train_stats(doc, "psg.json")
+    write_stats(table, str(tmp_path / "stats.parquet"))
+    reports = [fed(sgdask.Evaluator("singlempo", "1,20", PREDICATES, CLASSES, stats),
+                   images).compute()
+               for stats in (doc, table, str(tmp_path / "stats.parquet"))]
+    assert "zR@20" in reports[0].metrics and "wIMR@20" in reports[0].metrics
+    assert all(comparable(r) == comparable(reports[0]) for r in reports[1:])
+    with pytest.raises(SgdaskError, match="stats: int"):
+        sgdask.Evaluator("singlempo", "20", PREDICATES, CLASSES, 5)
 
 
 def test_missing_prediction_and_images_without_relations_are_counted():
