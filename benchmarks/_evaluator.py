@@ -1,9 +1,9 @@
 """Measured subprocess: the in-memory evaluator's cost per ``update``.
 
 ``python -m benchmarks._evaluator --psg P --masks-dir D --zip Z [--protocol singlempo]``
-decodes every test image's GT (panoptic PNG -> label image) and prediction (ZIP TIFFs ->
-mask stack) into memory first (not timed: a training loop has them already), then times
-``sgdask.Evaluator.update`` over every image (the first one apart: it loads the compiled
+decodes each test image's GT (panoptic PNG -> label image) and prediction (ZIP TIFFs ->
+mask stack) into memory (not timed: a training loop has them already), then times
+``sgdask.Evaluator.update`` on it, image after image (the first one apart: it loads the compiled
 kernels) and ``compute`` once. Prints one JSON line: images, seconds of the first update,
 of the others and of compute, milliseconds per further update, the metrics.
 """
@@ -66,12 +66,6 @@ def main(argv: list[str] | None = None) -> None:
     psg = json.loads(args.psg.read_text())
     test = {str(i) for i in psg["test_image_ids"]}
     entries = [e for e in psg["data"] if str(e["image_id"]) in test][:args.limit]
-    with zipfile.ZipFile(args.zip) as archive:
-        doc = json.loads(archive.read("triplets.json"))
-        preds = {str(img["id"]): prediction(img, archive) for img in doc["images"]}
-    inputs = [(str(e["image_id"]), ground_truth(e, args.masks_dir),
-               preds.get(str(e["image_id"]))) for e in entries]
-
     import sgdask
 
     start = time.perf_counter()
@@ -79,13 +73,20 @@ def main(argv: list[str] | None = None) -> None:
                                  predicates=psg["predicate_classes"],
                                  classes=psg["thing_classes"] + psg["stuff_classes"])
     setup_s = time.perf_counter() - start
-    start = time.perf_counter()
-    evaluator.update(*inputs[0])
-    first_s = time.perf_counter() - start
-    start = time.perf_counter()
-    for image_id, gt, pred in inputs[1:]:
-        evaluator.update(image_id, gt, pred)
-    update_s = time.perf_counter() - start
+    seconds = []
+    with zipfile.ZipFile(args.zip) as archive:
+        doc = json.loads(archive.read("triplets.json"))
+        submitted = {str(img["id"]): img for img in doc["images"]}
+        for entry in entries:  # decoded one at a time (as a loader would), timed apart
+            image_id = str(entry["image_id"])
+            gt = ground_truth(entry, args.masks_dir)
+            img = submitted.get(image_id)
+            pred = None if img is None else prediction(img, archive)
+            start = time.perf_counter()
+            evaluator.update(image_id, gt, pred)
+            seconds.append(time.perf_counter() - start)
+    first_s, update_s = seconds[0], sum(seconds[1:])
+    inputs = entries
     start = time.perf_counter()
     report = evaluator.compute()
     compute_s = time.perf_counter() - start
