@@ -245,6 +245,15 @@ def pred_masks(image_id: str, pred: Any, gt: ImageGT, n: int) -> Any:
     return BitMasks.from_dense(masks)
 
 
+def id_text(image_id: Any) -> str:
+    """An image id as text: a 0-d tensor or numpy scalar by its value (``5``, not
+    ``tensor(5)``)."""
+    item = getattr(image_id, "item", None)
+    if callable(item) and not isinstance(image_id, str | bytes):
+        image_id = item()
+    return str(image_id)
+
+
 # --------------------------------------------------------------------------- statistics
 
 
@@ -332,11 +341,14 @@ class Evaluator:
     def update(self, image_id: Any, gt: Any, pred: Any) -> None:
         """Score one image (``pred`` None: the model gave nothing for it) and fold it in.
 
+        ``image_id``: any value; its text is the id (a 0-d tensor or numpy scalar: its
+        value's text).
+
         An image without GT relations is counted but not evaluated, as by ``sgdask
         evaluate``. Raises ``EvaluatorInputError`` (a ``ValueError``) naming the image and
         the field for malformed input; the evaluator is then unchanged.
         """
-        image_id = str(image_id)
+        image_id = id_text(image_id)
         if image_id in self._ids:
             raise fail(image_id, "image_id", "updated twice", "each image once")
         n_classes, n_predicates = len(self.classes), len(self.predicates)

@@ -294,6 +294,21 @@ def test_input_forms_give_the_same_report():
     assert all(comparable(r) == comparable(reports[0]) for r in reports[1:])
 
 
+def test_tensor_image_ids_are_their_values():
+    class ScalarTensor:
+        def item(self):
+            return 5
+
+        def __str__(self):
+            return "tensor(5)"
+
+    image = one_image()
+    ev = evaluator("singlempo", ["20"])
+    ev.update(ScalarTensor(), gt_fields(image), pred_fields(image))
+    ev.update(np.int64(6), gt_fields(image), pred_fields(image))
+    assert [row["image_id"] for row in ev.compute().per_image] == ["5", "6"]
+
+
 def test_statistics_as_file_table_or_psg_json(tmp_path):
     """stats: a `sgdask stats` file, its table or a parsed psg.json: the same zero-shot
     metrics."""
