@@ -194,3 +194,20 @@ def run_measured(label: str, argv: Sequence[str], cwd: Path, interval: float = 0
     cpu = max(cpu_exact, cpu_sampled)
     return Measurement(label, list(argv), wall, cpu, cpu_sampled, sampler.peak_sum, stats,
                        max(0.0, busy - cpu), stdout, stderr_tail)
+
+
+def combined(label: str, parts: Sequence[Measurement]) -> Measurement:
+    """Several commands run one after the other, as one measurement (sums and maxima)."""
+    return Measurement(
+        label=label,
+        argv=[arg for part in parts for arg in [*part.argv, "&&"]][:-1],
+        wall_s=sum(p.wall_s for p in parts),
+        cpu_s=sum(p.cpu_s for p in parts),
+        cpu_sampled_s=sum(p.cpu_sampled_s for p in parts),
+        peak_rss_sum=max(p.peak_rss_sum for p in parts),
+        foreign_cpu_s=sum(p.foreign_cpu_s for p in parts),
+        processes=[stat for p in parts for stat in p.processes],
+        stdout=parts[-1].stdout,
+        stderr_tail=parts[-1].stderr_tail,
+        extra={"steps": {p.label: p.wall_s for p in parts}},
+    )

@@ -151,6 +151,17 @@ def floor_table(floor: dict[str, Any], workers: int, best_b: Series | None) -> T
     return ["floor (CPU)", "seconds"], rows
 
 
+def evaluator_table(ev: dict[str, Any]) -> Table:
+    """The in-memory evaluator's phases: per update, compute, setup."""
+    rows = [["images", str(ev["images"])],
+            ["first update (loads the compiled kernels)", fmt(ev["first_update_s"], 3)],
+            ["per further update, ms", fmt(ev["ms_per_update"], 1)],
+            ["compute() (the report)", fmt(ev["compute_s"], 3)],
+            ["Evaluator() incl. first import of sgdask's evaluation modules",
+             fmt(ev["setup_s"], 2)]]
+    return ["phase", "seconds"], rows
+
+
 def sizes_table(sizes: dict[str, dict[str, int]]) -> Table:
     zip_bytes, png_bytes = sizes["submission.zip"]["bytes"], sizes["GT PNGs"]["bytes"]
     against = {"submission store": zip_bytes, "GT store": png_bytes}

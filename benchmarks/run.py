@@ -16,7 +16,13 @@ process tree is sampled (wall time, CPU seconds, peak RSS per process):
   and the floor (read + decode every mask from the stores, and from the raw files);
 - memory flatness: B (singlempo) again on a dataset of a quarter of the images;
 - the cost of intervals: 1000 bootstrap resamples of every metric of B (singlempo) against
-  the evaluation itself (``benchmarks._ci_cost``), and with ``--ci-metrics mR@50``.
+  the evaluation itself (``benchmarks._ci_cost``), and with ``--ci-metrics mR@50``;
+- D: a model's result files (one ``.npz`` per image, ``benchmarks._results``) to a score:
+  the path labs take today (SGBench's ``psgtr`` conversion rules writing a deflate TIFF
+  ZIP, emulated literally, then ``python -m sgbench``) against ``sgdask evaluate --pred
+  DIR --method psgtr`` (one command, no TIFF);
+- the in-memory evaluator: ``sgdask.Evaluator.update`` per image on arrays already in
+  memory (``benchmarks._evaluator``).
 
 Prints the tables and writes ``benchmarks/results/<UTC date and time>-<images>.json`` and
 ``.md`` (e.g. ``2026-11-22T0452Z-2177.json``), ``benchmarks/results/latest.md`` and the
@@ -44,6 +50,7 @@ from benchmarks.measure import (
     CommandFailed,
     Measurement,
     classify,
+    combined,
     run_measured,
     wait_for_quiet,
 )
@@ -53,7 +60,7 @@ BENCH = ROOT / "benchmarks"
 PROTOCOLS = ("sgbench", "singlempo")
 QUICK_IMAGES = 200
 FLAT_LIMIT = 1.25
-TARGETS = {"B": 15.0, "B-cli": 8.0, "C": 3.0, "C-cold": 2.0, "convert": 1.5, "many": 20.0,
+TARGETS = {"B": 15.0, "B-cli": 8.0, "C": 3.0, "C-cold": 2.0, "convert": 1.5, "many": 20.0, "D": 5.0,
            "scaling": 1.85, "worker_gib": 1.0, "store": 0.5, "ci": 0.2,
            "kernel sgbench": 0.8, "kernel singlempo": 1.2, "floor": 0.8}
 MODELS = 10
@@ -201,6 +208,53 @@ def run_ci_cost(ds: Dataset, workers: int, interval: float) -> Measurement:
     return m
 
 
+def results_dir(ds: Dataset) -> Path:
+    """The dataset's model results as .npz files (written once, not measured)."""
+    from benchmarks._results import make_results
+
+    out = ds.root / "results_npz"
+    done = out / ".complete"
+    if not done.exists():
+        log(f"writing model results (.npz per image) into {out} ...")
+        make_results(ds.raw.psg_json, ds.raw.submission_zip, out)
+        done.write_text("")
+    return out
+
+
+def run_results_reference(ds: Dataset, workers: int, interval: float) -> Measurement:
+    """D, today's path: SGBench's conversion rules write a TIFF ZIP, sgbench scores it."""
+    results, archive = results_dir(ds), ds.root / "results-sgbench.zip"
+    convert = python("-m", "benchmarks._results", "convert", "--results", str(results),
+                     "--psg", str(ds.raw.psg_json), "--out", str(archive))
+    score = python("-m", "sgbench", str(ds.raw.psg_json), str(archive), "--gt-masks",
+                   str(ds.raw.masks_dir), "--workers", str(workers))
+    parts = [run_measured("D convert (SGBench rules, TIFF ZIP)", convert, ROOT, interval),
+             run_measured("D sgbench", score, ROOT, interval)]
+    m = combined("D SGBench conversion + sgbench", parts)
+    m.extra["metrics"] = parse_sgbench_output(parts[-1].stdout)
+    return m
+
+
+def run_results_sgdask(ds: Dataset, interval: float) -> Measurement:
+    """D, one command: sgdask evaluate --pred DIR --method psgtr (sgbench protocol)."""
+    out = ds.root / "results-report"
+    argv = python("-m", "sgdask", "evaluate", "--gt", str(ds.gt_store), "--pred",
+                  str(results_dir(ds)), "--method", "psgtr", "--protocol", "sgbench",
+                  "--out", str(out))
+    m = run_measured("D sgdask evaluate --method psgtr", argv, ROOT, interval)
+    m.extra["metrics"] = json.loads((out / "metrics.json").read_text())["metrics"]
+    return m
+
+
+def run_evaluator_cost(ds: Dataset, interval: float) -> Measurement:
+    argv = python("-m", "benchmarks._evaluator", "--psg", str(ds.raw.psg_json),
+                  "--masks-dir", str(ds.raw.masks_dir), "--zip", str(ds.raw.submission_zip))
+    m = run_measured("sgdask.Evaluator", argv, ROOT, interval)
+    m.extra.update(last_json(m.stdout))
+    m.extra["work_s"] = m.extra["update_s"] + m.extra["compute_s"]
+    return m
+
+
 def run_floor(ds: Dataset, interval: float) -> Measurement:
     argv = python("-m", "benchmarks._floor", "--gt", str(ds.gt_store), "--pred",
                   str(ds.pred_store), "--zip", str(ds.raw.submission_zip),
@@ -273,6 +327,12 @@ def run_suite(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series])
             lambda: run_many(ds, e2e, ref_w, iv))
     measure(rp.Series("ci", f"B singlempo + 1000 bootstrap resamples, {ref_w} worker(s)", n),
             1, lambda: run_ci_cost(ds, ref_w, iv))
+    measure(rp.Series("D-ref", f"D SGBench conversion (TIFF ZIP) + sgbench --workers {ref_w}",
+                      n), args.reference_repeats, lambda: run_results_reference(ds, ref_w, iv))
+    measure(rp.Series("D", "D sgdask evaluate --pred DIR --method psgtr (sgbench)", n),
+            args.repeats, lambda: run_results_sgdask(ds, iv))
+    measure(rp.Series("evaluator", "sgdask.Evaluator (singlempo, in memory)", n), 1,
+            lambda: run_evaluator_cost(ds, iv))
 
 
 def run_memory_check(args: argparse.Namespace, small: Dataset) -> rp.Series:
@@ -388,6 +448,25 @@ def cpu_targets(runs: dict[str, rp.Series]) -> list[dict[str, Any]]:
     return rows
 
 
+def results_target(runs: dict[str, rp.Series]) -> dict[str, Any]:
+    """D: a model's result files to a score, today's path against sgdask's one command."""
+    ref, ours = runs["D-ref"], runs["D"]
+    r = rp.ratio(ref.wall_s, ours.wall_s) or 0.0
+    text = f"{r:.1f}x (fastest runs {rp.fmt(rp.ratio(ref.wall_min_s, ours.wall_min_s), 1)}x)"
+    return target(f"D >= {TARGETS['D']:g}x faster than SGBench's conversion + sgbench "
+                  "(median wall)", text, r >= TARGETS["D"])
+
+
+def results_agreement(runs: dict[str, rp.Series]) -> dict[str, Any]:
+    """D: sgbench's printed metrics on the converted ZIP against sgdask's on the results."""
+    ref = runs["D-ref"].runs[0].extra["metrics"]
+    ours = runs["D"].runs[0].extra["metrics"]
+    diffs = {name: abs(ref[name] - ours[name]) for name in ref
+             if isinstance(ours.get(name), float) and math.isfinite(ref[name])
+             and math.isfinite(ours[name])}
+    return {"compared": sorted(diffs), "max_abs_diff": max(diffs.values(), default=None)}
+
+
 def scaling_target(rows: list[dict[str, Any]], workers: list[int]) -> dict[str, Any]:
     top = [r for r in rows if r["workers"] == max(workers)]
     text = ", ".join(f"{r['protocol']} {rp.fmt(r['work_speedup'])}x" for r in top)
@@ -430,11 +509,14 @@ def summarize(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series],
               small: rp.Series | None) -> dict[str, Any]:
     w = args.reference_workers
     size, scale, mem = sizes(ds), scaling(runs, args.workers), memory(runs, small, w)
-    targets = [*speed_targets(runs, w), *cpu_targets(runs), scaling_target(scale, args.workers),
+    targets = [*speed_targets(runs, w), results_target(runs), *cpu_targets(runs),
+               scaling_target(scale, args.workers),
                *memory_targets(runs, mem), size_target(size), ci_target(runs)]
     return {"sizes": size, "scaling": scale, "memory": mem, "targets": targets,
-            "agreement": agreement(runs, w), "floor": runs["floor"].runs[0].extra,
-            "phases": runs["phases"].runs[0].extra}
+            "agreement": agreement(runs, w), "results_agreement": results_agreement(runs),
+            "evaluator": {k: v for k, v in runs["evaluator"].runs[0].extra.items()
+                          if k != "metrics"},
+            "floor": runs["floor"].runs[0].extra, "phases": runs["phases"].runs[0].extra}
 
 
 # ----------------------------------------------------------------------------- output
@@ -459,6 +541,13 @@ def render(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series],
         "**Worker scaling (B)**", "", rp.markdown(rp.scaling_table(summary["scaling"])), "",
         "**Per-phase CPU, ms per image** (1 thread, `benchmarks._phases`)", "",
         rp.markdown(rp.phase_table(summary["phases"])), "",
+        "**D: a model's result files to a score**", "",
+        rp.markdown(rp.main_table([runs["D-ref"], runs["D"]], runs["D-ref"])), "",
+        f"Agreement of D (sgdask, sgbench protocol) with sgbench on the converted ZIP, on "
+        f"{', '.join(summary['results_agreement']['compared'])}: max |difference| = "
+        f"{summary['results_agreement']['max_abs_diff']}.", "",
+        "**In-memory evaluator** (`sgdask.Evaluator`, singlempo, inputs decoded beforehand)",
+        "", rp.markdown(rp.evaluator_table(summary["evaluator"])), "",
         "**Floor**", "", rp.markdown(rp.floor_table(summary["floor"], w, b_fast)), "",
         "**Sizes**", "", rp.markdown(rp.sizes_table(summary["sizes"])), "",
     ]

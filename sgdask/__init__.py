@@ -16,9 +16,11 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {"evaluate": "sgdask.pipeline", "evaluate_protocols": "sgdask.pipeline",
-         "Report": "sgdask.report"}
+         "Report": "sgdask.report", "Evaluator": "sgdask.evaluator",
+         "EvaluatorInputError": "sgdask.evaluator"}
 
-__all__ = ["Report", "__version__", "evaluate", "evaluate_protocols"]
+__all__ = ["Evaluator", "EvaluatorInputError", "Report", "__version__", "evaluate",
+           "evaluate_protocols"]
 
 
 def __getattr__(name: str) -> Any:

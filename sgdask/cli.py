@@ -372,13 +372,22 @@ def evaluate(gt: Annotated[str, typer.Option(
                  "--gt", help="GT store URL, or psg.json (ingested once, then cached)")],
              pred: Annotated[str, typer.Option(
                  "--pred", help="submission store URL, or an SGBench ZIP or JSON file "
-                 "(decoded and checked on the cluster as it is scored)")],
+                 "(decoded and checked on the cluster as it is scored); with --method, a "
+                 "model's result file or .npz directory")],
              gt_masks: Annotated[str | None, typer.Option(
                  "--gt-masks", "--masks", help="with --gt psg.json: the panoptic PNGs "
                  "(omit for box-only GT)")] = None,
              keep_store: Annotated[str | None, typer.Option(
                  "--keep-store", help="with a submission file: also keep it converted, "
                  "as a submission store at this URL")] = None,
+             method: Annotated[str | None, typer.Option(
+                 help="--pred is a model's result file (as `convert --method`): "
+                 f"{'|'.join(METHODS)}; converted into a temporary store (--keep-store: "
+                 "that store) and scored")] = None,
+             instance_scores: Annotated[bool, typer.Option(
+                 "--instance-scores", help="with --method: keep the score column of "
+                 "refine_bboxes as instance scores (as `convert --instance-scores`)")]
+             = False,
              cache_dir: CacheDir = None,
              protocol: Annotated[str, typer.Option(
                  help="singlempo, sgbench, multimpo, or several: singlempo,multimpo")]
@@ -430,14 +439,26 @@ def evaluate(gt: Annotated[str, typer.Option(
     elif ci_metrics is not None:
         raise SgdaskError("--ci-metrics: only with --ci LEVEL")
     options = storage_options(storage_option)
+    if instance_scores and method is None:
+        raise SgdaskError("--instance-scores: only with --method")
     start = time.perf_counter()
-    with dask_client(None, cluster_choice(scheduler, False, workers)) as client:
+    limits = ArchiveLimits.from_pairs(limit)
+    with dask_client(None, cluster_choice(scheduler, False, workers)) as client, \
+            results_store(method, keep_store) as converted:
         gt_store = gt_store_of(gt, gt_masks, cache_dir, options, client)
+        if converted is not None:
+            from sgdask.io.ingest import convert_results
+
+            assert method is not None
+            with progress_bar("converting results", None) as advance:
+                convert_results(pred, converted, gt_store, method, options, progress=advance,
+                                cluster=client, limits=limits,
+                                instance_scores=instance_scores)
+            pred, keep_store = converted, None
         reports = evaluate_protocols(gt_store, pred, protocol, k, aggregation, partition_size,
                                      client=client, storage_options=options, progress=True,
                                      stats=stats, legacy=legacy_metrics, tau=tau,
-                                     match_labels=match_labels,
-                                     limits=ArchiveLimits.from_pairs(limit),
+                                     match_labels=match_labels, limits=limits,
                                      keep_store=keep_store, intervals=intervals)
     for report in reports.values():
         print_report(report)
@@ -447,6 +468,21 @@ def evaluate(gt: Annotated[str, typer.Option(
     if out:
         for path in write_reports(reports, out, options):
             err_console.print(f"wrote {path}")
+
+
+@contextmanager
+def results_store(method: str | None, keep_store: str | None) -> Iterator[str | None]:
+    """Where ``evaluate --method`` converts the results: ``--keep-store``, or a temporary
+    directory removed afterwards; None without ``--method``."""
+    if method is None:
+        yield None
+    elif keep_store is not None:
+        yield keep_store
+    else:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="sgdask-results-") as tmp:
+            yield str(Path(tmp) / "pred.store")
 
 
 def gt_store_of(gt: str, masks: str | None, cache_dir: str | None, options: Any,

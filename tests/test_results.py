@@ -295,6 +295,56 @@ def test_npz_directory_gives_the_pickles_store(lab, tmp_path):
         assert (a.read_masks(part, 0, 1 << 30) == b.read_masks(part, 0, 1 << 30)).all()
 
 
+def npz_folder(family: Family, folder: Path) -> Path:
+    folder.mkdir()
+    for i, r in enumerate(family.results):
+        np.savez_compressed(folder / f"{i}.npz", **vars(r))
+    return folder
+
+
+def test_evaluate_with_method_is_convert_then_evaluate(lab, client, tmp_path, capsys,
+                                                       monkeypatch):
+    """`evaluate --pred RESULTS --method M` in one command: the metrics of `convert
+    --method` + `evaluate`, with the method in the provenance; the temporary store is
+    removed, --keep-store keeps it, and a problem is one line with no store left."""
+    import tempfile
+
+    fam = make_family("2stage", lab, tmp_path, seed=8)
+    folder = npz_folder(fam, tmp_path / "npz")
+    store = str(tmp_path / "converted")
+    convert_results(str(folder), store, lab.gt, "2stage", cluster=client)
+    expected = evaluate_protocols(lab.gt, store, PROTOCOLS, KS, client=client)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    common = ("--gt", lab.gt, "--k", KS, "--protocol", PROTOCOLS, "--scheduler",
+              client.scheduler.address)
+    for keep in (None, tmp_path / "kept"):
+        out = tmp_path / f"out-{keep is None}"
+        code, err = run_main(capsys, "evaluate", "--pred", str(folder), "--method", "2stage",
+                             *common, "--out", str(out),
+                             *(("--keep-store", str(keep)) if keep else ()))
+        assert code == 0, err
+        for protocol in PROTOCOLS.split(","):
+            written = json.loads((out / protocol / "metrics.json").read_text())
+            assert written["metrics"] == expected[protocol].metrics, protocol
+            assert written["provenance"]["submission"]["method"] == "2stage"
+            assert written["provenance"]["submission"]["source"] == str(folder)
+        assert list(scratch.iterdir()) == []  # the temporary store is gone
+    kept = StoreReader(str(tmp_path / "kept"))
+    assert kept.manifest["method"] == "2stage"
+    assert kept.manifest["content_hash"] == StoreReader(store).manifest["content_hash"]
+
+    (folder / "3.npz").write_bytes(b"not a zip")
+    code, err = run_main(capsys, "evaluate", "--pred", str(folder), "--method", "2stage",
+                         *common, "--keep-store", str(tmp_path / "bad"))
+    refused(code, err, tmp_path / "bad", "3.npz")
+    assert list(scratch.iterdir()) == []
+    code, err = run_main(capsys, "evaluate", "--pred", str(folder), "--gt", lab.gt,
+                         "--instance-scores")
+    assert code == 2 and "--instance-scores: only with --method" in err
+
+
 def test_instance_scores_order_the_merge(small, lab, client, tmp_path):
     """--instance-scores keeps refine_bboxes' score column: singlempo then scores as the
     ZIP whose instances carry those scores, and the report's provenance says so."""

@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 API_MODULES: dict[str, dict[str, Any]] = {
     "sgdask.pipeline": {},
     "sgdask.report": {},
+    "sgdask.evaluator": {},
     "sgdask.io.ingest": {},
     "sgdask.batch": {"show_submodules": True},
     "sgdask.kernels": {},

@@ -1,0 +1,569 @@
+"""The in-memory evaluator: ``update`` per image, ``compute`` a Report, ``merge`` shards.
+
+For a training loop: predictions and ground truth are arrays in memory, so nothing is
+written. Each image runs the pipeline's own per-image path (``sgdask.pipeline.hits_under``:
+normalize, match, select, remap), its hits are scored in batches by the families' vectorized
+terms (``sgdask.metrics.terms.batch_blocks``) and folded into the pipeline's partition
+result (``sgdask.pipeline.PartitionResult``: exact accumulators, per-image rows, per-image
+terms); ``compute`` builds the report with the function the pipeline uses
+(``sgdask.report.build_report``). Hence the same numbers, to the last bit, as ``sgdask
+evaluate`` on the same data, whatever the order of ``update`` calls and merges.
+
+Inputs mirror what ``sgdask.io.partition`` reads from a store:
+
+- ``gt``: ``relations`` (R x 3: subject, object, predicate), ``categories`` (N), and
+  ``labels`` (an H x W label image: -1 void, value i = instance i) or ``boxes`` (N x 4,
+  ``[x1, y1, x2, y2]``), or both;
+- ``pred``: ``categories`` (M), ``triplets`` (the graph list, ranked), optional
+  ``ng_triplets`` and ``scores`` (M instance scores), and ``masks`` (M x H x W booleans)
+  or ``boxes`` (M x 4); ``None``: the model gave nothing for the image.
+
+Each field is a numpy array or anything with ``__array__`` or ``.numpy()`` (torch tensors
+are detached and moved to the CPU first, without importing torch); ``gt`` and ``pred`` are
+mappings or objects with those attributes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from sgdask.accum import Accumulator, KeyedSums, RationalSum
+from sgdask.errors import InputError, SgdaskError
+from sgdask.kernels.selection import DEFAULT_KS, parse_ks
+from sgdask.metrics import FAMILIES, available, metric_of
+from sgdask.metrics.base import Context
+from sgdask.metrics.terms import batch_blocks, inputs_of
+from sgdask.pipeline import Job, Options, PartitionResult, Submission, hits_under
+from sgdask.protocols import DEFAULT_PROTOCOL, get_protocol
+from sgdask.report import EvalSettings, Report, build_report
+from sgdask.stats.table import TermTable
+from sgdask.types import ImageGT, ImageHits, ImagePred, ZeroShot
+
+SOURCE = "sgdask.Evaluator"
+STATE_FORMAT = "sgdask.Evaluator/1"
+KEY = (SOURCE, "")  # the one (submission, protocol) key of the partition result
+BATCH = 64  # hits scored together (the families' vectorized terms)
+COUNTS = ("gt_images", "evaluated_images", "gt_images_without_relations",
+          "submission_images", "submission_images_not_evaluated")
+
+
+class EvaluatorInputError(InputError, ValueError):
+    """Bad input to ``Evaluator.update``: names the image and the field."""
+
+
+def fail(image_id: str, where: str, what: str, expected: str | None = None
+         ) -> EvaluatorInputError:
+    return EvaluatorInputError(SOURCE, what, image=image_id, field=where, expected=expected)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def get_field(obj: Any, name: str) -> Any:
+    """``obj[name]`` of a mapping, else ``obj.name``; None when absent."""
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def as_array(value: Any, image_id: str, where: str) -> np.ndarray:
+    """A numpy array of a field: numpy as is, a tensor through ``detach().cpu().numpy()``
+    (whichever of those it has), anything else through ``np.asarray``."""
+    if isinstance(value, np.ndarray):
+        return value
+    for step in ("detach", "cpu", "numpy"):
+        method = getattr(value, step, None)
+        if callable(method):
+            value = method()
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as err:
+        raise fail(image_id, where, f"not an array ({type(value).__name__}: {err})") from None
+
+
+def integers(arr: np.ndarray, image_id: str, where: str) -> np.ndarray:
+    if arr.size == 0:
+        return arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise fail(image_id, where, f"dtype {arr.dtype}", "integers")
+    return arr.astype(np.int64, copy=False)
+
+
+def vector(obj: Any, name: str, image_id: str, where: str, required: bool = True
+           ) -> np.ndarray | None:
+    """A 1-d field (None when absent and not required)."""
+    value = get_field(obj, name)
+    if value is None:
+        if required:
+            raise fail(image_id, where, "missing")
+        return None
+    arr = as_array(value, image_id, where)
+    if arr.ndim != 1:
+        raise fail(image_id, where, f"shape {arr.shape}", "a 1-d array")
+    return arr
+
+
+def category_vector(obj: Any, image_id: str, where: str, n_classes: int) -> np.ndarray:
+    cats = integers(vector(obj, "categories", image_id, where), image_id, where)
+    if len(cats) and (cats.min() < 0 or cats.max() >= n_classes):
+        bad = cats[(cats < 0) | (cats >= n_classes)][0]
+        raise fail(image_id, where, f"category {bad} out of range",
+                   f"0..{n_classes - 1} (the classes given)")
+    return cats
+
+
+def triplet_rows(obj: Any, name: str, image_id: str, where: str, n: int, n_predicates: int,
+                 required: bool, pred: bool) -> np.ndarray | None:
+    """An (R, 3) integer field with subject and object in 0..n-1 (and different, in a
+    prediction: the submission format forbids a triplet on one instance) and predicates in
+    range."""
+    value = get_field(obj, name)
+    if value is None:
+        if required:
+            raise fail(image_id, where, "missing")
+        return None
+    arr = integers(as_array(value, image_id, where), image_id, where)
+    if arr.size == 0:
+        return np.empty((0, 3), dtype=np.int64)
+    if arr.ndim != 2 or arr.shape[1] != 3:
+        raise fail(image_id, where, f"shape {arr.shape}", "R x 3: subject, object, predicate")
+    bad_index = ((arr[:, :2] < 0) | (arr[:, :2] >= n)).any(axis=1)
+    same = (arr[:, 0] == arr[:, 1]) if pred else np.zeros(len(arr), dtype=bool)
+    bad_predicate = (arr[:, 2] < 0) | (arr[:, 2] >= n_predicates)
+    for i in np.flatnonzero(bad_index | same | bad_predicate)[:1].tolist():
+        row = arr[i].tolist()
+        if bad_index[i]:
+            raise fail(image_id, f"{where}[{i}]", f"instance index out of range in {row}",
+                       f"subject and object in 0..{n - 1}" if n else
+                       "no triplet: the image has no instances")
+        if same[i]:
+            raise fail(image_id, f"{where}[{i}]", f"subject equals object in {row}",
+                       "two different instances")
+        raise fail(image_id, f"{where}[{i}]", f"predicate {row[2]} out of range",
+                   f"0..{n_predicates - 1} (the predicates given)")
+    return np.ascontiguousarray(arr)
+
+
+def box_rows(obj: Any, image_id: str, where: str, n: int) -> np.ndarray | None:
+    value = get_field(obj, "boxes")
+    if value is None:
+        return None
+    arr = as_array(value, image_id, where)
+    if arr.size == 0 and n == 0:
+        return np.empty((0, 4), dtype=np.float64)
+    if arr.ndim != 2 or arr.shape != (n, 4):
+        raise fail(image_id, where, f"shape {arr.shape}", f"({n}, 4): one [x1, y1, x2, y2] "
+                   "per instance")
+    if arr.dtype.kind not in "iuf" or not np.isfinite(arr).all():
+        raise fail(image_id, where, "not finite numbers", "[x1, y1, x2, y2] in pixels")
+    return arr.astype(np.float64)
+
+
+def gt_image(image_id: str, gt: Any, n_classes: int, n_predicates: int) -> ImageGT:
+    """The ``ImageGT`` of an update's ground truth (as ``sgdask.io.partition`` reads one
+    from a store: categories, relations as given, boxes, the label image)."""
+    if gt is None:
+        raise fail(image_id, "gt", "missing")
+    cats = category_vector(gt, image_id, "gt.categories", n_classes)
+    n = len(cats)
+    relations = triplet_rows(gt, "relations", image_id, "gt.relations", n, n_predicates,
+                             required=True, pred=False)
+    boxes = box_rows(gt, image_id, "gt.boxes", n)
+    label_image = None
+    value = get_field(gt, "labels")
+    if value is not None:
+        labels = integers(as_array(value, image_id, "gt.labels"), image_id, "gt.labels")
+        if labels.ndim != 2 or 0 in labels.shape:
+            raise fail(image_id, "gt.labels", f"shape {labels.shape}",
+                       "an H x W label image: -1 void, value i = instance i")
+        if labels.min() < -1 or labels.max() >= n:
+            bad = labels[(labels < -1) | (labels >= n)].flat[0]
+            raise fail(image_id, "gt.labels", f"label {bad} out of range",
+                       f"-1 (void) or an instance index 0..{n - 1}")
+        label_image = labels + 1  # sgdask's kernels: 0 = none, i + 1 = instance i
+    if boxes is None and label_image is None:
+        raise fail(image_id, "gt", "neither labels nor boxes",
+                   "labels (H x W) or boxes (N x 4)")
+    return ImageGT(image_id, cats, relations, boxes, label_image)
+
+
+def pred_image(image_id: str, pred: Any, gt: ImageGT, n_classes: int, n_predicates: int
+               ) -> tuple[ImagePred, bool]:
+    """The ``ImagePred`` of an update's prediction and whether it has an NG list."""
+    cats = category_vector(pred, image_id, "pred.categories", n_classes)
+    n = len(cats)
+    graph = triplet_rows(pred, "triplets", image_id, "pred.triplets", n, n_predicates,
+                         required=True, pred=True)
+    ng = triplet_rows(pred, "ng_triplets", image_id, "pred.ng_triplets", n, n_predicates,
+                      required=False, pred=True)
+    scores = vector(pred, "scores", image_id, "pred.scores", required=False)
+    if scores is not None:
+        if len(scores) != n or scores.dtype.kind not in "iuf" or not np.isfinite(scores).all():
+            raise fail(image_id, "pred.scores", f"{len(scores)} values of dtype {scores.dtype}",
+                       f"{n} finite numbers, one per instance")
+        scores = scores.astype(np.float64)
+    boxes = box_rows(pred, image_id, "pred.boxes", n)
+    masks = pred_masks(image_id, pred, gt, n)
+    if masks is None and boxes is None:
+        raise fail(image_id, "pred", "neither masks nor boxes",
+                   "masks (N x H x W) or boxes (N x 4)")
+    if masks is not None and gt.label_image is None:
+        raise fail(image_id, "pred.masks", "masks, but the GT of the image has no labels",
+                   "GT labels (H x W) to match masks against")
+    if masks is None and gt.boxes is None:
+        raise fail(image_id, "pred.boxes", "boxes, but the GT of the image has no boxes",
+                   "GT boxes (N x 4) to match boxes against")
+    empty = np.empty((0, 3), dtype=np.int64)
+    return (ImagePred(image_id, cats, graph, empty if ng is None else ng, boxes, masks,
+                      scores), ng is not None)
+
+
+def pred_masks(image_id: str, pred: Any, gt: ImageGT, n: int) -> Any:
+    """Word masks of the predicted (n, H, W) boolean stack (None without masks)."""
+    from sgdask.types import BitMasks
+
+    value = get_field(pred, "masks")
+    if value is None:
+        return None
+    masks = as_array(value, image_id, "pred.masks")
+    shape = None if gt.label_image is None else gt.label_image.shape
+    expected = f"({n}, H, W)" if shape is None else f"({n}, {shape[0]}, {shape[1]})"
+    if masks.ndim != 3 or masks.shape[0] != n or (shape and masks.shape[1:] != shape):
+        raise fail(image_id, "pred.masks", f"shape {masks.shape}",
+                   f"{expected}: one mask per instance, the GT image's size")
+    if masks.dtype != bool:
+        if masks.dtype.kind not in "iu" or (masks.size and (masks.min() < 0
+                                                            or masks.max() > 1)):
+            raise fail(image_id, "pred.masks", f"dtype {masks.dtype}",
+                       "booleans (threshold soft masks first, e.g. masks > 0.5)")
+        masks = masks.astype(bool)
+    return BitMasks.from_dense(masks)
+
+
+def id_text(image_id: Any) -> str:
+    """An image id as text: a 0-d tensor or numpy scalar by its value (``5``, not
+    ``tensor(5)``)."""
+    item = getattr(image_id, "item", None)
+    if callable(item) and not isinstance(image_id, str | bytes):
+        image_id = item()
+    return str(image_id)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def training_stats(stats: Any, n_classes: int, n_predicates: int
+                   ) -> tuple[ZeroShot | None, dict[int, int] | None]:
+    """Zero-shot look-up and wIMR composition counts from ``stats``: None, a statistics
+    file URL (``sgdask stats``), its table (pyarrow), or a parsed psg.json (its
+    ``train_image_ids``)."""
+    if stats is None:
+        return None, None
+    from sgdask.io.stats import composition_counts, read_stats, train_stats, zero_shot_from
+
+    if isinstance(stats, str):
+        table = read_stats(stats)
+    elif isinstance(stats, Mapping):
+        table = train_stats(stats, "stats")
+    elif hasattr(stats, "column_names"):
+        table = stats
+    else:
+        raise SgdaskError(f"stats: {type(stats).__name__} (expected a statistics file URL, "
+                          "its pyarrow table or a parsed psg.json)")
+    return zero_shot_from(table, n_classes, n_predicates), composition_counts(table)
+
+
+def names_of(value: Sequence[str] | int, what: str) -> list[str]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [str(i) for i in range(value)]
+    names = [str(v) for v in value]
+    if not names:
+        raise SgdaskError(f"Evaluator: {what}: the {what} names (or their number) are needed")
+    return names
+
+
+# --------------------------------------------------------------------------- the evaluator
+
+
+class Evaluator:
+    """Scores images held in memory: ``update`` per image, ``compute`` the Report,
+    ``merge`` other evaluators (data-parallel ranks), ``state`` / ``from_state`` to send it.
+
+    ``protocol``: one protocol name (``singlempo``, ``sgbench``, ``multimpo``); ``ks``: as
+    ``--k`` (a string like ``"20,50,100,x1"`` or a list); ``predicates`` and ``classes``:
+    the names (or the number) of predicate and instance classes; ``stats``: training
+    statistics for the zero-shot metrics and wIMR (a statistics file URL from ``sgdask
+    stats``, its pyarrow table, or a parsed psg.json with ``train_image_ids``). The
+    keyword options are ``evaluate``'s.
+    """
+
+    def __init__(self, protocol: str = DEFAULT_PROTOCOL, ks: str | Sequence[Any] = DEFAULT_KS,
+                 predicates: Sequence[str] | int = (), classes: Sequence[str] | int = (),
+                 stats: Any = None, *, aggregation: str = "per_predicate", tau: float = 0.5,
+                 legacy: bool = False, match_labels: bool = True) -> None:
+        self.protocol = get_protocol(protocol)
+        ks_text = ks if isinstance(ks, str) else ",".join(str(k) for k in ks)
+        Options(ks_text, aggregation, tau=tau).check()
+        self.ks = parse_ks(ks_text)
+        self.predicates = names_of(predicates, "predicates")
+        self.classes = names_of(classes, "classes")
+        self.aggregation, self.tau = aggregation, float(tau)
+        self.legacy, self.match_labels = bool(legacy), bool(match_labels)
+        self.zero_shot, self.composition = training_stats(stats, len(self.classes),
+                                                          len(self.predicates))
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every image (the settings stay)."""
+        self._result = PartitionResult()
+        self._pending: list[ImageHits] = []
+        self._ids: set[str] = set()
+        self._counts = dict.fromkeys(COUNTS, 0)
+        self._any_ng = False
+
+    @property
+    def _job(self) -> Job:
+        sub = Submission(SOURCE, SOURCE, (self.protocol,), True)
+        return Job("", None, (sub,), self.ks, self.zero_shot, self.legacy, self.match_labels,
+                   tuple(FAMILIES))
+
+    def __len__(self) -> int:
+        """Images updated so far (with and without relations)."""
+        return len(self._ids)
+
+    # ------------------------------------------------------------------ update
+
+    def update(self, image_id: Any, gt: Any, pred: Any) -> None:
+        """Score one image (``pred`` None: the model gave nothing for it) and fold it in.
+
+        ``image_id``: any value; its text is the id (a 0-d tensor or numpy scalar: its
+        value's text).
+
+        An image without GT relations is counted but not evaluated, as by ``sgdask
+        evaluate``. Raises ``EvaluatorInputError`` (a ``ValueError``) naming the image and
+        the field for malformed input; the evaluator is then unchanged.
+        """
+        image_id = id_text(image_id)
+        if image_id in self._ids:
+            raise fail(image_id, "image_id", "updated twice", "each image once")
+        n_classes, n_predicates = len(self.classes), len(self.predicates)
+        image_gt = gt_image(image_id, gt, n_classes, n_predicates)
+        image_pred, has_ng = (None, False) if pred is None else pred_image(
+            image_id, pred, image_gt, n_classes, n_predicates)
+        evaluated = len(image_gt.relations) > 0
+        if evaluated:
+            job = self._job
+            hits = hits_under(image_gt, image_pred, self.protocol, job.submissions[0], job, {})
+            self._pending.append(hits)
+        self._ids.add(image_id)
+        self._any_ng |= has_ng
+        counts = self._counts
+        counts["gt_images"] += 1
+        counts["evaluated_images" if evaluated else "gt_images_without_relations"] += 1
+        if image_pred is not None:
+            counts["submission_images"] += 1
+            counts["submission_images_not_evaluated"] += not evaluated
+        if len(self._pending) >= BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Score the pending hits (one vectorized pass) and fold them into the result."""
+        if not self._pending:
+            return
+        hits, self._pending = self._pending, []
+        inputs = inputs_of(self.protocol, True, self.zero_shot is not None, self.legacy)
+        blocks = batch_blocks(hits, Context(self.ks), self.protocol, inputs, tuple(FAMILIES))
+        self._result.add(KEY, hits, blocks)
+
+    # ------------------------------------------------------------------ merge, compute
+
+    def merge(self, other: Evaluator) -> Evaluator:
+        """Fold another evaluator's images into this one (returns self). Both must have
+        the same settings and disjoint images."""
+        if not same_settings(self.settings(), other.settings()):
+            raise SgdaskError("Evaluator.merge: the evaluators have different settings "
+                              "(protocol, ks, classes, predicates, statistics or options)")
+        both = self._ids & other._ids
+        if both:
+            raise SgdaskError(f"Evaluator.merge: image {min(both)} is in both evaluators "
+                              f"({len(both)} such image(s))")
+        self._flush()
+        other._flush()
+        self._result = self._result.merged(other._result)
+        self._ids |= other._ids
+        self._any_ng |= other._any_ng
+        for key in COUNTS:
+            self._counts[key] += other._counts[key]
+        return self
+
+    def compute(self) -> Report:
+        """The Report of every image so far: what ``sgdask evaluate`` gives on the same
+        data (``metrics``, ``per_predicate``, ``per_image``, ``diagnostics``...)."""
+        self._flush()
+        if not self._counts["evaluated_images"]:
+            raise SgdaskError("Evaluator.compute: no updated image has a GT relation: "
+                              "nothing to evaluate")
+        acc = self._result.accumulators[KEY]
+        rows = self._result.images[KEY]
+        terms = TermTable.concat(self._result.terms[KEY])
+        if not self._any_ng:
+            acc, rows, terms = without_ng(acc, rows, terms, self.protocol, self.legacy)
+        settings = EvalSettings(self.protocol, self.aggregation, self.ks, self._any_ng,
+                                self.zero_shot is not None, self.legacy, self.tau,
+                                self.match_labels)
+        manifest = {"source": SOURCE, "content_hash": None,
+                    "predicate_classes": list(self.predicates)}
+        return build_report(acc, rows, settings, self.composition, manifest,
+                            {"source": SOURCE, "content_hash": None}, dict(self._counts),
+                            terms)
+
+    # ------------------------------------------------------------------ state
+
+    def settings(self) -> dict[str, Any]:
+        """What decides the numbers (JSON-able but for the statistics' arrays)."""
+        stats = None
+        if self.zero_shot is not None:
+            stats = {"seen": self.zero_shot.seen,
+                     "composition": sorted([int(p), int(n)]
+                                           for p, n in (self.composition or {}).items())}
+        return {"protocol": self.protocol.name, "protocol_version": self.protocol.version,
+                "ks": ",".join(k.label for k in self.ks), "aggregation": self.aggregation,
+                "tau": self.tau, "legacy": self.legacy, "match_labels": self.match_labels,
+                "predicates": list(self.predicates), "classes": list(self.classes),
+                "stats": stats}
+
+    def state(self) -> dict[str, Any]:
+        """Everything this evaluator holds as plain data: dicts, lists, strings, numbers
+        and numpy arrays (nothing that needs unpickling), for ``from_state``."""
+        self._flush()
+        acc = self._result.accumulators.get(KEY, Accumulator())
+        tables = self._result.terms.get(KEY, [])
+        return {"format": STATE_FORMAT, "settings": self.settings(),
+                "counts": dict(self._counts), "any_ng": self._any_ng,
+                "image_ids": sorted(self._ids), "accumulator": accumulator_state(acc),
+                "images": [plain(row) for row in self._result.images.get(KEY, [])],
+                "terms": terms_state(TermTable.concat(tables)) if tables else None}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> Evaluator:
+        """The evaluator ``state()`` described."""
+        if state.get("format") != STATE_FORMAT:
+            raise SgdaskError(f"Evaluator.from_state: format {state.get('format')!r} "
+                              f"(expected {STATE_FORMAT!r})")
+        s = state["settings"]
+        protocol = get_protocol(s["protocol"])
+        if protocol.version != s["protocol_version"]:
+            raise SgdaskError(f"Evaluator.from_state: protocol {protocol.name} version "
+                              f"{s['protocol_version']} (this sgdask has {protocol.version})")
+        out = cls(s["protocol"], s["ks"], s["predicates"], s["classes"], None,
+                  aggregation=s["aggregation"], tau=s["tau"], legacy=s["legacy"],
+                  match_labels=s["match_labels"])
+        if s["stats"] is not None:
+            out.zero_shot = ZeroShot(np.asarray(s["stats"]["seen"], dtype=np.int64),
+                                     len(out.classes), len(out.predicates))
+            out.composition = {int(p): int(n) for p, n in s["stats"]["composition"]}
+        out._counts = {key: int(state["counts"][key]) for key in COUNTS}
+        out._any_ng = bool(state["any_ng"])
+        out._ids = {str(i) for i in state["image_ids"]}
+        if state["terms"] is not None:
+            out._result = PartitionResult(
+                {KEY: accumulator_of(state["accumulator"])}, {KEY: list(state["images"])},
+                [], {}, {KEY: [terms_of(state["terms"])]})
+        return out
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def without_ng(acc: Accumulator, rows: list[dict[str, Any]], terms: TermTable,
+               protocol: Any, legacy: bool
+               ) -> tuple[Accumulator, list[dict[str, Any]], TermTable]:
+    """The result without the metrics that need an NG list (no prediction had one: the
+    evaluation then has no NG list, as a submission without ``ng_triplets``)."""
+    inputs = inputs_of(protocol, False, True, legacy)
+    drop = {n for n in acc.names if (m := metric_of(n)) is not None
+            and available(m, inputs) is not None}
+    acc = replace(acc, kinds={n: k for n, k in acc.kinds.items() if n not in drop})
+    rows = [{k: v for k, v in row.items() if k not in drop} for row in rows]
+    keep_names = [n for n in terms.names if n not in drop]
+    codes = np.array([keep_names.index(n) if n in keep_names else -1 for n in terms.names]
+                     or [0], dtype=np.int32)
+    keep = codes[terms.metric] >= 0 if len(terms.metric) else np.zeros(0, dtype=bool)
+    terms = TermTable(terms.image_ids, keep_names,
+                      [terms.kinds[terms.names.index(n)] for n in keep_names],
+                      terms.image[keep], codes[terms.metric[keep]], terms.predicate[keep],
+                      terms.num[keep], terms.den[keep])
+    return acc, rows, terms
+
+
+def same_settings(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two evaluators' settings are equal (the statistics' arrays compared as
+    arrays)."""
+    def key(s: dict[str, Any]) -> dict[str, Any]:
+        stats = s["stats"]
+        return {**s, "stats": None if stats is None else
+                {**stats, "seen": np.asarray(stats["seen"]).tolist()}}
+
+    return key(a) == key(b)
+
+
+def plain(value: Any) -> Any:
+    """numpy scalars as Python values, recursively (JSON-able rows)."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+# the accumulator's tables and their (key, value) widths
+SUMS = {"image_sums": (2, 2), "ratio_sums": (1, 2), "cell_sums": (3, 2), "cell_totals": (2, 2),
+        "image_means": (2, 2), "gt_counts": (1, 1)}
+
+
+def accumulator_state(acc: Accumulator) -> dict[str, Any]:
+    out: dict[str, Any] = {"names": list(acc.names), "kinds": dict(acc.kinds),
+                           "diagnostics": {k: int(v) for k, v in acc.diagnostics.items()}}
+    for name in SUMS:
+        sums: KeyedSums = getattr(acc, name)
+        out[name] = {"keys": sums.keys, "values": sums.values}
+    out["big_image_means"] = [[int(code), [[int(d), int(n)] for d, n in
+                                           total.by_denominator.items()], int(total.count)]
+                              for code, total in acc.big_image_means.items()]
+    return out
+
+
+def accumulator_of(state: Mapping[str, Any]) -> Accumulator:
+    sums = {}
+    for name, (n_keys, n_values) in SUMS.items():
+        keys = np.asarray(state[name]["keys"], dtype=np.int64).reshape(-1, n_keys)
+        values = np.asarray(state[name]["values"], dtype=np.int64).reshape(-1, n_values)
+        sums[name] = KeyedSums(n_keys, n_values, keys, values)
+    big = {int(code): RationalSum({int(d): int(n) for d, n in pairs}, int(count))
+           for code, pairs, count in state["big_image_means"]}
+    return Accumulator(list(state["names"]), sums["image_sums"], sums["ratio_sums"],
+                       sums["cell_sums"], sums["cell_totals"], sums["image_means"], big,
+                       sums["gt_counts"], {k: int(v) for k, v in state["diagnostics"].items()},
+                       dict(state["kinds"]))
+
+
+def terms_state(table: TermTable) -> dict[str, Any]:
+    return {"image_ids": [str(i) for i in table.image_ids], "names": list(table.names),
+            "kinds": list(table.kinds), "image": table.image, "metric": table.metric,
+            "predicate": table.predicate, "num": table.num, "den": table.den}
+
+
+def terms_of(state: Mapping[str, Any]) -> TermTable:
+    return TermTable(np.array(list(state["image_ids"]), dtype=object), list(state["names"]),
+                     list(state["kinds"]), np.asarray(state["image"], dtype=np.int32),
+                     np.asarray(state["metric"], dtype=np.int32),
+                     np.asarray(state["predicate"], dtype=np.int32),
+                     np.asarray(state["num"], dtype=np.int64),
+                     np.asarray(state["den"], dtype=np.int64))
