@@ -350,6 +350,33 @@ def validate(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP
 
 
 @app.command()
+def verify(urls: Annotated[list[str], typer.Argument(help="store URLs (GT or submission)")],
+           storage_option: StorageOpt = None) -> None:
+    """Check stores completely: the manifest, every file's size and SHA-256, every Parquet
+    file and its page checksums, every mask chunk and its CRC-32C, the tables' consistency.
+
+    Prints one line per problem, or one line per intact store. Exit codes: 0 every store
+    intact, 2 a problem found."""
+    from sgdask.io.verify import verify_store
+
+    options = storage_options(storage_option)
+    damaged = 0
+    for url in urls:
+        verdict = verify_store(url, options)
+        for problem in verdict.problems:
+            print(one_line(problem))
+        if verdict.intact:
+            checksums = (f"{verdict.files} files checked against their SHA-256"
+                         if verdict.files else f"format version {verdict.version}: "
+                         "no checksums to check")
+            print(f"{verdict.url}: intact ({checksums})")
+        else:
+            damaged += 1
+    if damaged:
+        raise typer.Exit(EXIT_ERROR)
+
+
+@app.command()
 def stats(psg_json: Annotated[str, typer.Argument(help="psg.json (path or URL)")],
           out: Annotated[str, typer.Option("--out", help="Parquet file URL to write")],
           storage_option: StorageOpt = None) -> None:
