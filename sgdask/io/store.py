@@ -346,10 +346,29 @@ def manifest_problem(manifest: Any) -> str | None:
                 isinstance(e, dict) and isinstance(e.get("size"), int)
                 and isinstance(e.get("sha256"), str) for e in files.values()):
             return "files: missing, or an entry without size and sha256"
+        problem = files_problem(files, {p["name"] for p in parts})
+        if problem is not None:
+            return problem
     if manifest["kind"] == "gt" and not all(
             isinstance(manifest.get(k), list)
             for k in ("thing_classes", "stuff_classes", "predicate_classes")):
         return "thing_classes, stuff_classes, predicate_classes: missing or not lists"
+    return None
+
+
+def files_problem(files: dict[str, Any], parts: set[str]) -> str | None:
+    """Whether the listed files and the listed parts agree: every part's three tables
+    listed, no file of a part the manifest does not list."""
+    for rel in files:
+        head, _, rest = rel.partition("/")
+        part = rest.split("/")[0].removesuffix(".parquet") if head in (*TABLES, "masks") \
+            else None
+        if part is not None and part != "zarr.json" and part not in parts:
+            return f"files: {rel} belongs to no part listed in parts"
+    for part in sorted(parts):
+        for name in TABLES:
+            if f"{name}/{part}.parquet" not in files:
+                return f"files: {name}/{part}.parquet of {part} is not listed"
     return None
 
 
