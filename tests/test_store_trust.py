@@ -440,3 +440,23 @@ def test_unchanged_manifest_layout_is_fine(good, tmp_path, client, baseline):
     metrics = evaluate_protocols(str(gt), str(store), "singlempo", client=client)[
         "singlempo"].metrics
     assert metrics == baseline
+
+
+# ------------------------------------------------------------------------------- rerank
+
+def test_rerank_verifies_a_store_before_first_ranking_it(good, tmp_path, client):
+    """A store damaged where evaluation would not look (the masks group's zarr.json) is
+    still refused by rerank, whose first ranking of a store verifies it completely."""
+    from sgdask.batch.registry import submit
+    from sgdask.batch.rerank import rerank
+
+    paths, gt, _ = good
+    registry = str(tmp_path / "registry")
+    entry = submit(str(paths.submission_zip), registry, str(gt), "model", approved=True,
+                   cluster=client)
+    store = Path(entry.url)
+    garbage(store / "masks" / "zarr.json")
+    out = tmp_path / "board"
+    with pytest.raises(SgdaskError, match=f"{store}/masks/zarr.json: corrupt"):
+        rerank(registry, str(gt), str(out), client=client, log=lambda _: None)
+    assert not (out / "current.json").exists()

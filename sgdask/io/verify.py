@@ -18,9 +18,9 @@ import numpy as np
 
 from sgdask.errors import SgdaskError
 from sgdask.io.consistency import check_contents
-from sgdask.io.fs import StorageOptions
+from sgdask.io.fs import StorageOptions, filesystem
 from sgdask.io.partition import PartMasks, part_rows
-from sgdask.io.store import MANIFEST, SCHEMAS, TABLES, Corrupt, StoreReader
+from sgdask.io.store import MANIFEST, SCHEMAS, TABLES, Corrupt, StoreError, StoreReader
 
 
 @dataclass
@@ -123,3 +123,16 @@ def check_part_tables(reader: StoreReader, part: dict[str, Any]) -> bool:
             raise Corrupt(reader.url, rel, f"corrupt ({len(rows)} rows, the images table "
                           f"counts {counts[table]})")
     return True
+
+
+def check_intact(url: str, options: StorageOptions | None = None) -> None:
+    """Raise the first problem ``verify_store`` finds in the store at ``url`` (a submission
+    file, not a store, is left to its own checks)."""
+    fs, path = filesystem(url, options)
+    if fs.isfile(path):
+        return
+    verdict = verify_store(url, options)
+    if verdict.problems:
+        more = len(verdict.problems) - 1
+        raise StoreError(verdict.problems[0] + (f" (and {more} more problem(s): run sgdask "
+                                                f"verify {url})" if more else ""))
