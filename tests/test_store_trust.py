@@ -460,3 +460,24 @@ def test_rerank_verifies_a_store_before_first_ranking_it(good, tmp_path, client)
     with pytest.raises(SgdaskError, match=f"{store}/masks/zarr.json: corrupt"):
         rerank(registry, str(gt), str(out), client=client, log=lambda _: None)
     assert not (out / "current.json").exists()
+
+
+# ---------------------------------------------------------------------- archive limits
+
+def test_npz_score_file_gets_the_archive_limits(good, tmp_path, capsys):
+    """An NPZ is a ZIP: an entry expanding 1000-fold is refused from the central
+    directory, before numpy decompresses it (like a submission ZIP's TIFFs)."""
+    paths, _, _ = good
+    bomb = tmp_path / "scores.npz"
+    np.savez_compressed(bomb, image_id=np.array(["1"]), subject=np.zeros(1, np.int64),
+                        object=np.zeros(1, np.int64), scores=np.zeros((1, 8 << 20), np.float32))
+    out = tmp_path / "s"
+    code, _, err = run_cli(capsys, "convert", str(paths.submission_boxes), "--from-scores",
+                           str(bomb), "--out", str(out), "--in-process")
+    assert_one_line(code, err, f"{bomb}:scores.npy", "zip bomb", "--limit max_ratio")
+    assert not out.exists()
+    code, _, err = run_cli(capsys, "convert", str(paths.submission_boxes), "--from-scores",
+                           str(bomb), "--out", str(out), "--in-process", "--limit",
+                           "max_member_size=1MiB", "--limit", "max_ratio=1e9")
+    assert_one_line(code, err, f"{bomb}:scores.npy", "--limit max_member_size")
+    assert not out.exists()

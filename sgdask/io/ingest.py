@@ -265,7 +265,7 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
             source.label, {img.image_id: len(img.categories) for img in images},
             {img.image_id: img.scores for img in images})
         images = lists_from_scores(images, load_score_lists(
-            from_scores, storage_options, ng_limit, rank_by, instances))
+            from_scores, storage_options, ng_limit, rank_by, instances, limits))
         has_ng = True
         content_hash = derived_content_hash(content_hash, from_scores, storage_options,
                                             rank_by, ng_limit)

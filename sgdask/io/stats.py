@@ -47,7 +47,7 @@ def write_stats(table: pa.Table, url: str, storage_options: StorageOptions | Non
                 ) -> None:
     fs, path = filesystem(url, storage_options)
     with fs.open(path, "wb") as f:
-        pq.write_table(table, f)
+        pq.write_table(table, f, write_page_checksum=True)
 
 
 def stats_digest(url: str, storage_options: StorageOptions | None = None) -> str:
