@@ -203,8 +203,11 @@ def ingest_gt_cmd(psg_json: Annotated[str, typer.Argument(
                       "5000 usable images of flag 0)")] = None,
                   storage_option: StorageOpt = None, overwrite: Overwrite = False,
                   scheduler: Scheduler = None, in_process: InProcess = False,
-                  workers: Workers = None) -> None:
-    """Convert OpenPSG or Visual Genome (VG150) ground truth into a GT store (Parquet + Zarr)."""
+                  workers: Workers = None, limit: Limits = None) -> None:
+    """Convert OpenPSG or Visual Genome (VG150) ground truth into a GT store (Parquet + Zarr).
+
+    psg.json's size and nesting depth and each PNG's pixel count are limited (--limit
+    max_json_size, max_json_depth, max_layer_pixels)."""
     from sgdask.io.ingest import ingest_gt, ingest_vg
 
     options = storage_options(storage_option)
@@ -224,7 +227,8 @@ def ingest_gt_cmd(psg_json: Annotated[str, typer.Argument(
                                  overwrite=overwrite, progress=advance, cluster=cluster)
         else:
             manifest = ingest_gt(psg_json, out, masks, options, overwrite=overwrite,
-                                 progress=advance, cluster=cluster)
+                                 progress=advance, cluster=cluster,
+                                 limits=ArchiveLimits.from_pairs(limit))
     dropped = manifest.get("dropped_images")
     note = (f" ({dropped['no_boxes']} without boxes and {dropped['no_relations']} without "
             "relations dropped)" if dropped else "")
@@ -459,7 +463,8 @@ def evaluate(gt: Annotated[str, typer.Option(
     options = storage_options(storage_option)
     start = time.perf_counter()
     with dask_client(None, cluster_choice(scheduler, False, workers)) as client:
-        gt_store = gt_store_of(gt, gt_masks, cache_dir, options, client)
+        gt_store = gt_store_of(gt, gt_masks, cache_dir, options, client,
+                               ArchiveLimits.from_pairs(limit))
         reports = evaluate_protocols(gt_store, pred, protocol, k, aggregation, partition_size,
                                      client=client, storage_options=options, progress=True,
                                      stats=stats, legacy=legacy_metrics, tau=tau,
@@ -477,7 +482,7 @@ def evaluate(gt: Annotated[str, typer.Option(
 
 
 def gt_store_of(gt: str, masks: str | None, cache_dir: str | None, options: Any,
-                client: Any) -> str:
+                client: Any, limits: ArchiveLimits | None = None) -> str:
     """The GT store to evaluate against: ``gt`` itself, or the cached store of a psg.json."""
     from sgdask.io.gtcache import cached_gt_store
     from sgdask.io.sources import is_store
@@ -488,7 +493,7 @@ def gt_store_of(gt: str, masks: str | None, cache_dir: str | None, options: Any,
         return gt
     with progress_bar("ingesting GT images (cached for the next run)", None) as advance:
         return cached_gt_store(gt, masks, cache_dir, options, client, advance,
-                               log=err_console.print)
+                               log=err_console.print, limits=limits)
 
 
 @app.command()

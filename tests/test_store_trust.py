@@ -481,3 +481,18 @@ def test_npz_score_file_gets_the_archive_limits(good, tmp_path, capsys):
                            "max_member_size=1MiB", "--limit", "max_ratio=1e9")
     assert_one_line(code, err, f"{bomb}:scores.npy", "--limit max_member_size")
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("limit", "fragment"), [
+    ("max_json_size=1000", "psg.json: psg.json: is "),
+    ("max_json_depth=2", "JSON nested too deeply"),
+    ("max_layer_pixels=1000", "PNG is 64x48 pixels"),
+])
+def test_ingest_gt_limits(good, tmp_path, capsys, limit, fragment):
+    paths, _, _ = good
+    out = tmp_path / "gt"
+    code, _, err = run_cli(capsys, "ingest-gt", str(paths.psg_json), "--masks",
+                           str(paths.masks_dir), "--out", str(out), "--in-process",
+                           "--limit", limit)
+    assert_one_line(code, err, fragment, f"--limit {limit.split('=')[0]}")
+    assert not out.exists()
