@@ -496,3 +496,48 @@ def test_ingest_gt_limits(good, tmp_path, capsys, limit, fragment):
                            "--limit", limit)
     assert_one_line(code, err, fragment, f"--limit {limit.split('=')[0]}")
     assert not out.exists()
+
+
+# ------------------------------------------------------------------- faults of the storage
+
+def test_s3_server_stopped_between_reads(good, tmp_path, capsys, monkeypatch, client):
+    """A real moto S3 server stops after a reader opened a store: the next read is one
+    line naming the object's URL (after s3fs's retries), never an internal error; the CLI
+    then writes no --out."""
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    from sgdask.io.partition import load_predictions
+    from sgdask.io.store import StoreReader
+    from tests.test_s3 import AWS_ENV
+
+    for name, value in AWS_ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    _, gt, pred = good
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.get_host_and_port()[1]}"
+        options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing",
+                   "config_kwargs": {"retries": {"max_attempts": 2}}}
+        fs = s3fs.S3FileSystem(**options)
+        fs.mkdir("fault")
+        fs.put(str(pred), "fault/pred", recursive=True)
+        reader = StoreReader("s3://fault/pred", options)
+        ids = reader.images()["image_id"].to_pylist()
+    finally:
+        server.stop()
+    s3fs.S3FileSystem.clear_instance_cache()
+    with pytest.raises(SgdaskError) as err:
+        load_predictions(reader, [reader.parts[0]["name"]], ids)
+    message = str(err.value)
+    assert message.startswith("s3://fault/pred/instances/part-00000.parquet: cannot read") or \
+        message.startswith("s3://fault/pred/images/part-00000.parquet: cannot read"), message
+    out = tmp_path / "out"
+    code, _, err_text = run_cli(capsys, "evaluate", "--gt", str(gt), "--pred", "s3://fault/pred",
+                                "--scheduler", client.scheduler.address, "--out",
+                                str(out), "-S", f"endpoint_url={endpoint}", "-S", "key=testing",
+                                "-S", "secret=testing")
+    assert_one_line(code, err_text, "s3://fault/pred")
+    assert not out.exists()

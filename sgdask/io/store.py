@@ -405,8 +405,10 @@ class StoreReader:
                              "wrong path, or a conversion that did not finish)") from None
         except (NotADirectoryError, IsADirectoryError) as err:
             raise StoreError(f"{self.url}: not a store ({type(err).__name__})") from None
-        except OSError as err:
-            raise SgdaskError(f"{self.url}: cannot read ({type(err).__name__}: {err})") \
+        except StoreError:
+            raise
+        except Exception as err:  # OSError, botocore, aiohttp...: storage faults share no base
+            raise SgdaskError(f"{self.url}/{MANIFEST}: cannot read ({decode_detail(err)})") \
                 from err
         try:
             manifest = json.loads(raw)
@@ -449,7 +451,7 @@ class StoreReader:
             raise Corrupt(self.url, rel, "corrupt (missing)") from None
         except (IsADirectoryError, NotADirectoryError) as err:
             raise Corrupt(self.url, rel, f"corrupt ({type(err).__name__})") from None
-        except OSError as err:
+        except Exception as err:  # OSError, botocore, aiohttp...: storage faults share no base
             raise SgdaskError(f"{self.url}/{rel}: cannot read "
                               f"({decode_detail(err)})") from err
         self.check_bytes(rel, data)
