@@ -541,3 +541,17 @@ def test_s3_server_stopped_between_reads(good, tmp_path, capsys, monkeypatch, cl
                                 "-S", "secret=testing")
     assert_one_line(code, err_text, "s3://fault/pred")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe garbage", b"[]", b'{"submission_id": 3}'])
+def test_damaged_registry_entry_is_one_line(good, tmp_path, capsys, client, content):
+    registry = tmp_path / "registry"
+    entry = registry / "entries" / "broken.json"
+    entry.parent.mkdir(parents=True)
+    entry.write_bytes(content)
+    _, gt, _ = good
+    out = tmp_path / "board"
+    code, _, err = run_cli(capsys, "rerank", "--registry", str(registry), "--gt", str(gt),
+                           "--out", str(out), "--scheduler", client.scheduler.address)
+    assert_one_line(code, err, str(entry))
+    assert not (out / "current.json").exists()
