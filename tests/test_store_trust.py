@@ -555,3 +555,34 @@ def test_damaged_registry_entry_is_one_line(good, tmp_path, capsys, client, cont
                            "--out", str(out), "--scheduler", client.scheduler.address)
     assert_one_line(code, err, str(entry))
     assert not (out / "current.json").exists()
+
+
+# ------------------------------------------------- stores without checksums, stats files
+
+@pytest.mark.parametrize(("rel", "damage"), [
+    ("instances/part-00001.parquet", garbage), ("triplets/part-00000.parquet", truncate),
+    ("images/part-00000.parquet", delete), ("masks/part-00000/c/0", garbage),
+    ("masks/part-00001/c/0", delete), ("masks/part-00000/zarr.json", zero)],
+    ids=lambda v: v if isinstance(v, str) else v.__name__)
+def test_damaged_v1_store_is_one_line(tmp_path, capsys, client, rel, damage):
+    """Version 1 stores carry no checksums, but a file that does not read, decode or exist
+    is still one line naming it (a missing chunk is not read as zeros)."""
+    store = copy_store(FIXTURE_V1 / "pred", tmp_path / "pred")
+    damage(store / rel)
+    out = tmp_path / "out"
+    code, _, err = evaluate_cli(capsys, client, FIXTURE_V1 / "gt", store, out)
+    named = "/".join(rel.split("/")[:2]) if rel.startswith("masks/") else rel
+    assert_one_line(code, err, f"{store}/{named}")
+    assert not out.exists()
+
+
+def test_damaged_stats_file_is_one_line(good, tmp_path, capsys, client):
+    _, gt, pred = good
+    stats = tmp_path / "stats.parquet"
+    stats.write_bytes(b"PAR1" + bytes(100) + b"PAR1")
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, "evaluate", "--gt", str(gt), "--pred", str(pred),
+                           "--stats", str(stats), "--scheduler", client.scheduler.address,
+                           "--out", str(out))
+    assert_one_line(code, err, str(stats), "not a readable Parquet file")
+    assert not out.exists()
