@@ -11,6 +11,9 @@ process tree is sampled (wall time, CPU seconds, peak RSS per process):
 - memory flatness: B (singlempo) again on a dataset of a quarter of the images;
 - the cost of intervals: 1000 bootstrap resamples of every metric of B (singlempo) against
   the evaluation itself (``benchmarks._ci_cost``), and with ``--ci-metrics mR@50``.
+- the cost of trusting no store: the GT consistency check and the integrity checks
+  (SHA-256, Parquet page checksums, CRC-32C) against B (singlempo)
+  (``benchmarks._trust_cost``).
 
 Prints the tables and writes ``benchmarks/results/<UTC date and time>-<images>.json`` and
 ``.md`` (e.g. ``2026-11-22T0452Z-2177.json``), ``benchmarks/results/latest.md`` and the
@@ -47,7 +50,8 @@ BENCH = ROOT / "benchmarks"
 PROTOCOLS = ("sgbench", "singlempo")
 QUICK_IMAGES = 200
 FLAT_LIMIT = 1.25
-TARGETS = {"B": 15.0, "C": 2.5, "scaling": 1.8, "worker_gib": 1.0, "store": 0.5, "ci": 0.2}
+TARGETS = {"B": 15.0, "C": 2.5, "scaling": 1.8, "worker_gib": 1.0, "store": 0.5, "ci": 0.2,
+           "consistency": 0.02, "integrity": 0.03}
 _START = time.perf_counter()
 
 
@@ -160,6 +164,15 @@ def run_ci_cost(ds: Dataset, workers: int, interval: float) -> Measurement:
     return m
 
 
+def run_trust_cost(ds: Dataset, workers: int, interval: float) -> Measurement:
+    argv = python("-m", "benchmarks._trust_cost", "--gt", str(ds.gt_store), "--pred",
+                  str(ds.pred_store), "--workers", str(workers))
+    m = run_measured(f"trust w{workers}", argv, ROOT, interval)
+    m.extra.update(last_json(m.stdout))
+    m.extra["work_s"] = m.extra["evaluate_s"]
+    return m
+
+
 def run_floor(ds: Dataset, interval: float) -> Measurement:
     argv = python("-m", "benchmarks._floor", "--gt", str(ds.gt_store), "--pred",
                   str(ds.pred_store), "--zip", str(ds.raw.submission_zip),
@@ -222,6 +235,8 @@ def run_suite(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series])
             args.repeats, lambda: run_end_to_end(ds, args.e2e_protocol, iv))
     measure(rp.Series("ci", f"B singlempo + 1000 bootstrap resamples, {ref_w} worker(s)", n),
             1, lambda: run_ci_cost(ds, ref_w, iv))
+    measure(rp.Series("trust", f"B singlempo + consistency and integrity checks, {ref_w} "
+                      "worker(s)", n), 1, lambda: run_trust_cost(ds, ref_w, iv))
 
 
 def run_memory_check(args: argparse.Namespace, small: Dataset) -> rp.Series:
@@ -331,6 +346,22 @@ def ci_target(runs: dict[str, rp.Series]) -> dict[str, Any]:
                   "the evaluation (singlempo)", text, r["ratio_all"] <= TARGETS["ci"])
 
 
+def trust_targets(runs: dict[str, rp.Series]) -> list[dict[str, Any]]:
+    """What the GT consistency check and the integrity checks cost (issue 12)."""
+    r = runs["trust"].runs[0].extra
+    return [
+        target(f"GT consistency check <= {100 * TARGETS['consistency']:g} % of the evaluation",
+               f"{r['consistency_s']:.3f} s on {r['evaluate_s']:.2f} s "
+               f"({100 * r['consistency_ratio']:.1f} %)",
+               r["consistency_ratio"] <= TARGETS["consistency"]),
+        target(f"integrity checks <= {100 * TARGETS['integrity']:g} % of the evaluation",
+               f"{r['integrity_s']:.3f} s ({100 * r['integrity_ratio']:.1f} %: SHA-256 "
+               f"{r['sha256_s']:.3f} s, Parquet page checksums {r['page_checksums_s']:.3f} s, "
+               f"CRC-32C {r['crc32c_s']:.3f} s over {r['files']} files)",
+               r["integrity_ratio"] <= TARGETS["integrity"]),
+    ]
+
+
 def size_target(size: dict[str, dict[str, int]]) -> dict[str, Any]:
     r = rp.ratio(size["submission store"]["bytes"], size["submission.zip"]["bytes"]) or 0.0
     return target(f"submission store <= {TARGETS['store']:g} x ZIP size", f"{r:.2f}x",
@@ -342,7 +373,8 @@ def summarize(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series],
     w = args.reference_workers
     size, scale, mem = sizes(ds), scaling(runs, args.workers), memory(runs, small, w)
     targets = [*speed_targets(runs, w), scaling_target(scale, args.workers),
-               *memory_targets(runs, mem), size_target(size), ci_target(runs)]
+               *memory_targets(runs, mem), size_target(size), ci_target(runs),
+               *trust_targets(runs)]
     return {"sizes": size, "scaling": scale, "memory": mem, "targets": targets,
             "agreement": agreement(runs, w), "floor": runs["floor"].runs[0].extra}
 

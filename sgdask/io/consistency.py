@@ -25,7 +25,10 @@ TRIPLET_CHECK_COLUMNS = ["subject", "object", "predicate"]
 
 def ints(table: pa.Table, name: str) -> np.ndarray:
     """An integer column as int64 (nulls as -1)."""
-    return pc.fill_null(table[name], -1).to_numpy().astype(np.int64, copy=False)
+    column = table[name]
+    if column.null_count:
+        column = pc.fill_null(column, -1)
+    return column.to_numpy().astype(np.int64, copy=False)
 
 
 def first(mask: np.ndarray) -> int | None:
