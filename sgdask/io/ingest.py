@@ -176,10 +176,10 @@ def evaluated_order(gt: StoreReader, gt_info: GTInfo) -> list[str]:
         raise StoreError(f"{gt.url}: the GT store does not record psg.json's image order, "
                          "which result files are paired by (written by an older sgdask: "
                          "run sgdask ingest-gt again)")
+    raw = gt.read_file(name)  # checked against the manifest's size and SHA-256
     try:
-        with gt.fs.open(join(gt.path, name), "r") as f:
-            ids = json.load(f)["image_ids"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
+        ids = json.loads(raw)["image_ids"]
+    except (ValueError, KeyError, TypeError) as err:
         raise StoreError(f"{gt.url}/{name}: unreadable ({type(err).__name__}: {err})") from None
     return [i for i in ids if i in gt_info.evaluated]
 
