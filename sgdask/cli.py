@@ -359,8 +359,7 @@ def verify(urls: Annotated[list[str], typer.Argument(help="store URLs (GT or sub
     """Check stores completely: the manifest, every file's size and SHA-256, every Parquet
     file and its page checksums, every mask chunk and its CRC-32C, the tables' consistency.
 
-    Prints one line per problem, or one line per intact store. Exit codes: 0 every store
-    intact, 2 a problem found."""
+    One line per problem, or per intact store. Exit codes: 0 all intact, 2 a problem."""
     from sgdask.io.verify import verify_store
 
     options = storage_options(storage_option)
