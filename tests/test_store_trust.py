@@ -586,3 +586,18 @@ def test_damaged_stats_file_is_one_line(good, tmp_path, capsys, client):
                            "--out", str(out))
     assert_one_line(code, err, str(stats), "not a readable Parquet file")
     assert not out.exists()
+
+
+def test_evaluate_many_checks_each_store_against_the_gt(good, tmp_path, capsys, client):
+    """evaluate-many: the inconsistent store is named, nothing is cached or written."""
+    _, gt, pred = good
+    store = copy_store(pred, tmp_path / "pred")
+    rewrite_table(store, "instances/part-00001.parquet", bad_category)
+    out = tmp_path / "many"
+    job = tmp_path / "many.json"
+    job.write_text(json.dumps({"gt": str(gt), "out": str(out), "submissions": [
+        {"name": "good", "url": str(pred)}, {"name": "bad", "url": str(store)}]}))
+    code, _, err = run_cli(capsys, "evaluate-many", str(job), "--scheduler",
+                           client.scheduler.address)
+    assert_one_line(code, err, str(store), "category 4000")
+    assert not list(out.rglob("*.json"))
