@@ -22,7 +22,10 @@ process tree is sampled (wall time, CPU seconds, peak RSS per process):
   ZIP, emulated literally, then ``python -m sgbench``) against ``sgdask evaluate --pred
   DIR --method psgtr`` (one command, no TIFF);
 - the in-memory evaluator: ``sgdask.Evaluator.update`` per image on arrays already in
-  memory (``benchmarks._evaluator``).
+  memory (``benchmarks._evaluator``);
+- the cost of trusting no store: the GT consistency check and the integrity checks
+  (SHA-256, Parquet page checksums, CRC-32C) against B (singlempo)
+  (``benchmarks._trust_cost``).
 
 Prints the tables and writes ``benchmarks/results/<UTC date and time>-<images>.json`` and
 ``.md`` (e.g. ``2026-11-22T0452Z-2177.json``), ``benchmarks/results/latest.md`` and the
@@ -62,7 +65,8 @@ QUICK_IMAGES = 200
 FLAT_LIMIT = 1.25
 TARGETS = {"B": 15.0, "B-cli": 8.0, "C": 3.0, "C-cold": 2.0, "convert": 1.5, "many": 20.0, "D": 5.0,
            "scaling": 1.85, "worker_gib": 1.0, "store": 0.5, "ci": 0.2,
-           "kernel sgbench": 0.8, "kernel singlempo": 1.2, "floor": 0.8}
+           "kernel sgbench": 0.8, "kernel singlempo": 1.2, "floor": 0.8,
+           "consistency": 0.02, "integrity": 0.03}
 MODELS = 10
 _START = time.perf_counter()
 
@@ -255,6 +259,15 @@ def run_evaluator_cost(ds: Dataset, interval: float) -> Measurement:
     return m
 
 
+def run_trust_cost(ds: Dataset, workers: int, interval: float) -> Measurement:
+    argv = python("-m", "benchmarks._trust_cost", "--gt", str(ds.gt_store), "--pred",
+                  str(ds.pred_store), "--workers", str(workers))
+    m = run_measured(f"trust w{workers}", argv, ROOT, interval)
+    m.extra.update(last_json(m.stdout))
+    m.extra["work_s"] = m.extra["evaluate_s"]
+    return m
+
+
 def run_floor(ds: Dataset, interval: float) -> Measurement:
     argv = python("-m", "benchmarks._floor", "--gt", str(ds.gt_store), "--pred",
                   str(ds.pred_store), "--zip", str(ds.raw.submission_zip),
@@ -333,6 +346,8 @@ def run_suite(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series])
             args.repeats, lambda: run_results_sgdask(ds, iv))
     measure(rp.Series("evaluator", "sgdask.Evaluator (singlempo, in memory)", n), 1,
             lambda: run_evaluator_cost(ds, iv))
+    measure(rp.Series("trust", f"B singlempo + consistency and integrity checks, {ref_w} "
+                      "worker(s)", n), 1, lambda: run_trust_cost(ds, ref_w, iv))
 
 
 def run_memory_check(args: argparse.Namespace, small: Dataset) -> rp.Series:
@@ -499,6 +514,22 @@ def ci_target(runs: dict[str, rp.Series]) -> dict[str, Any]:
                   "the evaluation (singlempo)", text, r["ratio_all"] <= TARGETS["ci"])
 
 
+def trust_targets(runs: dict[str, rp.Series]) -> list[dict[str, Any]]:
+    """What the GT consistency check and the integrity checks cost (issue 12)."""
+    r = runs["trust"].runs[0].extra
+    return [
+        target(f"GT consistency check <= {100 * TARGETS['consistency']:g} % of the evaluation",
+               f"{r['consistency_s']:.3f} s on {r['evaluate_s']:.2f} s "
+               f"({100 * r['consistency_ratio']:.1f} %)",
+               r["consistency_ratio"] <= TARGETS["consistency"]),
+        target(f"integrity checks <= {100 * TARGETS['integrity']:g} % of the evaluation",
+               f"{r['integrity_s']:.3f} s ({100 * r['integrity_ratio']:.1f} %: SHA-256 "
+               f"{r['sha256_s']:.3f} s, Parquet page checksums {r['page_checksums_s']:.3f} s, "
+               f"CRC-32C {r['crc32c_s']:.3f} s over {r['files']} files)",
+               r["integrity_ratio"] <= TARGETS["integrity"]),
+    ]
+
+
 def size_target(size: dict[str, dict[str, int]]) -> dict[str, Any]:
     r = rp.ratio(size["submission store"]["bytes"], size["submission.zip"]["bytes"]) or 0.0
     return target(f"submission store <= {TARGETS['store']:g} x ZIP size", f"{r:.2f}x",
@@ -511,7 +542,8 @@ def summarize(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series],
     size, scale, mem = sizes(ds), scaling(runs, args.workers), memory(runs, small, w)
     targets = [*speed_targets(runs, w), results_target(runs), *cpu_targets(runs),
                scaling_target(scale, args.workers),
-               *memory_targets(runs, mem), size_target(size), ci_target(runs)]
+               *memory_targets(runs, mem), size_target(size), ci_target(runs),
+               *trust_targets(runs)]
     return {"sizes": size, "scaling": scale, "memory": mem, "targets": targets,
             "agreement": agreement(runs, w), "results_agreement": results_agreement(runs),
             "evaluator": {k: v for k, v in runs["evaluator"].runs[0].extra.items()

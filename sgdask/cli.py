@@ -203,8 +203,11 @@ def ingest_gt_cmd(psg_json: Annotated[str, typer.Argument(
                       "5000 usable images of flag 0)")] = None,
                   storage_option: StorageOpt = None, overwrite: Overwrite = False,
                   scheduler: Scheduler = None, in_process: InProcess = False,
-                  workers: Workers = None) -> None:
-    """Convert OpenPSG or Visual Genome (VG150) ground truth into a GT store (Parquet + Zarr)."""
+                  workers: Workers = None, limit: Limits = None) -> None:
+    """Convert OpenPSG or Visual Genome (VG150) ground truth into a GT store (Parquet + Zarr).
+
+    psg.json's size and nesting depth and each PNG's pixel count are limited (--limit
+    max_json_size, max_json_depth, max_layer_pixels)."""
     from sgdask.io.ingest import ingest_gt, ingest_vg
 
     options = storage_options(storage_option)
@@ -224,7 +227,8 @@ def ingest_gt_cmd(psg_json: Annotated[str, typer.Argument(
                                  overwrite=overwrite, progress=advance, cluster=cluster)
         else:
             manifest = ingest_gt(psg_json, out, masks, options, overwrite=overwrite,
-                                 progress=advance, cluster=cluster)
+                                 progress=advance, cluster=cluster,
+                                 limits=ArchiveLimits.from_pairs(limit))
     dropped = manifest.get("dropped_images")
     note = (f" ({dropped['no_boxes']} without boxes and {dropped['no_relations']} without "
             "relations dropped)" if dropped else "")
@@ -350,6 +354,32 @@ def validate(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP
 
 
 @app.command()
+def verify(urls: Annotated[list[str], typer.Argument(help="store URLs (GT or submission)")],
+           storage_option: StorageOpt = None) -> None:
+    """Check stores completely: the manifest, every file's size and SHA-256, every Parquet
+    file and its page checksums, every mask chunk and its CRC-32C, the tables' consistency.
+
+    One line per problem, or per intact store. Exit codes: 0 all intact, 2 a problem."""
+    from sgdask.io.verify import verify_store
+
+    options = storage_options(storage_option)
+    damaged = 0
+    for url in urls:
+        verdict = verify_store(url, options)
+        for problem in verdict.problems:
+            print(one_line(problem))
+        if verdict.intact:
+            checksums = (f"{verdict.files} files checked against their SHA-256"
+                         if verdict.files else f"format version {verdict.version}: "
+                         "no checksums to check")
+            print(f"{verdict.url}: intact ({checksums})")
+        else:
+            damaged += 1
+    if damaged:
+        raise typer.Exit(EXIT_ERROR)
+
+
+@app.command()
 def stats(psg_json: Annotated[str, typer.Argument(help="psg.json (path or URL)")],
           out: Annotated[str, typer.Option("--out", help="Parquet file URL to write")],
           storage_option: StorageOpt = None) -> None:
@@ -445,7 +475,7 @@ def evaluate(gt: Annotated[str, typer.Option(
     limits = ArchiveLimits.from_pairs(limit)
     with dask_client(None, cluster_choice(scheduler, False, workers)) as client, \
             results_store(method, keep_store) as converted:
-        gt_store = gt_store_of(gt, gt_masks, cache_dir, options, client)
+        gt_store = gt_store_of(gt, gt_masks, cache_dir, options, client, limits)
         if converted is not None:
             from sgdask.io.ingest import convert_results
 
@@ -486,7 +516,7 @@ def results_store(method: str | None, keep_store: str | None) -> Iterator[str | 
 
 
 def gt_store_of(gt: str, masks: str | None, cache_dir: str | None, options: Any,
-                client: Any) -> str:
+                client: Any, limits: ArchiveLimits | None = None) -> str:
     """The GT store to evaluate against: ``gt`` itself, or the cached store of a psg.json."""
     from sgdask.io.gtcache import cached_gt_store
     from sgdask.io.sources import is_store
@@ -497,7 +527,7 @@ def gt_store_of(gt: str, masks: str | None, cache_dir: str | None, options: Any,
         return gt
     with progress_bar("ingesting GT images (cached for the next run)", None) as advance:
         return cached_gt_store(gt, masks, cache_dir, options, client, advance,
-                               log=err_console.print)
+                               log=err_console.print, limits=limits)
 
 
 @app.command()

@@ -22,10 +22,11 @@ from sgdask.accum import AGGREGATIONS, Accumulator
 from sgdask.cluster import dask_client
 from sgdask.errors import InputError, InstanceMismatch, SgdaskError
 from sgdask.io.archive import ArchiveLimits
+from sgdask.io.consistency import check_against_gt
 from sgdask.io.fs import StorageOptions, join
 from sgdask.io.partition import load_gt_images
 from sgdask.io.sources import FileInput, FileSlice, StoreInput, StoreSlice, open_input
-from sgdask.io.stats import STATS_FILE, composition_counts, read_stats, zero_shot_from
+from sgdask.io.stats import composition_counts, read_stats, zero_shot_from
 from sgdask.io.store import StoreReader
 from sgdask.io.validate import GTInfo
 from sgdask.kernels.image import image_hits, missing_image_hits
@@ -290,10 +291,11 @@ def run_bag(client: Client, specs: list[PartitionSpec], job: Job, progress: bool
 def training_stats(gt: StoreReader, stats: str | None, options: StorageOptions | None
                    ) -> tuple[ZeroShot | None, dict[int, int] | None]:
     """Zero-shot look-up and wIMR composition counts, from ``stats`` or the GT store."""
-    url = stats or (join(gt.url, STATS_FILE) if gt.manifest.get("train_stats") else None)
+    own = gt.manifest.get("train_stats")
+    url = stats or (join(gt.url, own) if own else None)
     if url is None:
         return None, None
-    table = read_stats(url, options)
+    table = read_stats(url, options, None if stats else gt.read_file(own))
     n_classes = len(gt.manifest["thing_classes"]) + len(gt.manifest["stuff_classes"])
     n_predicates = len(gt.manifest["predicate_classes"])
     return zero_shot_from(table, n_classes, n_predicates), composition_counts(table)
@@ -352,6 +354,8 @@ def checked_inputs(gt_reader: StoreReader, submissions: list[tuple[str, str, str
         if sub.manifest["instances"] == "masks" and gt_reader.manifest["instances"] != "masks":
             raise SgdaskError(f"{sub.url}: a mask submission needs a GT store with masks "
                               f"({gt_reader.url} was ingested without masks)")
+        if isinstance(sub, StoreInput):
+            check_against_gt(sub.reader, gt_reader)
     return inputs
 
 

@@ -47,6 +47,8 @@ class ManyJob:
     out: str | None = None
     cache: str | None = None
     storage_options: StorageOptions | None = None
+    #: verify every submission store completely before its first evaluation (rerank)
+    verify: bool = False
 
 
 OPTION_FIELDS = ("ks", "aggregation", "partition_size", "stats", "legacy", "tau",
@@ -138,6 +140,11 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | None =
     parts_read: list[str] = []
     if missing and not dry_run:
         urls = {name: url for name, url, _ in job.submissions}
+        if job.verify:
+            from sgdask.io.verify import check_intact
+
+            for name in missing:
+                check_intact(urls[name], job.storage_options)
         result = evaluate_many(job.gt, [(n, urls[n], ",".join(p)) for n, p in missing.items()],
                                replace(job.options, ci=None), client, scheduler,
                                job.storage_options, progress)

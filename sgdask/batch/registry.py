@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -110,10 +110,7 @@ class Registry:
         out = []
         for path in self.listing("entries"):
             if path not in self._read:
-                try:
-                    self._read[path] = Entry(**json.loads(self.read_text(path)))
-                except (json.JSONDecodeError, TypeError) as err:
-                    raise InputError(path, f"not a registry entry ({err})") from err
+                self._read[path] = parse_entry(self.read_bytes(path), path)
             out.append(self._read[path])
         return out
 
@@ -122,7 +119,7 @@ class Registry:
         path = join(self.path, "entries", f"{submission_id}.json")
         if path not in self._read:
             try:
-                self._read[path] = Entry(**json.loads(self.read_text(path)))
+                self._read[path] = parse_entry(self.read_bytes(path), path)
             except FileNotFoundError:
                 return None
         return self._read[path]
@@ -182,7 +179,7 @@ class Registry:
         out: dict[str, list[dict[str, Any]]] = {}
         for path in self.listing(folder):
             if path not in self._read:
-                self._read[path] = json.loads(self.read_text(path))
+                self._read[path] = parse_record(self.read_bytes(path), path)
             out.setdefault(path.rsplit("/", 2)[-2], []).append(self._read[path])
         return out
 
@@ -200,8 +197,54 @@ class Registry:
     def read_text(self, path: str) -> str:
         """The file's text. Object store filesystems answer from their listing cache, which
         may predate files other processes added: that cache is dropped first."""
+        return self.read_bytes(path).decode()
+
+    def read_bytes(self, path: str) -> bytes:
         self.fs.invalidate_cache(self.fs._parent(path))
-        return self.fs.cat_file(path).decode()
+        return self.fs.cat_file(path)
+
+
+ENTRY_TYPES = {f.name: f.type for f in fields(Entry)}
+
+
+def parse_json_object(raw: bytes, path: str, what: str) -> dict[str, Any]:
+    """A JSON object from a registry file, or one line naming the file."""
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as err:
+        raise InputError(path, f"not {what} (not JSON: {' '.join(str(err).split())})") \
+            from None
+    if not isinstance(doc, dict):
+        raise InputError(path, f"not {what} (a JSON {type(doc).__name__}, expected an "
+                         "object)")
+    return doc
+
+
+def parse_entry(raw: bytes, path: str) -> Entry:
+    """A registry entry, checked against the entry's fields and their types."""
+    doc = parse_json_object(raw, path, "a registry entry")
+    unknown = sorted(set(doc) - set(ENTRY_TYPES))
+    if unknown:
+        raise InputError(path, f"unknown field {unknown[0]!r}",
+                         expected=f"the fields of a registry entry: {', '.join(ENTRY_TYPES)}")
+    for f in fields(Entry):
+        if f.name not in doc:
+            if f.default is MISSING:
+                raise InputError(path, "missing", field=f.name,
+                                 expected="every field of a registry entry")
+            continue
+        value = doc[f.name]
+        kind = "bool" if f.type == "bool" else "str"
+        ok = isinstance(value, bool) if kind == "bool" else isinstance(value, str)
+        if not ok and not (value is None and "None" in str(f.type)):
+            raise InputError(path, f"{type(value).__name__} {value!r:.40}", field=f.name,
+                             expected=f"{f.type}")
+    return Entry(**doc)
+
+
+def parse_record(raw: bytes, path: str) -> dict[str, Any]:
+    """A record of a registry log (a JSON object)."""
+    return parse_json_object(raw, path, "a registry log record")
 
 
 def new_submission_id(name: str, submitted_at: str) -> str:

@@ -240,9 +240,11 @@ def protocol_versions() -> dict[str, str]:
 def board_job(registry_url: str, gt: str, entries: list[Entry], options: Options,
               storage_options: StorageOptions | None) -> ManyJob:
     """The evaluation a board needs, through the registry's result cache (the service's
-    worker scores new entries with the same job, so rerank finds them cached)."""
+    worker scores new entries with the same job, so rerank finds them cached); a store
+    without a cached result is verified completely before it is first ranked."""
     return ManyJob(gt, [(e.submission_id, e.url, ",".join(BOARD_PROTOCOLS)) for e in entries],
-                   options, cache=join(registry_url, "cache"), storage_options=storage_options)
+                   options, cache=join(registry_url, "cache"), storage_options=storage_options,
+                   verify=True)
 
 
 def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from sgdask import __version__
 from sgdask.cluster import ClusterSpec
+from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, join
 from sgdask.io.ingest import Progress, gt_records, ingest_gt, read_bytes
 from sgdask.io.store import FORMAT_VERSION
@@ -47,7 +48,7 @@ def gt_cache_key(psg_json: str, masks_dir: str | None,
 def cached_gt_store(psg_json: str, masks_dir: str | None, cache_dir: str | Path | None = None,
                     storage_options: StorageOptions | None = None,
                     cluster: ClusterSpec = None, progress: Progress = None,
-                    log: object = None) -> str:
+                    log: object = None, limits: ArchiveLimits | None = None) -> str:
     """The GT store of ``psg_json`` (+ masks), from the cache or ingested into it."""
     root = Path(cache_dir) if cache_dir else default_cache_dir()
     entry = root / f"gt-{gt_cache_key(psg_json, masks_dir, storage_options)}"
@@ -59,7 +60,7 @@ def cached_gt_store(psg_json: str, masks_dir: str | None, cache_dir: str | Path 
     tmp = root / f".tmp-{entry.name}-{uuid.uuid4().hex[:8]}"
     try:
         ingest_gt(psg_json, str(tmp), masks_dir, storage_options, cluster=cluster,
-                  progress=progress)
+                  progress=progress, limits=limits)
         try:
             tmp.rename(entry)
         except OSError:  # another run published the same entry first: use theirs

@@ -18,7 +18,7 @@ import pyarrow as pa
 from sgdask import __version__
 from sgdask.cluster import ClusterSpec, map_tasks
 from sgdask.errors import InputError, SgdaskError, StoreError
-from sgdask.io.archive import ArchiveLimits
+from sgdask.io.archive import ArchiveLimits, limit_hint
 from sgdask.io.fs import StorageOptions, combined_digest, file_digest, filesystem, join
 from sgdask.io.psg import GTRecord, class_lists, evaluation_records, label_image
 from sgdask.io.results import ResultEntry, ResultSource, loaded_pickle
@@ -57,9 +57,18 @@ def chunks(items: list, size: int) -> Iterator[list]:
         yield items[start:start + size]
 
 
-def read_bytes(url: str, options: StorageOptions | None, what: str) -> bytes:
+def read_bytes(url: str, options: StorageOptions | None, what: str,
+               cap: tuple[ArchiveLimits, str] | None = None) -> bytes:
+    """A file's bytes; with ``cap`` (limits, name of a size limit), refused past that
+    size before it is read."""
     fs, path = filesystem(url, options)
     try:
+        if cap is not None:
+            limits, name = cap
+            size = fs.size(path)
+            if size is not None and size > getattr(limits, name):
+                raise InputError(url, f"is {size} bytes", field=what,
+                                 expected=limit_hint(limits, name))
         with fs.open(path, "rb") as f:
             return f.read()
     except FileNotFoundError:
@@ -71,20 +80,24 @@ def read_bytes(url: str, options: StorageOptions | None, what: str) -> bytes:
 def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
               storage_options: StorageOptions | None = None,
               partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
-              progress: Progress = None, cluster: ClusterSpec = None) -> dict[str, Any]:
+              progress: Progress = None, cluster: ClusterSpec = None,
+              limits: ArchiveLimits | None = None) -> dict[str, Any]:
     """psg.json (+ panoptic PNGs) -> GT store of the test split. Returns the manifest.
 
     One task per part of ``partition_size`` images (on ``cluster`` when given).
+    ``limits``: psg.json's size and depth (``max_json_size``, ``max_json_depth``) and each
+    PNG's pixel count (``max_layer_pixels``).
     """
-    raw = read_bytes(psg_json, storage_options, "psg.json")
-    doc = load_json(raw, psg_json)
+    limits = limits or ArchiveLimits()
+    raw = read_bytes(psg_json, storage_options, "psg.json", (limits, "max_json_size"))
+    doc = load_json(raw, psg_json, limits)
     names = class_lists(doc, psg_json)
     in_data_order = evaluation_records(doc, psg_json, masks=masks_dir is not None)
     records = sorted_records(in_data_order, psg_json)
     stats = train_stats(doc, psg_json)
     return write_gt_store(out, storage_options, overwrite, records, stats, partition_size,
                           masks_dir, progress, cluster, hashlib.sha256(raw),
-                          [r.image_id for r in in_data_order],
+                          [r.image_id for r in in_data_order], limits=limits,
                           source=str(psg_json), instances="masks" if masks_dir else "boxes",
                           **names)
 
@@ -92,8 +105,8 @@ def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
 def write_gt_store(out: str, options: StorageOptions | None, overwrite: bool,
                    records: list[GTRecord], stats: pa.Table, partition_size: int,
                    masks_dir: str | None, progress: Progress, cluster: ClusterSpec,
-                   digest: Any, image_order: list[str] | None = None, **fields: Any
-                   ) -> dict[str, Any]:
+                   digest: Any, image_order: list[str] | None = None,
+                   limits: ArchiveLimits | None = None, **fields: Any) -> dict[str, Any]:
     """A GT store of ``records`` (sorted by id): one task per part, then the training
     statistics, then the manifest. ``digest`` (a hashlib object over the sources read so
     far) is completed with every PNG read and becomes the content hash; ``image_order``:
@@ -102,7 +115,7 @@ def write_gt_store(out: str, options: StorageOptions | None, overwrite: bool,
         if image_order is not None:
             write_image_order(out, options, image_order)
             fields["image_order"] = IMAGE_ORDER_FILE
-        tasks = [(out, options, i, part, masks_dir)
+        tasks = [(out, options, i, part, masks_dir, limits)
                  for i, part in enumerate(chunks(records, partition_size))]
         done = map_tasks(write_gt_part, tasks, cluster,
                          (lambda r: progress(r[0]["n_images"])) if progress else None)
@@ -163,10 +176,10 @@ def evaluated_order(gt: StoreReader, gt_info: GTInfo) -> list[str]:
         raise StoreError(f"{gt.url}: the GT store does not record psg.json's image order, "
                          "which result files are paired by (written by an older sgdask: "
                          "run sgdask ingest-gt again)")
+    raw = gt.read_file(name)  # checked against the manifest's size and SHA-256
     try:
-        with gt.fs.open(join(gt.path, name), "r") as f:
-            ids = json.load(f)["image_ids"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
+        ids = json.loads(raw)["image_ids"]
+    except (ValueError, KeyError, TypeError) as err:
         raise StoreError(f"{gt.url}/{name}: unreadable ({type(err).__name__}: {err})") from None
     return [i for i in ids if i in gt_info.evaluated]
 
@@ -185,8 +198,8 @@ def gt_records(raw: bytes, psg_json: str, masks: bool) -> list[GTRecord]:
 
 
 def write_gt_part(out: str, options: StorageOptions | None, index: int,
-                  records: list[GTRecord], masks_dir: str | None
-                  ) -> tuple[dict[str, Any], list[bytes]]:
+                  records: list[GTRecord], masks_dir: str | None,
+                  limits: ArchiveLimits | None = None) -> tuple[dict[str, Any], list[bytes]]:
     """One GT part (a Dask task): reads its PNGs, writes tables and label images.
 
     Returns the part's manifest entry and the SHA-256 digest of each PNG, in order.
@@ -199,7 +212,7 @@ def write_gt_part(out: str, options: StorageOptions | None, index: int,
             png_url = join(masks_dir, record.pan_seg_file_name or "")
             png = read_bytes(png_url, options, "pan_seg_file_name")
             digests.append(hashlib.sha256(png).digest())
-            masks = BitMasks.from_labels(label_image(png, record, png_url),
+            masks = BitMasks.from_labels(label_image(png, record, png_url, limits),
                                          len(record.categories))
         add_gt_rows(tables, record, part_name(index), masks)
     return write_part(out, options, index, tables), digests
@@ -265,7 +278,7 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
             source.label, {img.image_id: len(img.categories) for img in images},
             {img.image_id: img.scores for img in images})
         images = lists_from_scores(images, load_score_lists(
-            from_scores, storage_options, ng_limit, rank_by, instances))
+            from_scores, storage_options, ng_limit, rank_by, instances, limits))
         has_ng = True
         content_hash = derived_content_hash(content_hash, from_scores, storage_options,
                                             rank_by, ng_limit)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from sgdask.io.store import StoreReader
-from sgdask.kernels.bits import unpack_sparse, v1_crop_words, xor_rows
+from sgdask.io.store import Corrupt, StoreReader
+from sgdask.kernels.bits import HEADER, unpack_sparse, v1_crop_words, word_layout, xor_rows
 from sgdask.types import BitMasks, ImageGT, ImagePred
 
 IMAGE_COLUMNS = ["image_id", "height", "width", "n_instances", "n_graph", "n_ng",
@@ -71,6 +71,12 @@ def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
     keep = np.array([i in wanted for i in ids], dtype=bool)
     instances = reader.table("instances", [part], columns=INSTANCE_COLUMNS)
     triplets = reader.table("triplets", [part], columns=TRIPLET_COLUMNS)
+    for name, table, starts in (("instances", instances, inst_all),
+                                ("triplets", triplets, trip_all)):
+        if len(table) != starts[-1]:
+            raise Corrupt(reader.url, f"{name}/{part}.parquet",
+                          f"corrupt ({len(table)} rows, the images table counts "
+                          f"{starts[-1]})")
     inst_rows = np.concatenate([np.arange(inst_all[i], inst_all[i + 1])
                                 for i in np.flatnonzero(keep)] or [np.empty(0, np.int64)])
     trip_rows = np.concatenate([np.arange(trip_all[i], trip_all[i + 1])
@@ -127,7 +133,14 @@ class PartMasks:
     def v2_words(self, offsets: np.ndarray, with_masks: np.ndarray) -> None:
         if not with_masks.any():
             return
-        self.words = unpack_sparse(self.reader.read_masks(self.rows.mask_array))
+        array = self.rows.mask_array
+        data = self.reader.read_masks(array)
+        problem = sparse_problem(data)
+        if problem is None:
+            self.words = unpack_sparse(data)
+            problem = layout_problem(self.boxes, offsets, with_masks, len(self.words))
+        if problem is not None:
+            raise Corrupt(self.reader.url, f"masks/{array}", f"corrupt ({problem})")
         self.starts = offsets
         xor_rows(self.boxes, self.starts, self.words, True)
 
@@ -150,6 +163,35 @@ class PartMasks:
         rows = self.rows
         h, w, start = int(rows.height[i]), int(rows.width[i]), int(rows.label_offset[i])
         return self.reader.read_masks(rows.mask_array, start, start + h * w).reshape(h, w)
+
+
+def sparse_problem(data: np.ndarray) -> str | None:
+    """What makes a part's mask bytes unreadable as ``pack_sparse`` output (None: they are
+    readable): checked before the compiled decoder, which trusts its input."""
+    head = 8 * HEADER
+    if data.dtype != np.uint8 or len(data) < head:
+        return f"{len(data)} mask bytes of {data.dtype}, expected a uint8 header"
+    n_words, n_values = (int(v) for v in data[:head].view(np.uint64))
+    bitmap = (n_words + 7) // 8
+    if n_words > 8 * len(data) or len(data) != head + bitmap + 8 * n_values:
+        return f"{len(data)} mask bytes do not hold {n_words} words, {n_values} nonzero"
+    if int(np.unpackbits(data[head:head + bitmap]).sum()) != n_values:
+        return "the mask bitmap does not match its nonzero count"
+    return None
+
+
+def layout_problem(boxes: np.ndarray, offsets: np.ndarray, with_masks: np.ndarray,
+                   n_words: int) -> str | None:
+    """Whether every mask (box + offset) lies inside the decoded words."""
+    if not with_masks.any():
+        return None
+    if (boxes[with_masks] < 0).any() or (boxes[with_masks, 2:] < boxes[with_masks, :2]).any():
+        return "a mask box is negative or inverted"
+    sizes = np.diff(word_layout(boxes))
+    ends = (offsets + sizes)[with_masks]
+    if (offsets[with_masks] < 0).any() or int(ends.max()) > n_words:
+        return f"mask offsets reach word {int(ends.max())} of {n_words}"
+    return None
 
 
 def instance_fields(rows: PartRows, i: int) -> tuple[np.ndarray, np.ndarray | None,

@@ -10,6 +10,7 @@ import numpy as np
 from PIL import Image
 
 from sgdask.errors import InputError
+from sgdask.io.archive import ArchiveLimits, limit_hint
 
 
 @dataclass
@@ -97,11 +98,20 @@ def evaluation_records(doc: Any, file: str, masks: bool) -> list[GTRecord]:
     return records
 
 
-def label_image(png: bytes, record: GTRecord, file: str) -> np.ndarray:
-    """Label image (instance index + 1, 0 = no instance) from a panoptic PNG."""
+def label_image(png: bytes, record: GTRecord, file: str,
+                limits: ArchiveLimits | None = None) -> np.ndarray:
+    """Label image (instance index + 1, 0 = no instance) from a panoptic PNG, its pixel
+    count checked against ``max_layer_pixels`` from its header, before it is decoded."""
+    limits = limits or ArchiveLimits()
     try:
         with Image.open(io.BytesIO(png)) as img:
+            if img.width * img.height > limits.max_layer_pixels:
+                raise InputError(file, f"PNG is {img.width}x{img.height} pixels",
+                                 image=record.image_id, field="pan_seg_file_name",
+                                 expected=limit_hint(limits, "max_layer_pixels"))
             rgb = np.asarray(img.convert("RGB")).astype(np.int64)
+    except InputError:
+        raise
     except Exception as err:  # PIL raises many types for corrupt data
         raise InputError(file, f"not a readable PNG ({err})", image=record.image_id,
                          field="pan_seg_file_name") from err

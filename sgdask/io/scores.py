@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sgdask.errors import InputError, SgdaskError, SgdaskWarning
+from sgdask.io.archive import ZIP_ERRORS, ArchiveLimits, archive_problems, printable
 from sgdask.io.fs import StorageOptions, filesystem
 from sgdask.kernels.scores import (
     PREDICATE,
@@ -66,7 +67,8 @@ class SubmissionInstances:
 
 def load_score_lists(url: str, storage_options: StorageOptions | None = None,
                      ng_limit: int | None = None, rank_by: str = PREDICATE,
-                     instances: SubmissionInstances | None = None) -> dict[str, DerivedLists]:
+                     instances: SubmissionInstances | None = None,
+                     limits: ArchiveLimits | None = None) -> dict[str, DerivedLists]:
     """Image id -> derived graph and NG lists, images in the order they first occur.
 
     With ``instances``, every image of the file must be one of the submission's and its
@@ -78,7 +80,7 @@ def load_score_lists(url: str, storage_options: StorageOptions | None = None,
         raise SgdaskError(f"--rank-by: {rank_by!r} is not one of {', '.join(RANK_BY)}")
     if rank_by == TRIPLET and instances is None:
         raise ValueError("rank_by='triplet' needs the submission's instances")
-    rows = read_score_rows(url, storage_options)
+    rows = read_score_rows(url, storage_options, limits)
     check_values(rows, url, rank_by)
     if rank_by == TRIPLET and rows.no_rel is not None:
         warnings.warn(f"{url}: {NO_RELATION}: ignored under --rank-by triplet (pairs are "
@@ -128,8 +130,10 @@ def check_instances(url: str, image_id: str, subjects: np.ndarray, objects: np.n
                          expected="non-negative numbers within float32 range (probabilities)")
 
 
-def read_score_rows(url: str, storage_options: StorageOptions | None) -> ScoreRows:
-    """The rows of a Parquet or NPZ score file, told apart by their magic bytes."""
+def read_score_rows(url: str, storage_options: StorageOptions | None,
+                    limits: ArchiveLimits | None = None) -> ScoreRows:
+    """The rows of a Parquet or NPZ score file, told apart by their magic bytes (an NPZ
+    archive's entries are checked against the archive ``limits`` first, as a ZIP's)."""
     fs, path = filesystem(url, storage_options)
     try:
         f = fs.open(path, "rb")
@@ -143,6 +147,8 @@ def read_score_rows(url: str, storage_options: StorageOptions | None) -> ScoreRo
         if magic == PARQUET_MAGIC:
             return parquet_rows(f, url)
         if magic == ZIP_MAGIC:
+            check_npz_entries(f, url, limits or ArchiveLimits())
+            f.seek(0)
             return npz_rows(f, url)
     raise InputError(url, f"unknown file format (starts with {magic!r})",
                      expected="a Parquet file or an NPZ archive")
@@ -270,6 +276,20 @@ def parquet_scores(column: pa.Array, image_ids: np.ndarray, file: str) -> np.nda
                          expected="one score per predicate")
     values = column.flatten().cast(pa.float64()).to_numpy(zero_copy_only=False)
     return values.reshape(len(column), n_predicates)
+
+
+def check_npz_entries(f: IO[bytes], file: str, limits: ArchiveLimits) -> None:
+    """Raise the first problem of an NPZ archive's entries (sizes, expansion ratio, count,
+    names), from its central directory, before numpy decompresses anything."""
+    try:
+        with zipfile.ZipFile(f) as archive:
+            infos = archive.infolist()
+    except ZIP_ERRORS as err:
+        raise InputError(file, f"not a readable NPZ archive ({printable(str(err))})") \
+            from None
+    problems = archive_problems(infos, file, limits)
+    if problems:
+        raise problems[0]
 
 
 def npz_rows(f: IO[bytes], file: str) -> ScoreRows:

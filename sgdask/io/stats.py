@@ -47,7 +47,7 @@ def write_stats(table: pa.Table, url: str, storage_options: StorageOptions | Non
                 ) -> None:
     fs, path = filesystem(url, storage_options)
     with fs.open(path, "wb") as f:
-        pq.write_table(table, f)
+        pq.write_table(table, f, write_page_checksum=True)
 
 
 def stats_digest(url: str, storage_options: StorageOptions | None = None) -> str:
@@ -60,14 +60,22 @@ def stats_digest(url: str, storage_options: StorageOptions | None = None) -> str
                          "`sgdask stats PSG_JSON --out URL`)") from None
 
 
-def read_stats(url: str, storage_options: StorageOptions | None = None) -> pa.Table:
-    fs, path = filesystem(url, storage_options)
+def read_stats(url: str, storage_options: StorageOptions | None = None,
+               data: bytes | None = None) -> pa.Table:
+    """Training statistics from ``url`` (or from ``data``, its bytes already read and
+    checked by a store reader)."""
     try:
-        with fs.open(path, "rb") as f:
-            table = pq.read_table(f)
+        if data is None:
+            fs, path = filesystem(url, storage_options)
+            data = fs.cat_file(path)
+        table = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True).read()
     except FileNotFoundError:
         raise StoreError(f"{url}: no training statistics here (write them with "
                          "`sgdask stats PSG_JSON --out URL`)") from None
+    except (pa.ArrowException, OSError, ValueError) as err:
+        detail = " ".join(f"{type(err).__name__}: {err}".split())[:300]
+        raise InputError(url, f"not a readable Parquet file ({detail})",
+                         expected="training statistics from `sgdask stats`") from None
     missing = [c for c in STATS_SCHEMA.names if c not in table.column_names]
     if missing:
         raise InputError(url, f"missing columns {missing}", expected=str(STATS_SCHEMA.names))

@@ -14,11 +14,19 @@ Images are sorted by id and cut into parts of ``partition_size`` images; the man
 each part's first and last id, so a Dask task reads only the parts holding its images.
 Word offsets into a part's mask array are in the instances table. Version 1 stores (GT label
 images, byte-packed crops) are still read: ``sgdask.io.partition`` converts them on read.
+
+Integrity (version 3): the manifest lists every other file of the store with its size and
+SHA-256 (``files``); a reader checks the bytes it reads against it, Parquet pages carry
+checksums (written and verified by pyarrow) and every mask chunk ends with a CRC-32C
+(Zarr v3's ``crc32c`` codec). Any mismatch is ``URL/relative/path: corrupt (...)``.
+Versions 1 and 2 carry no checksums: they are read with a one-line warning.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -28,9 +36,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zarr
-from zarr.codecs import ZstdCodec
+from zarr.codecs import Crc32cCodec, ZstdCodec
+from zarr.core.buffer import default_buffer_prototype
+from zarr.storage import MemoryStore
 
-from sgdask.errors import SgdaskError, StoreError
+from sgdask.errors import SgdaskError, SgdaskWarning, StoreError
 from sgdask.io.fs import StorageOptions, filesystem, join, zarr_store
 from sgdask.kernels.bits import pack_sparse, word_layout, xor_rows
 from sgdask.types import BitMasks
@@ -41,10 +51,16 @@ from sgdask.types import BitMasks
 zarr.config.set({"threading.max_workers": 1})
 
 FORMAT = "sgdask-store"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+#: the first version whose manifest lists every file with its size and hash
+CHECKSUMMED_VERSION = 3
 TABLES = ("images", "instances", "triplets")
 MASK_CODEC = ZstdCodec(level=7)
+MASK_CODECS = (MASK_CODEC, Crc32cCodec())
+MANIFEST = "manifest.json"
+#: the manifest's own SHA-256: over its canonical JSON without this field
+SELF_HASH = "manifest_sha256"
 MASK_CHUNK = 1 << 20
 
 IMAGE_SCHEMA = pa.schema([
@@ -143,29 +159,66 @@ def triplet_rows(tables: PartTables, image_id: str, list_name: str, triplets: np
     cols["score"].extend([None] * n if scores is None else scores.tolist())
 
 
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    """SHA-256 of a manifest's canonical JSON (sorted keys, no spaces), ``SELF_HASH``
+    left out: any change of a value changes it, a change of layout does not."""
+    rest = {k: v for k, v in manifest.items() if k != SELF_HASH}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, separators=(",", ":"))
+                          .encode()).hexdigest()
+
+
+def file_entry(data: bytes) -> dict[str, Any]:
+    """A file's manifest entry: its size and SHA-256."""
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def put_file(fs: Any, path: str, data: bytes) -> dict[str, Any]:
+    """Write ``data`` to ``path`` (parents created) and return its manifest entry."""
+    parent = path.rsplit("/", 1)[0]
+    fs.makedirs(parent, exist_ok=True)
+    fs.pipe_file(path, data)
+    return file_entry(data)
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """A table as Parquet bytes: zstd, with a CRC-32 in every page header."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
+    return sink.getvalue().to_pybytes()
+
+
+def mask_array_files(data: np.ndarray) -> dict[str, bytes]:
+    """The files of a 1-D Zarr v3 mask array (relative to its directory): ``zarr.json`` and
+    its chunks, each zstd-compressed and ending with its CRC-32C. Encoded in memory, so the
+    writer knows (and hashes) every byte it stores without reading it back."""
+    files: dict[str, Any] = {}
+    zarr.create_array(MemoryStore(files), data=data,
+                      chunks=(min(MASK_CHUNK, max(len(data), 1)),), compressors=MASK_CODECS)
+    return {key: buf.to_bytes() for key, buf in files.items()}
+
+
 def write_part(url: str, storage_options: StorageOptions | None, index: int,
                tables: PartTables) -> dict[str, Any]:
     """A part's three Parquet files and, if it has masks, its Zarr mask array.
 
     Runs on any worker: parts are independent files, and the masks group exists already.
-    Returns the part's manifest entry.
+    Returns the part's manifest entry (with ``files``: each file's size and SHA-256,
+    which ``StoreWriter.finish`` moves into the manifest's ``files``).
     """
     fs, path = filesystem(url, storage_options)
     ids = tables.images["image_id"]
+    files: dict[str, dict[str, Any]] = {}
     if tables.masks:
         data = pack_sparse(np.concatenate(tables.masks))
-        group = zarr.open_group(zarr_store(join(url, "masks"), storage_options,
-                                           read_only=False), mode="r+")
-        group.create_array(part_name(index), data=data,
-                           chunks=(min(MASK_CHUNK, max(len(data), 1)),),
-                           compressors=MASK_CODEC)
+        for key, blob in mask_array_files(data).items():
+            rel = f"masks/{part_name(index)}/{key}"
+            files[rel] = put_file(fs, join(path, rel), blob)
     for name in TABLES:
         table = pa.Table.from_pydict(getattr(tables, name), schema=SCHEMAS[name])
-        fs.makedirs(join(path, name), exist_ok=True)
-        with fs.open(join(path, name, part_name(index) + ".parquet"), "wb") as f:
-            pq.write_table(table, f, compression="zstd")
+        rel = f"{name}/{part_name(index)}.parquet"
+        files[rel] = put_file(fs, join(path, rel), parquet_bytes(table))
     return {"name": part_name(index), "first_id": ids[0], "last_id": ids[-1],
-            "n_images": len(ids)}
+            "n_images": len(ids), "files": files}
 
 
 class StoreWriter:
@@ -196,23 +249,137 @@ class StoreWriter:
             self.fs.rm(self.path, recursive=True)
 
     def finish(self, parts: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
-        """Write the manifest (the store's commit point) and return it."""
+        """Write the manifest (the store's commit point) and return it.
+
+        Its ``files`` lists every other file of the store with its size and SHA-256: the
+        parts' (as their tasks wrote them) and the store's own (read back: they are small).
+        """
+        files: dict[str, dict[str, Any]] = {}
+        entries = []
+        for part in parts:
+            part = dict(part)
+            files.update(part.pop("files", {}))
+            entries.append(part)
+        for rel in self.own_files(fields):
+            files[rel] = file_entry(self.fs.cat_file(join(self.path, rel)))
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": self.kind,
-                    **fields, "parts": parts}
-        with self.fs.open(join(self.path, "manifest.json"), "w") as f:
+                    **fields, "parts": entries, "files": dict(sorted(files.items()))}
+        manifest[SELF_HASH] = manifest_digest(manifest)
+        with self.fs.open(join(self.path, MANIFEST), "w") as f:
             json.dump(manifest, f, indent=1)
         return manifest
 
+    def own_files(self, fields: dict[str, Any]) -> list[str]:
+        """The store's files that belong to no part: the masks group, the training
+        statistics and the image order when present."""
+        names = ["masks/zarr.json"]
+        names += [fields[k] for k in ("train_stats", "image_order") if fields.get(k)]
+        return names
 
-def read_parquet(fs: Any, path: str, columns: list[str] | None = None) -> pa.Table:
-    """A (small) Parquet file in one read: the bytes, then pyarrow without its dataset
-    layer or thread pool (three times faster than ``pq.read_table`` on a store part)."""
-    data = fs.cat_file(path)
-    return pq.ParquetFile(pa.BufferReader(data)).read(columns=columns, use_threads=False)
+
+class Corrupt(StoreError):
+    """A store file that is missing, of the wrong size or hash, or does not decode:
+    ``URL/relative/path: corrupt (...)``."""
+
+    def __init__(self, url: str, rel: str, what: str) -> None:
+        self.url, self.rel, self.what = url, rel, what
+        super().__init__(f"{url}/{rel}: {what}")
+
+    def __reduce__(self) -> tuple:
+        return (Corrupt, (self.url, self.rel, self.what))
+
+
+#: what reading a damaged Parquet file or Zarr chunk raises (pyarrow, zarr, numcodecs and
+#: the crc32c codec share no base class; none of them is raised by sgdask's own code here)
+DECODE_ERRORS = (pa.ArrowException, ValueError, RuntimeError, OSError, KeyError, TypeError,
+                 IndexError, EOFError)
+
+
+def decode_detail(err: BaseException) -> str:
+    return " ".join(f"{type(err).__name__}: {err}".split())[:300]
+
+
+def parquet_table(data: bytes, columns: list[str] | None = None) -> pa.Table:
+    """Parquet bytes as a table, page checksums verified (pyarrow without its dataset layer
+    or thread pool: three times faster than ``pq.read_table`` on a store part)."""
+    return pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True).read(
+        columns=columns, use_threads=False)
+
+
+_WARNED: set[str] = set()
+
+
+def warn_unchecksummed(url: str, version: int) -> None:
+    """Once per store and process: a store written before checksums existed."""
+    if url in _WARNED:
+        return
+    _WARNED.add(url)
+    warnings.warn(f"{url}: store format version {version} carries no checksums, so damage "
+                  "to its files may go unnoticed (convert it again with this sgdask to "
+                  "protect it)", SgdaskWarning, stacklevel=3)
+
+
+def manifest_problem(manifest: Any) -> str | None:
+    """What is wrong with the structure of a parsed manifest (None: nothing): the fields
+    every reader relies on, checked before anything is read through them."""
+    if not isinstance(manifest, dict):
+        return f"not a JSON object but {type(manifest).__name__}"
+    if manifest.get("format") != FORMAT:
+        return f"format {manifest.get('format')!r} (expected {FORMAT!r})"
+    if manifest.get("kind") not in ("gt", "submission"):
+        return f"kind {manifest.get('kind')!r} (expected 'gt' or 'submission')"
+    parts = manifest.get("parts")
+    if not isinstance(parts, list):
+        return "parts: missing or not a list"
+    for i, part in enumerate(parts):
+        if not (isinstance(part, dict) and isinstance(part.get("name"), str)
+                and all(isinstance(part.get(k), str) for k in ("first_id", "last_id"))
+                and isinstance(part.get("n_images"), int)):
+            return f"parts[{i}]: expected name, first_id, last_id and n_images"
+    total = manifest.get("n_images")
+    if isinstance(total, int) and sum(p["n_images"] for p in parts) != total:
+        return f"parts hold {sum(p['n_images'] for p in parts)} images, n_images says {total}"
+    if manifest.get("format_version") >= CHECKSUMMED_VERSION:
+        if manifest.get(SELF_HASH) != manifest_digest(manifest):
+            return f"{SELF_HASH} does not match the manifest's contents"
+        files = manifest.get("files")
+        if not isinstance(files, dict) or not all(
+                isinstance(e, dict) and isinstance(e.get("size"), int)
+                and isinstance(e.get("sha256"), str) for e in files.values()):
+            return "files: missing, or an entry without size and sha256"
+        problem = files_problem(files, {p["name"] for p in parts})
+        if problem is not None:
+            return problem
+    if manifest["kind"] == "gt" and not all(
+            isinstance(manifest.get(k), list)
+            for k in ("thing_classes", "stuff_classes", "predicate_classes")):
+        return "thing_classes, stuff_classes, predicate_classes: missing or not lists"
+    return None
+
+
+def files_problem(files: dict[str, Any], parts: set[str]) -> str | None:
+    """Whether the listed files and the listed parts agree: every part's three tables
+    listed, no file of a part the manifest does not list."""
+    for rel in files:
+        head, _, rest = rel.partition("/")
+        part = rest.split("/")[0].removesuffix(".parquet") if head in (*TABLES, "masks") \
+            else None
+        if part is not None and part != "zarr.json" and part not in parts:
+            return f"files: {rel} belongs to no part listed in parts"
+    for part in sorted(parts):
+        for name in TABLES:
+            if f"{name}/{part}.parquet" not in files:
+                return f"files: {name}/{part}.parquet of {part} is not listed"
+    return None
 
 
 class StoreReader:
-    """Reads a complete store; refuses incomplete ones and ones of the wrong kind."""
+    """Reads a complete store; refuses incomplete ones and ones of the wrong kind.
+
+    Every file read is checked against the manifest's size and SHA-256 (version 3), every
+    Parquet page against its checksum, every mask chunk against its CRC-32C; a missing,
+    damaged or undecodable file is a ``Corrupt`` error naming it.
+    """
 
     def __init__(self, url: str, storage_options: StorageOptions | None = None,
                  kind: str | None = None) -> None:
@@ -224,28 +391,42 @@ class StoreReader:
                              f"(expected a {kind} store)")
         self._masks: zarr.Group | None = None
         self._arrays: dict[str, zarr.Array] = {}
+        self._images: pa.Table | None = None
+        if self.version < CHECKSUMMED_VERSION:
+            warn_unchecksummed(self.url, self.version)
 
     def _read_manifest(self) -> dict[str, Any]:
-        mpath = join(self.path, "manifest.json")
+        mpath = join(self.path, MANIFEST)
         try:
-            with self.fs.open(mpath, "r") as f:
-                manifest = json.load(f)
+            if self.fs.isfile(self.path):
+                raise StoreError(f"{self.url}: {what_file_is(self.fs, self.path)}")
+            raw = self.fs.cat_file(mpath)
         except FileNotFoundError:
             raise StoreError(f"{self.url}: not a complete sgdask store (no manifest.json: "
                              "wrong path, or a conversion that did not finish)") from None
-        except json.JSONDecodeError as err:
-            raise StoreError(f"{self.url}/manifest.json: corrupt ({err})") from err
-        except OSError as err:
-            raise SgdaskError(f"{self.url}: cannot read ({type(err).__name__}: {err})") \
+        except (NotADirectoryError, IsADirectoryError) as err:
+            raise StoreError(f"{self.url}: not a store ({type(err).__name__})") from None
+        except StoreError:
+            raise
+        except Exception as err:  # OSError, botocore, aiohttp...: storage faults share no base
+            raise SgdaskError(f"{self.url}/{MANIFEST}: cannot read ({decode_detail(err)})") \
                 from err
-        version = manifest.get("format_version")
-        if manifest.get("format") != FORMAT or version not in READABLE_VERSIONS:
+        try:
+            manifest = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise Corrupt(self.url, MANIFEST, f"corrupt (not JSON: {err})") from None
+        version = manifest.get("format_version") if isinstance(manifest, dict) else None
+        if isinstance(manifest, dict) and (manifest.get("format") != FORMAT
+                                           or version not in READABLE_VERSIONS):
             newer = isinstance(version, int) and version > FORMAT_VERSION
-            raise StoreError(f"{self.url}/manifest.json: format {manifest.get('format')!r} "
+            raise StoreError(f"{self.url}/{MANIFEST}: format {manifest.get('format')!r} "
                              f"version {version!r} (expected {FORMAT!r} version "
                              f"{' or '.join(map(str, READABLE_VERSIONS))}"
                              + ("; written by a newer sgdask: upgrade sgdask)" if newer
                                 else ")"))
+        problem = manifest_problem(manifest)
+        if problem is not None:
+            raise Corrupt(self.url, MANIFEST, f"corrupt ({problem})")
         return manifest
 
     @property
@@ -253,8 +434,53 @@ class StoreReader:
         return int(self.manifest["format_version"])
 
     @property
+    def checksummed(self) -> bool:
+        return self.version >= CHECKSUMMED_VERSION
+
+    @property
     def parts(self) -> list[dict[str, Any]]:
         return self.manifest["parts"]
+
+    def read_file(self, rel: str) -> bytes:
+        """A store file's bytes, checked against the manifest's size and SHA-256."""
+        if self.checksummed and rel not in self.manifest["files"]:
+            raise Corrupt(self.url, rel, "not listed in the manifest (expected every file "
+                          "of the store to be listed)")
+        try:
+            data = self.fs.cat_file(join(self.path, rel))
+        except FileNotFoundError:
+            raise Corrupt(self.url, rel, "corrupt (missing)") from None
+        except (IsADirectoryError, NotADirectoryError) as err:
+            raise Corrupt(self.url, rel, f"corrupt ({type(err).__name__})") from None
+        except Exception as err:  # OSError, botocore, aiohttp...: storage faults share no base
+            raise SgdaskError(f"{self.url}/{rel}: cannot read "
+                              f"({decode_detail(err)})") from err
+        self.check_bytes(rel, data)
+        return data
+
+    def check_bytes(self, rel: str, data: bytes) -> None:
+        if not self.checksummed:
+            return
+        entry = self.manifest["files"][rel]
+        if len(data) != entry["size"]:
+            raise Corrupt(self.url, rel, f"corrupt (size {len(data)} bytes, the manifest "
+                          f"says {entry['size']})")
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise Corrupt(self.url, rel, "corrupt (SHA-256 differs from the manifest's)")
+
+    def read_table(self, rel: str, columns: list[str] | None = None) -> pa.Table:
+        """A Parquet file of the store, checked (hash, page checksums, columns)."""
+        data = self.read_file(rel)
+        try:
+            table = parquet_table(data, columns)
+        except DECODE_ERRORS as err:
+            raise Corrupt(self.url, rel, f"corrupt (not a readable Parquet file: "
+                          f"{decode_detail(err)})") from None
+        wanted = columns if columns is not None else None
+        if wanted is not None and table.column_names != wanted:
+            raise Corrupt(self.url, rel, f"corrupt (columns {table.column_names}, expected "
+                          f"{wanted})")
+        return table
 
     def table(self, name: str, parts: Iterable[str], ids: list[str] | None = None,
               columns: list[str] | None = None) -> pa.Table:
@@ -262,7 +488,8 @@ class StoreReader:
         ``columns`` must include ``image_id``), only ``columns`` when given."""
         tables = []
         for part in parts:
-            table = read_parquet(self.fs, join(self.path, name, part + ".parquet"), columns)
+            table = self.read_table(f"{name}/{part}.parquet",
+                                    columns if columns is not None else SCHEMAS[name].names)
             if ids is not None:
                 table = table.filter(pa.compute.is_in(table["image_id"],
                                                       value_set=pa.array(ids, pa.string())))
@@ -271,21 +498,93 @@ class StoreReader:
             schema = SCHEMAS[name]
             return (schema if columns is None else pa.schema(
                 [schema.field(c) for c in columns])).empty_table()
-        return pa.concat_tables(tables)
+        try:
+            return pa.concat_tables(tables)
+        except pa.ArrowInvalid as err:
+            raise Corrupt(self.url, f"{name}/", f"corrupt (parts of different schemas: "
+                          f"{decode_detail(err)})") from None
 
     def images(self) -> pa.Table:
-        """The images table of the whole store, with the part each image lives in."""
-        tables = []
-        for part in self.parts:
-            t = self.table("images", [part["name"]])
-            tables.append(t.append_column("part", pa.array([part["name"]] * len(t))))
-        return pa.concat_tables(tables) if tables else IMAGE_SCHEMA.empty_table()
+        """The images table of the whole store, with the part each image lives in (read
+        once per reader)."""
+        if self._images is None:
+            tables = []
+            for part in self.parts:
+                t = self.table("images", [part["name"]])
+                tables.append(t.append_column("part", pa.array([part["name"]] * len(t))))
+            self._images = (pa.concat_tables(tables) if tables
+                            else IMAGE_SCHEMA.empty_table().append_column(
+                                "part", pa.array([], pa.string())))
+        return self._images
+
+    def mask_files(self, array: str) -> list[str]:
+        """Version 3: the files of a part's mask array, as the manifest lists them."""
+        prefix = f"masks/{array}/"
+        return [rel for rel in self.manifest["files"] if rel.startswith(prefix)]
+
+    def open_masks(self, array: str) -> zarr.Array:
+        """A part's mask array: version 3 read whole and checked (every file's hash, then
+        zarr decodes from memory, verifying each chunk's CRC-32C); older versions through
+        zarr's store, after checking that every chunk file exists (zarr would silently
+        read a missing chunk as zeros)."""
+        rel = f"masks/{array}"
+        if array in self._arrays:
+            return self._arrays[array]
+        try:
+            if self.checksummed:
+                files = self.mask_files(array)
+                if f"{rel}/zarr.json" not in files:
+                    raise Corrupt(self.url, f"{rel}/zarr.json", "not listed in the manifest "
+                                  "(expected the mask array of every part with masks)")
+                proto = default_buffer_prototype().buffer
+                contents = {f[len(rel) + 1:]: proto.from_bytes(self.read_file(f))
+                            for f in files}
+                opened = zarr.open_array(MemoryStore(contents, read_only=True), mode="r")
+            else:
+                if self._masks is None:
+                    self._masks = zarr.open_group(
+                        zarr_store(join(self.url, "masks"), self.options), mode="r")
+                opened = self._masks[array]
+                self.check_chunks_exist(array, opened)
+        except StoreError:
+            raise
+        except DECODE_ERRORS as err:
+            raise Corrupt(self.url, rel, f"corrupt (not a readable Zarr array: "
+                          f"{decode_detail(err)})") from None
+        if opened.ndim != 1:
+            raise Corrupt(self.url, rel, f"corrupt ({opened.ndim}-D, expected a 1-D array)")
+        self._arrays[array] = opened
+        return opened
+
+    def check_chunks_exist(self, array: str, opened: zarr.Array) -> None:
+        n_chunks = -(-opened.shape[0] // opened.chunks[0]) if opened.shape[0] else 0
+        for i in range(n_chunks):
+            rel = f"masks/{array}/c/{i}"
+            if not self.fs.exists(join(self.path, rel)):
+                raise Corrupt(self.url, rel, "corrupt (missing)")
 
     def read_masks(self, array: str, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Elements [start, stop) of a part's 1-D mask array (all of it by default)."""
-        if self._masks is None:
-            self._masks = zarr.open_group(zarr_store(join(self.url, "masks"), self.options),
-                                          mode="r")
-        if array not in self._arrays:
-            self._arrays[array] = self._masks[array]
-        return self._arrays[array][start:stop]
+        opened = self.open_masks(array)
+        try:
+            return opened[start:stop]
+        except DECODE_ERRORS as err:
+            raise Corrupt(self.url, f"masks/{array}", f"corrupt (a chunk does not decode: "
+                          f"{decode_detail(err)})") from None
+
+
+def what_file_is(fs: Any, path: str) -> str:
+    """What a file given where a store is expected is, and which command takes it."""
+    name = path.rsplit("/", 1)[-1].lower()
+    with fs.open(path, "rb") as f:
+        head = f.read(8)
+    if head.startswith(b"PK"):
+        return ("is a submission file (ZIP) where a store is expected; convert it first "
+                "with sgdask convert")
+    if name.endswith(".json") or head.lstrip()[:1] in (b"{", b"["):
+        return ("is a JSON file where a store is expected (a submission: convert it first "
+                "with sgdask convert; a psg.json: ingest it with sgdask ingest-gt)")
+    if head.startswith(b"\x89HDF"):
+        return ("is an HDF5 file where a store is expected (Visual Genome: ingest it with "
+                "sgdask ingest-gt)")
+    return "is a file where a store (a directory with manifest.json) is expected"
