@@ -593,7 +593,7 @@ def aggregate(images: list[ImageTerms], protocol: str, aggregation: str, ks: lis
         over_cells = proto.prank_over_cells and name == "PRank"
         metrics[name] = mean_metric(images, name, aggregation, over_cells)
         if (proto.vocabulary_means and aggregation != "image"
-                and name.split("@")[0] in ("mR", "mNgR")):
+                and name.split("@")[0] in ("mR", "mNgR") and name != "mR@inf"):
             assert n_predicates, "the vocabulary size is needed"
             values = predicate_values(images, name, aggregation)
             metrics[name] = sum(values.values(), Fraction(0)) / n_predicates

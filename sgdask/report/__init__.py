@@ -336,7 +336,7 @@ def vocabulary_means(acc: Accumulator, metrics: dict[str, float], settings: Eval
                     "are not the vocabulary-wide means this protocol prints otherwise"]
     occurring = {}
     for name in list(metrics):
-        if name.partition("@")[0] not in VOCABULARY_MEANS:
+        if name.partition("@")[0] not in VOCABULARY_MEANS or name.endswith("@inf"):
             continue
         values = acc.predicate_values(name, settings.aggregation)
         occurring[name] = metrics[name]
