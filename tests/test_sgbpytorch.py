@@ -320,7 +320,8 @@ def test_cli_evaluate_sgbpytorch_equals_the_literal_on_generated_vg(tmp_path):
                        rank_by="triplet", ng_limit=100)
     proc = subprocess.run([sys.executable, "-m", "sgdask", "evaluate", "--gt", str(gt),
                            "--pred", str(pred), "--protocol", "sgbpytorch", "--k", "20,50,100",
-                           "--legacy-metrics", "--out", str(out)],
+                           "--legacy-metrics", "--out", str(out), "--ci", "0.95",
+                           "--resamples", "200"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "metrics.json").read_text())
@@ -340,3 +341,7 @@ def test_cli_evaluate_sgbpytorch_equals_the_literal_on_generated_vg(tmp_path):
     assert report["diagnostics"]["images_missing"] == expected.missing > 0
     assert report["diagnostics"]["images_without_proposals"] == expected.without_proposals
     assert "A@k" in report["left_out"]  # sgdet boxes: no pair accuracy
+    for name in ("mR@50", "mNgR@100"):  # intervals of the vocabulary-wide means
+        low, high = report["intervals"][name]
+        assert low <= report["metrics"][name] <= high, (name, low, high)
+        assert high < report["mean_over_occurring"][name], name
