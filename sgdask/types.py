@@ -145,7 +145,13 @@ class ZeroShot:
         """True for GT triplets whose type never occurs in the training split."""
         keys = self.key(categories[relations[:, 0]], categories[relations[:, 1]],
                         relations[:, 2])
-        return ~np.isin(keys, self.seen)
+        seen = self.seen
+        if len(seen) == 0:
+            return np.ones(len(keys), dtype=bool)
+        if len(seen) > 1 and not bool(np.all(seen[1:] > seen[:-1])):
+            seen = np.unique(seen)  # (hand-built look-ups need not be sorted)
+        pos = np.minimum(np.searchsorted(seen, keys), len(seen) - 1)
+        return seen[pos] != keys  # binary search: no sort of the seen types per image
 
 
 @dataclass
