@@ -15,7 +15,8 @@ Conventions (SPEC 5.4), 0-based classes and predicates (the background removed):
 - the graph list is the model's relation list in order (one predicate per pair); the NG
   list the given one, cut at 100;
 - a prediction hits a GT relation when subject class, object class and predicate are equal
-  and both boxes have IoU >= 0.5;
+  and both boxes have IoU >= 0.5; predicted boxes that are the GT boxes (predcls) are
+  replaced by the clipped GT boxes, as its evaluator does in predcls;
 - R@k, ngR@k: per image ``|union of pred_to_gt[:k]| / |gt_rels|``, mean over images;
   zR@k, ngzR@k: the same over the zero-shot GT rows (types never seen in training), mean
   over the images that have one; mR@k, mNgR@k: per predicate the mean over the images where
@@ -151,6 +152,8 @@ def evaluate(images: list[VGImage], ks: list[int], n_predicates: int,
             continue
         gt_boxes = [clip_to_image(b, image.width, image.height) for b in image.gt_boxes]
         pred_boxes = [[np.float32(v) for v in b] for b in image.pred_boxes]
+        if boxes_are_gt(image):  # predcls: the evaluator puts the (clipped) GT boxes here
+            pred_boxes = gt_boxes
         graph = list(image.graph)
         ng = list(image.ng or [])[:NG_LIMIT]
         pred_to_gt = compute_pred_matches(gt_rels, image.gt_classes, gt_boxes, graph,

@@ -345,3 +345,14 @@ def test_cli_evaluate_sgbpytorch_equals_the_literal_on_generated_vg(tmp_path):
         low, high = report["intervals"][name]
         assert low <= report["metrics"][name] <= high, (name, low, high)
         assert high < report["mean_over_occurring"][name], name
+
+
+def test_predcls_boxes_outside_the_image_are_clipped_like_the_gt():
+    """predcls: the predicted boxes are the stored GT boxes, one reaching far outside the
+    10-pixel-wide image ([0,0,30,9]); its evaluator puts the clipped GT boxes in their place:
+    IoU 1, R@1 = 1 (the raw box against the clipped GT one: 100 / 310, a miss)."""
+    gt_boxes = [[0, 0, 30, 9], [0, 10, 9, 19]]
+    im = image(gt_boxes, [0, 1], [(0, 1, 0)], [list(b) for b in gt_boxes], [0, 1],
+               [(0, 1, 0)], [], size=(20, 10))
+    assert fast_report([im], SGBPYTORCH, "1").metrics["R@1"] == 1.0
+    assert literal.evaluate([im], [1], N_PREDICATES, None).metrics["R@1"] == 1.0
