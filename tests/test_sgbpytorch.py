@@ -319,12 +319,16 @@ def test_cli_evaluate_sgbpytorch_equals_the_literal_on_generated_vg(tmp_path):
     convert_submission(str(vg.submission), str(pred), str(gt), from_scores=str(vg.scores),
                        rank_by="triplet", ng_limit=100)
     proc = subprocess.run([sys.executable, "-m", "sgdask", "evaluate", "--gt", str(gt),
-                           "--pred", str(pred), "--protocol", "sgbpytorch", "--k", "20,50,100",
+                           "--pred", str(pred), "--protocol", "sgbpytorch,multimpo",
+                           "--k", "20,50,100",
                            "--legacy-metrics", "--out", str(out), "--ci", "0.95",
                            "--resamples", "200"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    report = json.loads((out / "metrics.json").read_text())
+    report = json.loads((out / "sgbpytorch" / "metrics.json").read_text())
+    multi = json.loads((out / "multimpo" / "metrics.json").read_text())
+    assert multi["protocol"]["version"] == "2.0"  # one pass, the IoU rules kept apart
+    assert multi["metrics"]["R@50"] != report["metrics"]["R@50"]
     assert report["protocol"]["name"] == "sgbpytorch" and report["protocol"]["version"] == "1"
     import pyarrow.parquet as pq
 
