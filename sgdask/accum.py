@@ -213,7 +213,11 @@ class Accumulator:
             self.diagnostics[key] = self.diagnostics.get(key, 0) + int(value)
 
     def update(self, result: ImageResult) -> None:
-        """Add one image's terms (the plain path; the pipeline adds whole partitions)."""
+        """Add one image's terms (the plain path; the pipeline adds whole partitions); a
+        skipped image adds only its diagnostics."""
+        if result.skipped:
+            self.add_counts(np.empty(0, dtype=np.int64), result.diagnostics)
+            return
         blocks = [Block(name, IMAGE, np.zeros(1, np.int64), np.array([num]), np.array([den]))
                   for name, (num, den) in result.image_terms.items()]
         blocks += [Block(name, RATIO, np.zeros(1, np.int64), np.array([num]), np.array([den]))

@@ -29,11 +29,11 @@ from sgdask.io.sources import FileInput, FileSlice, StoreInput, StoreSlice, open
 from sgdask.io.stats import composition_counts, read_stats, zero_shot_from
 from sgdask.io.store import StoreReader
 from sgdask.io.validate import GTInfo
-from sgdask.kernels.image import image_hits, missing_image_hits
+from sgdask.kernels.image import image_hits, missing_image_hits, without_proposals
 from sgdask.kernels.selection import DEFAULT_KS, KSpec, parse_ks
 from sgdask.metrics import FAMILIES
 from sgdask.metrics.base import IMAGE, Block, Context, Family
-from sgdask.metrics.terms import batch_blocks, inputs_of, with_zero_shot
+from sgdask.metrics.terms import batch_blocks, inputs_of, skipped_diagnostics, with_zero_shot
 from sgdask.protocols import DEFAULT_PROTOCOL, Protocol, get_protocols
 from sgdask.report import EvalSettings, Report, build_report
 from sgdask.report.intervals import CISettings, add_intervals
@@ -101,9 +101,17 @@ class PartitionResult:
     parts_written: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     terms: dict[Key, list[TermTable]] = field(default_factory=dict)
 
-    def add(self, key: Key, hits: list[ImageHits], blocks: list[Block]) -> None:
-        """Add the hits of a partition's images and their term blocks."""
+    def add(self, key: Key, hits: list[ImageHits], blocks: list[Block],
+            skipped: dict[str, int] | None = None) -> None:
+        """Add the hits of a partition's images and their term blocks (``skipped``: the
+        diagnostics of the images the protocol left out)."""
         acc = self.accumulators.setdefault(key, Accumulator())
+        self.images.setdefault(key, [])
+        self.terms.setdefault(key, [])
+        if skipped:
+            acc.add_counts(np.empty(0, dtype=np.int64), skipped)
+        if not hits:
+            return
         acc.add_blocks(blocks)
         acc.add_counts(np.concatenate([h.predicates for h in hits]),
                        image_diagnostics(hits))
@@ -158,11 +166,19 @@ def score_partition(spec: PartitionSpec, job: Job) -> PartitionResult:
         preds = predictions(sub, pred_slice, spec.index, job.storage_options, out)
         shared: list[dict] = [{} for _ in gts]
         for protocol in sub.protocols:
-            hits = [hits_under(gt, preds.get(gt.image_id), protocol, sub, job, cache)
-                    for gt, cache in zip(gts, shared, strict=True)]
+            skipped: dict[str, int] = {}
+            hits = []
+            for gt, cache in zip(gts, shared, strict=True):
+                pred = preds.get(gt.image_id)
+                if without_proposals(pred, protocol):
+                    for name, value in skipped_diagnostics(pred is None).items():
+                        skipped[name] = skipped.get(name, 0) + value
+                    continue
+                hits.append(hits_under(gt, pred, protocol, sub, job, cache))
             inputs = inputs_of(protocol, sub.with_ng, job.zero_shot is not None, job.legacy)
-            out.add((sub.name, protocol.name), hits,
-                    batch_blocks(hits, Context(job.ks), protocol, inputs, job.families))
+            blocks = (batch_blocks(hits, Context(job.ks), protocol, inputs, job.families)
+                      if hits else [])
+            out.add((sub.name, protocol.name), hits, blocks, skipped)
     return out
 
 

@@ -26,6 +26,20 @@ class Protocol:
     mean over all defined (image, predicate) cells (SGBench) instead of following the
     aggregation mode. ``zero_area_boxes_match``: two zero-area boxes of one category match
     (SGBench 1.0.0 divides 0 by 0 and its argmax takes the NaN).
+
+    Scene-Graph-Benchmark.pytorch's conventions (``sgbpytorch``), each a flag of its own:
+    ``box_iou_inclusive``: box IoU in inclusive pixel coordinates (``+1`` on width and
+    height) in float32, as maskrcnn_benchmark's ``boxlist_iou``; ``clip_gt_boxes``: GT
+    boxes clipped to the image (``[0, width - 1] x [0, height - 1]``) before matching;
+    ``keep_duplicate_gt``: GT relations kept as given (duplicates count); ``ng_limit``: the
+    NG list cut at this many entries; ``skip_images_without_proposals``: an image whose
+    graph list is empty, or that the submission lacks, is left out of every metric (and
+    counted); ``mean_over_vocabulary``: mR@k and mNgR@k are printed as the mean over every
+    predicate of the vocabulary, an absent predicate counting 0 (the mean over the
+    occurring predicates stays in the report as a diagnostic); ``pair_accuracy_by_index``:
+    A@k counts predictions whose (subject, object) indices are a GT pair, valid only when
+    every image's predicted boxes are its GT boxes in the same order; ``ng_zero_shot``:
+    report ngzR@k (zero-shot recall of the NG list).
     """
 
     name: str
@@ -36,6 +50,14 @@ class Protocol:
     prank_over_cells: bool
     description: str
     zero_area_boxes_match: bool = False
+    box_iou_inclusive: bool = False
+    clip_gt_boxes: bool = False
+    keep_duplicate_gt: bool = False
+    ng_limit: int | None = None
+    skip_images_without_proposals: bool = False
+    mean_over_vocabulary: bool = False
+    pair_accuracy_by_index: bool = False
+    ng_zero_shot: bool = False
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -64,15 +86,40 @@ SGBENCH = Protocol(
 
 MULTIMPO = Protocol(
     name="multimpo",
-    version="1.0",
+    # 2.0: mR@k and mNgR@k over every predicate of the vocabulary, as OpenPSG prints them
+    # (1.0 averaged the occurring predicates; that mean is now a diagnostic)
+    version="2.0",
     normalization="none",
     matching="triplet",
     missing_counts_in_means=True,
     prank_over_cells=False,
     description="legacy OpenPSG / Neural-MOTIFS: triplet-level matching, duplicates allowed",
+    mean_over_vocabulary=True,
 )
 
-PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (SINGLEMPO, SGBENCH, MULTIMPO)}
+SGBPYTORCH = Protocol(
+    name="sgbpytorch",
+    version="1",
+    normalization="none",
+    matching="triplet",
+    missing_counts_in_means=True,  # (images without proposals are skipped altogether)
+    prank_over_cells=False,
+    description="reproduces Scene-Graph-Benchmark.pytorch (boxes, VG150): triplet-level "
+                "matching with inclusive box IoU, GT clipped to the image, GT duplicates "
+                "kept, images without proposals skipped, NG list cut at 100, mR over the "
+                "vocabulary",
+    box_iou_inclusive=True,
+    clip_gt_boxes=True,
+    keep_duplicate_gt=True,
+    ng_limit=100,
+    skip_images_without_proposals=True,
+    mean_over_vocabulary=True,
+    pair_accuracy_by_index=True,
+    ng_zero_shot=True,
+)
+
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (SINGLEMPO, SGBENCH, MULTIMPO,
+                                                      SGBPYTORCH)}
 DEFAULT_PROTOCOL = SINGLEMPO.name
 
 

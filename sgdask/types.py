@@ -78,7 +78,8 @@ class ImageGT:
     Masks come as ``masks`` (word masks, what the store holds) or, for hand-built inputs, a
     ``label_image`` (instance index + 1 per pixel, 0 = none); ``boxes`` are
     ``[x1, y1, x2, y2]``. ``areas`` (optional) are the masks' pixel counts, stored at ingest
-    so that no evaluation counts them again.
+    so that no evaluation counts them again. ``size``: (height, width) of the image, when
+    known (protocols that clip GT boxes to the image need it).
     """
 
     image_id: str
@@ -88,6 +89,7 @@ class ImageGT:
     label_image: np.ndarray | None = None
     areas: np.ndarray | None = None
     masks: BitMasks | None = None
+    size: tuple[int, int] | None = None
 
     @property
     def n_instances(self) -> int:
@@ -143,7 +145,13 @@ class ZeroShot:
         """True for GT triplets whose type never occurs in the training split."""
         keys = self.key(categories[relations[:, 0]], categories[relations[:, 1]],
                         relations[:, 2])
-        return ~np.isin(keys, self.seen)
+        seen = self.seen
+        if len(seen) == 0:
+            return np.ones(len(keys), dtype=bool)
+        if len(seen) > 1 and not bool(np.all(seen[1:] > seen[:-1])):
+            seen = np.unique(seen)  # (hand-built look-ups need not be sorted)
+        pos = np.minimum(np.searchsorted(seen, keys), len(seen) - 1)
+        return seen[pos] != keys  # binary search: no sort of the seen types per image
 
 
 @dataclass
@@ -196,6 +204,8 @@ class ImageResult:
     ``image_terms``: image-level metrics (``R@20``, ``InstR``...) -> (numerator, denominator);
     ``predicate_terms``: mean metrics (``mR@20``, ``PRank``...) -> predicate -> term;
     ``ratio_terms``: metrics summed over the dataset before dividing (legacy ``A@k``).
+    ``skipped``: left out of every metric by the protocol (an image without relation
+    proposals under ``sgbpytorch``); only its diagnostics count.
     """
 
     image_id: str
@@ -206,3 +216,4 @@ class ImageResult:
     predicate_terms: dict[str, dict[int, Term]] = field(default_factory=dict)
     ratio_terms: dict[str, Term] = field(default_factory=dict)
     diagnostics: dict[str, int] = field(default_factory=dict)
+    skipped: bool = False

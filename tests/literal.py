@@ -28,7 +28,9 @@ followed:
   it is left out of every mean metric (only its image-level zeros count); A@k counts its
   GT triplets (except under multimpo, which has no A@k).
 - Mean metrics average over the predicates that occur (sgbench 1.0.0 prints NaN when one
-  is absent; the SPEC's vocabulary-wide multimpo mean is not built yet, issue 18).
+  is absent), except that multimpo (SPEC 5.3, version 2) prints mR@k and mNgR@k over every
+  predicate of the vocabulary, an absent one counting 0 (not under the ``image``
+  aggregation, which averages each image's predicates).
 - Under the ``image`` aggregation the per-predicate values (table, wIMR) are the
   per-predicate means of ``per_predicate``.
 - wIMR@k weights ``n_c ** tau`` are normalized over the predicates that have an IMR@k
@@ -106,12 +108,13 @@ class Protocol:
     matching: str  # "one_to_one" | "many_to_one" | "triplet"
     missing_in_means: bool  # an image without prediction counts 0 in the mean metrics
     prank_over_cells: bool  # PRank = mean over all (image, predicate) cells
+    vocabulary_means: bool = False  # mR@k, mNgR@k over every predicate of the vocabulary
 
 
 PROTOCOLS = {
     "singlempo": Protocol("singlempo", "singlempo", "one_to_one", True, False),
     "sgbench": Protocol("sgbench", "dedup", "many_to_one", False, True),
-    "multimpo": Protocol("multimpo", "none", "triplet", True, False),
+    "multimpo": Protocol("multimpo", "none", "triplet", True, False, vocabulary_means=True),
 }
 
 
@@ -575,8 +578,11 @@ def weighted_imr(images: list[ImageTerms], k: str, aggregation: str, composition
 
 
 def aggregate(images: list[ImageTerms], protocol: str, aggregation: str, ks: list[str], *,
-              training: Training | None = None, tau: float = 0.5) -> Dataset:
-    """Dataset scores of per-image terms under an aggregation mode (SPEC 7)."""
+              training: Training | None = None, tau: float = 0.5,
+              n_predicates: int | None = None) -> Dataset:
+    """Dataset scores of per-image terms under an aggregation mode (SPEC 7);
+    ``n_predicates``: the size of the predicate vocabulary (protocols that print mR over
+    the vocabulary need it)."""
     proto = PROTOCOLS[protocol]
     metrics: dict[str, Fraction | float] = {}
     for name in sorted({n for image in images for n in image.scalars}):
@@ -586,6 +592,11 @@ def aggregate(images: list[ImageTerms], protocol: str, aggregation: str, ks: lis
     for name in mean_names:
         over_cells = proto.prank_over_cells and name == "PRank"
         metrics[name] = mean_metric(images, name, aggregation, over_cells)
+        if (proto.vocabulary_means and aggregation != "image"
+                and name.split("@")[0] in ("mR", "mNgR") and name != "mR@inf"):
+            assert n_predicates, "the vocabulary size is needed"
+            values = predicate_values(images, name, aggregation)
+            metrics[name] = sum(values.values(), Fraction(0)) / n_predicates
     for name in sorted({n for image in images for n in image.pooled}):
         metrics[name] = Fraction(sum(i.pooled[name][0] for i in images if name in i.pooled),
                                  sum(i.pooled[name][1] for i in images if name in i.pooled))

@@ -117,7 +117,7 @@ def test_dataset_scores_equal_the_literal_aggregation(images, ks, training, with
         assert [s.terms for s in scored] == terms, protocol
         for aggregation in literal.AGGREGATIONS:
             expected = literal.aggregate(terms, protocol, aggregation, ks, training=training,
-                                         tau=tau)
+                                         tau=tau, n_predicates=scenes.N_PREDICATES)
             view = report_view(scored, protocol, aggregation, ks, with_ng=with_ng,
                                training=training, legacy=legacy, tau=tau,
                                n_predicates=scenes.N_PREDICATES, groups=groups)
@@ -143,7 +143,8 @@ def test_pipeline_scores_equal_the_literal_aggregation(client, tmp_path):
             view = views[(protocol, aggregation)]
             assert view.diagnostics["evaluated_images"] == len(images)
             assert view.diagnostics["gt_images_without_relations"] == 1
-            expected = literal.aggregate(terms, protocol, aggregation, ks, training=training)
+            expected = literal.aggregate(terms, protocol, aggregation, ks, training=training,
+                                         n_predicates=scenes.N_PREDICATES)
             assert_same_dataset(expected, terms, view, f"{protocol}/{aggregation}")
     single = views[("singlempo", "per_predicate")]
     for name in ("R@3", "ngR@3", "zR@20", "IMR@3", "wIMR@3", "PRank", "A@3"):

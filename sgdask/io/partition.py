@@ -216,15 +216,16 @@ def load_gt_images(reader: StoreReader, parts: list[str], ids: list[str]) -> Ite
             relations = rows.spo[t:t + rows.n_graph[i]]
             shape = (int(rows.height[i]), int(rows.width[i]))
             if not rows.has_masks[i]:
-                yield ImageGT(image_id, labels, relations, boxes)
+                yield ImageGT(image_id, labels, relations, boxes, size=shape)
                 continue
             areas = rows.area[rows.inst[i]:rows.inst[i + 1]]
             areas = None if np.isnan(areas).any() else areas.astype(np.int64)
             if reader.version == 1:
-                yield ImageGT(image_id, labels, relations, boxes, masks.label_image(i), areas)
+                yield ImageGT(image_id, labels, relations, boxes, masks.label_image(i), areas,
+                              size=shape)
             else:
                 yield ImageGT(image_id, labels, relations, boxes, areas=areas,
-                              masks=masks.of(i, shape))
+                              masks=masks.of(i, shape), size=shape)
 
 
 def load_predictions(reader: StoreReader, parts: list[str], ids: list[str]

@@ -13,24 +13,66 @@ import numpy as np
 
 from sgdask.errors import InstanceMismatch
 from sgdask.kernels.bits import cross_iou
-from sgdask.kernels.hits import NEVER, gt_pair_rows
-from sgdask.kernels.lists import box_iou, deduplicated, mapped_hits, triplet_level_hits
+from sgdask.kernels.hits import NEVER, first_hits_triplet, gt_pair_rows, on_gt_pair
+from sgdask.kernels.lists import (
+    box_iou,
+    clipped_to_image,
+    deduplicated,
+    inclusive_box_iou,
+    mapped_hits,
+    triplet_level_hits,
+)
 from sgdask.kernels.matching import IOU_THRESHOLD, match_many_to_one, match_one_to_one
 from sgdask.kernels.normalize import NormalizedPred, normalize_prediction
 from sgdask.protocols import Protocol
 from sgdask.types import ImageGT, ImageHits, ImagePred
 
 
-def gt_relations(gt: ImageGT) -> np.ndarray:
-    """GT triplets as a set (duplicates removed)."""
-    return deduplicated(np.ascontiguousarray(gt.relations, dtype=np.int64).reshape(-1, 3))
+def gt_relations(gt: ImageGT, keep_duplicates: bool = False) -> np.ndarray:
+    """GT triplets as a set (duplicates removed), or as given (``keep_duplicates``)."""
+    relations = np.ascontiguousarray(gt.relations, dtype=np.int64).reshape(-1, 3)
+    return relations if keep_duplicates else deduplicated(relations)
+
+
+def without_proposals(pred: ImagePred | None, protocol: Protocol) -> bool:
+    """True when the protocol leaves this image out: no prediction or an empty graph list
+    under ``skip_images_without_proposals``."""
+    return protocol.skip_images_without_proposals and (pred is None or len(pred.graph) == 0)
+
+
+def gt_boxes_of(gt: ImageGT, protocol: Protocol) -> np.ndarray:
+    """The GT boxes a protocol matches against (clipped to the image when it says so)."""
+    boxes = np.asarray(gt.boxes, dtype=np.float64).reshape(-1, 4)
+    if protocol.clip_gt_boxes:
+        if gt.size is None:
+            raise InstanceMismatch("the protocol clips GT boxes to the image, but the GT "
+                                   "image has no size")
+        return clipped_to_image(boxes, gt.size).astype(np.float64)
+    return boxes
+
+
+def boxes_are_gt(gt: ImageGT, boxes: np.ndarray | None) -> bool:
+    """True when the predicted boxes are the GT boxes in the same order (as stored or as
+    clipped to the image), to 0.01 pixel: then a predicted index is a GT index
+    (predcls / sgcls), which Scene-Graph-Benchmark.pytorch's pair accuracy assumes."""
+    if boxes is None or gt.boxes is None:
+        return False
+    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    raw = np.asarray(gt.boxes, dtype=np.float64).reshape(-1, 4)
+    if len(boxes) != len(raw):
+        return False
+    candidates = [raw] + ([clipped_to_image(raw, gt.size).astype(np.float64)]
+                          if gt.size is not None else [])
+    return any(bool(np.all(np.abs(boxes - c) <= 0.01)) for c in candidates)
 
 
 def instance_iou(gt: ImageGT, pred: NormalizedPred, match_labels: bool,
-                 zero_area_nan: bool = False) -> np.ndarray:
+                 zero_area_nan: bool = False, protocol: Protocol | None = None) -> np.ndarray:
     """IoU of predicted vs GT instances, 0 for pairs of different categories when
     ``match_labels``: masks when both sides have them, else boxes (``zero_area_nan``:
-    sgbench 1.0.0's NaN for two zero-area boxes, which its argmax then takes)."""
+    sgbench 1.0.0's NaN for two zero-area boxes, which its argmax then takes; a
+    ``protocol`` with ``box_iou_inclusive`` / ``clip_gt_boxes``: maskrcnn_benchmark's box
+    IoU against the clipped GT boxes)."""
     gt_masks = gt.bit_masks()
     pred_labels = np.asarray(pred.labels, dtype=np.int64)
     gt_labels = np.asarray(gt.labels, dtype=np.int64)
@@ -41,6 +83,16 @@ def instance_iou(gt: ImageGT, pred: NormalizedPred, match_labels: bool,
                                 pred_labels, gt_masks.boxes, gt_masks.starts, gt_masks.words,
                                 np.asarray(gt_area, dtype=np.int64), gt_labels, match_labels)
     if pred.boxes is not None and gt.boxes is not None:
+        if protocol is not None and (protocol.box_iou_inclusive or protocol.clip_gt_boxes):
+            gt_boxes = gt_boxes_of(gt, protocol)
+            pred_boxes = np.asarray(pred.boxes, dtype=np.float64).reshape(-1, 4)
+            if protocol.clip_gt_boxes and boxes_are_gt(gt, pred_boxes):
+                pred_boxes = gt_boxes  # predcls: its evaluator scores the clipped GT boxes
+            if protocol.box_iou_inclusive:
+                return inclusive_box_iou(pred_boxes, pred_labels, gt_boxes, gt_labels,
+                                         match_labels)
+            return box_iou(pred_boxes, pred_labels, gt_boxes, gt_labels, match_labels,
+                           zero_area_nan)
         return box_iou(np.asarray(pred.boxes, dtype=np.float64).reshape(-1, 4), pred_labels,
                        np.asarray(gt.boxes, dtype=np.float64).reshape(-1, 4), gt_labels,
                        match_labels, zero_area_nan)
@@ -55,10 +107,10 @@ def shared_iou(gt: ImageGT, norm: NormalizedPred, protocol: Protocol, match_labe
     instances (sgbench, multimpo share it when their box rule is the same)."""
     zero_area = protocol.zero_area_boxes_match
     if shared is None or protocol.normalization == "singlempo":
-        return instance_iou(gt, norm, match_labels, zero_area)
-    key = ("iou", zero_area)
+        return instance_iou(gt, norm, match_labels, zero_area, protocol)
+    key = ("iou", zero_area, protocol.box_iou_inclusive, protocol.clip_gt_boxes)
     if key not in shared:
-        shared[key] = instance_iou(gt, norm, match_labels, zero_area)
+        shared[key] = instance_iou(gt, norm, match_labels, zero_area, protocol)
     return shared[key]
 
 
@@ -69,15 +121,21 @@ def image_hits(gt: ImageGT, pred: ImagePred, protocol: Protocol, with_ng: bool =
     ``shared``: a dict kept across the protocols of one image, so that protocols that
     match the unmerged masks (sgbench, multimpo) compute their IoU against the GT once.
     """
-    relations = gt_relations(gt)
+    relations = gt_relations(gt, protocol.keep_duplicate_gt)
     norm = normalize_prediction(pred, protocol.normalization)
+    if protocol.ng_limit is not None and len(norm.ng) > protocol.ng_limit:
+        norm.ng = np.ascontiguousarray(norm.ng[:protocol.ng_limit])
     iou = shared_iou(gt, norm, protocol, match_labels, shared)
     n_gt = gt.n_instances
+    extra: dict[str, int] = {}
     if protocol.matching == "triplet":
         hit = iou >= IOU_THRESHOLD
         graph_first, pair_first, ng_first, imr_first = triplet_level_hits(
             relations, norm.graph, norm.ng, hit, n_gt, with_ng)
         prank = legacy_first = None
+        if protocol.pair_accuracy_by_index:
+            legacy_first = pairs_by_index_first(relations, norm.graph, hit, n_gt)
+            extra["pred_boxes_not_gt"] = int(not boxes_are_gt(gt, pred.boxes))
         matched = hit.any(axis=0)
         unmatched = int((~hit.any(axis=1)).sum())
     else:
@@ -90,16 +148,27 @@ def image_hits(gt: ImageGT, pred: ImagePred, protocol: Protocol, with_ng: bool =
         unmatched = int((mapping < 0).sum())
     diagnostics = {**norm.diagnostics, "pred_instances": pred.n_instances,
                    "pred_unmatched": unmatched, "gt_instances": n_gt,
-                   "gt_unmatched": n_gt - int(matched.sum())}
+                   "gt_unmatched": n_gt - int(matched.sum()), **extra}
     return ImageHits(gt.image_id, False, relations, np.asarray(gt.labels), matched,
                      graph_first, pair_first, ng_first if with_ng else None,
                      imr_first if with_ng else None, prank if with_ng else None,
                      legacy_first, diagnostics=diagnostics)
 
 
+def pairs_by_index_first(relations: np.ndarray, graph: np.ndarray, hit: np.ndarray,
+                         n_gt: int) -> np.ndarray:
+    """Scene-Graph-Benchmark.pytorch's pair accuracy: the first hit of each GT triplet among
+    the graph entries whose (subject, object) *indices* are a GT pair (a predicted index
+    taken as the GT index of the same number)."""
+    n_pred = hit.shape[0]
+    identity = np.where(np.arange(n_pred) < n_gt, np.arange(n_pred), -1).astype(np.int64)
+    on_pair = on_gt_pair(graph, identity, relations, n_gt)
+    return first_hits_triplet(relations, np.ascontiguousarray(graph[on_pair]), hit, True)
+
+
 def missing_image_hits(gt: ImageGT, protocol: Protocol, with_ng: bool = True) -> ImageHits:
     """An image of the GT without prediction: nothing hits, no PRank value."""
-    relations = gt_relations(gt)
+    relations = gt_relations(gt, protocol.keep_duplicate_gt)
     n_gt = gt.n_instances
     never = np.full(len(relations), NEVER, dtype=np.int64)
     pairs = gt_pair_rows(relations, n_gt)

@@ -155,3 +155,39 @@ def box_iou(pred: np.ndarray, pred_labels: np.ndarray, gt: np.ndarray,
             if union > 0:
                 out[i, j] = inter / union
     return out
+
+
+def inclusive_box_iou(pred: np.ndarray, pred_labels: np.ndarray, gt: np.ndarray,
+                      gt_labels: np.ndarray, match_labels: bool) -> np.ndarray:
+    """IoU (n_pred, n_gt) of [x1, y1, x2, y2] boxes in inclusive pixel coordinates, in
+    maskrcnn_benchmark's arithmetic (``boxlist_iou``: float32, ``+1`` on width and height,
+    intersection sides clamped at 0, ``inter / (area_a + area_b - inter)``); 0 for pairs of
+    different categories when ``match_labels`` and where that division is undefined (its
+    NaN never passes a threshold)."""
+    one, zero = np.float32(1), np.float32(0)
+    p = np.asarray(pred, dtype=np.float32).reshape(-1, 4)
+    g = np.asarray(gt, dtype=np.float32).reshape(-1, 4)
+    area_p = (p[:, 2] - p[:, 0] + one) * (p[:, 3] - p[:, 1] + one)
+    area_g = (g[:, 2] - g[:, 0] + one) * (g[:, 3] - g[:, 1] + one)
+    lt = np.maximum(g[None, :, :2], p[:, None, :2])
+    rb = np.minimum(g[None, :, 2:], p[:, None, 2:])
+    wh = np.maximum(rb - lt + one, zero)
+    inter = wh[:, :, 0] * wh[:, :, 1]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        iou = inter / (area_g[None, :] + area_p[:, None] - inter)
+    iou = np.where(np.isnan(iou), zero, iou).astype(np.float64)
+    if match_labels:
+        same = (np.asarray(pred_labels, dtype=np.int64)[:, None]
+                == np.asarray(gt_labels, dtype=np.int64)[None, :])
+        iou = np.where(same, iou, 0.0)
+    return iou
+
+
+def clipped_to_image(boxes: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Boxes clipped to an image of ``size = (height, width)`` as maskrcnn_benchmark's
+    ``clip_to_image`` does (float32, x in [0, width - 1], y in [0, height - 1])."""
+    height, width = size
+    out = np.asarray(boxes, dtype=np.float32).reshape(-1, 4).copy()
+    out[:, 0::2] = np.clip(out[:, 0::2], np.float32(0), np.float32(width - 1))
+    out[:, 1::2] = np.clip(out[:, 1::2], np.float32(0), np.float32(height - 1))
+    return out

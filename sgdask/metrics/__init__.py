@@ -16,7 +16,7 @@ from fractions import Fraction
 
 from sgdask.kernels.selection import KSpec
 from sgdask.metrics import imr, instances, legacy, pair, prank, recall, zeroshot
-from sgdask.metrics.base import NEEDS, RANK, Family, Metric
+from sgdask.metrics.base import NEEDS, NOT_LISTED, RANK, Family, Metric
 
 FAMILIES: list[Family] = [recall.FAMILY, pair.FAMILY, zeroshot.FAMILY, imr.FAMILY,
                           legacy.FAMILY, instances.FAMILY, prank.FAMILY]
@@ -113,6 +113,8 @@ def left_out(inputs: set[str], values: dict[str, object]) -> dict[str, str]:
     """Metric -> reason, for every registered metric without a value."""
     reasons = {}
     for m in metrics():
+        if any(need in m.needs and need not in inputs for need in NOT_LISTED):
+            continue
         why = available(m, inputs)
         if why is None and m.empty_reason and not any(
                 name.partition("@")[0] == m.prefix for name in values):

@@ -32,9 +32,17 @@ NEEDS = {
     "legacy": "legacy metric, off by default (--legacy-metrics)",
     "ng": "the submission has no ng_triplets (NG list)",
     "mapping": "needs an instance mapping; multimpo matches triplets",
+    "pairs": "needs an instance mapping (or, under sgbpytorch, predicted boxes that are the "
+             "GT boxes in the same order); multimpo matches triplets",
+    "ngz": "not part of this protocol (sgbpytorch reports it)",
     "stats": "no training statistics (the GT has no train_image_ids; give --stats from "
              "`sgdask stats`)",
 }
+
+
+# Inputs whose absence means the metric is not part of the protocol at all: such a metric
+# is not listed under "left out".
+NOT_LISTED = frozenset({"ngz"})
 
 
 @dataclass(frozen=True)

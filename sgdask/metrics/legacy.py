@@ -10,7 +10,7 @@ from sgdask.metrics.base import RATIO, Block, Context, Family, HitsBatch, Metric
 from sgdask.types import ImageHits
 
 METRICS = (Metric("A", RATIO, "legacy pair accuracy (predictions on GT pairs only)",
-                  needs=("legacy", "mapping"),
+                  needs=("legacy", "pairs"),
                   note="A@k is a legacy pair accuracy, not a recall: only predictions on GT "
                        "pairs count, so it is not comparable with R@k"),)
 

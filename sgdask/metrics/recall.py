@@ -22,6 +22,9 @@ from sgdask.metrics.base import (
 from sgdask.types import ImageHits
 
 RANK_BY, TIE_BREAK = "mR@50", "mNgR@50"  # how the leaderboard ranks (SGBench's board)
+# The mean metrics a protocol with ``mean_over_vocabulary`` prints over every predicate of
+# the vocabulary (OpenPSG's and Scene-Graph-Benchmark.pytorch's mR@k and mNgR@k).
+VOCABULARY_MEANS = ("mR", "mNgR")
 METRICS = (
     Metric("R", IMAGE, "recall: GT triplets among the top-k of the graph list", board=("50",)),
     Metric("mR", MEAN, "mean recall: recall per predicate, averaged over predicates",

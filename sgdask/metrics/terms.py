@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sgdask.kernels.image import image_hits, missing_image_hits
+from sgdask.kernels.image import image_hits, missing_image_hits, without_proposals
 from sgdask.kernels.selection import KSpec
 from sgdask.metrics import FAMILIES, available
 from sgdask.metrics.base import MEAN, Block, Context, Family, Terms, batch_of
@@ -26,7 +26,11 @@ def inputs_of(protocol: Protocol, with_ng: bool, has_stats: bool, legacy: bool) 
     if with_ng:
         inputs.add("ng")
     if protocol.matching != "triplet":
-        inputs.add("mapping")
+        inputs.update(("mapping", "pairs"))
+    if protocol.pair_accuracy_by_index:
+        inputs.add("pairs")
+    if protocol.ng_zero_shot:
+        inputs.add("ngz")
     if has_stats:
         inputs.add("stats")
     if legacy:
@@ -129,7 +133,10 @@ def evaluate_image(gt: ImageGT, pred: ImagePred, protocol: Protocol, ks: tuple[K
                    with_ng: bool = True, zero_shot: ZeroShot | None = None,
                    legacy: bool = False, match_labels: bool = True) -> ImageResult:
     """Every metric term of one image under one protocol (``match_labels=False``: a
-    prediction may match a GT instance of another category, SPEC section 4)."""
+    prediction may match a GT instance of another category, SPEC section 4). An image the
+    protocol leaves out (no relation proposals) gives a ``skipped`` result."""
+    if without_proposals(pred, protocol):
+        return skipped_result(gt, missing=False)
     hits = with_zero_shot(image_hits(gt, pred, protocol, with_ng, match_labels), zero_shot)
     inputs = inputs_of(protocol, with_ng, zero_shot is not None, legacy)
     return image_result(hits, Context(ks), protocol, inputs)
@@ -141,8 +148,23 @@ def missing_image_result(gt: ImageGT, protocol: Protocol, ks: tuple[KSpec, ...],
     """An image of the GT without prediction: 0 on every recall and InstR, no PRank.
 
     Under protocols that leave such images out of the mean metrics (SGBench), only the
-    image-level zeros are recorded.
+    image-level zeros are recorded; under protocols that skip images without proposals it
+    is skipped (and counted).
     """
+    if protocol.skip_images_without_proposals:
+        return skipped_result(gt, missing=True)
     hits = with_zero_shot(missing_image_hits(gt, protocol, with_ng), zero_shot)
     inputs = inputs_of(protocol, with_ng, zero_shot is not None, legacy)
     return image_result(hits, Context(ks), protocol, inputs)
+
+
+def skipped_diagnostics(missing: bool) -> dict[str, int]:
+    """What an image left out for lack of relation proposals adds to the diagnostics."""
+    return {"images_skipped": 1, "images_missing": int(missing),
+            "images_without_proposals": int(not missing)}
+
+
+def skipped_result(gt: ImageGT, missing: bool) -> ImageResult:
+    """An image left out of every metric: only its diagnostics count."""
+    return ImageResult(gt.image_id, missing, len(gt.relations),
+                       diagnostics=skipped_diagnostics(missing), skipped=True)

@@ -27,6 +27,7 @@ from sgdask.metrics import (
     metrics as registered,
 )
 from sgdask.metrics.base import DERIVED, Context, Finals
+from sgdask.metrics.recall import VOCABULARY_MEANS
 from sgdask.metrics.terms import inputs_of
 from sgdask.protocols import Protocol
 from sgdask.stats.table import TermTable
@@ -44,7 +45,9 @@ class Report:
     (``sgdask.metrics``: display RANK, lower is better). ``terms``: the per-image terms
     (``per_image_terms.parquet``; None in reports written before they were kept).
     ``intervals``: metric -> [low, high] bootstrap interval, with ``ci`` its settings
-    (``evaluate --ci``; None without).
+    (``evaluate --ci``; None without). ``mean_over_occurring``: under a protocol that prints
+    mR@k / mNgR@k over every predicate of the vocabulary, their means over the predicates
+    that occur in the evaluated GT (a diagnostic; empty otherwise).
     """
 
     protocol: dict[str, Any]
@@ -60,6 +63,7 @@ class Report:
     options: dict[str, Any] = field(default_factory=dict)
     intervals: dict[str, list[float]] | None = None
     ci: dict[str, Any] | None = None
+    mean_over_occurring: dict[str, float] = field(default_factory=dict)
     terms: TermTable | None = field(default=None, compare=False, repr=False)
 
     def summary(self) -> dict[str, Any]:
@@ -285,6 +289,15 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     names = gt_manifest.get("predicate_classes", [])
     notes = []
     absent = len(names) - len(acc.gt_per_predicate)
+    occurring, vocabulary_notes = vocabulary_means(acc, metrics, settings, len(names), absent)
+    notes += vocabulary_notes
+    reasons = left_out(settings.inputs, metrics)
+    not_gt = acc.diagnostics.get("pred_boxes_not_gt", 0)
+    if protocol.pair_accuracy_by_index and not_gt:
+        metrics = {n: v for n, v in metrics.items() if n.partition("@")[0] != "A"}
+        reasons["A@k"] = (f"the predicted boxes of {not_gt} image(s) are not their GT boxes "
+                          "in the same order (sgdet): the pair accuracy of "
+                          "Scene-Graph-Benchmark.pytorch assumes they are (predcls, sgcls)")
     if protocol.name == "sgbench" and absent > 0:
         notes.append(f"{absent} predicate class(es) never occur in the evaluated GT: "
                      "sgbench 1.0.0 prints NaN for mR@k then; sgdask averages over the "
@@ -295,6 +308,8 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     notes += [m.note for m in registered() if m.note and any(
         metric_of(name) is m for name in metrics)]
     diagnostics = {**counts, **{k: v for k, v in acc.diagnostics.items() if k != "images"}}
+    if protocol.mean_over_vocabulary and names:
+        diagnostics["predicates_absent"] = max(absent, 0)
     provenance = {"sgdask_version": __version__,
                   "gt": {"source": gt_manifest.get("source"),
                          "content_hash": gt_manifest.get("content_hash")},
@@ -304,6 +319,32 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                   ks=[k.label for k in settings.ks], metrics=metrics,
                   per_predicate=predicate_table(acc, names, settings.aggregation),
                   per_image=uniform_rows(images, acc.image_metric_names()),
-                  diagnostics=diagnostics, left_out=left_out(settings.inputs, metrics),
+                  diagnostics=diagnostics, left_out=reasons,
                   notes=notes, provenance=provenance, options=settings.options(),
-                  terms=terms)
+                  mean_over_occurring=occurring, terms=terms)
+
+
+def vocabulary_means(acc: Accumulator, metrics: dict[str, float], settings: EvalSettings,
+                     n_vocabulary: int, absent: int) -> tuple[dict[str, float], list[str]]:
+    """Under a protocol with ``mean_over_vocabulary``: mR@k and mNgR@k in ``metrics``
+    replaced (in place) by the mean over every predicate of the vocabulary (an absent one
+    counts 0); returns the replaced means over the occurring predicates and the notes."""
+    if not settings.protocol.mean_over_vocabulary or not n_vocabulary:
+        return {}, []
+    if settings.aggregation == "image":
+        return {}, ["--aggregation image averages each image's predicates: mR@k and mNgR@k "
+                    "are not the vocabulary-wide means this protocol prints otherwise"]
+    occurring = {}
+    for name in list(metrics):
+        if name.partition("@")[0] not in VOCABULARY_MEANS or name.endswith("@inf"):
+            continue
+        values = acc.predicate_values(name, settings.aggregation)
+        occurring[name] = metrics[name]
+        metrics[name] = float(sum(values.values(), Fraction(0)) / n_vocabulary)
+    if not occurring:
+        return {}, []
+    return occurring, [
+        f"mR@k and mNgR@k are means over all {n_vocabulary} predicates of the vocabulary, "
+        f"{max(absent, 0)} of them absent from the evaluated GT (counted 0), as the legacy "
+        "tools print them; the means over the occurring predicates are under "
+        "mean_over_occurring"]

@@ -15,6 +15,7 @@ from sgdask.errors import SgdaskError
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import FAMILIES, metric_of
 from sgdask.metrics.base import DERIVED, Context, Finals
+from sgdask.metrics.recall import VOCABULARY_MEANS
 from sgdask.report import Report
 from sgdask.stats.bootstrap import Derive, Mapper, PredicateValues, Scoring, bootstrap
 
@@ -52,16 +53,25 @@ def tokens(spec: str | None) -> list[str]:
 def scoring_of(report: Report, composition: dict[int, int] | None,
                aggregation: str | None = None) -> Scoring:
     """How the report's terms turn into its metrics: its aggregation (or ``aggregation``),
-    the mean metrics its protocol takes over all cells, and the derived metrics it has
-    (needs the GT's training compositions; None: derived metrics get no interval)."""
+    the mean metrics its protocol takes over all cells, the derived metrics it has
+    (needs the GT's training compositions; None: derived metrics get no interval), and
+    the mean metrics its protocol prints over the predicate vocabulary."""
     names = report.terms.names if report.terms is not None else list(report.metrics)
     over_cells = set()
     for name in names:
         metric = metric_of(name)
         if metric and metric.over_cells_flag and report.protocol.get(metric.over_cells_flag):
             over_cells.add(name)
-    return Scoring(aggregation or report.aggregation, frozenset(over_cells),
-                   derivation(report, composition))
+    mode = aggregation or report.aggregation
+    vocabulary = frozenset()
+    n_vocabulary = 0
+    if report.protocol.get("mean_over_vocabulary") and mode != "image":
+        vocabulary = frozenset(n for n in names if n.partition("@")[0] in VOCABULARY_MEANS
+                               and not n.endswith("@inf"))
+        n_vocabulary = len(report.per_predicate) + report.diagnostics.get(
+            "predicates_absent", 0)
+    return Scoring(mode, frozenset(over_cells), derivation(report, composition),
+                   vocabulary, n_vocabulary)
 
 
 def derivation(report: Report, composition: dict[int, int] | None) -> Derive | None:

@@ -47,11 +47,15 @@ METHOD = "percentile"
 class Scoring:
     """How terms become values: the aggregation mode, the mean metrics taken over all
     (image, predicate) cells instead (sgbench's PRank), and the derived metrics (a function
-    of per-predicate values, e.g. wIMR; None: no derived metric)."""
+    of per-predicate values, e.g. wIMR; None: no derived metric); ``vocabulary_means``: mean
+    metrics whose value is the sum of their per-predicate values over ``n_vocabulary``
+    (absent predicates count 0: multimpo's and sgbpytorch's printed mR)."""
 
     aggregation: str = "per_predicate"
     over_cells: frozenset[str] = frozenset()
     derive: Derive | None = None
+    vocabulary_means: frozenset[str] = frozenset()
+    n_vocabulary: int = 0
 
 
 @dataclass
@@ -61,7 +65,9 @@ class Layout:
     ``scalar[name] = (top, bottom)``: value = sum[top] / sum[bottom]. ``predicates[name] =
     (ids, tops, bottoms)``: per predicate value = sum[top] / sum[bottom]. ``averaged``:
     mean metrics whose value is the mean of their per-predicate values; ``image_means``:
-    mean metrics whose value is the mean over images of per-image means (``image`` mode).
+    mean metrics whose value is the mean over images of per-image means (``image`` mode);
+    ``vocabulary``: averaged metrics printed over the predicate vocabulary, with the factor
+    (occurring predicates / vocabulary) their mean is scaled by.
     """
 
     aggregation: str
@@ -71,6 +77,7 @@ class Layout:
         default_factory=dict)
     averaged: list[str] = field(default_factory=list)
     image_means: set[str] = field(default_factory=set)
+    vocabulary: dict[str, float] = field(default_factory=dict)
 
     def columns(self, n: int) -> np.ndarray:
         first = self.n_columns
@@ -98,6 +105,8 @@ def layout_of(tables: Sequence[TermTable], names: Sequence[str], scoring: Scorin
                     layout.image_means.add(name)
             else:
                 layout.averaged.append(name)
+                if name in scoring.vocabulary_means and scoring.n_vocabulary:
+                    layout.vocabulary[name] = len(ids) / scoring.n_vocabulary
     return layout
 
 
@@ -232,6 +241,8 @@ def finalize(layout: Layout, sums: np.ndarray, derive: Derive | None = None,
             values = per_predicate[name][1]
             metrics[name] = np.nanmean(values, axis=0) if len(values) \
                 else np.full(sums.shape[1], np.nan)
+            if name in layout.vocabulary:
+                metrics[name] = metrics[name] * layout.vocabulary[name]
     if derive is not None and derived:
         metrics.update(derived_values(per_predicate, derive, derived, sums.shape[1]))
     return Values(metrics, per_predicate)

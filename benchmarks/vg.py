@@ -1,0 +1,173 @@
+"""The VG row of ``make bench``: ``sgbpytorch`` on a VG150-sized generated box benchmark.
+
+``python -m benchmarks.vg [--images 26446] [--workers 2] [--repeats 1]``
+
+A generated dataset of VG150 test's size (``sgdask.synth_vg``: ~11.5 boxes and ~6
+relations per GT image, 80 predicted boxes and 100 scored pairs per image), ingested and
+converted by triplet score with the NG list cut at 100 (once, cached, not measured: a
+benchmark host does both once), then:
+
+- R: the reference, ``benchmarks._sgb_reference``: a single process written the way
+  Scene-Graph-Benchmark.pytorch's evaluator is (a Python loop over images, numpy per image);
+- B: ``sgdask`` ``sgbpytorch`` from the stores on a LocalCluster of ``--workers`` workers
+  (``benchmarks._evaluate``: wall includes starting the cluster).
+
+Every metric of R must equal B's to 1e-9. Targets (issue 18): B >= 10x R's wall, and B
+under 20 s wall on 2 cores. Writes ``results/vg.md`` and ``results/vg.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import sgdask.synth_vg
+from benchmarks import machine
+from benchmarks.dataset import COMPLETE, files_hash, is_store, package_hash, prune
+from benchmarks.measure import Measurement, classify, run_measured
+from benchmarks.run import last_json, python
+from sgdask.io.ingest import convert_submission, ingest_vg
+from sgdask.synth_vg import vg_synth_paths, write_vg_dataset
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+VG150_TEST = 26446
+COMPARED = ("R", "ngR", "zR", "ngzR", "mR", "mNgR")
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def prepare(cache: Path, n_images: int, seed: int) -> tuple[Path, Path]:
+    """GT and submission stores of the generated dataset (made once, cached)."""
+    synth = files_hash([Path(sgdask.synth_vg.__file__)])
+    root = cache / f"vg-{n_images}-seed{seed}-synth{synth}"
+    prune(cache, f"vg-{n_images}-seed{seed}-synth*", [root], log)
+    raw = root / "raw"
+    if not (raw / COMPLETE).exists():
+        log(f"generating {n_images} VG150-shaped images into {raw} (once; cached)")
+        write_vg_dataset(raw, n_test=n_images, seed=seed, missing_fraction=0.002,
+                         no_pairs_fraction=0.002)
+        (raw / COMPLETE).touch()
+    paths = vg_synth_paths(raw)
+    suffix = package_hash()
+    gt, pred = root / f"gt-{suffix}.store", root / f"pred-{suffix}.store"
+    prune(root, "*.store", [gt, pred], log)
+    if not is_store(gt):
+        log(f"ingesting the GT into {gt} (once; not measured)")
+        ingest_vg(str(paths.h5), str(gt), str(paths.dicts), str(paths.image_data),
+                  overwrite=True)
+    if not is_store(pred):
+        log(f"converting the submission by triplet score into {pred} (once; not measured)")
+        convert_submission(str(paths.submission), str(pred), str(gt),
+                           from_scores=str(paths.scores), rank_by="triplet", ng_limit=100,
+                           overwrite=True)
+    return gt, pred
+
+
+def run_reference(gt: Path, pred: Path, interval: float) -> Measurement:
+    argv = python("-m", "benchmarks._sgb_reference", "--gt", str(gt), "--pred", str(pred))
+    m = run_measured("R Scene-Graph-Benchmark.pytorch rules, 1 process", argv, ROOT, interval)
+    m.extra.update(last_json(m.stdout))
+    m.extra["work_s"] = m.extra["evaluate_s"]
+    return m
+
+
+def run_sgdask(gt: Path, pred: Path, workers: int, interval: float) -> Measurement:
+    argv = python("-m", "benchmarks._evaluate", "--gt", str(gt), "--pred", str(pred),
+                  "--protocol", "sgbpytorch", "--workers", str(workers))
+    m = run_measured(f"B sgdask sgbpytorch, {workers} worker(s)", argv, ROOT, interval)
+    result = last_json(m.stdout)
+    classify(m.processes, m.processes[0].pid, set(result["worker_pids"]))
+    m.extra.update(work_s=result["evaluate_s"], cluster_start_s=result["cluster_start_s"],
+                   metrics=result["metrics"], diagnostics=result["diagnostics"])
+    return m
+
+
+def agreement(reference: dict[str, float], fast: dict[str, float]) -> dict[str, Any]:
+    names = sorted(n for n in reference if n.partition("@")[0] in COMPARED)
+    worst = max((abs(reference[n] - fast[n]) for n in names if n in fast), default=0.0)
+    missing = [n for n in names if n not in fast]
+    return {"metrics": len(names), "max_abs_difference": worst, "missing": missing,
+            "agree": not missing and worst <= 1e-9}
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def render(n_images: int, rows: list[dict[str, Any]], agree: dict[str, Any],
+           targets: list[tuple[str, str, bool]], env: dict[str, Any]) -> str:
+    lines = [f"# VG row: `sgbpytorch` on {n_images} generated VG150-shaped images", "",
+             f"Machine: {env.get('cpu', '?')}, {env.get('cores', '?')} core(s); load "
+             f"average at start {env.get('load', '?')} (other users share the cores).", "",
+             "| config | runs | wall s (median) | work s (median) | CPU s | img/s (wall) "
+             "| R/x wall |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['label']} | {r['runs']} | {r['wall']:.2f} | {r['work']:.2f} | "
+              f"{r['cpu']:.1f} | {r['rate']:.1f} | {r['ratio']:.1f}x |" for r in rows]
+    lines += ["", f"Agreement: {agree['metrics']} metrics (R, ngR, zR, ngzR, mR, mNgR at "
+              f"20/50/100), max |difference| {agree['max_abs_difference']:.3g}"
+              + (f", missing in sgdask: {agree['missing']}" if agree["missing"] else ""),
+              "", "| target | measured | met |", "|---|---|---|"]
+    lines += [f"| {name} | {measured} | {'yes' if met else '**no**'} |"
+              for name, measured, met in targets]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.vg")
+    parser.add_argument("--images", type=int, default=VG150_TEST)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache", type=Path, default=BENCH / "cache")
+    parser.add_argument("--results", type=Path, default=BENCH / "results")
+    parser.add_argument("--interval", type=float, default=0.1)
+    args = parser.parse_args(argv)
+    args.cache.mkdir(parents=True, exist_ok=True)
+    gt, pred = prepare(args.cache, args.images, args.seed)
+    env = {"cpu": machine.cpu_model(), "cores": machine.usable_cores(),
+           "load": " ".join(f"{x:.1f}" for x in os.getloadavg())}
+    refs, fasts = [], []
+    for i in range(args.repeats):
+        log(f"run {i + 1}/{args.repeats}: reference")
+        refs.append(run_reference(gt, pred, args.interval))
+        log(f"run {i + 1}/{args.repeats}: sgdask")
+        fasts.append(run_sgdask(gt, pred, args.workers, args.interval))
+    agree = agreement(refs[0].extra["metrics"], fasts[0].extra["metrics"])
+    ref_wall = median([m.wall_s for m in refs])
+    rows = []
+    for series in (refs, fasts):
+        wall = median([m.wall_s for m in series])
+        rows.append({"label": series[0].label, "runs": len(series), "wall": wall,
+                     "work": median([m.extra["work_s"] for m in series]),
+                     "cpu": median([m.cpu_s for m in series]),
+                     "rate": args.images / wall, "ratio": ref_wall / wall})
+    fast_wall = rows[1]["wall"]
+    targets = [("B >= 10x faster than R (median wall)", f"{ref_wall / fast_wall:.1f}x",
+                ref_wall / fast_wall >= 10),
+               (f"B under 20 s wall on {args.workers} cores", f"{fast_wall:.1f} s",
+                fast_wall < 20),
+               ("every compared metric agrees to 1e-9",
+                f"max {agree['max_abs_difference']:.3g}", agree["agree"])]
+    text = render(args.images, rows, agree, targets, env)
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "vg.md").write_text(text)
+    (args.results / "vg.json").write_text(json.dumps({
+        "images": args.images, "rows": rows, "agreement": agree,
+        "targets": [{"name": n, "measured": m, "met": ok} for n, m, ok in targets],
+        "runs": [m.summary() for m in refs + fasts], "env": env}, indent=1))
+    print(text)
+    return 0 if agree["agree"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
