@@ -5,6 +5,8 @@ PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed-stamp
 DEMO   ?= demo-data
 IMAGES ?= 200
+# pytest-xdist processes for `make test` (test files are spread over them; 1 = serial)
+TEST_WORKERS ?= 2
 # Material for MkDocs prints a banner about MkDocs 2 on every build; the build is the same.
 MKDOCS  = NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs
 # resolved on Python 3.11 (CI's); on another Python, `make lock` first
@@ -27,7 +29,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(MKDOCS) build --strict --quiet
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
