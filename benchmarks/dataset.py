@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 import sgdask
 import sgdask.synth
 from sgdask.io.ingest import convert_submission, ingest_gt
+from sgdask.io.store import MANIFEST, SELF_HASH, file_entry, manifest_digest
 from sgdask.synth import SynthPaths, synth_paths, write_dataset
 
 Log = Callable[[str], None]
@@ -141,19 +142,22 @@ def rotated_graph_lists(table: pa.Table, shift: int) -> pa.Table:
 
 
 def perturbed_store(pred: Path, out: Path, shift: int) -> None:
-    """A copy of the submission store whose graph lists are rotated (``shift``)."""
+    """A copy of the submission store whose graph lists are rotated (``shift``), with its
+    manifest's file hashes and self-hash brought up to date (a store sgdask would write)."""
     if is_store(out):
         return
     shutil.rmtree(out, ignore_errors=True)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(pred, tmp)
+    manifest = json.loads((tmp / MANIFEST).read_text())
     for part in sorted((tmp / "triplets").glob("*.parquet")):
         pq.write_table(rotated_graph_lists(pq.read_table(part), shift), part,
-                       compression="zstd")
-    manifest = json.loads((tmp / "manifest.json").read_text())
+                       compression="zstd", write_page_checksum=True)
+        manifest["files"][f"triplets/{part.name}"] = file_entry(part.read_bytes())
     manifest["content_hash"] += f"+rotated{shift}"
-    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    manifest[SELF_HASH] = manifest_digest(manifest)
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     tmp.rename(out)
 
 
