@@ -204,12 +204,7 @@ def run_phases(ds: Dataset, interval: float) -> Measurement:
 
 
 def run_ci_cost(ds: Dataset, workers: int, interval: float) -> Measurement:
-    argv = python("-m", "benchmarks._ci_cost", "--gt", str(ds.gt_store), "--pred",
-                  str(ds.pred_store), "--workers", str(workers))
-    m = run_measured(f"intervals w{workers}", argv, ROOT, interval)
-    m.extra.update(last_json(m.stdout))
-    m.extra["work_s"] = m.extra["evaluate_s"]
-    return m
+    return run_store_helper("_ci_cost", f"intervals w{workers}", ds, workers, interval)
 
 
 def results_dir(ds: Dataset) -> Path:
@@ -260,9 +255,16 @@ def run_evaluator_cost(ds: Dataset, interval: float) -> Measurement:
 
 
 def run_trust_cost(ds: Dataset, workers: int, interval: float) -> Measurement:
-    argv = python("-m", "benchmarks._trust_cost", "--gt", str(ds.gt_store), "--pred",
+    return run_store_helper("_trust_cost", f"trust w{workers}", ds, workers, interval)
+
+
+def run_store_helper(module: str, label: str, ds: Dataset, workers: int, interval: float
+                     ) -> Measurement:
+    """A ``benchmarks.<module>`` run on the two stores that evaluates, then measures its
+    extra work and prints it as one JSON line (``evaluate_s`` is its work time)."""
+    argv = python("-m", f"benchmarks.{module}", "--gt", str(ds.gt_store), "--pred",
                   str(ds.pred_store), "--workers", str(workers))
-    m = run_measured(f"trust w{workers}", argv, ROOT, interval)
+    m = run_measured(label, argv, ROOT, interval)
     m.extra.update(last_json(m.stdout))
     m.extra["work_s"] = m.extra["evaluate_s"]
     return m

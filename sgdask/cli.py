@@ -54,6 +54,7 @@ InProcess = Annotated[bool, typer.Option(
 Workers = Annotated[int | None, typer.Option(
     "--workers", min=1, help="workers of the local Dask cluster (default: the cores this "
     "process may use)")]
+Aggregation = Annotated[str, typer.Option(help="per_predicate, pooled or image")]
 CacheDir = Annotated[str | None, typer.Option(
     "--cache-dir", help="where GT stores ingested from psg.json are cached "
     "(default: $XDG_CACHE_HOME/sgdask, i.e. ~/.cache/sgdask)")]
@@ -425,8 +426,7 @@ def evaluate(gt: Annotated[str, typer.Option(
              = DEFAULT_PROTOCOL,
              k: Annotated[str, typer.Option("--k", help="ks: integers and relative xF")]
              = DEFAULT_KS,
-             aggregation: Annotated[str, typer.Option(
-                 help="per_predicate, pooled or image")] = "per_predicate",
+             aggregation: Aggregation = "per_predicate",
              partition_size: Annotated[int | None, typer.Option(
                  help="images per Dask task (default: one task per GT store part)")]
              = DEFAULT_PARTITION_SIZE,
@@ -563,8 +563,7 @@ def compare(gt: Annotated[str, typer.Option(
             = None,
             k: Annotated[str, typer.Option("--k", help="ks of stores evaluated here")]
             = DEFAULT_KS,
-            aggregation: Annotated[str, typer.Option(
-                help="per_predicate, pooled or image")] = "per_predicate",
+            aggregation: Aggregation = "per_predicate",
             stats: Annotated[str | None, typer.Option(
                 help="training statistics (default: the GT store's)")] = None,
             partition_size: Annotated[int | None, typer.Option(
