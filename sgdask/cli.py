@@ -869,9 +869,13 @@ def tokens_revoke(file: Annotated[Path, typer.Argument(help="tokens file")],
 
 def quiet_dask_logs() -> None:
     """Task failures are reported once, as sgdask's one-line error: keep Dask's own logs
-    (with their tracebacks) out of the terminal, here and in worker processes we start."""
+    (with their tracebacks) out of the terminal, here and in worker processes we start.
+    asyncio's and tornado's loggers too: a comm close that times out on a loaded machine
+    while the cluster shuts down after a failure would otherwise print its traceback
+    ("TimeoutError: Timeout") after sgdask's own message."""
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    for name in ("distributed", "asyncio", "tornado"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def one_line(text: str) -> str:

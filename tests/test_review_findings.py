@@ -181,7 +181,8 @@ def test_kernel_bug_is_an_internal_error(stores, tmp_path):
     proc = sgdask("evaluate", "--gt", stores.gt, "--pred", stores.pred, env=env)
     assert proc.returncode == 1, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
-    assert line.startswith("sgdask: internal error: ValueError: simulated kernel bug")
+    assert line.startswith("sgdask: internal error: ValueError: simulated kernel bug"), \
+        proc.stderr
     assert "--debug" in line
     debug = sgdask("evaluate", "--gt", stores.gt, "--pred", stores.pred, "--debug", env=env)
     assert debug.returncode == 1
