@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from math import gcd
+from math import gcd, prod
 
 import numpy as np
 
@@ -90,15 +90,29 @@ class KeyedSums:
 
 
 def compacted(keys: np.ndarray, values: np.ndarray) -> KeyedSums:
+    """Rows with equal keys summed, keys sorted (lexicographically) and unique."""
     if len(keys) == 0:
         return KeyedSums(keys.shape[1], values.shape[1], keys, values)
-    order = np.lexsort(keys.T[::-1])
+    order = sort_order(keys)
     keys, values = keys[order], values[order]
     new = np.ones(len(keys), dtype=bool)
     new[1:] = (keys[1:] != keys[:-1]).any(axis=1)
     starts = np.flatnonzero(new)
     return KeyedSums(keys.shape[1], values.shape[1], keys[starts],
                      np.add.reduceat(values, starts, axis=0))
+
+
+def sort_order(keys: np.ndarray) -> np.ndarray:
+    """An order sorting the rows of ``keys`` lexicographically (equal rows in any order):
+    one argsort of the rows packed into one int64 when their ranges allow, else lexsort."""
+    low, high = keys.min(axis=0), keys.max(axis=0)
+    spans = [h - lo + 1 for lo, h in zip(low.tolist(), high.tolist(), strict=True)]
+    if prod(spans) >= 1 << 62:
+        return np.lexsort(keys.T[::-1])
+    packed = keys[:, 0] - low[0]
+    for col in range(1, keys.shape[1]):
+        packed = packed * spans[col] + (keys[:, col] - low[col])
+    return np.argsort(packed)
 
 
 def cat(arrays: tuple[np.ndarray, ...]) -> np.ndarray:

@@ -138,6 +138,13 @@ class ZeroShot:
     n_classes: int
     n_predicates: int
 
+    def __post_init__(self) -> None:
+        # sorted and unique once here, so that flags() (per image) is a binary search only
+        seen = np.asarray(self.seen, dtype=np.int64)
+        if len(seen) > 1 and not bool(np.all(seen[1:] > seen[:-1])):
+            seen = np.unique(seen)  # (hand-built look-ups need not be sorted)
+        object.__setattr__(self, "seen", seen)
+
     def key(self, subj_cat: np.ndarray, obj_cat: np.ndarray, pred: np.ndarray) -> np.ndarray:
         return (subj_cat * self.n_classes + obj_cat) * self.n_predicates + pred
 
@@ -148,8 +155,6 @@ class ZeroShot:
         seen = self.seen
         if len(seen) == 0:
             return np.ones(len(keys), dtype=bool)
-        if len(seen) > 1 and not bool(np.all(seen[1:] > seen[:-1])):
-            seen = np.unique(seen)  # (hand-built look-ups need not be sorted)
         pos = np.minimum(np.searchsorted(seen, keys), len(seen) - 1)
         return seen[pos] != keys  # binary search: no sort of the seen types per image
 

@@ -11,8 +11,10 @@ import itertools
 from fractions import Fraction
 
 import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
 
-from sgdask.accum import AGGREGATIONS, Accumulator, RationalSum
+from sgdask.accum import AGGREGATIONS, Accumulator, RationalSum, compacted
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.terms import evaluate_image, missing_image_result
 from sgdask.protocols import SGBENCH, SINGLEMPO, Protocol
@@ -271,3 +273,23 @@ def test_rational_sum_mixed_terms_and_merge():
     assert b.merged(a).total() == merged.total()
     assert RationalSum().mean() is None
     assert RationalSum().total() == 0
+
+
+@given(st.lists(st.tuples(st.integers(-2**62, 2**62), st.integers(-3, 40),
+                          st.integers(0, 5), st.integers(0, 9)), min_size=1, max_size=60),
+       st.booleans())
+def test_compaction_equals_a_literal_lexsort(rows, small_first):
+    """The packed single-key sort of ``compacted`` (fast path) gives the rows, sums and
+    order of a literal lexsort + group sum, also when the key ranges do not fit one int64."""
+    keys = np.array([r[:3] for r in rows], dtype=np.int64)
+    if small_first:
+        keys[:, 0] %= 7
+    values = np.array([[r[3], 1] for r in rows], dtype=np.int64)
+    got = compacted(keys, values)
+    literal: dict[tuple[int, ...], list[int]] = {}
+    for key, value in zip(keys.tolist(), values.tolist(), strict=True):
+        sums = literal.setdefault(tuple(key), [0, 0])
+        sums[0] += value[0]
+        sums[1] += value[1]
+    assert got.keys.tolist() == [list(k) for k in sorted(literal)]
+    assert got.values.tolist() == [literal[k] for k in sorted(literal)]

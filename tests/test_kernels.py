@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from sgdask.errors import SgdaskError
 from sgdask.kernels import (
@@ -21,6 +24,8 @@ from sgdask.kernels import (
     normalize_prediction,
     pairwise_mask_iou,
 )
+from sgdask.kernels.lists import clipped_to_image, same_boxes
+from sgdask.kernels.matching import hit_coverage
 from sgdask.kernels.selection import KSpec, parse_ks
 from sgdask.metrics.terms import evaluate_image, missing_image_result
 from sgdask.protocols import SGBENCH, SINGLEMPO
@@ -657,3 +662,27 @@ def test_missing_image_sgbench():
     assert {name: res.image_terms[name] for name in expected} == expected
     assert all(num == 0 for num, _ in res.image_terms.values())
     assert res.predicate_terms == {}
+
+
+@settings(deadline=None)  # the first call loads the compiled kernel
+@given(arrays(np.bool_, st.tuples(st.integers(0, 6), st.integers(0, 6))))
+def test_hit_coverage_equals_numpy(hit):
+    matched, unmatched = hit_coverage(hit)
+    assert matched.tolist() == hit.any(axis=0).tolist()
+    assert unmatched == int((~hit.any(axis=1)).sum())
+
+
+@settings(deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(0, 5), st.just(4)),
+              elements=st.floats(-50, 700, allow_nan=False)),
+       st.integers(1, 640), st.integers(1, 640))
+def test_box_clipping_equals_numpy(boxes, height, width):
+    """The compiled clipping equals maskrcnn_benchmark's rule written with numpy."""
+    literal = boxes.astype(np.float32)
+    literal[:, 0::2] = np.clip(literal[:, 0::2], np.float32(0), np.float32(width - 1))
+    literal[:, 1::2] = np.clip(literal[:, 1::2], np.float32(0), np.float32(height - 1))
+    clipped = clipped_to_image(np.ascontiguousarray(boxes), height, width)
+    assert clipped.dtype == np.float32 and np.array_equal(clipped, literal)
+    assert same_boxes(clipped, literal, 0.0)
+    assert same_boxes(boxes, boxes + 0.005, 0.01)
+    assert not len(boxes) or not same_boxes(boxes, boxes + 0.02, 0.01)

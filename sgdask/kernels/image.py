@@ -20,12 +20,22 @@ from sgdask.kernels.lists import (
     deduplicated,
     inclusive_box_iou,
     mapped_hits,
+    same_boxes,
     triplet_level_hits,
 )
-from sgdask.kernels.matching import IOU_THRESHOLD, match_many_to_one, match_one_to_one
+from sgdask.kernels.matching import (
+    IOU_THRESHOLD,
+    hit_coverage,
+    match_many_to_one,
+    match_one_to_one,
+)
 from sgdask.kernels.normalize import NormalizedPred, normalize_prediction
 from sgdask.protocols import Protocol
 from sgdask.types import ImageGT, ImageHits, ImagePred
+
+
+def as_float32(boxes: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(boxes, dtype=np.float32).reshape(-1, 4)
 
 
 def gt_relations(gt: ImageGT, keep_duplicates: bool = False) -> np.ndarray:
@@ -42,12 +52,12 @@ def without_proposals(pred: ImagePred | None, protocol: Protocol) -> bool:
 
 def gt_boxes_of(gt: ImageGT, protocol: Protocol) -> np.ndarray:
     """The GT boxes a protocol matches against (clipped to the image when it says so)."""
-    boxes = np.asarray(gt.boxes, dtype=np.float64).reshape(-1, 4)
+    boxes = np.ascontiguousarray(gt.boxes, dtype=np.float64).reshape(-1, 4)
     if protocol.clip_gt_boxes:
         if gt.size is None:
             raise InstanceMismatch("the protocol clips GT boxes to the image, but the GT "
                                    "image has no size")
-        return clipped_to_image(boxes, gt.size).astype(np.float64)
+        return clipped_to_image(boxes, *gt.size).astype(np.float64)
     return boxes
 
 
@@ -57,13 +67,10 @@ def boxes_are_gt(gt: ImageGT, boxes: np.ndarray | None) -> bool:
     (predcls / sgcls), which Scene-Graph-Benchmark.pytorch's pair accuracy assumes."""
     if boxes is None or gt.boxes is None:
         return False
-    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    raw = np.asarray(gt.boxes, dtype=np.float64).reshape(-1, 4)
-    if len(boxes) != len(raw):
-        return False
-    candidates = [raw] + ([clipped_to_image(raw, gt.size).astype(np.float64)]
-                          if gt.size is not None else [])
-    return any(bool(np.all(np.abs(boxes - c) <= 0.01)) for c in candidates)
+    boxes = np.ascontiguousarray(boxes, dtype=np.float64).reshape(-1, 4)
+    raw = np.ascontiguousarray(gt.boxes, dtype=np.float64).reshape(-1, 4)
+    return same_boxes(boxes, raw, 0.01) or (
+        gt.size is not None and same_boxes(boxes, clipped_to_image(raw, *gt.size), 0.01))
 
 
 def instance_iou(gt: ImageGT, pred: NormalizedPred, match_labels: bool,
@@ -89,8 +96,8 @@ def instance_iou(gt: ImageGT, pred: NormalizedPred, match_labels: bool,
             if protocol.clip_gt_boxes and boxes_are_gt(gt, pred_boxes):
                 pred_boxes = gt_boxes  # predcls: its evaluator scores the clipped GT boxes
             if protocol.box_iou_inclusive:
-                return inclusive_box_iou(pred_boxes, pred_labels, gt_boxes, gt_labels,
-                                         match_labels)
+                return inclusive_box_iou(as_float32(pred_boxes), pred_labels,
+                                         as_float32(gt_boxes), gt_labels, match_labels)
             return box_iou(pred_boxes, pred_labels, gt_boxes, gt_labels, match_labels,
                            zero_area_nan)
         return box_iou(np.asarray(pred.boxes, dtype=np.float64).reshape(-1, 4), pred_labels,
@@ -136,8 +143,7 @@ def image_hits(gt: ImageGT, pred: ImagePred, protocol: Protocol, with_ng: bool =
         if protocol.pair_accuracy_by_index:
             legacy_first = pairs_by_index_first(relations, norm.graph, hit, n_gt)
             extra["pred_boxes_not_gt"] = int(not boxes_are_gt(gt, pred.boxes))
-        matched = hit.any(axis=0)
-        unmatched = int((~hit.any(axis=1)).sum())
+        matched, unmatched = hit_coverage(hit)
     else:
         match = match_one_to_one if protocol.matching == "one_to_one" else match_many_to_one
         mapping = match(iou, IOU_THRESHOLD)

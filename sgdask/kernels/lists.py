@@ -157,37 +157,53 @@ def box_iou(pred: np.ndarray, pred_labels: np.ndarray, gt: np.ndarray,
     return out
 
 
+@njit(**JIT, error_model="numpy")
 def inclusive_box_iou(pred: np.ndarray, pred_labels: np.ndarray, gt: np.ndarray,
                       gt_labels: np.ndarray, match_labels: bool) -> np.ndarray:
-    """IoU (n_pred, n_gt) of [x1, y1, x2, y2] boxes in inclusive pixel coordinates, in
-    maskrcnn_benchmark's arithmetic (``boxlist_iou``: float32, ``+1`` on width and height,
-    intersection sides clamped at 0, ``inter / (area_a + area_b - inter)``); 0 for pairs of
-    different categories when ``match_labels`` and where that division is undefined (its
-    NaN never passes a threshold)."""
-    one, zero = np.float32(1), np.float32(0)
-    p = np.asarray(pred, dtype=np.float32).reshape(-1, 4)
-    g = np.asarray(gt, dtype=np.float32).reshape(-1, 4)
-    area_p = (p[:, 2] - p[:, 0] + one) * (p[:, 3] - p[:, 1] + one)
-    area_g = (g[:, 2] - g[:, 0] + one) * (g[:, 3] - g[:, 1] + one)
-    lt = np.maximum(g[None, :, :2], p[:, None, :2])
-    rb = np.minimum(g[None, :, 2:], p[:, None, 2:])
-    wh = np.maximum(rb - lt + one, zero)
-    inter = wh[:, :, 0] * wh[:, :, 1]
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        iou = inter / (area_g[None, :] + area_p[:, None] - inter)
-    iou = np.where(np.isnan(iou), zero, iou).astype(np.float64)
-    if match_labels:
-        same = (np.asarray(pred_labels, dtype=np.int64)[:, None]
-                == np.asarray(gt_labels, dtype=np.int64)[None, :])
-        iou = np.where(same, iou, 0.0)
-    return iou
-
-
-def clipped_to_image(boxes: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """Boxes clipped to an image of ``size = (height, width)`` as maskrcnn_benchmark's
-    ``clip_to_image`` does (float32, x in [0, width - 1], y in [0, height - 1])."""
-    height, width = size
-    out = np.asarray(boxes, dtype=np.float32).reshape(-1, 4).copy()
-    out[:, 0::2] = np.clip(out[:, 0::2], np.float32(0), np.float32(width - 1))
-    out[:, 1::2] = np.clip(out[:, 1::2], np.float32(0), np.float32(height - 1))
+    """IoU (n_pred, n_gt) of float32 [x1, y1, x2, y2] boxes in inclusive pixel coordinates,
+    in maskrcnn_benchmark's arithmetic (``boxlist_iou``: float32, ``+1`` on width and
+    height, intersection sides clamped at 0, ``inter / (area_a + area_b - inter)``, numpy's
+    division semantics); 0 for pairs of different categories when ``match_labels`` and
+    where that division is undefined (its NaN never passes a threshold)."""
+    one, zero = np.float32(1.0), np.float32(0.0)
+    n, m = pred.shape[0], gt.shape[0]
+    out = np.zeros((n, m), dtype=np.float64)
+    for i in range(n):
+        area_p = (pred[i, 2] - pred[i, 0] + one) * (pred[i, 3] - pred[i, 1] + one)
+        for j in range(m):
+            if match_labels and pred_labels[i] != gt_labels[j]:
+                continue
+            area_g = (gt[j, 2] - gt[j, 0] + one) * (gt[j, 3] - gt[j, 1] + one)
+            w = max(min(gt[j, 2], pred[i, 2]) - max(gt[j, 0], pred[i, 0]) + one, zero)
+            h = max(min(gt[j, 3], pred[i, 3]) - max(gt[j, 1], pred[i, 1]) + one, zero)
+            inter = w * h
+            iou = inter / (area_g + area_p - inter)
+            if iou == iou:
+                out[i, j] = iou
     return out
+
+
+@njit(**JIT)
+def clipped_to_image(boxes: np.ndarray, height: int, width: int) -> np.ndarray:
+    """float64 boxes clipped to an image of ``height`` x ``width`` as maskrcnn_benchmark's
+    ``clip_to_image`` does: float32, x in [0, width - 1], y in [0, height - 1]."""
+    zero = np.float32(0.0)
+    limits = (np.float32(width - 1), np.float32(height - 1))
+    out = np.empty(boxes.shape, dtype=np.float32)
+    for i in range(boxes.shape[0]):
+        for c in range(4):
+            out[i, c] = min(max(np.float32(boxes[i, c]), zero), limits[c % 2])
+    return out
+
+
+@njit(**JIT)
+def same_boxes(a: np.ndarray, b: np.ndarray, tolerance: float) -> bool:
+    """True when the (n, 4) boxes of ``a`` and ``b`` (any float dtypes) are equal to
+    ``tolerance``, coordinate by coordinate."""
+    if a.shape[0] != b.shape[0]:
+        return False
+    for i in range(a.shape[0]):
+        for c in range(4):
+            if not abs(np.float64(a[i, c]) - np.float64(b[i, c])) <= tolerance:
+                return False
+    return True

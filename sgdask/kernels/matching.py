@@ -74,3 +74,19 @@ def match_instances(iou: np.ndarray, pred_labels: np.ndarray, gt_labels: np.ndar
     if one_to_one:
         return match_one_to_one(scores, threshold)
     return match_many_to_one(scores, threshold)
+
+
+@njit(**JIT)
+def hit_coverage(hit: np.ndarray) -> tuple[np.ndarray, int]:
+    """Of a (n_pred, n_gt) hit matrix: which GT instances some prediction hits, and how
+    many predictions hit no GT instance."""
+    matched = np.zeros(hit.shape[1], dtype=np.bool_)
+    unmatched = 0
+    for i in range(hit.shape[0]):
+        any_hit = False
+        for j in range(hit.shape[1]):
+            if hit[i, j]:
+                matched[j] = True
+                any_hit = True
+        unmatched += not any_hit
+    return matched, unmatched
