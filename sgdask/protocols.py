@@ -39,7 +39,8 @@ class Protocol:
     occurring predicates stays in the report as a diagnostic); ``pair_accuracy_by_index``:
     A@k counts predictions whose (subject, object) indices are a GT pair, valid only when
     every image's predicted boxes are its GT boxes in the same order; ``ng_zero_shot``:
-    report ngzR@k (zero-shot recall of the NG list).
+    report ngzR@k (zero-shot recall of the NG list); ``match_boxes``: instances are matched
+    by their boxes even when both sides also have masks (a box protocol).
     """
 
     name: str
@@ -58,6 +59,7 @@ class Protocol:
     mean_over_vocabulary: bool = False
     pair_accuracy_by_index: bool = False
     ng_zero_shot: bool = False
+    match_boxes: bool = False
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -99,7 +101,8 @@ MULTIMPO = Protocol(
 
 SGBPYTORCH = Protocol(
     name="sgbpytorch",
-    version="1",
+    # 1.1: boxes are matched on mask stores too (1 matched their masks there)
+    version="1.1",
     normalization="none",
     matching="triplet",
     missing_counts_in_means=True,  # (images without proposals are skipped altogether)
@@ -116,6 +119,7 @@ SGBPYTORCH = Protocol(
     mean_over_vocabulary=True,
     pair_accuracy_by_index=True,
     ng_zero_shot=True,
+    match_boxes=True,
 )
 
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (SINGLEMPO, SGBENCH, MULTIMPO,

@@ -12,11 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sgdask.accum import Accumulator
+from sgdask.errors import InstanceMismatch
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.terms import evaluate_image, missing_image_result
 from sgdask.protocols import MULTIMPO, SGBPYTORCH, SINGLEMPO, Protocol, get_protocol
 from sgdask.report import EvalSettings, Report, build_report
-from sgdask.types import ImageGT, ImagePred, ZeroShot, as_triplets
+from sgdask.types import BitMasks, ImageGT, ImagePred, ZeroShot, as_triplets
 from tests import literal_sgbpytorch as literal
 
 N_CLASSES, N_PREDICATES = 3, 4
@@ -329,7 +330,7 @@ def test_cli_evaluate_sgbpytorch_equals_the_literal_on_generated_vg(tmp_path):
     multi = json.loads((out / "multimpo" / "metrics.json").read_text())
     assert multi["protocol"]["version"] == "2.0"  # one pass, the IoU rules kept apart
     assert multi["metrics"]["R@50"] != report["metrics"]["R@50"]
-    assert report["protocol"]["name"] == "sgbpytorch" and report["protocol"]["version"] == "1"
+    assert report["protocol"]["name"] == "sgbpytorch" and report["protocol"]["version"] == "1.1"
     import pyarrow.parquet as pq
 
     stats = pq.read_table(gt / manifest["train_stats"]).to_pylist()
@@ -360,3 +361,24 @@ def test_predcls_boxes_outside_the_image_are_clipped_like_the_gt():
                [(0, 1, 0)], [], size=(20, 10))
     assert fast_report([im], SGBPYTORCH, "1").metrics["R@1"] == 1.0
     assert literal.evaluate([im], [1], N_PREDICATES, None).metrics["R@1"] == 1.0
+
+
+def test_boxes_are_matched_on_mask_images_too():
+    """sgbpytorch is a box protocol: on images that also carry masks it matches the boxes.
+    The prediction's boxes are the GT's, its masks are empty: R@1 = 1 under sgbpytorch
+    (boxes), 0 under singlempo (masks). Without boxes, sgbpytorch says so."""
+    masks = np.zeros((2, 8, 16), dtype=bool)
+    masks[0, :, :8] = True
+    masks[1, :, 8:] = True
+    boxes = np.array([[0, 0, 7, 7], [8, 0, 15, 7]], dtype=np.float64)
+    gt = ImageGT("m", np.array([0, 1]), as_triplets([(0, 1, 0)]), boxes=boxes,
+                 masks=BitMasks.from_dense(masks), size=(8, 16))
+    pred = ImagePred("m", np.array([0, 1]), as_triplets([(0, 1, 0)]),
+                     as_triplets([(0, 1, 0)]), boxes=boxes.copy(),
+                     masks=BitMasks.from_dense(np.zeros_like(masks)))
+    ks = parse_ks("1")
+    assert evaluate_image(gt, pred, SGBPYTORCH, ks).image_terms["R@1"] == (1, 1)
+    assert evaluate_image(gt, pred, SINGLEMPO, ks).image_terms["R@1"] == (0, 1)
+    no_boxes = ImagePred("m", pred.labels, pred.graph, pred.ng, masks=gt.masks)
+    with pytest.raises(InstanceMismatch, match="sgbpytorch protocol matches boxes"):
+        evaluate_image(gt, no_boxes, SGBPYTORCH, ks)

@@ -76,13 +76,19 @@ def boxes_are_gt(gt: ImageGT, boxes: np.ndarray | None) -> bool:
 def instance_iou(gt: ImageGT, pred: NormalizedPred, match_labels: bool,
                  zero_area_nan: bool = False, protocol: Protocol | None = None) -> np.ndarray:
     """IoU of predicted vs GT instances, 0 for pairs of different categories when
-    ``match_labels``: masks when both sides have them, else boxes (``zero_area_nan``:
+    ``match_labels``: masks when both sides have them (unless the protocol matches
+    boxes), else boxes (``zero_area_nan``:
     sgbench 1.0.0's NaN for two zero-area boxes, which its argmax then takes; a
     ``protocol`` with ``box_iou_inclusive`` / ``clip_gt_boxes``: maskrcnn_benchmark's box
     IoU against the clipped GT boxes)."""
-    gt_masks = gt.bit_masks()
     pred_labels = np.asarray(pred.labels, dtype=np.int64)
     gt_labels = np.asarray(gt.labels, dtype=np.int64)
+    box_protocol = protocol is not None and protocol.match_boxes
+    if box_protocol and (pred.boxes is None or gt.boxes is None):
+        raise InstanceMismatch(f"the {protocol.name} protocol matches boxes, but the "
+                               + ("prediction" if pred.boxes is None else "GT image")
+                               + " has none")
+    gt_masks = None if box_protocol else gt.bit_masks()
     if pred.masks is not None and gt_masks is not None:
         masks = pred.masks
         gt_area = gt.areas if gt.areas is not None else gt_masks.areas()
