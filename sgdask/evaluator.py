@@ -37,7 +37,7 @@ from sgdask.errors import InputError, SgdaskError
 from sgdask.kernels.selection import DEFAULT_KS, parse_ks
 from sgdask.metrics import FAMILIES, available, metric_of
 from sgdask.metrics.base import Context
-from sgdask.metrics.terms import batch_blocks, inputs_of
+from sgdask.metrics.terms import batch_blocks, inputs_of, with_zero_shot
 from sgdask.pipeline import Job, Options, PartitionResult, Submission, hits_under
 from sgdask.protocols import DEFAULT_PROTOCOL, get_protocol
 from sgdask.report import EvalSettings, Report, build_report
@@ -358,7 +358,8 @@ class Evaluator:
         evaluated = len(image_gt.relations) > 0
         if evaluated:
             job = self._job
-            hits = hits_under(image_gt, image_pred, self.protocol, job.submissions[0], job, {})
+            hits = with_zero_shot(hits_under(image_gt, image_pred, self.protocol,
+                                             job.submissions[0], job, {}), job.zero_shot)
             self._pending.append(hits)
         self._ids.add(image_id)
         self._any_ng |= has_ng

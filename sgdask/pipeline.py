@@ -33,7 +33,12 @@ from sgdask.kernels.image import image_hits, missing_image_hits, without_proposa
 from sgdask.kernels.selection import DEFAULT_KS, KSpec, parse_ks
 from sgdask.metrics import FAMILIES
 from sgdask.metrics.base import IMAGE, Block, Context, Family
-from sgdask.metrics.terms import batch_blocks, inputs_of, skipped_diagnostics, with_zero_shot
+from sgdask.metrics.terms import (
+    batch_blocks,
+    inputs_of,
+    skipped_diagnostics,
+    with_zero_shot_all,
+)
 from sgdask.protocols import DEFAULT_PROTOCOL, Protocol, get_protocols
 from sgdask.report import EvalSettings, Report, build_report
 from sgdask.report.intervals import CISettings, add_intervals
@@ -70,6 +75,7 @@ class Job:
     legacy: bool = False
     match_labels: bool = True
     families: tuple[Family, ...] = ()
+    gt_manifest: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -159,7 +165,7 @@ def image_rows(hits: list[ImageHits], blocks: list[Block]) -> list[dict[str, Any
 
 def score_partition(spec: PartitionSpec, job: Job) -> PartitionResult:
     """Read one GT partition once and score every submission and protocol on it."""
-    gt_reader = StoreReader(job.gt_url, job.storage_options)
+    gt_reader = StoreReader(job.gt_url, job.storage_options, manifest=job.gt_manifest)
     gts = list(load_gt_images(gt_reader, list(spec.gt_parts), list(spec.image_ids)))
     out = PartitionResult(gt_parts_read=list(spec.gt_parts))
     for sub, pred_slice in zip(job.submissions, spec.preds, strict=True):
@@ -175,6 +181,7 @@ def score_partition(spec: PartitionSpec, job: Job) -> PartitionResult:
                         skipped[name] = skipped.get(name, 0) + value
                     continue
                 hits.append(hits_under(gt, pred, protocol, sub, job, cache))
+            with_zero_shot_all(hits, job.zero_shot)
             inputs = inputs_of(protocol, sub.with_ng, job.zero_shot is not None, job.legacy)
             blocks = (batch_blocks(hits, Context(job.ks), protocol, inputs, job.families)
                       if hits else [])
@@ -199,16 +206,18 @@ def predictions(sub: Submission, pred_slice: PredSlice, index: int,
 
 def hits_under(gt: ImageGT, pred: ImagePred | None, protocol: Protocol, sub: Submission,
                job: Job, shared: dict) -> ImageHits:
-    """One image's hits under one protocol (with the zero-shot flags of its GT)."""
+    """One image's hits under one protocol (without zero-shot flags: ``with_zero_shot``
+    adds them, ``with_zero_shot_all`` for many images at once)."""
     if pred is None:
         hits = missing_image_hits(gt, protocol, sub.with_ng)
     else:
         try:
-            hits = image_hits(gt, pred, protocol, sub.with_ng, job.match_labels, shared)
+            hits = image_hits(gt, pred, protocol, sub.with_ng, job.match_labels, shared,
+                              job.legacy)
         except InstanceMismatch as err:  # any other kernel exception is a bug in sgdask
             raise InputError(sub.url, str(err), image=gt.image_id, field="instances") \
                 from err
-    return with_zero_shot(hits, job.zero_shot)
+    return hits
 
 
 def parts_holding(ids: list[str], parts: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -396,7 +405,7 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Opt
                             keep.get(name) if isinstance(sub, FileInput) else None)
                  for (name, url, protocols), sub in zip(submissions, inputs, strict=True))
     job = Job(gt, storage_options, subs, parse_ks(options.ks), zero_shot, options.legacy,
-              options.match_labels, tuple(FAMILIES))
+              options.match_labels, tuple(FAMILIES), gt_reader.manifest)
     with kept_stores(subs, inputs, storage_options) as writers, \
             dask_client(client, scheduler) as active:
         size = spread_size(counts["evaluated_images"], len(specs), active,

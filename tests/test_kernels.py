@@ -27,9 +27,14 @@ from sgdask.kernels import (
 from sgdask.kernels.lists import clipped_to_image, same_boxes
 from sgdask.kernels.matching import hit_coverage
 from sgdask.kernels.selection import KSpec, parse_ks
-from sgdask.metrics.terms import evaluate_image, missing_image_result
+from sgdask.metrics.terms import (
+    evaluate_image,
+    missing_image_result,
+    with_zero_shot,
+    with_zero_shot_all,
+)
 from sgdask.protocols import SGBENCH, SINGLEMPO
-from sgdask.types import ImageGT, ImagePred, as_triplets
+from sgdask.types import ImageGT, ImageHits, ImagePred, ZeroShot, as_triplets
 from tests.builders import box, labels_of, mask_of
 
 # --------------------------------------------------------------------------- helpers
@@ -686,3 +691,24 @@ def test_box_clipping_equals_numpy(boxes, height, width):
     assert same_boxes(clipped, literal, 0.0)
     assert same_boxes(boxes, boxes + 0.005, 0.01)
     assert not len(boxes) or not same_boxes(boxes, boxes + 0.02, 0.01)
+
+
+@settings(deadline=None, max_examples=50)
+@given(st.lists(st.tuples(st.integers(1, 5), st.integers(0, 6)), min_size=1, max_size=6),
+       st.sets(st.integers(0, 3 * 3 * 4 - 1), max_size=20), st.randoms())
+def test_zero_shot_flags_of_many_images_equal_one_by_one(shapes, seen, rnd):
+    """``with_zero_shot_all`` (one look-up for a partition) flags exactly what
+    ``with_zero_shot`` flags image by image."""
+    zero_shot = ZeroShot(np.array(sorted(seen), dtype=np.int64), 3, 4)
+    batch, single = [], []
+    for n, r in shapes:
+        labels = np.array([rnd.randrange(3) for _ in range(n)], dtype=np.int64)
+        relations = np.array([[rnd.randrange(n), rnd.randrange(n), rnd.randrange(4)]
+                              for _ in range(r)], dtype=np.int64).reshape(-1, 3)
+        for out in (batch, single):
+            out.append(ImageHits("i", False, relations, labels, np.zeros(n, bool),
+                                 np.zeros(r, np.int64), np.zeros(0, np.int64), None, None,
+                                 None, None))
+    with_zero_shot_all(batch, zero_shot)
+    for b, s in zip(batch, single, strict=True):
+        assert b.zero_shot.tolist() == with_zero_shot(s, zero_shot).zero_shot.tolist()

@@ -263,7 +263,7 @@ def test_pair_accuracy_only_when_predicted_boxes_are_the_gt_boxes():
 
 def test_protocol_is_known_by_name():
     assert get_protocol("sgbpytorch") is SGBPYTORCH
-    assert SGBPYTORCH.version == "1" and SGBPYTORCH.ng_limit == 100
+    assert SGBPYTORCH.version == "1.1" and SGBPYTORCH.ng_limit == 100
 
 
 # --------------------------------------------------------------------------- end to end

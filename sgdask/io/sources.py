@@ -8,7 +8,7 @@ and picklable, and ``load`` on a worker gives the partition's ``ImagePred``s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sgdask.io.archive import ArchiveLimits
@@ -33,12 +33,13 @@ class StoreSlice:
     url: str
     parts: tuple[str, ...]
     ids: tuple[str, ...]
+    manifest: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def load(self, options: StorageOptions | None) -> dict[str, ImagePred]:
         if not self.ids:
             return {}
-        return load_predictions(StoreReader(self.url, options), list(self.parts),
-                                list(self.ids))
+        reader = StoreReader(self.url, options, manifest=self.manifest)
+        return load_predictions(reader, list(self.parts), list(self.ids))
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ class StoreInput:
         lo, hi = (ids[0], ids[-1]) if ids else ("", "")
         parts = tuple(p["name"] for p in self.reader.parts
                       if ids and p["first_id"] <= hi and p["last_id"] >= lo)
-        return StoreSlice(self.url, parts, tuple(ids))
+        return StoreSlice(self.url, parts, tuple(ids), self.manifest)
 
 
 class FileInput:

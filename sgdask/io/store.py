@@ -382,17 +382,20 @@ class StoreReader:
     """
 
     def __init__(self, url: str, storage_options: StorageOptions | None = None,
-                 kind: str | None = None) -> None:
+                 kind: str | None = None, manifest: dict[str, Any] | None = None) -> None:
+        """``manifest``: the store's manifest as a reader of this store already read and
+        checked it (an evaluation's driver, for its tasks): not read again; every file is
+        still checked against it."""
         self.url, self.options = str(url).rstrip("/"), storage_options
         self.fs, self.path = filesystem(self.url, storage_options)
-        self.manifest = self._read_manifest()
+        self.manifest = self._read_manifest() if manifest is None else manifest
         if kind is not None and self.manifest.get("kind") != kind:
             raise StoreError(f"{self.url}: is a {self.manifest.get('kind')} store "
                              f"(expected a {kind} store)")
         self._masks: zarr.Group | None = None
         self._arrays: dict[str, zarr.Array] = {}
         self._images: pa.Table | None = None
-        if self.version < CHECKSUMMED_VERSION:
+        if self.version < CHECKSUMMED_VERSION and manifest is None:
             warn_unchecksummed(self.url, self.version)
 
     def _read_manifest(self) -> dict[str, Any]:

@@ -128,11 +128,14 @@ def shared_iou(gt: ImageGT, norm: NormalizedPred, protocol: Protocol, match_labe
 
 
 def image_hits(gt: ImageGT, pred: ImagePred, protocol: Protocol, with_ng: bool = True,
-               match_labels: bool = True, shared: dict | None = None) -> ImageHits:
+               match_labels: bool = True, shared: dict | None = None,
+               legacy: bool = True) -> ImageHits:
     """Every hit position of one image under one protocol.
 
     ``shared``: a dict kept across the protocols of one image, so that protocols that
     match the unmerged masks (sgbench, multimpo) compute their IoU against the GT once.
+    ``legacy``: also the positions only the legacy metrics use where they cost extra work
+    (sgbpytorch's pair accuracy by index).
     """
     relations = gt_relations(gt, protocol.keep_duplicate_gt)
     norm = normalize_prediction(pred, protocol.normalization)
@@ -146,7 +149,7 @@ def image_hits(gt: ImageGT, pred: ImagePred, protocol: Protocol, with_ng: bool =
         graph_first, pair_first, ng_first, imr_first = triplet_level_hits(
             relations, norm.graph, norm.ng, hit, n_gt, with_ng)
         prank = legacy_first = None
-        if protocol.pair_accuracy_by_index:
+        if protocol.pair_accuracy_by_index and legacy:
             legacy_first = pairs_by_index_first(relations, norm.graph, hit, n_gt)
             extra["pred_boxes_not_gt"] = int(not boxes_are_gt(gt, pred.boxes))
         matched, unmatched = hit_coverage(hit)

@@ -129,6 +129,25 @@ def with_zero_shot(hits: ImageHits, zero_shot: ZeroShot | None) -> ImageHits:
     return hits
 
 
+def with_zero_shot_all(hits: list[ImageHits], zero_shot: ZeroShot | None
+                       ) -> list[ImageHits]:
+    """``with_zero_shot`` for many images at once: their triplets stacked (instance indices
+    shifted past the previous images' instances), one look-up, split back per image."""
+    if zero_shot is None or not hits:
+        return hits
+    sizes = np.array([len(h.gt_labels) for h in hits], dtype=np.int64)
+    counts = [len(h.relations) for h in hits]
+    shift = np.repeat(np.cumsum(sizes) - sizes, counts)
+    relations = np.concatenate([h.relations for h in hits]).astype(np.int64, copy=False)
+    stacked = relations.copy()
+    stacked[:, :2] += shift[:, None]
+    labels = np.concatenate([h.gt_labels for h in hits]).astype(np.int64, copy=False)
+    flags = zero_shot.flags(stacked, labels)
+    for h, part in zip(hits, np.split(flags, np.cumsum(counts)[:-1]), strict=True):
+        h.zero_shot = part
+    return hits
+
+
 def evaluate_image(gt: ImageGT, pred: ImagePred, protocol: Protocol, ks: tuple[KSpec, ...],
                    with_ng: bool = True, zero_shot: ZeroShot | None = None,
                    legacy: bool = False, match_labels: bool = True) -> ImageResult:
@@ -137,7 +156,8 @@ def evaluate_image(gt: ImageGT, pred: ImagePred, protocol: Protocol, ks: tuple[K
     protocol leaves out (no relation proposals) gives a ``skipped`` result."""
     if without_proposals(pred, protocol):
         return skipped_result(gt, missing=False)
-    hits = with_zero_shot(image_hits(gt, pred, protocol, with_ng, match_labels), zero_shot)
+    hits = with_zero_shot(image_hits(gt, pred, protocol, with_ng, match_labels,
+                                     legacy=legacy), zero_shot)
     inputs = inputs_of(protocol, with_ng, zero_shot is not None, legacy)
     return image_result(hits, Context(ks), protocol, inputs)
 
