@@ -7,12 +7,14 @@ next to the assertion. Images are tiny: 4x4 masks drawn as strings, or 10x10 box
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from sgdask.errors import SgdaskError
+from sgdask.io.partition import any_per_image, kept_rows
 from sgdask.kernels import (
     box_iou_matrix,
     dedup_triplets,
@@ -712,3 +714,21 @@ def test_zero_shot_flags_of_many_images_equal_one_by_one(shapes, seen, rnd):
     with_zero_shot_all(batch, zero_shot)
     for b, s in zip(batch, single, strict=True):
         assert b.zero_shot.tolist() == with_zero_shot(s, zero_shot).zero_shot.tolist()
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.lists(st.tuples(st.integers(0, 4), st.booleans()), min_size=1, max_size=8),
+       st.randoms())
+def test_part_row_selection_equals_a_loop(images, rnd):
+    """The vectorized row selection of a part (rows of the kept images, per-image 'any
+    flagged row') equals a loop over the images."""
+    sizes = np.array([n for n, _ in images], dtype=np.int64)
+    keep = np.array([k for _, k in images], dtype=bool)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    table = pa.table({"row": np.arange(starts[-1])})
+    expected = [r for i, (n, k) in enumerate(images) if k
+                for r in range(starts[i], starts[i] + n)]
+    assert kept_rows(table, starts, keep)["row"].to_pylist() == expected
+    flags = np.array([rnd.random() < 0.3 for _ in range(starts[-1])], dtype=bool)
+    assert any_per_image(flags, starts).tolist() == [
+        bool(flags[starts[i]:starts[i + 1]].any()) for i in range(len(images))]

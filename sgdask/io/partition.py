@@ -59,6 +59,9 @@ class PartRows:
     mask_offset: np.ndarray
     area: np.ndarray
     spo: np.ndarray
+    has_boxes: np.ndarray  # per image: every instance has a box
+    has_scores: np.ndarray  # per image: instances, each with a score
+    has_areas: np.ndarray  # per image: every instance has an area
 
 
 def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
@@ -77,14 +80,14 @@ def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
             raise Corrupt(reader.url, f"{name}/{part}.parquet",
                           f"corrupt ({len(table)} rows, the images table counts "
                           f"{starts[-1]})")
-    inst_rows = np.concatenate([np.arange(inst_all[i], inst_all[i + 1])
-                                for i in np.flatnonzero(keep)] or [np.empty(0, np.int64)])
-    trip_rows = np.concatenate([np.arange(trip_all[i], trip_all[i + 1])
-                                for i in np.flatnonzero(keep)] or [np.empty(0, np.int64)])
-    inst = instances.take(pa.array(inst_rows, pa.int64()))
-    trip = triplets.take(pa.array(trip_rows, pa.int64()))
+    inst, trip = kept_rows(instances, inst_all, keep), kept_rows(triplets, trip_all, keep)
     arrays = images["mask_array"].to_pylist()
     n = len(inst)
+    inst_starts = starts_of(n_inst[keep])
+    boxes = np.stack([column(inst, c, np.float64) for c in ("x1", "y1", "x2", "y2")], 1) \
+        if n else np.empty((0, 4))
+    score = column(inst, "score", np.float64)
+    area = column(inst, "area", np.float64)
     return PartRows(
         ids=[i for i, k in zip(ids, keep, strict=True) if k],
         height=column(images, "height")[keep], width=column(images, "width")[keep],
@@ -93,18 +96,33 @@ def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
         has_masks=np.array([a is not None for a in arrays], dtype=bool)[keep],
         label_offset=column(images, "mask_offset", np.float64)[keep],
         mask_array=next((a for a in arrays if a is not None), None),
-        inst=starts_of(n_inst[keep]), trip=starts_of((n_trip)[keep]),
-        category=column(inst, "category"),
-        boxes=np.stack([column(inst, c, np.float64) for c in ("x1", "y1", "x2", "y2")], 1)
-        if n else np.empty((0, 4)),
-        score=column(inst, "score", np.float64),
+        inst=inst_starts, trip=starts_of((n_trip)[keep]),
+        category=column(inst, "category"), boxes=boxes, score=score,
         mask_boxes=np.stack([column(inst, c, np.float64)
                              for c in ("mask_y0", "mask_x0", "mask_y1", "mask_x1")], 1)
         if n else np.empty((0, 4)),
-        mask_offset=column(inst, "mask_offset", np.float64),
-        area=column(inst, "area", np.float64),
+        mask_offset=column(inst, "mask_offset", np.float64), area=area,
         spo=np.stack([column(trip, c) for c in TRIPLET_COLUMNS], 1) if len(trip)
-        else np.empty((0, 3), dtype=np.int64))
+        else np.empty((0, 3), dtype=np.int64),
+        has_boxes=~any_per_image(np.isnan(boxes).any(axis=1), inst_starts),
+        has_scores=~any_per_image(np.isnan(score), inst_starts) & (np.diff(inst_starts) > 0),
+        has_areas=~any_per_image(np.isnan(area), inst_starts))
+
+
+def kept_rows(table: pa.Table, starts: np.ndarray, keep: np.ndarray) -> pa.Table:
+    """The rows of the kept images (image i's rows: ``starts[i]:starts[i + 1]``)."""
+    if keep.all():
+        return table
+    index = np.flatnonzero(keep)
+    sizes = starts[index + 1] - starts[index]
+    rows = np.repeat(starts[index] - starts_of(sizes)[:-1], sizes) + np.arange(sizes.sum())
+    return table.take(pa.array(rows, pa.int64()))
+
+
+def any_per_image(flags: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per image, whether any of its rows (``starts[i]:starts[i + 1]``) is flagged."""
+    counts = np.concatenate([[0], np.cumsum(flags, dtype=np.int64)])
+    return counts[starts[1:]] > counts[starts[:-1]]
 
 
 class PartMasks:
@@ -198,10 +216,8 @@ def instance_fields(rows: PartRows, i: int) -> tuple[np.ndarray, np.ndarray | No
                                                       np.ndarray | None]:
     """(categories, boxes or None, scores or None) of image i."""
     a, b = rows.inst[i], rows.inst[i + 1]
-    boxes = rows.boxes[a:b]
-    scores = rows.score[a:b]
-    return (rows.category[a:b], None if np.isnan(boxes).any() else boxes,
-            None if b == a or np.isnan(scores).any() else scores)
+    return (rows.category[a:b], rows.boxes[a:b] if rows.has_boxes[i] else None,
+            rows.score[a:b] if rows.has_scores[i] else None)
 
 
 def load_gt_images(reader: StoreReader, parts: list[str], ids: list[str]) -> Iterator[ImageGT]:
@@ -218,8 +234,8 @@ def load_gt_images(reader: StoreReader, parts: list[str], ids: list[str]) -> Ite
             if not rows.has_masks[i]:
                 yield ImageGT(image_id, labels, relations, boxes, size=shape)
                 continue
-            areas = rows.area[rows.inst[i]:rows.inst[i + 1]]
-            areas = None if np.isnan(areas).any() else areas.astype(np.int64)
+            areas = rows.area[rows.inst[i]:rows.inst[i + 1]].astype(np.int64) \
+                if rows.has_areas[i] else None
             if reader.version == 1:
                 yield ImageGT(image_id, labels, relations, boxes, masks.label_image(i), areas,
                               size=shape)
