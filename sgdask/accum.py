@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from math import gcd, prod
+from math import gcd
 
 import numpy as np
 
+from sgdask.kernels.rows import lexsort_rows
 from sgdask.metrics.base import IMAGE, MEAN, RATIO, Block
 from sgdask.types import ImageResult, Term
 
@@ -93,26 +94,13 @@ def compacted(keys: np.ndarray, values: np.ndarray) -> KeyedSums:
     """Rows with equal keys summed, keys sorted (lexicographically) and unique."""
     if len(keys) == 0:
         return KeyedSums(keys.shape[1], values.shape[1], keys, values)
-    order = sort_order(keys)
+    order = lexsort_rows(list(keys.T))
     keys, values = keys[order], values[order]
     new = np.ones(len(keys), dtype=bool)
     new[1:] = (keys[1:] != keys[:-1]).any(axis=1)
     starts = np.flatnonzero(new)
     return KeyedSums(keys.shape[1], values.shape[1], keys[starts],
                      np.add.reduceat(values, starts, axis=0))
-
-
-def sort_order(keys: np.ndarray) -> np.ndarray:
-    """An order sorting the rows of ``keys`` lexicographically (equal rows in any order):
-    one argsort of the rows packed into one int64 when their ranges allow, else lexsort."""
-    low, high = keys.min(axis=0), keys.max(axis=0)
-    spans = [h - lo + 1 for lo, h in zip(low.tolist(), high.tolist(), strict=True)]
-    if prod(spans) >= 1 << 62:
-        return np.lexsort(keys.T[::-1])
-    packed = keys[:, 0] - low[0]
-    for col in range(1, keys.shape[1]):
-        packed = packed * spans[col] + (keys[:, col] - low[col])
-    return np.argsort(packed)
 
 
 def cat(arrays: tuple[np.ndarray, ...]) -> np.ndarray:

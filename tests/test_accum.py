@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sgdask.accum import AGGREGATIONS, Accumulator, RationalSum, compacted
+from sgdask.kernels.rows import lexsort_rows
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.terms import evaluate_image, missing_image_result
 from sgdask.protocols import SGBENCH, SINGLEMPO, Protocol
@@ -293,3 +294,15 @@ def test_compaction_equals_a_literal_lexsort(rows, small_first):
         sums[1] += value[1]
     assert got.keys.tolist() == [list(k) for k in sorted(literal)]
     assert got.values.tolist() == [literal[k] for k in sorted(literal)]
+
+
+@given(st.lists(st.tuples(st.integers(-2**40, 2**40), st.integers(-1, 3), st.integers(0, 2)),
+                max_size=40), st.booleans())
+def test_packed_row_order_equals_lexsort(rows, wide):
+    """``lexsort_rows(stable=True)`` is exactly numpy's lexsort (the literal), packed or
+    not (``wide``: ranges too large to pack)."""
+    columns = [np.array([r[i] for r in rows], dtype=np.int64) for i in range(3)]
+    if not wide:
+        columns[0] %= 1000
+    expected = np.lexsort(columns[::-1]) if rows else np.empty(0, np.int64)
+    assert lexsort_rows(columns, stable=True).tolist() == expected.tolist()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -257,9 +259,10 @@ def uniform_rows(rows: list[dict[str, Any]], metric_names: list[str]) -> list[di
     has every column whatever the first row holds.
     """
     head = ["image_id", "missing", "gt_triplets", *metric_names]
-    rest = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in head]
-    columns = [c for c in head if any(c in r for r in rows)] + rest
-    return [{c: r.get(c) for c in columns} for r in sorted(rows, key=lambda r: r["image_id"])]
+    present = dict.fromkeys(chain.from_iterable(rows))
+    columns = [c for c in head if c in present] + [k for k in present if k not in head]
+    return [dict(zip(columns, map(r.get, columns), strict=True))
+            for r in sorted(rows, key=itemgetter("image_id"))]
 
 
 def submission_provenance(manifest: dict[str, Any]) -> dict[str, Any]:

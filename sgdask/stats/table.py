@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sgdask.kernels.rows import lexsort_rows
 from sgdask.metrics.base import Block
 
 FORMAT_VERSION = "1"
@@ -110,7 +111,7 @@ class TermTable:
         names = sorted(self.names, key=sort_key)
         name_rank = np.array([names.index(n) for n in self.names] or [0], dtype=np.int32)
         image, metric = image_rank[self.image], name_rank[self.metric]
-        order = np.lexsort((self.predicate, metric, image))
+        order = lexsort_rows([image, metric, self.predicate], stable=True)
         return TermTable(np.array([ids[i] for i in image_order], dtype=object), names,
                          [self.kinds[self.names.index(n)] for n in names], image[order],
                          metric[order], self.predicate[order], self.num[order],
