@@ -910,17 +910,22 @@ def main(argv: list[str] | None = None) -> None:
     except SgdaskError as err:
         if debug:
             raise
-        print(f"sgdask: error: {err}", file=sys.stderr)
-        sys.exit(EXIT_ERROR)
+        exit_with(f"sgdask: error: {err}", EXIT_ERROR)
     except Exception as err:  # a bug in sgdask: never reported as bad input
         if debug:
             raise
-        print(f"sgdask: internal error: {type(err).__name__}: {one_line(str(err))} "
-              "(a bug in sgdask; run again with --debug for the traceback)", file=sys.stderr)
-        sys.exit(EXIT_BUG)
+        exit_with(f"sgdask: internal error: {type(err).__name__}: {one_line(str(err))} "
+                  "(a bug in sgdask; run again with --debug for the traceback)", EXIT_BUG)
     except KeyboardInterrupt:
-        print("sgdask: interrupted", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        exit_with("sgdask: interrupted", EXIT_INTERRUPTED)
+
+
+def exit_with(message: str, code: int) -> None:
+    """Print the one-line message and exit; nothing logged while the interpreter shuts down
+    (a Dask comm closing late, an asyncio task collected) comes after it."""
+    print(message, file=sys.stderr)
+    logging.disable(logging.CRITICAL)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
