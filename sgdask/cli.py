@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -920,7 +920,7 @@ def main(argv: list[str] | None = None) -> None:
         exit_with("sgdask: interrupted", EXIT_INTERRUPTED)
 
 
-def exit_with(message: str, code: int) -> None:
+def exit_with(message: str, code: int) -> NoReturn:
     """Print the one-line message and exit; nothing logged while the interpreter shuts down
     (a Dask comm closing late, an asyncio task collected) comes after it."""
     print(message, file=sys.stderr)
