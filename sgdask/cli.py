@@ -898,8 +898,38 @@ def show_warnings_as_lines() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: runs the app, turning sgdask errors into one line and exit code 2."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Entry point: runs the app, turning sgdask errors into one line and exit code 2.
+
+    As the ``sgdask`` command (``argv`` None) the process ends with ``os._exit`` once its
+    output is flushed: every file is written and closed by then, and tearing down numba's,
+    LLVM's and Dask's objects would take about a second more and write nothing. Called with
+    ``argv`` (tests, scripts), it raises ``SystemExit`` as usual.
+    """
+    try:
+        run_command(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as done:
+        if argv is not None:
+            raise
+        end_process(done.code)
+    if argv is None:
+        end_process(0)
+
+
+def end_process(code: int | str | None) -> NoReturn:
+    """Exit now with ``code`` as ``sys.exit`` would (None: 0; a message: printed, 1), after
+    flushing the standard streams and the logs, without the interpreter's tear-down."""
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
+
+
+def run_command(args: list[str]) -> None:
+    """The app on ``args``: ends in ``SystemExit`` with the exit code (under ``--debug``, an
+    error propagates with its traceback)."""
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
     show_warnings_as_lines()
