@@ -413,8 +413,9 @@ def evaluate(gt: Annotated[str, typer.Option(
                  "as a submission store at this URL")] = None,
              method: Annotated[str | None, typer.Option(
                  help="--pred is a model's result file (as `convert --method`): "
-                 f"{'|'.join(METHODS)}; converted into a temporary store (--keep-store: "
-                 "that store) and scored")] = None,
+                 f"{'|'.join(METHODS)}; each image decoded and checked by the task that "
+                 "scores it (--keep-store: converted into that store first, then scored)")]
+             = None,
              instance_scores: Annotated[bool, typer.Option(
                  "--instance-scores", help="with --method: keep the score column of "
                  "refine_bboxes as instance scores (as `convert --instance-scores`)")]
@@ -459,6 +460,7 @@ def evaluate(gt: Annotated[str, typer.Option(
     """Score a submission (store or file) against the GT (store or psg.json) on a Dask
     cluster and print the table."""
     from sgdask.cluster import dask_client
+    from sgdask.io.results import ResultsMethod
     from sgdask.pipeline import evaluate_protocols
     from sgdask.report.intervals import CISettings
     from sgdask.report.writers import write_reports
@@ -474,23 +476,22 @@ def evaluate(gt: Annotated[str, typer.Option(
         raise SgdaskError("--instance-scores: only with --method")
     start = time.perf_counter()
     limits = ArchiveLimits.from_pairs(limit)
-    with dask_client(None, cluster_choice(scheduler, False, workers)) as client, \
-            results_store(method, keep_store) as converted:
+    how = None if method is None else ResultsMethod(method, instance_scores)
+    with dask_client(None, cluster_choice(scheduler, False, workers)) as client:
         gt_store = gt_store_of(gt, gt_masks, cache_dir, options, client, limits)
-        if converted is not None:
+        if how is not None and keep_store is not None:
             from sgdask.io.ingest import convert_results
 
-            assert method is not None
             with progress_bar("converting results", None) as advance:
-                convert_results(pred, converted, gt_store, method, options, progress=advance,
-                                cluster=client, limits=limits,
-                                instance_scores=instance_scores)
-            pred, keep_store = converted, None
+                convert_results(pred, keep_store, gt_store, how.method, options,
+                                progress=advance, cluster=client, limits=limits,
+                                instance_scores=how.instance_scores)
+            pred, keep_store, how = keep_store, None, None
         reports = evaluate_protocols(gt_store, pred, protocol, k, aggregation, partition_size,
                                      client=client, storage_options=options, progress=True,
                                      stats=stats, legacy=legacy_metrics, tau=tau,
                                      match_labels=match_labels, limits=limits,
-                                     keep_store=keep_store, intervals=intervals)
+                                     keep_store=keep_store, intervals=intervals, method=how)
     for report in reports.values():
         print_report(report)
     if len(reports) > 1:
@@ -499,21 +500,6 @@ def evaluate(gt: Annotated[str, typer.Option(
     if out:
         for path in write_reports(reports, out, options):
             err_console.print(f"wrote {path}")
-
-
-@contextmanager
-def results_store(method: str | None, keep_store: str | None) -> Iterator[str | None]:
-    """Where ``evaluate --method`` converts the results: ``--keep-store``, or a temporary
-    directory removed afterwards; None without ``--method``."""
-    if method is None:
-        yield None
-    elif keep_store is not None:
-        yield keep_store
-    else:
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="sgdask-results-") as tmp:
-            yield str(Path(tmp) / "pred.store")
 
 
 def gt_store_of(gt: str, masks: str | None, cache_dir: str | None, options: Any,

@@ -3,9 +3,9 @@
 This module only wires: reading is ``sgdask.io``, computing is ``sgdask.kernels`` and
 ``sgdask.metrics``, summing is ``sgdask.accum``, presenting is ``sgdask.report``.
 
-A submission is a converted store or the submission file itself: a task reads its GT
-partition once, loads (or decodes) every submission's predictions for it and scores every
-protocol on it, so many models cost one pass over the GT.
+A submission is a converted store, the submission file itself or a model's result file
+(``--method``): a task reads its GT partition once, loads (or decodes) every submission's
+predictions for it and scores every protocol on it, so many models cost one pass over the GT.
 """
 
 from __future__ import annotations
@@ -26,7 +26,17 @@ from sgdask.io.archive import ArchiveLimits
 from sgdask.io.consistency import check_against_gt
 from sgdask.io.fs import StorageOptions, join
 from sgdask.io.partition import load_gt_images
-from sgdask.io.sources import FileInput, FileSlice, StoreInput, StoreSlice, open_input
+from sgdask.io.results import ResultsMethod
+from sgdask.io.sources import (
+    Digest,
+    FileInput,
+    FileSlice,
+    ResultInput,
+    ResultSlice,
+    StoreInput,
+    StoreSlice,
+    open_input,
+)
 from sgdask.io.stats import composition_counts, read_stats, zero_shot_from
 from sgdask.io.store import StoreReader
 from sgdask.io.validate import GTInfo
@@ -49,7 +59,7 @@ from sgdask.types import ImageGT, ImageHits, ImagePred, ZeroShot
 
 DEFAULT_PARTITION_SIZE: int | None = None  # one task per GT store part
 
-PredSlice = StoreSlice | FileSlice
+PredSlice = StoreSlice | FileSlice | ResultSlice
 
 
 @dataclass(frozen=True)
@@ -103,7 +113,7 @@ Key = tuple[str, str]  # (submission name, protocol name)
 class PartitionResult:
     """Per (submission, protocol): an accumulator, per-image rows and the per-image terms
     (one ``TermTable`` per partition); the GT parts read; the store parts written
-    (``keep_store``).
+    (``keep_store``); per result-file submission, the digests of the files its tasks read.
 
     Merging is associative (accumulators merge exactly; rows and lists concatenate).
     """
@@ -113,6 +123,7 @@ class PartitionResult:
     gt_parts_read: list[str] = field(default_factory=list)
     parts_written: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     terms: dict[Key, list[TermTable]] = field(default_factory=dict)
+    digests: dict[str, list[Digest]] = field(default_factory=dict)
 
     def add(self, key: Key, hits: list[ImageHits], blocks: list[Block],
             skipped: dict[str, int] | None = None) -> None:
@@ -137,12 +148,14 @@ class PartitionResult:
         empty = Accumulator()
         written = {name: self.parts_written.get(name, []) + other.parts_written.get(name, [])
                    for name in {**self.parts_written, **other.parts_written}}
+        digests = {name: self.digests.get(name, []) + other.digests.get(name, [])
+                   for name in {**self.digests, **other.digests}}
         return PartitionResult(
             {k: self.accumulators.get(k, empty).merged(other.accumulators.get(k, empty))
              for k in keys},
             {k: self.images.get(k, []) + other.images.get(k, []) for k in keys},
             self.gt_parts_read + other.gt_parts_read, written,
-            {k: self.terms.get(k, []) + other.terms.get(k, []) for k in keys})
+            {k: self.terms.get(k, []) + other.terms.get(k, []) for k in keys}, digests)
 
 
 def image_diagnostics(hits: list[ImageHits]) -> dict[str, int]:
@@ -199,7 +212,11 @@ def score_partition(spec: PartitionSpec, job: Job) -> PartitionResult:
 def predictions(sub: Submission, pred_slice: PredSlice, index: int,
                 options: StorageOptions | None, out: PartitionResult) -> dict[str, ImagePred]:
     """A partition's predictions; a decoded submission file is also written as a store
-    part when the submission asks to keep its store."""
+    part when the submission asks to keep its store; a result file's digests are kept."""
+    if isinstance(pred_slice, ResultSlice):
+        preds, digests = pred_slice.decode(options)
+        out.digests.setdefault(sub.name, []).extend(digests)
+        return preds
     if sub.keep_store is None or not isinstance(pred_slice, FileSlice):
         return pred_slice.load(options)
     from sgdask.io.ingest import write_decoded_part
@@ -247,7 +264,7 @@ def evaluation_chunks(gt_images: pa.Table, partition_size: int | None) -> list[l
     return [ids[s:s + partition_size] for s in range(0, len(ids), partition_size)]
 
 
-SubmissionInput = StoreInput | FileInput
+SubmissionInput = StoreInput | FileInput | ResultInput
 
 
 def pred_slices(chunks: list[list[str]], known: set[str], pred: SubmissionInput
@@ -377,11 +394,15 @@ class ManyResult:
 
 
 def checked_inputs(gt_reader: StoreReader, submissions: list[tuple[str, str, str]],
-                   storage_options: StorageOptions | None, limits: ArchiveLimits | None
-                   ) -> list[SubmissionInput]:
-    """Every submission opened (a store, or a submission file checked against the GT)."""
+                   storage_options: StorageOptions | None, limits: ArchiveLimits | None,
+                   methods: dict[str, ResultsMethod]) -> list[SubmissionInput]:
+    """Every submission opened (a store, a submission file checked against the GT, or a
+    model's result file paired with the GT's images when ``methods`` names it)."""
     gt_info = GTInfo.of(gt_reader)
-    inputs = [open_input(url, storage_options, gt_info, limits) for _, url, _ in submissions]
+    inputs: list[SubmissionInput] = [
+        ResultInput(url, storage_options, gt_reader, gt_info, methods[name], limits)
+        if name in methods else open_input(url, storage_options, gt_info, limits)
+        for name, url, _ in submissions]
     for sub in inputs:
         if sub.manifest["instances"] == "masks" and gt_reader.manifest["instances"] != "masks":
             raise SgdaskError(f"{sub.url}: a mask submission needs a GT store with masks "
@@ -394,16 +415,17 @@ def checked_inputs(gt_reader: StoreReader, submissions: list[tuple[str, str, str
 def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Options,
                   client: Client | None = None, scheduler: str | None = None,
                   storage_options: StorageOptions | None = None, progress: bool = False,
-                  limits: ArchiveLimits | None = None, keep_stores: dict[str, str] | None = None
-                  ) -> ManyResult:
+                  limits: ArchiveLimits | None = None, keep_stores: dict[str, str] | None = None,
+                  methods: dict[str, ResultsMethod] | None = None) -> ManyResult:
     """Score several submissions ``(name, URL, protocols)`` in one Dask graph that reads
     each GT partition once. A URL is a submission store or a submission file (decoded in
-    the tasks; ``keep_stores[name]``: also write it as a store there)."""
+    the tasks; ``keep_stores[name]``: also write it as a store there), or with
+    ``methods[name]`` a model's result file (decoded in the tasks too)."""
     options.check()
     if len({name for name, _, _ in submissions}) != len(submissions):
         raise SgdaskError("submission names must be unique")
     gt_reader = StoreReader(gt, storage_options, "gt")
-    inputs = checked_inputs(gt_reader, submissions, storage_options, limits)
+    inputs = checked_inputs(gt_reader, submissions, storage_options, limits, methods or {})
     specs, counts, pred_counts = plan_partitions(gt_reader, inputs, options.partition_size)
     zero_shot, composition = training_stats(gt_reader, options.stats, storage_options)
     keep = keep_stores or {}
@@ -421,6 +443,9 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Opt
             specs, _, _ = plan_partitions(gt_reader, inputs, size)
         result = run_bag(active, specs, job, progress)
         writers.commit(result.parts_written)
+        for sub, given in zip(subs, inputs, strict=True):
+            if isinstance(given, ResultInput):
+                given.finish(result.digests.get(sub.name, []))
         reports = many_reports(result, subs, inputs, pred_counts, job, options, composition,
                                gt_reader.manifest, counts)
         if options.intervals is not None:
@@ -476,18 +501,19 @@ def evaluate_protocols(gt: str, pred: str, protocols: str = DEFAULT_PROTOCOL,
                        storage_options: StorageOptions | None = None, progress: bool = False,
                        stats: str | None = None, legacy: bool = False, tau: float = 0.5,
                        match_labels: bool = True, limits: ArchiveLimits | None = None,
-                       keep_store: str | None = None, intervals: CISettings | None = None
-                       ) -> dict[str, Report]:
-    """Score ``pred`` (a submission store or file) against ``gt`` under several protocols
-    in one pass over the data (``intervals``: with bootstrap intervals, the same resamples
-    for every protocol)."""
+                       keep_store: str | None = None, intervals: CISettings | None = None,
+                       method: ResultsMethod | None = None) -> dict[str, Report]:
+    """Score ``pred`` (a submission store or file; with ``method``, a model's result file)
+    against ``gt`` under several protocols in one pass over the data (``intervals``: with
+    bootstrap intervals, the same resamples for every protocol)."""
     options = Options(ks, aggregation, partition_size, stats, legacy, tau, match_labels)
     if intervals is not None:
         options = replace(options, ci=intervals.level, resamples=intervals.resamples,
                           seed=intervals.seed, ci_metrics=intervals.metrics)
     many = evaluate_many(gt, [("submission", pred, protocols)], options, client, scheduler,
                          storage_options, progress, limits,
-                         {"submission": keep_store} if keep_store else None)
+                         {"submission": keep_store} if keep_store else None,
+                         {"submission": method} if method else None)
     return many.reports["submission"]
 
 

@@ -32,6 +32,7 @@ import tifffile
 from sgdask.cli import main
 from sgdask.errors import InputError, SgdaskError, StoreError
 from sgdask.io.ingest import convert_results, convert_submission, ingest_gt
+from sgdask.io.results import ResultsMethod
 from sgdask.io.store import SELF_HASH, StoreReader, manifest_digest
 from sgdask.io.unpickle import Refused, restricted_loads
 from sgdask.pipeline import evaluate, evaluate_protocols
@@ -343,6 +344,75 @@ def test_evaluate_with_method_is_convert_then_evaluate(lab, client, tmp_path, ca
     code, err = run_main(capsys, "evaluate", "--pred", str(folder), "--gt", lab.gt,
                          "--instance-scores")
     assert code == 2 and "--instance-scores: only with --method" in err
+
+
+@pytest.mark.parametrize("form", ["pickle", "npz"])
+def test_results_decoded_in_the_tasks_score_as_their_store(form, family, lab, client,
+                                                           tmp_path):
+    """`evaluate --method` without a store (each task decodes its images' results) gives
+    the reports of `convert --method` + evaluating that store, under every protocol: the
+    same metrics, per-predicate and per-image tables, diagnostics and provenance."""
+    results = (str(family.pickle) if form == "pickle"
+               else str(npz_folder(family, tmp_path / "npz")))
+    store = str(tmp_path / "store")
+    convert_results(results, store, lab.gt, family.method, cluster=client)
+    literal = evaluate_protocols(lab.gt, store, PROTOCOLS, KS, client=client)
+    in_tasks = evaluate_protocols(lab.gt, results, PROTOCOLS, KS, client=client,
+                                  method=ResultsMethod(family.method))
+    for protocol in PROTOCOLS.split(","):
+        assert comparable(in_tasks[protocol]) == comparable(literal[protocol]), protocol
+        assert (in_tasks[protocol].provenance["submission"]
+                == literal[protocol].provenance["submission"]), protocol
+    assert in_tasks["singlempo"].metrics["R@50"] > 0.2  # the data has real hits
+
+
+def test_results_decoded_in_small_tasks_with_instance_scores(small, lab, client, tmp_path):
+    """One image per task, instance scores kept: still the store's reports, and the
+    content hash (made from digests the tasks return) is the store's."""
+    folder = str(npz_folder(small, tmp_path / "npz"))
+    store = str(tmp_path / "store")
+    convert_results(folder, store, lab.gt, "psgtr", instance_scores=True)
+    literal = evaluate_protocols(lab.gt, store, PROTOCOLS, KS, client=client)
+    in_tasks = evaluate_protocols(lab.gt, folder, PROTOCOLS, KS, partition_size=1,
+                                  client=client, method=ResultsMethod("psgtr", True))
+    for protocol in PROTOCOLS.split(","):
+        assert comparable(in_tasks[protocol]) == comparable(literal[protocol]), protocol
+    assert in_tasks["singlempo"].provenance["submission"] == {
+        "source": folder, "content_hash": StoreReader(store).manifest["content_hash"],
+        "method": "psgtr", "instance_scores": True}
+
+
+def corrupt_member(npz: Path, member: str) -> None:
+    """Flip one byte of ``member``'s compressed data (the archive's directory stays valid,
+    so only its CRC-32 or the inflater can tell)."""
+    data = bytearray(npz.read_bytes())
+    with zipfile.ZipFile(npz) as z:
+        info = z.getinfo(member)
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    data[start + info.compress_size // 2] ^= 0x55
+    npz.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("field, damage, fragments", [
+    ("labels", lambda r: setattr(r, "labels", r.labels * 0), ("labels[0]: 0 out of range",)),
+    ("masks", None, (".npz:masks.npy", "masks: cannot be read from the archive")),
+])
+def test_bad_result_decoded_in_a_task_is_one_line(field, damage, fragments, small, lab,
+                                                  client, tmp_path, capsys):
+    """A problem found by the task that decodes the image: one line naming the file, the
+    image and the field, exit 2, and no report written."""
+    results = pickle.loads(small.pickle.read_bytes())
+    k = len(results) - 2
+    if damage is not None:
+        damage(results[k])
+    folder = npz_folder(Family("psgtr", results, small.ids, small.pickle), tmp_path / "npz")
+    if damage is None:
+        corrupt_member(folder / f"{k}.npz", "masks.npy")
+    code, err = run_main(capsys, "evaluate", "--pred", str(folder), "--method", "psgtr",
+                         "--gt", lab.gt, "--k", KS, "--scheduler", client.scheduler.address,
+                         "--out", str(tmp_path / "report"))
+    refused(code, err, tmp_path / "report", f"/{k}.npz", f"image {small.ids[k]}: {field}",
+            *fragments)
 
 
 def test_instance_scores_order_the_merge(small, lab, client, tmp_path):

@@ -3,7 +3,10 @@ before anything is decompressed, and members are read with a hard size cap.
 
 Refused: path traversal (``..``, absolute paths, drive letters), symlinks, encrypted and
 duplicate entries, too many entries, too much uncompressed data in all or in one entry, and
-entries that expand more than ``max_ratio`` times (zip bombs). ``ArchiveLimits`` also holds
+entries that expand more than ``max_ratio`` times (zip bombs). Stored and deflated members
+are inflated by libdeflate (through imagecodecs) in one call into a buffer of their declared
+size, which is also the hard cap: on boolean mask stacks, which compress a hundredfold, zlib's
+byte-by-byte copies made inflating cost more than everything else. ``ArchiveLimits`` also holds
 the limits of what is inside: JSON documents and layered TIFFs, and of model result files
 (``convert --method``: pickles, ``.npz`` files and their mask stacks).
 """
@@ -14,10 +17,13 @@ import dataclasses
 import re
 import stat
 import struct
+import threading
 import zipfile
 import zlib
 from dataclasses import dataclass
 from typing import BinaryIO
+
+import imagecodecs
 
 from sgdask.errors import InputError, SgdaskError
 
@@ -25,7 +31,12 @@ MiB, GiB = 1 << 20, 1 << 30
 READ_BLOCK = MiB
 DRIVE = re.compile(r"^[A-Za-z]:")
 SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?(?:e\+?\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
-#: what corrupt compressed data makes zipfile and its decompressors raise
+#: a member's local file header: signature, then (at 26) the name and extra field lengths
+LOCAL_HEADER = struct.Struct("<4s22xHH")
+LOCAL_MAGIC = b"PK\x03\x04"
+UTF8_NAME = 0x800
+#: what corrupt compressed data makes zipfile and its decompressors raise (libdeflate's
+#: DeflateError is a RuntimeError)
 ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, RuntimeError,
               NotImplementedError, KeyError, struct.error)
 
@@ -178,6 +189,7 @@ class SafeZip:
             raise InputError(label, f"not a readable ZIP ({printable(str(err))})") from err
         self.problems = archive_problems(infos, label, limits)
         self.entries = {info.filename: info for info in infos}
+        self._lock = threading.Lock()  # reads seek the one file object
 
     def check(self) -> None:
         """Raise the archive's first problem, if any."""
@@ -199,9 +211,38 @@ class SafeZip:
             raise InputError(where, f"is {info.file_size} bytes uncompressed", image=image,
                              field=field, expected=limit_hint(self.limits, cap))
         try:
-            with self._zip.open(info) as member:
-                return read_capped(member, min(getattr(self.limits, cap),
-                                               self.limits.max_member_size))
+            with self._lock:
+                if info.compress_type in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                    return self._inflated(info)
+                with self._zip.open(info) as member:
+                    return read_capped(member, min(getattr(self.limits, cap),
+                                                   self.limits.max_member_size))
         except ZIP_ERRORS as err:
             raise InputError(where, f"cannot be read from the archive ({printable(str(err))})",
                              image=image, field=field) from err
+
+    def _inflated(self, info: zipfile.ZipInfo) -> bytes:
+        """A stored or deflated member, checked as zipfile checks it (local header, name,
+        size, CRC-32); never more than its declared (already capped) size is written."""
+        fp = self._zip.fp
+        assert fp is not None
+        fp.seek(info.header_offset)
+        magic, name_size, extra_size = LOCAL_HEADER.unpack(fp.read(LOCAL_HEADER.size))
+        if magic != LOCAL_MAGIC:
+            raise zipfile.BadZipFile("bad magic number for file header")
+        name = fp.read(name_size).decode("utf-8" if info.flag_bits & UTF8_NAME else "cp437")
+        if name != info.orig_filename:
+            raise zipfile.BadZipFile(f"file name in directory {info.orig_filename!r} and "
+                                     f"header {name!r} differ")
+        fp.seek(extra_size, 1)
+        raw = fp.read(info.compress_size)
+        if len(raw) != info.compress_size:
+            raise EOFError("member data cut short")
+        data = (raw if info.compress_type == zipfile.ZIP_STORED
+                else imagecodecs.deflate_decode(raw, out=info.file_size, raw=True))
+        if len(data) != info.file_size:
+            raise zipfile.BadZipFile(f"{len(data)} bytes where the directory says "
+                                     f"{info.file_size}")
+        if imagecodecs.deflate_crc32(data) != info.CRC:
+            raise zipfile.BadZipFile("bad CRC-32")
+        return data

@@ -17,14 +17,14 @@ import pyarrow as pa
 
 from sgdask import __version__
 from sgdask.cluster import ClusterSpec, map_tasks
-from sgdask.errors import InputError, SgdaskError, StoreError
+from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits, limit_hint
 from sgdask.io.fs import StorageOptions, combined_digest, file_digest, filesystem, join
 from sgdask.io.psg import GTRecord, class_lists, evaluation_records, label_image
 from sgdask.io.results import ResultEntry, ResultSource, loaded_pickle
 from sgdask.io.scores import SubmissionInstances, load_score_lists
 from sgdask.io.sgbench import ClassCounts, SubmissionImage, SubmissionSource, load_json
-from sgdask.io.sources import Decoded, decoded_images
+from sgdask.io.sources import Decoded, decoded_images, evaluated_order
 from sgdask.io.stats import STATS_FILE, train_stats, write_stats
 from sgdask.io.store import (
     PartTables,
@@ -170,21 +170,6 @@ def write_image_order(out: str, options: StorageOptions | None, ids: list[str]) 
     fs, path = filesystem(out, options)
     with fs.open(join(path, IMAGE_ORDER_FILE), "w") as f:
         json.dump({"image_ids": ids}, f)
-
-
-def evaluated_order(gt: StoreReader, gt_info: GTInfo) -> list[str]:
-    """The GT's test images with relations, in psg.json's ``data`` order."""
-    name = gt.manifest.get("image_order")
-    if not name:
-        raise StoreError(f"{gt.url}: the GT store does not record psg.json's image order, "
-                         "which result files are paired by (written by an older sgdask: "
-                         "run sgdask ingest-gt again)")
-    raw = gt.read_file(name)  # checked against the manifest's size and SHA-256
-    try:
-        ids = json.loads(raw)["image_ids"]
-    except (ValueError, KeyError, TypeError) as err:
-        raise StoreError(f"{gt.url}/{name}: unreadable ({type(err).__name__}: {err})") from None
-    return [i for i in ids if i in gt_info.evaluated]
 
 
 def sorted_records(records: list[GTRecord], psg_json: str) -> list[GTRecord]:

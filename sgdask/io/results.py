@@ -31,6 +31,7 @@ from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.methods import METHODS, fields_of, lists_for
 from sgdask.io.sgbench import BOX_EXPECTED, ClassCounts, SubmissionImage
 from sgdask.io.unpickle import ALLOWED_KINDS, TORCH_HINT, Record, Refused, restricted_loads
+from sgdask.types import BitMasks, ImagePred
 
 DEFAULT_LIMITS = ArchiveLimits()
 ZIP_MAGIC = b"PK\x03\x04"
@@ -39,6 +40,14 @@ PAIRING = "one result per GT test image with at least one relation, in psg.json'
 #: Result attribute -> the numpy dtype kinds it may have
 KINDS = {"masks": "biuf", "labels": "iu", "refine_bboxes": "iuf", "rel_pair_idxes": "iu",
          "rel_dists": "iuf", "refine_scores": "f", "rels": "iu"}
+
+
+@dataclass(frozen=True)
+class ResultsMethod:
+    """How to read a model's result file: ``--method`` and ``--instance-scores``."""
+
+    method: str
+    instance_scores: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,13 @@ class ResultImage:
         """The image as the SGBench reader would give it (no ZIP member)."""
         return SubmissionImage(self.image_id, self.categories, self.boxes, self.scores,
                                self.graph, None, self.ng, self.source_file)
+
+    def prediction(self) -> ImagePred:
+        """The image as a task scores it, as a store written from it would load it (an
+        image without instances has no scores there)."""
+        scores = self.scores if self.scores is not None and len(self.scores) else None
+        return ImagePred(self.image_id, self.categories, self.graph, self.ng, self.boxes,
+                         BitMasks.from_dense(self.masks), scores)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""Where an evaluation task finds a submission's predictions: a converted store, or the
-submission file itself (an SGBench ZIP or JSON), decoded inside the task that scores it.
+"""Where an evaluation task finds a submission's predictions: a converted store, the
+submission file itself (an SGBench ZIP or JSON), or a model's result file or ``.npz``
+directory (``evaluate --method``), decoded inside the task that scores it.
 
 On the client an ``*Input`` checks the submission once (tables or ``triplets.json``, never
 the masks) and cuts it into ``*Slice``s, one per evaluation partition; a slice is small
@@ -8,13 +9,16 @@ and picklable, and ``load`` on a worker gives the partition's ``ImagePred``s.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from sgdask.errors import StoreError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.partition import load_predictions
-from sgdask.io.sgbench import SubmissionImage, SubmissionSource
+from sgdask.io.results import ResultEntry, ResultsMethod, ResultSource, loaded_pickle
+from sgdask.io.sgbench import ClassCounts, SubmissionImage, SubmissionSource
 from sgdask.io.store import StoreReader
 from sgdask.io.validate import GTInfo, checked_submission
 from sgdask.types import BitMasks, ImagePred
@@ -132,6 +136,93 @@ class FileInput:
     def slice(self, ids: list[str]) -> FileSlice:
         return FileSlice(self.url, tuple(self.images[i] for i in ids),
                          tuple((i, self.sizes[i]) for i in ids if i in self.sizes), self.limits)
+
+
+def evaluated_order(gt: StoreReader, gt_info: GTInfo) -> list[str]:
+    """The GT's test images with relations, in psg.json's ``data`` order (what model result
+    files are paired with)."""
+    name = gt.manifest.get("image_order")
+    if not name:
+        raise StoreError(f"{gt.url}: the GT store does not record psg.json's image order, "
+                         "which result files are paired by (written by an older sgdask: "
+                         "run sgdask ingest-gt again)")
+    raw = gt.read_file(name)  # checked against the manifest's size and SHA-256
+    try:
+        ids = json.loads(raw)["image_ids"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise StoreError(f"{gt.url}/{name}: unreadable ({type(err).__name__}: {err})") from None
+    return [i for i in ids if i in gt_info.evaluated]
+
+
+Digest = tuple[int, str | None]  # (a result's position, SHA-256 hex of its .npz file)
+
+
+@dataclass(frozen=True)
+class ResultSlice:
+    """A partition's results of a model's result file, decoded and checked (against the GT
+    image's size and the GT's classes) by the task that scores them."""
+
+    url: str
+    how: ResultsMethod
+    entries: tuple[ResultEntry, ...]
+    sizes: tuple[tuple[str, tuple[int, int]], ...]
+    classes: ClassCounts
+    limits: ArchiveLimits | None
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(e.image_id for e in self.entries)
+
+    def decode(self, options: StorageOptions | None
+               ) -> tuple[dict[str, ImagePred], list[Digest]]:
+        """The predictions, and the digests of the files read (for the content hash)."""
+        if not self.entries:
+            return {}, []
+        source = ResultSource(self.url, self.how.method, options, self.limits,
+                              self.how.instance_scores)
+        sizes = dict(self.sizes)
+        preds, digests = {}, []
+        for entry in self.entries:
+            img, digest = source.image_and_digest(entry, sizes[entry.image_id], self.classes)
+            preds[entry.image_id] = img.prediction()
+            digests.append((entry.position, digest))
+        return preds, digests
+
+    def load(self, options: StorageOptions | None) -> dict[str, ImagePred]:
+        return self.decode(options)[0]
+
+
+class ResultInput:
+    """A model's result file or ``.npz`` directory, paired with the GT's test images as
+    ``convert --method`` pairs them; its manifest is what that conversion would write, the
+    content hash completed by ``finish`` from the digests the tasks return."""
+
+    def __init__(self, url: str, options: StorageOptions | None, gt: StoreReader,
+                 gt_info: GTInfo, how: ResultsMethod, limits: ArchiveLimits | None) -> None:
+        self.source = ResultSource(url, how.method, options, limits, how.instance_scores)
+        self.url, self.how, self.limits, self.gt_info = str(url), how, limits, gt_info
+        self.entries = self.source.images(evaluated_order(gt, gt_info))
+        self.by_id = {e.image_id: e for e in self.entries}
+        self.manifest: dict[str, Any] = {
+            "kind": "submission", "source": self.url, "has_ng": True, "instances": "masks",
+            "content_hash": None, "method": how.method,
+            "instance_scores": how.instance_scores}
+
+    def ids(self) -> list[str]:
+        return sorted(self.by_id)
+
+    def slice(self, ids: list[str]) -> ResultSlice:
+        return ResultSlice(self.url, self.how, tuple(self.by_id[i] for i in ids),
+                           tuple((i, self.gt_info.sizes[i]) for i in ids),
+                           self.gt_info.classes, self.limits)
+
+    def finish(self, digests: list[Digest]) -> None:
+        """Set the content hash (``convert --method``'s) from the tasks' digests; drop the
+        parsed pickle this process holds."""
+        known = dict(digests)
+        self.manifest["content_hash"] = self.source.content_hash(
+            self.entries, [known.get(e.position) for e in self.entries])
+        loaded_pickle.cache_clear()
 
 
 def open_input(url: str, options: StorageOptions | None, gt: GTInfo,
