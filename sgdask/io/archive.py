@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from sgdask.errors import InputError, SgdaskError
+from sgdask.io.fs import fault_detail, is_storage_fault
 
 MiB, GiB = 1 << 20, 1 << 30
 READ_BLOCK = MiB
@@ -205,3 +206,7 @@ class SafeZip:
         except ZIP_ERRORS as err:
             raise InputError(where, f"cannot be read from the archive ({printable(str(err))})",
                              image=image, field=field) from err
+        except Exception as err:  # the storage under the archive failing (botocore...)
+            if not is_storage_fault(err):
+                raise
+            raise SgdaskError(f"{self.label}: cannot read ({fault_detail(err)})") from err

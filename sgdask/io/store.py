@@ -41,7 +41,14 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import MemoryStore
 
 from sgdask.errors import SgdaskError, SgdaskWarning, StoreError
-from sgdask.io.fs import StorageOptions, filesystem, join, zarr_store
+from sgdask.io.fs import (
+    StorageOptions,
+    fault_detail,
+    filesystem,
+    is_storage_fault,
+    join,
+    zarr_store,
+)
 from sgdask.kernels.bits import pack_sparse, word_layout, xor_rows
 from sgdask.types import BitMasks
 
@@ -172,11 +179,17 @@ def file_entry(data: bytes) -> dict[str, Any]:
     return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def put_file(fs: Any, path: str, data: bytes) -> dict[str, Any]:
-    """Write ``data`` to ``path`` (parents created) and return its manifest entry."""
+def put_file(fs: Any, path: str, data: bytes, url: str | None = None) -> dict[str, Any]:
+    """Write ``data`` to ``path`` (parents created) and return its manifest entry; a fault
+    of the storage is one line naming ``url`` (the file's URL; default ``path``)."""
     parent = path.rsplit("/", 1)[0]
-    fs.makedirs(parent, exist_ok=True)
-    fs.pipe_file(path, data)
+    try:
+        fs.makedirs(parent, exist_ok=True)
+        fs.pipe_file(path, data)
+    except Exception as err:
+        if not is_storage_fault(err):
+            raise
+        raise SgdaskError(f"{url or path}: cannot write ({fault_detail(err)})") from err
     return file_entry(data)
 
 
@@ -212,11 +225,11 @@ def write_part(url: str, storage_options: StorageOptions | None, index: int,
         data = pack_sparse(np.concatenate(tables.masks))
         for key, blob in mask_array_files(data).items():
             rel = f"masks/{part_name(index)}/{key}"
-            files[rel] = put_file(fs, join(path, rel), blob)
+            files[rel] = put_file(fs, join(path, rel), blob, join(url, rel))
     for name in TABLES:
         table = pa.Table.from_pydict(getattr(tables, name), schema=SCHEMAS[name])
         rel = f"{name}/{part_name(index)}.parquet"
-        files[rel] = put_file(fs, join(path, rel), parquet_bytes(table))
+        files[rel] = put_file(fs, join(path, rel), parquet_bytes(table), join(url, rel))
     return {"name": part_name(index), "first_id": ids[0], "last_id": ids[-1],
             "n_images": len(ids), "files": files}
 
@@ -245,8 +258,20 @@ class StoreWriter:
         return self
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: Any) -> None:
-        if exc_type is not None and self.fs.exists(self.path):
-            self.fs.rm(self.path, recursive=True)
+        if exc_type is None:
+            return
+        try:
+            if self.fs.exists(self.path):
+                self.fs.rm(self.path, recursive=True)
+        except Exception as err:
+            if not is_storage_fault(err):
+                raise
+            # the storage that failed the writing fails the clean-up too: the files left
+            # have no manifest, which every reader refuses; say so with the first error
+            if isinstance(exc, SgdaskError):
+                raise SgdaskError(f"{exc}; {self.url}: the unfinished store could not be "
+                                  "removed (readers refuse it: no manifest.json; remove it, "
+                                  "or write it again with --overwrite)") from exc
 
     def finish(self, parts: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
         """Write the manifest (the store's commit point) and return it.
@@ -260,13 +285,19 @@ class StoreWriter:
             part = dict(part)
             files.update(part.pop("files", {}))
             entries.append(part)
-        for rel in self.own_files(fields):
-            files[rel] = file_entry(self.fs.cat_file(join(self.path, rel)))
-        manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": self.kind,
-                    **fields, "parts": entries, "files": dict(sorted(files.items()))}
-        manifest[SELF_HASH] = manifest_digest(manifest)
-        with self.fs.open(join(self.path, MANIFEST), "w") as f:
-            json.dump(manifest, f, indent=1)
+        try:
+            for rel in self.own_files(fields):
+                files[rel] = file_entry(self.fs.cat_file(join(self.path, rel)))
+            manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": self.kind,
+                        **fields, "parts": entries, "files": dict(sorted(files.items()))}
+            manifest[SELF_HASH] = manifest_digest(manifest)
+            with self.fs.open(join(self.path, MANIFEST), "w") as f:
+                json.dump(manifest, f, indent=1)
+        except Exception as err:
+            if not is_storage_fault(err):
+                raise
+            raise SgdaskError(f"{self.url}/{MANIFEST}: cannot write "
+                              f"({fault_detail(err)})") from err
         return manifest
 
     def own_files(self, fields: dict[str, Any]) -> list[str]:
