@@ -49,6 +49,7 @@ from sgdask.io.fs import (
     join,
     zarr_store,
 )
+from sgdask.io.schemas import STORE_MANIFEST, schema_problem
 from sgdask.kernels.bits import pack_sparse, word_layout, xor_rows
 from sgdask.types import BitMasks
 
@@ -350,41 +351,18 @@ def warn_unchecksummed(url: str, version: int) -> None:
                   "protect it)", SgdaskWarning, stacklevel=3)
 
 
-def manifest_problem(manifest: Any) -> str | None:
-    """What is wrong with the structure of a parsed manifest (None: nothing): the fields
-    every reader relies on, checked before anything is read through them."""
-    if not isinstance(manifest, dict):
-        return f"not a JSON object but {type(manifest).__name__}"
-    if manifest.get("format") != FORMAT:
-        return f"format {manifest.get('format')!r} (expected {FORMAT!r})"
-    if manifest.get("kind") not in ("gt", "submission"):
-        return f"kind {manifest.get('kind')!r} (expected 'gt' or 'submission')"
-    parts = manifest.get("parts")
-    if not isinstance(parts, list):
-        return "parts: missing or not a list"
-    for i, part in enumerate(parts):
-        if not (isinstance(part, dict) and isinstance(part.get("name"), str)
-                and all(isinstance(part.get(k), str) for k in ("first_id", "last_id"))
-                and isinstance(part.get("n_images"), int)):
-            return f"parts[{i}]: expected name, first_id, last_id and n_images"
+def manifest_problem(manifest: dict[str, Any]) -> str | None:
+    """What is wrong with a manifest that its schema (checked first: the structure of every
+    field readers rely on) cannot express (None: nothing): the parts' image counts against
+    ``n_images``, its own hash, the files it lists against the parts it lists."""
+    parts = manifest["parts"]
     total = manifest.get("n_images")
     if isinstance(total, int) and sum(p["n_images"] for p in parts) != total:
         return f"parts hold {sum(p['n_images'] for p in parts)} images, n_images says {total}"
-    if manifest.get("format_version") >= CHECKSUMMED_VERSION:
+    if manifest["format_version"] >= CHECKSUMMED_VERSION:
         if manifest.get(SELF_HASH) != manifest_digest(manifest):
             return f"{SELF_HASH} does not match the manifest's contents"
-        files = manifest.get("files")
-        if not isinstance(files, dict) or not all(
-                isinstance(e, dict) and isinstance(e.get("size"), int)
-                and isinstance(e.get("sha256"), str) for e in files.values()):
-            return "files: missing, or an entry without size and sha256"
-        problem = files_problem(files, {p["name"] for p in parts})
-        if problem is not None:
-            return problem
-    if manifest["kind"] == "gt" and not all(
-            isinstance(manifest.get(k), list)
-            for k in ("thing_classes", "stuff_classes", "predicate_classes")):
-        return "thing_classes, stuff_classes, predicate_classes: missing or not lists"
+        return files_problem(manifest["files"], {p["name"] for p in parts})
     return None
 
 
@@ -455,6 +433,10 @@ class StoreReader:
                              f"{' or '.join(map(str, READABLE_VERSIONS))}"
                              + ("; written by a newer sgdask: upgrade sgdask)" if newer
                                 else ")"))
+        problem = schema_problem(STORE_MANIFEST, manifest)
+        if problem is not None:
+            raise Corrupt(self.url, MANIFEST, f"corrupt (against the store manifest schema: "
+                          f"{problem})")
         problem = manifest_problem(manifest)
         if problem is not None:
             raise Corrupt(self.url, MANIFEST, f"corrupt ({problem})")
