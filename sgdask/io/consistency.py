@@ -37,11 +37,12 @@ READ_THREADS = 8
 
 
 def ints(table: pa.Table, name: str) -> np.ndarray:
-    """An integer column as int64 (nulls as -1)."""
+    """An integer column as a numpy array of its own integer type (nulls as -1): no copy
+    into int64, numpy widens where a comparison or a sum needs it."""
     column = table[name]
     if column.null_count:
         column = pc.fill_null(column, -1)
-    return column.to_numpy().astype(np.int64, copy=False)
+    return column.to_numpy()
 
 
 def first(mask: np.ndarray) -> int | None:
@@ -226,9 +227,8 @@ def check_instances(url: str, images: pa.Table, instances: pa.Table, n_inst: np.
                  & images["mask_offset"].is_null().to_numpy(zero_copy_only=False))
     masked = has_masks[owner]
     offset = ints(instances, "mask_offset")
-    box = np.stack([ints(instances, c) for c in ("mask_y0", "mask_x0", "mask_y1",
-                                                 "mask_x1")], 1) if len(instances) \
-        else np.zeros((0, 4), np.int64)
+    y0, x0, y1, x1 = (ints(instances, c) for c in ("mask_y0", "mask_x0", "mask_y1",
+                                                    "mask_x1"))
     missing = masked & ((offset < 0) | instances["mask_y0"].is_null().to_numpy(
         zero_copy_only=False))
     bad = first(missing)
@@ -237,11 +237,10 @@ def check_instances(url: str, images: pa.Table, instances: pa.Table, n_inst: np.
                          field="instances",
                          expected="one mask crop per instance of an image with masks")
     h, w = ints(images, "height")[owner], ints(images, "width")[owner]
-    outside = masked & ((box[:, 0] < 0) | (box[:, 1] < 0) | (box[:, 2] > h) | (box[:, 3] > w)
-                        | (box[:, 2] < box[:, 0]) | (box[:, 3] < box[:, 1]))
+    outside = masked & ((y0 < 0) | (x0 < 0) | (y1 > h) | (x1 > w) | (y1 < y0) | (x1 < x0))
     bad = first(outside)
     if bad is not None:
-        y0, x0, y1, x1 = box[bad].tolist()
-        raise InputError(url, f"mask crop rows {y0}:{y1}, columns {x0}:{x1}",
+        raise InputError(url, f"mask crop rows {y0[bad]}:{y1[bad]}, columns "
+                         f"{x0[bad]}:{x1[bad]}",
                          image=ids[owner[bad]].as_py(), field="instances",
                          expected=f"inside the {h[bad]}x{w[bad]} image")
