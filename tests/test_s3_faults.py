@@ -5,7 +5,8 @@ scheduler plugin when the first partition task has finished (the LocalCluster's 
 runs in this process; root tasks are queued on it, so the partitions not yet started only
 start after the stop), during ``convert`` by its progress callback once the first part is
 written. The retries are kept small through the storage options (botocore's
-``max_attempts``, s3fs's ``retries``) so each test takes seconds. Expected: one line naming
+``retries.max_attempts``; s3fs's own loop, for dropped connections, is bounded by its class)
+so each test takes seconds. Expected: one line naming
 the URL, exit 2, no ``--out`` written, and no store left that a reader would take for one.
 """
 
@@ -26,9 +27,9 @@ from sgdask.io.ingest import convert_submission
 from sgdask.io.store import StoreReader
 from tests.test_s3 import AWS_ENV
 
-#: storage options that keep a dead endpoint's retries short (botocore: two attempts, a
+#: storage options that keep a dead endpoint's retries short (botocore: one retry, a
 #: 2 s connect timeout; s3fs's own loop, for dropped connections, is bounded by its class)
-FAST_RETRIES = {"config_kwargs": {"retries": {"max_attempts": 2}, "connect_timeout": 2}}
+FAST_RETRIES = {"config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 2}}
 
 
 class Moto:
@@ -50,7 +51,7 @@ class Moto:
 
     def cli_options(self) -> list[str]:
         return ["-S", f"endpoint_url={self.endpoint}", "-S", "key=testing", "-S",
-                "secret=testing", "-S", "config_kwargs.retries.max_attempts=2", "-S",
+                "secret=testing", "-S", "config_kwargs.retries.max_attempts=1", "-S",
                 "config_kwargs.connect_timeout=2"]
 
     def stop(self) -> None:
