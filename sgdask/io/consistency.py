@@ -7,13 +7,14 @@ its predicates, subject and object indices within the image's instances, one mas
 instance of an image with masks, and every crop box inside its image.
 
 Cheap by construction: the tables' files are read by a thread pool (reading a file, its
-SHA-256 and Parquet decoding release the GIL; on S3 the requests overlap), only the
-columns the checks need, and every check runs over whole concatenated columns: global
-bounds through ``pyarrow.compute.min_max``, per-image bounds as ``np.maximum.reduceat``
-over the image groups (rows of an image are contiguous, in images-table order). Only when
-a check fails are its rows looked at one by one, to name the first problem: one
-``InputError`` naming the store, the image and the field (the same problem the row-by-row
-order would name first).
+SHA-256 and Parquet decoding release the GIL; on S3 the requests overlap); only the columns
+the checks need are decoded, not even those whose bounds the footer statistics prove (in a
+store whose files are hash-checked); every check runs over whole concatenated columns:
+global bounds through ``pyarrow.compute.min_max``, per-image bounds as
+``np.maximum.reduceat`` over the image groups (rows of an image are contiguous, in
+images-table order). Only when a check fails are its rows looked at one by one, to name
+the first problem: one ``InputError`` naming the store, the image and the field (the same
+problem the row-by-row order would name first).
 """
 
 from __future__ import annotations
@@ -25,13 +26,12 @@ from contextlib import contextmanager
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from sgdask.errors import InputError
-from sgdask.io.store import Corrupt, StoreReader
+from sgdask.io.store import DECODE_ERRORS, Corrupt, StoreReader, decode_detail
 
-INSTANCE_CHECK_COLUMNS = ["category", "mask_y0", "mask_x0", "mask_y1", "mask_x1",
-                          "mask_offset"]
-TRIPLET_CHECK_COLUMNS = ["subject", "object", "predicate"]
+BOX_COLUMNS = ["mask_y0", "mask_x0", "mask_y1", "mask_x1"]
 #: threads reading a store's files: enough to overlap S3 round trips, few enough for a laptop
 READ_THREADS = 8
 
@@ -124,38 +124,83 @@ def check_ids_and_sizes(url: str, images: pa.Table, gt_images: pa.Table) -> None
                          expected=f"{gt_h[bad]}x{gt_w[bad]}, the GT image's size")
 
 
+def opened(reader: StoreReader, rel: str) -> pq.ParquetFile:
+    """A Parquet file of the store, its bytes checked (size, SHA-256) and its footer read;
+    its columns are decoded later, page checksums verified, only those still needed."""
+    data = reader.read_file(rel)
+    try:
+        return pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
+    except DECODE_ERRORS as err:
+        raise Corrupt(reader.url, rel, f"corrupt (not a readable Parquet file: "
+                      f"{decode_detail(err)})") from None
+
+
+def decoded(url: str, rel: str, file: pq.ParquetFile, columns: list[str]) -> pa.Table:
+    try:
+        table = file.read(columns=columns, use_threads=False)
+    except DECODE_ERRORS as err:
+        raise Corrupt(url, rel, f"corrupt (not a readable Parquet file: "
+                      f"{decode_detail(err)})") from None
+    if table.column_names != columns:
+        raise Corrupt(url, rel, f"corrupt (columns {table.column_names}, expected {columns})")
+    return table
+
+
+def proven(files: list[pq.ParquetFile], column: str, count: int | None) -> bool:
+    """Whether the footer statistics of every file show ``column`` without nulls and within
+    [0, count): then its values need no decoding. Only for files whose bytes were checked
+    against the manifest's SHA-256 (the footer is part of them)."""
+    for file in files:
+        index = file.schema_arrow.get_field_index(column)
+        meta = file.metadata
+        if index < 0:
+            return False
+        for group in range(meta.num_row_groups):
+            stats = meta.row_group(group).column(index).statistics
+            if (stats is None or not stats.has_min_max or not stats.has_null_count
+                    or stats.null_count or stats.min < 0 or stats.max >= below(count)):
+                return False
+    return True
+
+
 class PartTables:
-    """The instances and triplets files of every part of a store, read in a pool (only the
-    checked columns); ``table`` waits for a table's parts in part order, so the first
-    damaged file named is the one a sequential read would name."""
+    """The instances and triplets files of every part of a store, read and opened in a
+    pool (``files``), then the columns the checks still need decoded in the pool
+    (``table``). Results are taken in part order, so the first damaged file named is the
+    one a sequential read would name."""
 
     def __init__(self, reader: StoreReader, pool: ThreadPoolExecutor) -> None:
-        self.reader = reader
+        self.reader, self.pool = reader, pool
         self.parts = [p["name"] for p in reader.parts]
-        self.reads: dict[str, list[Future[pa.Table]]] = {
-            name: [pool.submit(reader.read_table, f"{name}/{part}.parquet", columns)
+        self.opening: dict[str, list[Future[pq.ParquetFile]]] = {
+            name: [pool.submit(opened, reader, f"{name}/{part}.parquet")
                    for part in self.parts]
-            for name, columns in (("instances", INSTANCE_CHECK_COLUMNS),
-                                  ("triplets", TRIPLET_CHECK_COLUMNS))}
+            for name in ("instances", "triplets")}
 
-    def table(self, name: str, expected_rows: np.ndarray, what: str) -> pa.Table:
-        """Table ``name`` of the whole store, each part's row count checked against the
+    def files(self, name: str, expected_rows: np.ndarray, what: str) -> list[pq.ParquetFile]:
+        """The opened files of table ``name``, each part's row count checked against the
         images table's (``expected_rows``, per part)."""
-        tables = [read.result() for read in self.reads[name]]
-        for part, table, rows in zip(self.parts, tables, expected_rows.tolist(), strict=True):
-            if len(table) != rows:
+        files = [opening.result() for opening in self.opening[name]]
+        for part, file, rows in zip(self.parts, files, expected_rows.tolist(), strict=True):
+            if file.metadata.num_rows != rows:
                 raise Corrupt(self.reader.url, f"{name}/{part}.parquet",
-                              f"corrupt ({len(table)} {what} rows, the images table counts "
-                              f"{rows})")
+                              f"corrupt ({file.metadata.num_rows} {what} rows, the images "
+                              f"table counts {rows})")
+        return files
+
+    def table(self, name: str, files: list[pq.ParquetFile], columns: list[str]) -> pa.Table:
+        """``columns`` of table ``name`` over the whole store."""
+        url = self.reader.url
+        reads = [self.pool.submit(decoded, url, f"{name}/{part}.parquet", file, columns)
+                 for part, file in zip(self.parts, files, strict=True)]
+        tables = [read.result() for read in reads]
         if not tables:
-            return pa.table({c: pa.array([], pa.int64()) for c in
-                             (INSTANCE_CHECK_COLUMNS if name == "instances"
-                              else TRIPLET_CHECK_COLUMNS)})
+            return pa.table({c: pa.array([], pa.int64()) for c in columns})
         try:
             return pa.concat_tables(tables)
         except pa.ArrowInvalid as err:
-            raise Corrupt(self.reader.url, f"{name}/", "corrupt (parts of different "
-                          f"schemas: {err})") from None
+            raise Corrupt(url, f"{name}/", "corrupt (parts of different schemas: "
+                          f"{decode_detail(err)})") from None
 
 
 def check_contents(sub: StoreReader, n_classes: int | None, n_predicates: int | None) -> None:
@@ -179,20 +224,40 @@ def per_part(sub: StoreReader, per_image: np.ndarray) -> np.ndarray:
 
 def check_tables(sub: StoreReader, tables: PartTables, n_classes: int | None,
                  n_predicates: int | None) -> None:
+    """Instances, then triplets, of every part against the images table. Columns whose
+    bounds the (hash-checked) footer statistics prove are not decoded."""
     images = sub.images()
     n_inst = ints(images, "n_instances")
-    instances = tables.table("instances", per_part(sub, n_inst), "instance")
-    check_instances(sub.url, images, instances, n_inst, n_classes)
+    files = tables.files("instances", per_part(sub, n_inst), "instance")
+    masked = masked_images(images)
+    columns = [c for c, bound in (("category", n_classes), ("mask_offset", None))
+               if not (sub.checksummed and proven(files, c, bound))
+               and (c == "category" or masked.any())]
+    columns += BOX_COLUMNS if masked.any() else []
+    instances = tables.table("instances", files, columns)
+    check_instances(sub.url, images, instances, n_inst, masked, n_classes)
     n_trip = ints(images, "n_graph") + ints(images, "n_ng")
-    triplets = tables.table("triplets", per_part(sub, n_trip), "triplet")
+    files = tables.files("triplets", per_part(sub, n_trip), "triplet")
+    columns = ([] if sub.checksummed and proven(files, "predicate", n_predicates)
+               else ["predicate"]) + ["subject", "object"]
+    triplets = tables.table("triplets", files, columns)
     check_triplets(sub.url, images["image_id"], triplets, n_inst, n_trip, n_predicates)
+
+
+def masked_images(images: pa.Table) -> np.ndarray:
+    """Which images hold one mask crop per instance (version 1 GT images hold a label image
+    instead)."""
+    return (images["mask_array"].is_valid().to_numpy(zero_copy_only=False)
+            & images["mask_offset"].is_null().to_numpy(zero_copy_only=False))
 
 
 def check_triplets(url: str, ids: pa.ChunkedArray, triplets: pa.Table, n_inst: np.ndarray,
                    n_trip: np.ndarray, n_predicates: int | None) -> None:
     """Predicates within the GT's; subject and object indices within their image's
-    instances. Bounds over whole columns, the rows of one image only to name a problem."""
-    if not within(triplets["predicate"], n_predicates):
+    instances. Bounds over whole columns, the rows of one image only to name a problem
+    (no predicate column: its bounds are proven already)."""
+    if "predicate" in triplets.column_names and not within(triplets["predicate"],
+                                                             n_predicates):
         predicate = ints(triplets, "predicate")
         wrong = (predicate < 0) | (predicate >= below(n_predicates))
         owner = np.repeat(np.arange(len(n_trip)), n_trip)
@@ -212,35 +277,33 @@ def check_triplets(url: str, ids: pa.ChunkedArray, triplets: pa.Table, n_inst: n
 
 
 def check_instances(url: str, images: pa.Table, instances: pa.Table, n_inst: np.ndarray,
-                    n_classes: int | None) -> None:
-    """Categories within the GT's classes; for images with one mask crop per instance
-    (version 1 GT images hold a label image instead), every instance's crop present and
-    inside its image."""
+                    masked_image: np.ndarray, n_classes: int | None) -> None:
+    """Categories within the GT's classes; for images with one mask crop per instance,
+    every instance's crop present and inside its image. A column ``instances`` lacks is
+    proven already (category, mask_offset) or not needed (no image with crops)."""
     ids = images["image_id"]
     owner = np.repeat(np.arange(len(n_inst)), n_inst)
-    if not within(instances["category"], n_classes):
+    if "category" in instances.column_names and not within(instances["category"], n_classes):
         category = ints(instances, "category")
         bad = first((category < 0) | (category >= below(n_classes)))
         raise InputError(url, f"category {category[bad]}", image=ids[owner[bad]].as_py(),
                          field="instances", expected=in_range(n_classes, "thing and stuff"))
-    has_masks = (images["mask_array"].is_valid().to_numpy(zero_copy_only=False)
-                 & images["mask_offset"].is_null().to_numpy(zero_copy_only=False))
-    masked = has_masks[owner]
-    offset = ints(instances, "mask_offset")
-    y0, x0, y1, x1 = (ints(instances, c) for c in ("mask_y0", "mask_x0", "mask_y1",
-                                                    "mask_x1"))
-    missing = masked & ((offset < 0) | instances["mask_y0"].is_null().to_numpy(
-        zero_copy_only=False))
-    bad = first(missing)
+    if not masked_image.any():
+        return
+    masked = masked_image[owner]
+    missing = instances["mask_y0"].is_null().to_numpy(zero_copy_only=False)
+    if "mask_offset" in instances.column_names:
+        missing = missing | (ints(instances, "mask_offset") < 0)
+    bad = first(masked & missing)
     if bad is not None:
         raise InputError(url, "an instance without its mask crop", image=ids[owner[bad]].as_py(),
                          field="instances",
                          expected="one mask crop per instance of an image with masks")
+    y0, x0, y1, x1 = (ints(instances, c) for c in BOX_COLUMNS)
     h, w = ints(images, "height")[owner], ints(images, "width")[owner]
     outside = masked & ((y0 < 0) | (x0 < 0) | (y1 > h) | (x1 > w) | (y1 < y0) | (x1 < x0))
     bad = first(outside)
     if bad is not None:
         raise InputError(url, f"mask crop rows {y0[bad]}:{y1[bad]}, columns "
-                         f"{x0[bad]}:{x1[bad]}",
-                         image=ids[owner[bad]].as_py(), field="instances",
-                         expected=f"inside the {h[bad]}x{w[bad]} image")
+                         f"{x0[bad]}:{x1[bad]}", image=ids[owner[bad]].as_py(),
+                         field="instances", expected=f"inside the {h[bad]}x{w[bad]} image")
