@@ -522,7 +522,8 @@ def trust_targets(runs: dict[str, rp.Series]) -> list[dict[str, Any]]:
     return [
         target(f"GT consistency check <= {100 * TARGETS['consistency']:g} % of the evaluation",
                f"{r['consistency_s']:.3f} s on {r['evaluate_s']:.2f} s "
-               f"({100 * r['consistency_ratio']:.1f} %)",
+               f"({100 * r['consistency_ratio']:.1f} %; {r['consistency_fresh_s']:.3f} s with "
+               "the images tables, which evaluate reads anyway to plan)",
                r["consistency_ratio"] <= TARGETS["consistency"]),
         target(f"integrity checks <= {100 * TARGETS['integrity']:g} % of the evaluation",
                f"{r['integrity_s']:.3f} s ({100 * r['integrity_ratio']:.1f} %: SHA-256 "

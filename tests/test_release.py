@@ -91,3 +91,31 @@ def test_constraints_pin_every_installed_dependency_exactly():
     for name in required:
         assert re.sub(r"[-_.]+", "-", name).lower() in names, f"{name} is not pinned"
     assert {"numba", "llvmlite"} <= names  # locked ahead of the speed work's dependency
+
+
+def test_schemas_ship_in_the_wheel_and_have_one_source(tmp_path):
+    """The readers' schemas are package data: the sdist and the wheel built from it (as
+    ``.ci/wheel-smoke`` builds them) hold every file of ``sgdask/schemas/``, and the
+    documentation's ``schemas/`` links to those files instead of holding copies that could
+    drift."""
+    import subprocess
+    import sys
+    import tarfile
+    import zipfile
+
+    shipped = sorted(p.name for p in (ROOT / "sgdask" / "schemas").glob("*.json"))
+    assert "store-manifest.schema.json" in shipped
+    for name in shipped:
+        link = ROOT / "schemas" / name
+        assert link.is_symlink() and link.resolve() == (ROOT / "sgdask/schemas" / name), name
+    proc = subprocess.run([sys.executable, "-m", "build", "--outdir", str(tmp_path), str(ROOT)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (wheel,), (sdist,) = tmp_path.glob("*.whl"), tmp_path.glob("*.tar.gz")
+    with zipfile.ZipFile(wheel) as z:
+        for name in shipped:
+            assert z.read(f"sgdask/schemas/{name}") == (ROOT / "sgdask/schemas" / name
+                                                        ).read_bytes()
+    with tarfile.open(sdist) as t:
+        members = {m.name.split("/", 1)[1] for m in t.getmembers() if "/" in m.name}
+    assert {f"sgdask/schemas/{name}" for name in shipped} <= members

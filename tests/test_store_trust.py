@@ -245,6 +245,52 @@ def test_garbage_manifest(good, tmp_path, capsys, client, content):
     assert not out.exists()
 
 
+def sha256_not_hex(m):
+    m["files"]["images/part-00000.parquet"]["sha256"] = "Z" * 64
+    return "files.images/part-00000.parquet.sha256"
+
+
+def unknown_instances(m):
+    m["instances"] = "polygons"
+    return "instances"
+
+
+def content_hash_of_another_kind(m):
+    m["content_hash"] = "md5:" + "0" * 32
+    return "content_hash"
+
+
+def submission_without_has_ng(m):
+    del m["has_ng"]
+    return "has_ng"
+
+
+def part_with_no_images(m):
+    m["parts"][0]["n_images"] = 0
+    m["n_images"] = sum(p["n_images"] for p in m["parts"])
+    return "parts[0].n_images"
+
+
+@pytest.mark.parametrize("edit", [sha256_not_hex, unknown_instances,
+                                  content_hash_of_another_kind, submission_without_has_ng,
+                                  part_with_no_images], ids=lambda f: f.__name__)
+def test_manifest_against_its_schema(good, tmp_path, capsys, client, edit):
+    """Manifests are checked against the shipped schema when read (its own hash intact:
+    only the schema sees these): one line naming the manifest and the field, exit 2."""
+    _, gt, pred = good
+    store = copy_store(pred, tmp_path / "pred")
+    manifest = manifest_of(store)
+    field = edit(manifest)
+    write_manifest(store, manifest)
+    out = tmp_path / "out"
+    code, _, err = evaluate_cli(capsys, client, gt, store, out)
+    line = assert_one_line(code, err, f"{store}/manifest.json: corrupt (against the store "
+                           "manifest schema: ", f"{field}: ")
+    assert not out.exists()
+    code, text, _ = run_cli(capsys, "verify", str(store))
+    assert code == 2 and line.removeprefix("sgdask: error: ") in text, text
+
+
 def test_manifest_value_edited_without_rehash(good, tmp_path, capsys, client):
     """A manifest field changed by hand (here a part's id range) breaks its own hash."""
     _, gt, pred = good

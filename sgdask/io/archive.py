@@ -26,6 +26,7 @@ from typing import BinaryIO
 import imagecodecs
 
 from sgdask.errors import InputError, SgdaskError
+from sgdask.io.fs import fault_detail, is_storage_fault
 
 MiB, GiB = 1 << 20, 1 << 30
 READ_BLOCK = MiB
@@ -220,6 +221,10 @@ class SafeZip:
         except ZIP_ERRORS as err:
             raise InputError(where, f"cannot be read from the archive ({printable(str(err))})",
                              image=image, field=field) from err
+        except Exception as err:  # the storage under the archive failing (botocore...)
+            if not is_storage_fault(err):
+                raise
+            raise SgdaskError(f"{self.label}: cannot read ({fault_detail(err)})") from err
 
     def _inflated(self, info: zipfile.ZipInfo) -> bytes:
         """A stored or deflated member, checked as zipfile checks it (local header, name,

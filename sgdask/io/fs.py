@@ -44,6 +44,24 @@ def check_access(fs: fsspec.AbstractFileSystem, path: str, url: str) -> None:
         fs._sgdask_checked = True
 
 
+#: the top-level packages whose exceptions are faults of the storage (with OSError): fsspec
+#: backends raise their clients' own types (botocore's, aiohttp's...), which share no base
+STORAGE_PACKAGES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "google", "adlfs",
+                    "azure", "fsspec")
+
+
+def is_storage_fault(err: BaseException) -> bool:
+    """Whether ``err`` is the storage failing (an unreachable endpoint, a dropped connection,
+    a refused request), not a bug: no import of the clients needed to tell."""
+    return isinstance(err, OSError) or any(
+        (cls.__module__ or "").split(".")[0] in STORAGE_PACKAGES for cls in type(err).__mro__)
+
+
+def fault_detail(err: BaseException) -> str:
+    """An exception as one short line: ``Type: message``."""
+    return " ".join(f"{type(err).__name__}: {err}".split())[:300]
+
+
 def join(url: str, *parts: str) -> str:
     """``url/part/part`` without doubled slashes."""
     return "/".join([str(url).rstrip("/"), *(p.strip("/") for p in parts)])

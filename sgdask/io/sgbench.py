@@ -28,7 +28,13 @@ import tifffile
 
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
-from sgdask.io.fs import StorageOptions, file_digest, filesystem
+from sgdask.io.fs import (
+    StorageOptions,
+    fault_detail,
+    file_digest,
+    filesystem,
+    is_storage_fault,
+)
 from sgdask.types import EMPTY_TRIPLETS
 
 # tifffile logs what it finds wrong in a corrupt TIFF; the reader reports it as one
@@ -605,23 +611,31 @@ class SubmissionSource:
         self.url, self.options = str(url), storage_options
         self.limits = limits or DEFAULT_LIMITS
         self.fs, self.path = filesystem(self.url, storage_options)
-        if not self.fs.exists(self.path):
-            raise InputError(self.url, "file not found")
-        if self.fs.isdir(self.path):
-            raise InputError(self.url, "is a directory", expected="an SGBench JSON or ZIP file")
-        with self._open() as f:
-            self.is_zip = f.read(4) in ZIP_MAGIC
+        try:
+            if not self.fs.exists(self.path):
+                raise InputError(self.url, "file not found")
+            if self.fs.isdir(self.path):
+                raise InputError(self.url, "is a directory",
+                                 expected="an SGBench JSON or ZIP file")
+            with self._open() as f:
+                self.is_zip = f.read(4) in ZIP_MAGIC
+        except Exception as err:
+            if isinstance(err, SgdaskError) or not is_storage_fault(err):
+                raise
+            raise self._unreadable(err) from err
         self.label = f"{self.url}:triplets.json" if self.is_zip else self.url
         self._zip: SafeZip | None = None
 
     def _open(self) -> Any:
         try:
             return self.fs.open(self.path, "rb")
-        except OSError as err:
+        except Exception as err:
+            if not is_storage_fault(err):
+                raise
             raise self._unreadable(err) from err
 
-    def _unreadable(self, err: OSError) -> SgdaskError:
-        return SgdaskError(f"{self.url}: cannot read ({type(err).__name__}: {err})")
+    def _unreadable(self, err: BaseException) -> SgdaskError:
+        return SgdaskError(f"{self.url}: cannot read ({fault_detail(err)})")
 
     def archive(self) -> SafeZip:
         """The ZIP, its entries checked (raises the first unsafe entry)."""
@@ -644,13 +658,17 @@ class SubmissionSource:
         except ValueError:
             raise InputError(self.url, "too large", expected=limit_hint(
                 self.limits, "max_json_size")) from None
-        except OSError as err:
+        except Exception as err:
+            if not is_storage_fault(err):
+                raise
             raise self._unreadable(err) from err
 
     def content_hash(self) -> str:
         try:
             return file_digest(self.url, self.options)
-        except OSError as err:
+        except Exception as err:
+            if not is_storage_fault(err):
+                raise
             raise self._unreadable(err) from err
 
     def masks(self, img: SubmissionImage, shape: tuple[int, int] | None = None) -> np.ndarray:

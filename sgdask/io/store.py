@@ -41,7 +41,15 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import MemoryStore
 
 from sgdask.errors import SgdaskError, SgdaskWarning, StoreError
-from sgdask.io.fs import StorageOptions, filesystem, join, zarr_store
+from sgdask.io.fs import (
+    StorageOptions,
+    fault_detail,
+    filesystem,
+    is_storage_fault,
+    join,
+    zarr_store,
+)
+from sgdask.io.schemas import STORE_MANIFEST, schema_problem
 from sgdask.kernels.bits import pack_sparse, word_layout, xor_rows
 from sgdask.types import BitMasks
 
@@ -172,11 +180,17 @@ def file_entry(data: bytes) -> dict[str, Any]:
     return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def put_file(fs: Any, path: str, data: bytes) -> dict[str, Any]:
-    """Write ``data`` to ``path`` (parents created) and return its manifest entry."""
+def put_file(fs: Any, path: str, data: bytes, url: str | None = None) -> dict[str, Any]:
+    """Write ``data`` to ``path`` (parents created) and return its manifest entry; a fault
+    of the storage is one line naming ``url`` (the file's URL; default ``path``)."""
     parent = path.rsplit("/", 1)[0]
-    fs.makedirs(parent, exist_ok=True)
-    fs.pipe_file(path, data)
+    try:
+        fs.makedirs(parent, exist_ok=True)
+        fs.pipe_file(path, data)
+    except Exception as err:
+        if not is_storage_fault(err):
+            raise
+        raise SgdaskError(f"{url or path}: cannot write ({fault_detail(err)})") from err
     return file_entry(data)
 
 
@@ -212,11 +226,11 @@ def write_part(url: str, storage_options: StorageOptions | None, index: int,
         data = pack_sparse(np.concatenate(tables.masks))
         for key, blob in mask_array_files(data).items():
             rel = f"masks/{part_name(index)}/{key}"
-            files[rel] = put_file(fs, join(path, rel), blob)
+            files[rel] = put_file(fs, join(path, rel), blob, join(url, rel))
     for name in TABLES:
         table = pa.Table.from_pydict(getattr(tables, name), schema=SCHEMAS[name])
         rel = f"{name}/{part_name(index)}.parquet"
-        files[rel] = put_file(fs, join(path, rel), parquet_bytes(table))
+        files[rel] = put_file(fs, join(path, rel), parquet_bytes(table), join(url, rel))
     return {"name": part_name(index), "first_id": ids[0], "last_id": ids[-1],
             "n_images": len(ids), "files": files}
 
@@ -245,8 +259,20 @@ class StoreWriter:
         return self
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: Any) -> None:
-        if exc_type is not None and self.fs.exists(self.path):
-            self.fs.rm(self.path, recursive=True)
+        if exc_type is None:
+            return
+        try:
+            if self.fs.exists(self.path):
+                self.fs.rm(self.path, recursive=True)
+        except Exception as err:
+            if not is_storage_fault(err):
+                raise
+            # the storage that failed the writing fails the clean-up too: the files left
+            # have no manifest, which every reader refuses; say so with the first error
+            if isinstance(exc, SgdaskError):
+                raise SgdaskError(f"{exc}; {self.url}: the unfinished store could not be "
+                                  "removed (readers refuse it: no manifest.json; remove it, "
+                                  "or write it again with --overwrite)") from exc
 
     def finish(self, parts: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
         """Write the manifest (the store's commit point) and return it.
@@ -260,13 +286,19 @@ class StoreWriter:
             part = dict(part)
             files.update(part.pop("files", {}))
             entries.append(part)
-        for rel in self.own_files(fields):
-            files[rel] = file_entry(self.fs.cat_file(join(self.path, rel)))
-        manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": self.kind,
-                    **fields, "parts": entries, "files": dict(sorted(files.items()))}
-        manifest[SELF_HASH] = manifest_digest(manifest)
-        with self.fs.open(join(self.path, MANIFEST), "w") as f:
-            json.dump(manifest, f, indent=1)
+        try:
+            for rel in self.own_files(fields):
+                files[rel] = file_entry(self.fs.cat_file(join(self.path, rel)))
+            manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": self.kind,
+                        **fields, "parts": entries, "files": dict(sorted(files.items()))}
+            manifest[SELF_HASH] = manifest_digest(manifest)
+            with self.fs.open(join(self.path, MANIFEST), "w") as f:
+                json.dump(manifest, f, indent=1)
+        except Exception as err:
+            if not is_storage_fault(err):
+                raise
+            raise SgdaskError(f"{self.url}/{MANIFEST}: cannot write "
+                              f"({fault_detail(err)})") from err
         return manifest
 
     def own_files(self, fields: dict[str, Any]) -> list[str]:
@@ -319,41 +351,18 @@ def warn_unchecksummed(url: str, version: int) -> None:
                   "protect it)", SgdaskWarning, stacklevel=3)
 
 
-def manifest_problem(manifest: Any) -> str | None:
-    """What is wrong with the structure of a parsed manifest (None: nothing): the fields
-    every reader relies on, checked before anything is read through them."""
-    if not isinstance(manifest, dict):
-        return f"not a JSON object but {type(manifest).__name__}"
-    if manifest.get("format") != FORMAT:
-        return f"format {manifest.get('format')!r} (expected {FORMAT!r})"
-    if manifest.get("kind") not in ("gt", "submission"):
-        return f"kind {manifest.get('kind')!r} (expected 'gt' or 'submission')"
-    parts = manifest.get("parts")
-    if not isinstance(parts, list):
-        return "parts: missing or not a list"
-    for i, part in enumerate(parts):
-        if not (isinstance(part, dict) and isinstance(part.get("name"), str)
-                and all(isinstance(part.get(k), str) for k in ("first_id", "last_id"))
-                and isinstance(part.get("n_images"), int)):
-            return f"parts[{i}]: expected name, first_id, last_id and n_images"
+def manifest_problem(manifest: dict[str, Any]) -> str | None:
+    """What is wrong with a manifest that its schema (checked first: the structure of every
+    field readers rely on) cannot express (None: nothing): the parts' image counts against
+    ``n_images``, its own hash, the files it lists against the parts it lists."""
+    parts = manifest["parts"]
     total = manifest.get("n_images")
     if isinstance(total, int) and sum(p["n_images"] for p in parts) != total:
         return f"parts hold {sum(p['n_images'] for p in parts)} images, n_images says {total}"
-    if manifest.get("format_version") >= CHECKSUMMED_VERSION:
+    if manifest["format_version"] >= CHECKSUMMED_VERSION:
         if manifest.get(SELF_HASH) != manifest_digest(manifest):
             return f"{SELF_HASH} does not match the manifest's contents"
-        files = manifest.get("files")
-        if not isinstance(files, dict) or not all(
-                isinstance(e, dict) and isinstance(e.get("size"), int)
-                and isinstance(e.get("sha256"), str) for e in files.values()):
-            return "files: missing, or an entry without size and sha256"
-        problem = files_problem(files, {p["name"] for p in parts})
-        if problem is not None:
-            return problem
-    if manifest["kind"] == "gt" and not all(
-            isinstance(manifest.get(k), list)
-            for k in ("thing_classes", "stuff_classes", "predicate_classes")):
-        return "thing_classes, stuff_classes, predicate_classes: missing or not lists"
+        return files_problem(manifest["files"], {p["name"] for p in parts})
     return None
 
 
@@ -427,6 +436,10 @@ class StoreReader:
                              f"{' or '.join(map(str, READABLE_VERSIONS))}"
                              + ("; written by a newer sgdask: upgrade sgdask)" if newer
                                 else ")"))
+        problem = schema_problem(STORE_MANIFEST, manifest)
+        if problem is not None:
+            raise Corrupt(self.url, MANIFEST, f"corrupt (against the store manifest schema: "
+                          f"{problem})")
         problem = manifest_problem(manifest)
         if problem is not None:
             raise Corrupt(self.url, MANIFEST, f"corrupt ({problem})")
