@@ -155,7 +155,8 @@ def perturbed_store(pred: Path, out: Path, shift: int) -> None:
         pq.write_table(rotated_graph_lists(pq.read_table(part), shift), part,
                        compression="zstd", write_page_checksum=True)
         manifest["files"][f"triplets/{part.name}"] = file_entry(part.read_bytes())
-    manifest["content_hash"] += f"+rotated{shift}"
+    rotated = f"{manifest['content_hash']}+rotated{shift}".encode()
+    manifest["content_hash"] = "sha256:" + hashlib.sha256(rotated).hexdigest()
     manifest[SELF_HASH] = manifest_digest(manifest)
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     tmp.rename(out)
