@@ -253,8 +253,10 @@ def parts_holding(ids: list[str], parts: list[dict[str, Any]]) -> tuple[str, ...
 def evaluation_chunks(gt_images: pa.Table, partition_size: int | None) -> list[list[str]]:
     """Sorted ids of GT images with relations, cut into ``partition_size`` chunks, or by
     store part when None (each task then reads exactly one GT part)."""
-    rows = sorted((r["image_id"], r["part"]) for r in
-                  gt_images.select(["image_id", "part", "n_graph"]).to_pylist() if r["n_graph"])
+    with_relations = gt_images["n_graph"].to_numpy(zero_copy_only=False).tolist()
+    rows = sorted((image_id, part) for image_id, part, n in
+                  zip(gt_images["image_id"].to_pylist(), gt_images["part"].to_pylist(),
+                      with_relations, strict=True) if n)
     if partition_size is None:
         by_part: dict[str, list[str]] = {}
         for image_id, part in rows:

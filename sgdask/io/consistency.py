@@ -19,6 +19,7 @@ problem the row-by-row order would name first).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sgdask.errors import InputError
+from sgdask.io.fs import is_local
 from sgdask.io.store import DECODE_ERRORS, Corrupt, StoreReader, decode_detail
 
 BOX_COLUMNS = ["mask_y0", "mask_x0", "mask_y1", "mask_x1"]
@@ -79,10 +81,21 @@ def group_max(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
+def read_threads(reader: StoreReader) -> int:
+    """Threads for reading a store's files: ``READ_THREADS`` to overlap object-store round
+    trips; on a local disk no more than the cores (reads and hashing there are CPU-bound,
+    and more threads only contend for them)."""
+    if not is_local(reader.fs):
+        return READ_THREADS
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    return max(1, min(READ_THREADS, cores))
+
+
 @contextmanager
-def reading_pool() -> Iterator[ThreadPoolExecutor]:
+def reading_pool(reader: StoreReader) -> Iterator[ThreadPoolExecutor]:
     """A thread pool whose unfinished reads are dropped when a check fails early."""
-    pool = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="sgdask-check")
+    pool = ThreadPoolExecutor(read_threads(reader), thread_name_prefix="sgdask-check")
     try:
         yield pool
     finally:
@@ -94,7 +107,7 @@ def check_against_gt(sub: StoreReader, gt: StoreReader) -> None:
     manifest = gt.manifest
     n_classes = len(manifest["thing_classes"]) + len(manifest["stuff_classes"])
     n_predicates = len(manifest["predicate_classes"])
-    with reading_pool() as pool:
+    with reading_pool(sub) as pool:
         gt_read, sub_read = pool.submit(gt.images), pool.submit(sub.images)
         tables = PartTables(sub, pool)
         gt_images = gt_read.result()
@@ -207,7 +220,7 @@ def check_contents(sub: StoreReader, n_classes: int | None, n_predicates: int | 
     """The store's tables against each other: row counts, instance indices, mask crops
     inside their images, and category and predicate ids within the given class counts
     (None: not checked)."""
-    with reading_pool() as pool:
+    with reading_pool(sub) as pool:
         tables = PartTables(sub, pool)
         check_tables(sub, tables, n_classes, n_predicates)
 
