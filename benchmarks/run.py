@@ -151,9 +151,17 @@ def run_reference(ds: Dataset, workers: int, interval: float) -> Measurement:
 
 
 def run_evaluate(ds: Dataset, protocol: str, workers: int, interval: float) -> Measurement:
-    argv = python("-m", "benchmarks._evaluate", "--gt", str(ds.gt_store), "--pred",
-                  str(ds.pred_store), "--protocol", protocol, "--workers", str(workers))
-    m = run_measured(f"B {protocol} w{workers}", argv, ROOT, interval)
+    return run_store_evaluation(f"B {protocol} w{workers}", ds.gt_store, ds.pred_store,
+                                protocol, workers, interval)
+
+
+def run_store_evaluation(label: str, gt: Path, pred: Path, protocol: str, workers: int,
+                         interval: float) -> Measurement:
+    """``benchmarks._evaluate`` on two stores: wall and CPU, and its evaluate-only seconds,
+    cluster start, metrics and diagnostics."""
+    argv = python("-m", "benchmarks._evaluate", "--gt", str(gt), "--pred", str(pred),
+                  "--protocol", protocol, "--workers", str(workers))
+    m = run_measured(label, argv, ROOT, interval)
     result = last_json(m.stdout)
     classify(m.processes, m.processes[0].pid, set(result["worker_pids"]))
     m.extra.update(work_s=result["evaluate_s"], cluster_start_s=result["cluster_start_s"],

@@ -29,8 +29,8 @@ from typing import Any
 import sgdask.synth_vg
 from benchmarks import machine
 from benchmarks.dataset import COMPLETE, files_hash, is_store, package_hash, prune
-from benchmarks.measure import Measurement, classify, run_measured
-from benchmarks.run import last_json, python
+from benchmarks.measure import Measurement, run_measured
+from benchmarks.run import last_json, python, run_store_evaluation
 from sgdask.io.ingest import convert_submission, ingest_vg
 from sgdask.synth_vg import vg_synth_paths, write_vg_dataset
 
@@ -80,14 +80,8 @@ def run_reference(gt: Path, pred: Path, interval: float) -> Measurement:
 
 
 def run_sgdask(gt: Path, pred: Path, workers: int, interval: float) -> Measurement:
-    argv = python("-m", "benchmarks._evaluate", "--gt", str(gt), "--pred", str(pred),
-                  "--protocol", "sgbpytorch", "--workers", str(workers))
-    m = run_measured(f"B sgdask sgbpytorch, {workers} worker(s)", argv, ROOT, interval)
-    result = last_json(m.stdout)
-    classify(m.processes, m.processes[0].pid, set(result["worker_pids"]))
-    m.extra.update(work_s=result["evaluate_s"], cluster_start_s=result["cluster_start_s"],
-                   metrics=result["metrics"], diagnostics=result["diagnostics"])
-    return m
+    return run_store_evaluation(f"B sgdask sgbpytorch, {workers} worker(s)", gt, pred,
+                                "sgbpytorch", workers, interval)
 
 
 def agreement(reference: dict[str, float], fast: dict[str, float]) -> dict[str, Any]:

@@ -146,16 +146,19 @@ class PartitionResult:
     def merged(self, other: PartitionResult) -> PartitionResult:
         keys = list(dict.fromkeys([*self.accumulators, *other.accumulators]))
         empty = Accumulator()
-        written = {name: self.parts_written.get(name, []) + other.parts_written.get(name, [])
-                   for name in {**self.parts_written, **other.parts_written}}
-        digests = {name: self.digests.get(name, []) + other.digests.get(name, [])
-                   for name in {**self.digests, **other.digests}}
         return PartitionResult(
             {k: self.accumulators.get(k, empty).merged(other.accumulators.get(k, empty))
              for k in keys},
             {k: self.images.get(k, []) + other.images.get(k, []) for k in keys},
-            self.gt_parts_read + other.gt_parts_read, written,
-            {k: self.terms.get(k, []) + other.terms.get(k, []) for k in keys}, digests)
+            self.gt_parts_read + other.gt_parts_read,
+            concatenated(self.parts_written, other.parts_written),
+            {k: self.terms.get(k, []) + other.terms.get(k, []) for k in keys},
+            concatenated(self.digests, other.digests))
+
+
+def concatenated(a: dict[str, list], b: dict[str, list]) -> dict[str, list]:
+    """Per name, ``a``'s list then ``b``'s."""
+    return {name: a.get(name, []) + b.get(name, []) for name in {**a, **b}}
 
 
 def image_diagnostics(hits: list[ImageHits]) -> dict[str, int]:

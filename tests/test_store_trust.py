@@ -210,10 +210,9 @@ def missing_file_entry(m):
     return "triplets/part-00000.parquet"
 
 
-@pytest.mark.parametrize("edit", [wrong_hash, newer_version, wrong_version, extra_part,
-                                  missing_part, missing_part_and_files, missing_file_entry],
-                         ids=lambda f: f.__name__)
-def test_damaged_manifest(good, tmp_path, capsys, client, edit):
+def evaluated_after(edit, good, tmp_path, capsys, client):
+    """A copy of the good submission store with ``edit`` applied to its manifest, evaluated
+    through the CLI: (store, --out, what the edit names, exit code, stderr)."""
     _, gt, pred = good
     store = copy_store(pred, tmp_path / "pred")
     manifest = manifest_of(store)
@@ -221,6 +220,14 @@ def test_damaged_manifest(good, tmp_path, capsys, client, edit):
     write_manifest(store, manifest)
     out = tmp_path / "out"
     code, _, err = evaluate_cli(capsys, client, gt, store, out)
+    return store, out, named, code, err
+
+
+@pytest.mark.parametrize("edit", [wrong_hash, newer_version, wrong_version, extra_part,
+                                  missing_part, missing_part_and_files, missing_file_entry],
+                         ids=lambda f: f.__name__)
+def test_damaged_manifest(good, tmp_path, capsys, client, edit):
+    store, out, named, code, err = evaluated_after(edit, good, tmp_path, capsys, client)
     if edit is missing_part_and_files:
         # a consistent manifest without a part: its images look unsubmitted; verify sees
         # the part's files the manifest does not list
@@ -277,13 +284,7 @@ def part_with_no_images(m):
 def test_manifest_against_its_schema(good, tmp_path, capsys, client, edit):
     """Manifests are checked against the shipped schema when read (its own hash intact:
     only the schema sees these): one line naming the manifest and the field, exit 2."""
-    _, gt, pred = good
-    store = copy_store(pred, tmp_path / "pred")
-    manifest = manifest_of(store)
-    field = edit(manifest)
-    write_manifest(store, manifest)
-    out = tmp_path / "out"
-    code, _, err = evaluate_cli(capsys, client, gt, store, out)
+    store, out, field, code, err = evaluated_after(edit, good, tmp_path, capsys, client)
     line = assert_one_line(code, err, f"{store}/manifest.json: corrupt (against the store "
                            "manifest schema: ", f"{field}: ")
     assert not out.exists()

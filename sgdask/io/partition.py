@@ -121,8 +121,8 @@ def kept_rows(table: pa.Table, starts: np.ndarray, keep: np.ndarray) -> pa.Table
 
 def any_per_image(flags: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Per image, whether any of its rows (``starts[i]:starts[i + 1]``) is flagged."""
-    counts = np.concatenate([[0], np.cumsum(flags, dtype=np.int64)])
-    return counts[starts[1:]] > counts[starts[:-1]]
+    flagged = starts_of(flags)  # flagged rows before each row
+    return flagged[starts[1:]] > flagged[starts[:-1]]
 
 
 class PartMasks:

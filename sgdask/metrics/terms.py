@@ -138,9 +138,8 @@ def with_zero_shot_all(hits: list[ImageHits], zero_shot: ZeroShot | None
     sizes = np.array([len(h.gt_labels) for h in hits], dtype=np.int64)
     counts = [len(h.relations) for h in hits]
     shift = np.repeat(np.cumsum(sizes) - sizes, counts)
-    relations = np.concatenate([h.relations for h in hits]).astype(np.int64, copy=False)
-    stacked = relations.copy()
-    stacked[:, :2] += shift[:, None]
+    stacked = np.concatenate([h.relations for h in hits]).astype(np.int64, copy=False)
+    stacked[:, :2] += shift[:, None]  # (a new array: the hits' relations stay as they are)
     labels = np.concatenate([h.gt_labels for h in hits]).astype(np.int64, copy=False)
     flags = zero_shot.flags(stacked, labels)
     for h, part in zip(hits, np.split(flags, np.cumsum(counts)[:-1]), strict=True):
