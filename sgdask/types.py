@@ -47,6 +47,19 @@ class BitMasks:
         return cls((int(masks.shape[1]), int(masks.shape[2])), *pack_dense(masks))
 
     @classmethod
+    def from_rows(cls, rows: np.ndarray, width: int) -> BitMasks:
+        """Word masks of full-width word rows (n, H, ceil(W / 64)) of an image W wide."""
+        from sgdask.kernels.bits import crop_rows
+
+        return cls((int(rows.shape[1]), int(width)), *crop_rows(rows))
+
+    @classmethod
+    def empty(cls, shape: tuple[int, int]) -> BitMasks:
+        """No masks, on an image of this (H, W)."""
+        return cls((int(shape[0]), int(shape[1])), np.zeros((0, 4), dtype=np.int64),
+                   np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64))
+
+    @classmethod
     def from_labels(cls, label_image: np.ndarray, n: int) -> BitMasks:
         """Word masks of the n instances of a label image (i + 1 = instance i, 0 = none)."""
         from sgdask.kernels.bits import pack_labels

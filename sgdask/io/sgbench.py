@@ -14,17 +14,17 @@ checked (layer count, size, pixels) before any pixel is decoded.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import io
+import gc
+import itertools
 import json
-import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import fastjsonschema
 import numpy as np
-import tifffile
 
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
@@ -35,11 +35,8 @@ from sgdask.io.fs import (
     filesystem,
     is_storage_fault,
 )
-from sgdask.types import EMPTY_TRIPLETS
-
-# tifffile logs what it finds wrong in a corrupt TIFF; the reader reports it as one
-# InputError instead, so without logging configured nothing may reach stderr
-logging.getLogger("tifffile").addHandler(logging.NullHandler())
+from sgdask.io.tiff import read_tiff_masks
+from sgdask.types import EMPTY_TRIPLETS, BitMasks
 
 FILE_VERSIONS = (1, 2)
 INT32_MAX = 2**31 - 1
@@ -156,14 +153,53 @@ def load_json(data: bytes, file: str, limits: ArchiveLimits = DEFAULT_LIMITS) ->
     too_deep = InputError(file, "JSON nested too deeply",
                           expected=limit_hint(limits, "max_json_depth"))
     try:
-        doc = json.loads(data)
+        with gc_paused():
+            doc = json.loads(data)
     except RecursionError:
         raise too_deep from None
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, too many digits
         raise InputError(file, f"not valid JSON ({printable(str(err))})") from err
-    if nested_deeper(doc, limits.max_json_depth):
+    if isinstance(data, bytes) and json.detect_encoding(data) == "utf-8":
+        deeper = bracket_depth(data) > limits.max_json_depth
+    else:
+        deeper = nested_deeper(doc, limits.max_json_depth)
+    if deeper:
         raise too_deep
     return doc
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside the block. A parsed document is millions of
+    small lists without cycles; the collector's passes while they are made (each one walks
+    every container made so far) cost more than the parse itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def bracket_depth(data: bytes) -> int:
+    """How deep lists and objects nest in a UTF-8 JSON text that parses: the most open
+    brackets outside strings at any point, in numpy (``nested_deeper`` walks the parsed
+    document in Python, half a second for a 15 MB submission). Escaped backslashes, then
+    escaped quotes, are dropped first, so that every quote left opens or closes a string."""
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    text = np.frombuffer(data, dtype=np.uint8)
+    quotes = np.flatnonzero(text == ord('"'))
+
+    def outside_strings(positions: np.ndarray) -> np.ndarray:
+        return positions[np.searchsorted(quotes, positions) % 2 == 0]
+
+    opens = outside_strings(np.flatnonzero((text == ord("[")) | (text == ord("{"))))
+    closes = outside_strings(np.flatnonzero((text == ord("]")) | (text == ord("}"))))
+    # right after the k-th open bracket, k + 1 are open and the closes before it are shut
+    depths = np.arange(1, len(opens) + 1) - np.searchsorted(closes, opens)
+    return int(depths.max(initial=0))
 
 
 def nested_deeper(doc: Any, limit: int) -> bool:
@@ -379,12 +415,12 @@ def score_problems(img: dict, file: str, image: str) -> Iterator[InputError]:
                          field=f"scores[{i}]", expected="a finite score per triplet")
 
 
-def triplet_problems(values: list | None, n: int, file: str, image: str, field: str,
-                     n_predicates: int | None) -> Iterator[InputError]:
-    """Subject and object within the instances and different; predicate within the GT's."""
-    if not values:
+def triplet_problems(values: list | None, t: np.ndarray, n: int, file: str, image: str,
+                     field: str, n_predicates: int | None) -> Iterator[InputError]:
+    """Subject and object within the instances and different; predicate within the GT's
+    (``t``: the list ``values`` as rows)."""
+    if not len(t):
         return
-    t = triplet_array(values)
     bad_index = (t[:, :2] >= n).any(axis=1)
     same = t[:, 0] == t[:, 1]
     bad_predicate = (np.zeros(len(t), dtype=bool) if n_predicates is None
@@ -413,8 +449,10 @@ def category_problems(img: dict, file: str, image: str, n_categories: int
 
 
 def semantic_problems(img: dict, index: int, file: str, masks: bool,
-                      classes: ClassCounts | None) -> Iterator[InputError]:
-    """What a schema cannot check, on a schema-valid image."""
+                      classes: ClassCounts | None, rows: dict[str, np.ndarray]
+                      ) -> Iterator[InputError]:
+    """What a schema cannot check, on a schema-valid image (``rows``: its triplet lists
+    as arrays)."""
     image, prefix = image_label(img, index)
     if image is None:
         yield InputError(file, f"{short(img['id'])} is not an image id", field=prefix + ".id",
@@ -436,55 +474,59 @@ def semantic_problems(img: dict, index: int, file: str, masks: bool,
         yield from category_problems(img, file, image, classes.categories)
     n_predicates = None if classes is None else classes.predicates
     for name in ("triplets", "ng_triplets"):
-        yield from triplet_problems(img.get(name), n, file, image, name, n_predicates)
+        yield from triplet_problems(img.get(name), rows[name], n, file, image, name,
+                                    n_predicates)
     if masks and n and not isinstance(img.get("seg_filename"), str):
         yield InputError(file, "missing", image=image, field="seg_filename",
                          expected="the name of the image's layered TIFF inside the ZIP")
 
 
-def image_problems(img: Any, index: int, file: str, masks: bool,
-                   classes: ClassCounts | None = None) -> list[InputError]:
-    """Every problem of ``images[index]``: its first schema violation, or else every
-    semantic problem."""
+def checked_image(img: Any, index: int, file: str, masks: bool,
+                  classes: ClassCounts | None = None
+                  ) -> tuple[SubmissionImage | None, list[InputError]]:
+    """``images[index]`` (None when it has a problem) and every problem: its first schema
+    violation, or else every semantic problem. Each triplet list is made an array once."""
     image, prefix = image_label(img, index)
+    rows = {key: triplet_rows(img.get(key)) for key in TRIPLET_LISTS} \
+        if isinstance(img, dict) else {}
+    plain = [key for key, value in rows.items() if value is not None]
     try:
-        validators()[1](without_plain_triplets(img))
+        validators()[1]({**img, **{key: [] for key in plain}} if plain else img)
     except fastjsonschema.JsonSchemaValueException as err:
-        return [schema_problem(err, img, file, image, prefix)]
-    return list(semantic_problems(img, index, file, masks, classes))
+        return None, [schema_problem(err, img, file, image, prefix)]
+    arrays = {key: triplet_array(img.get(key)) if value is None else value
+              for key, value in rows.items()}
+    found = list(semantic_problems(img, index, file, masks, classes, arrays))
+    return (None if found else to_image(img, masks, arrays)), found
 
 
 TRIPLET_LISTS = ("triplets", "ng_triplets")
 INT32_MAX = 2**31 - 1
 
 
-def plain_triplets(values: Any) -> bool:
-    """True when ``values`` is a list of [int, int, int] rows in 0..2^31-1, no booleans:
-    exactly what the schema's triplet lists accept, checked in numpy (the generated
-    validator walks each of the hundreds of rows in Python)."""
+def triplet_rows(values: Any) -> np.ndarray | None:
+    """``values`` as (n, 3) int64 rows when it is a non-empty list of [int, int, int] rows
+    in 0..2^31-1, no booleans: exactly what the schema's triplet lists accept, checked in
+    numpy (the generated validator walks each of the hundreds of rows in Python); else
+    None."""
     if not isinstance(values, list) or not values:
-        return False
+        return None
     try:
         arr = np.asarray(values)
     except ValueError:
-        return False
+        return None
     if arr.dtype.kind not in "iu" or arr.ndim != 2 or arr.shape[1] != 3:
-        return False
+        return None
     if arr.min() < 0 or arr.max() > INT32_MAX:
-        return False
-    return not any(type(v) is bool for row in values for v in row)
+        return None
+    if bool in set(map(type, itertools.chain.from_iterable(values))):
+        return None
+    return arr.astype(np.int64, copy=False)
 
 
-def without_plain_triplets(img: Any) -> Any:
-    """The image with plain triplet lists emptied, for the schema to check the rest."""
-    if not isinstance(img, dict):
-        return img
-    plain = [key for key in TRIPLET_LISTS if plain_triplets(img.get(key))]
-    return {**img, **{key: [] for key in plain}} if plain else img
-
-
-def to_image(img: dict, masks: bool) -> SubmissionImage:
-    """The SubmissionImage of an image that passed ``image_problems``."""
+def to_image(img: dict, masks: bool, rows: dict[str, np.ndarray]) -> SubmissionImage:
+    """The SubmissionImage of an image that passed its checks (``rows``: its triplet
+    lists as arrays)."""
     boxes = optional_column(instance_values(img, "bbox"))
     scores = optional_column(instance_values(img, "score"))
     graph_scores = img.get("scores")
@@ -493,9 +535,9 @@ def to_image(img: dict, masks: bool) -> SubmissionImage:
         categories=np.asarray(instance_values(img, "category"), dtype=np.int64),
         boxes=None if boxes is None else box_array(boxes),
         scores=None if scores is None else floats(scores),
-        graph=triplet_array(img["triplets"]),
+        graph=rows["triplets"],
         graph_scores=None if graph_scores is None else floats(graph_scores),
-        ng=triplet_array(img.get("ng_triplets")),
+        ng=rows["ng_triplets"],
         seg_filename=img.get("seg_filename") if masks else None)
 
 
@@ -510,8 +552,7 @@ def checked_images(doc: dict, file: str, masks: bool, classes: ClassCounts | Non
     """Per image of a document without ``document_problems``: the image (None when it has
     problems) and its problems."""
     for index, img in enumerate(doc["images"]):
-        found = image_problems(img, index, file, masks, classes)
-        yield (None if found else to_image(img, masks)), found
+        yield checked_image(img, index, file, masks, classes)
 
 
 def duplicate_problems(images: list[SubmissionImage], file: str) -> Iterator[InputError]:
@@ -546,58 +587,6 @@ def raise_first(problems: Iterable[InputError]) -> None:
     first = next(iter(problems), None)
     if first is not None:
         raise first
-
-
-# --------------------------------------------------------------------------- TIFF
-
-
-def tiff_layout(tif: tifffile.TiffFile, limits: ArchiveLimits,
-                fail: Callable[[str, str], InputError]) -> tuple[int, int, int]:
-    """(layers, height, width) of a layered TIFF, from its headers, within the limits."""
-    if len(tif.pages) > limits.max_tiff_layers:  # walks the page chain, parses no tags
-        raise fail(f"TIFF has more than {limits.max_tiff_layers} pages",
-                   limit_hint(limits, "max_tiff_layers"))
-    if len(tif.series) != 1:
-        raise fail(f"TIFF holds {len(tif.series)} series (pages of different shapes)",
-                   "one page per instance, all of the image's size")
-    series = tif.series[0]
-    shape = (1, *series.shape) if len(series.shape) == 2 else series.shape
-    if len(shape) != 3:
-        raise fail(f"TIFF has shape {shape}", "layers x height x width")
-    n, h, w = shape
-    if n > limits.max_tiff_layers:
-        raise fail(f"TIFF has {n} layers", limit_hint(limits, "max_tiff_layers"))
-    if h * w > limits.max_layer_pixels:
-        raise fail(f"TIFF layers are {w}x{h} pixels", limit_hint(limits, "max_layer_pixels"))
-    if n * h * w * series.dtype.itemsize > limits.max_member_size:
-        raise fail(f"TIFF decodes to {n * h * w * series.dtype.itemsize} bytes",
-                   limit_hint(limits, "max_member_size"))
-    return n, h, w
-
-
-def read_layered_tiff(data: bytes, file: str, image_id: str, n_instances: int,
-                      shape: tuple[int, int] | None = None,
-                      limits: ArchiveLimits = DEFAULT_LIMITS) -> np.ndarray:
-    """The (n, H, W) boolean stack of a layered TIFF, checked against the instance count
-    and (when given) the GT image's (height, width) before it is decoded."""
-    def fail(what: str, expected: str | None = None) -> InputError:
-        return InputError(file, what, image=image_id, field="seg_filename", expected=expected)
-
-    try:
-        with tifffile.TiffFile(io.BytesIO(data)) as tif:
-            n, h, w = tiff_layout(tif, limits, fail)
-            if n != n_instances:
-                raise fail(f"TIFF has {n} layers but the image has {n_instances} instances",
-                           "one layer per instance")
-            if shape is not None and tuple(shape) != (h, w):
-                raise fail(f"masks are {w}x{h}", f"{shape[1]}x{shape[0]} as the GT image")
-            arr = tif.series[0].asarray()
-    except InputError:
-        raise
-    except Exception as err:  # tifffile and its codecs raise many types for corrupt data
-        raise fail(f"not a readable TIFF ({type(err).__name__}: {printable(str(err))})") \
-            from err
-    return arr.reshape(n, h, w).astype(bool, copy=False)
 
 
 # --------------------------------------------------------------------------- files
@@ -671,11 +660,11 @@ class SubmissionSource:
                 raise
             raise self._unreadable(err) from err
 
-    def masks(self, img: SubmissionImage, shape: tuple[int, int] | None = None) -> np.ndarray:
-        """The image's (n, H, W) masks; an image without instances needs no TIFF."""
+    def masks(self, img: SubmissionImage, shape: tuple[int, int] | None = None) -> BitMasks:
+        """The image's word masks; an image without instances needs no TIFF."""
         if img.seg_filename is None and not len(img.categories):
-            return np.zeros((0, *(shape or (0, 0))), dtype=bool)
+            return BitMasks.empty(shape or (0, 0))
         assert img.seg_filename is not None
         data = self.archive().read(img.seg_filename, image=img.image_id, field="seg_filename")
-        return read_layered_tiff(data, f"{self.url}:{img.seg_filename}", img.image_id,
-                                 len(img.categories), shape, self.limits)
+        return read_tiff_masks(data, f"{self.url}:{img.seg_filename}", img.image_id,
+                               len(img.categories), shape, self.limits)

@@ -67,9 +67,8 @@ def decoded_images(source: SubmissionSource, images: list[SubmissionImage],
     out = []
     for img in images:
         if source.is_zip:
-            dense = source.masks(img, sizes.get(img.image_id))
-            out.append(Decoded(img, (int(dense.shape[1]), int(dense.shape[2])),
-                               BitMasks.from_dense(dense)))
+            masks = source.masks(img, sizes.get(img.image_id))
+            out.append(Decoded(img, masks.shape, masks))
         else:
             out.append(Decoded(img, (0, 0), None))
     return out

@@ -194,55 +194,90 @@ def subset(masks: BitMasks, index: np.ndarray, words: np.ndarray | None = None) 
                     masks.words if words is None else words)
 
 
-@njit(**JIT)
-def row_any(row: np.ndarray) -> bool:
-    """Whether a row has a nonzero value (an OR over the row, which the compiler vectorizes)."""
-    acc = row[0] != 0
-    for x in range(1, row.shape[0]):
-        acc |= row[x] != 0
-    return acc
+def row_words(masks: np.ndarray) -> np.ndarray:
+    """The (n, H, ceil(W / 64)) uint64 rows of a dense (n, H, W) stack, every row's words
+    aligned to column 0 (nonzero = set). ``np.packbits`` does the bit-setting with SIMD."""
+    if masks.dtype != np.bool_ and not np.issubdtype(masks.dtype, np.integer):
+        masks = masks != 0
+    n, h, w = masks.shape
+    packed = np.packbits(masks, axis=-1, bitorder="little")
+    if packed.shape[-1] % 8:
+        padded = np.zeros((n, h, (w + 63) >> 6 << 3), dtype=np.uint8)
+        padded[..., :packed.shape[-1]] = packed
+        packed = padded
+    return packed.view(np.dtype("<u8")).astype(np.uint64, copy=False)
 
 
 @njit(**JIT)
-def dense_box(layer: np.ndarray) -> tuple[int, int, int, int]:
-    """Tight (y0, x0, y1, x1) of a layer's nonzero pixels, all 0 when it has none."""
-    h, w = layer.shape
-    y0, y1, x0, x1 = -1, -1, w, 0
+def first_bit(word: np.uint64) -> int:
+    """Index of the lowest set bit of a nonzero word."""
+    b = 0
+    while not (word >> np.uint64(b)) & np.uint64(1):
+        b += 1
+    return b
+
+
+@njit(**JIT)
+def last_bit(word: np.uint64) -> int:
+    """Index of the highest set bit of a nonzero word."""
+    b = 63
+    while not (word >> np.uint64(b)) & np.uint64(1):
+        b -= 1
+    return b
+
+
+@njit(**JIT)
+def row_box(rows: np.ndarray) -> tuple[int, int, int, int]:
+    """Tight (y0, x0, y1, x1) of one mask's full-width word rows (H, words), all 0 when it
+    has no set bit."""
+    h, ww = rows.shape
+    y0, y1 = -1, -1
     for y in range(h):
-        if row_any(layer[y]):
+        seen = np.uint64(0)
+        for j in range(ww):
+            seen |= rows[y, j]
+        if seen:
             if y0 < 0:
                 y0 = y
             y1 = y + 1
-            left = 0
-            while layer[y, left] == 0:
-                left += 1
-            right = w
-            while layer[y, right - 1] == 0:
-                right -= 1
-            x0, x1 = min(x0, left), max(x1, right)
     if y0 < 0:
         return 0, 0, 0, 0
-    return y0, x0, y1, x1
+    columns = np.zeros(ww, dtype=np.uint64)
+    for y in range(y0, y1):
+        for j in range(ww):
+            columns[j] |= rows[y, j]
+    lo, hi = 0, ww - 1
+    while not columns[lo]:
+        lo += 1
+    while not columns[hi]:
+        hi -= 1
+    return y0, 64 * lo + first_bit(columns[lo]), y1, 64 * hi + last_bit(columns[hi]) + 1
 
 
 @njit(**JIT)
-def pack_dense(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(boxes, starts, words) of a dense (n, H, W) stack (any integer or bool dtype;
-    nonzero = set)."""
-    n = masks.shape[0]
+def crop_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(boxes, starts, words) of masks given as full-width word rows (n, H, words): each
+    mask keeps the words of its tight box (bits outside a tight box are all 0)."""
+    n = rows.shape[0]
     boxes = np.zeros((n, 4), dtype=np.int64)
     for i in range(n):
-        boxes[i, 0], boxes[i, 1], boxes[i, 2], boxes[i, 3] = dense_box(masks[i])
+        boxes[i, 0], boxes[i, 1], boxes[i, 2], boxes[i, 3] = row_box(rows[i])
     offsets = word_layout(boxes)
-    words = np.zeros(offsets[-1], dtype=np.uint64)
+    words = np.empty(offsets[-1], dtype=np.uint64)
     for i in range(n):
         w0, w1 = word_span(boxes[i, 1], boxes[i, 3])
-        stride = w1 - w0
+        at = offsets[i]
         for y in range(boxes[i, 0], boxes[i, 2]):
-            row = offsets[i] + (y - boxes[i, 0]) * stride - w0
-            for x in range(boxes[i, 1], boxes[i, 3]):
-                words[row + (x >> 6)] |= np.uint64(masks[i, y, x] != 0) << np.uint64(x & 63)
+            for j in range(w0, w1):
+                words[at] = rows[i, y, j]
+                at += 1
     return boxes, offsets[:-1].copy(), words
+
+
+def pack_dense(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(boxes, starts, words) of a dense (n, H, W) stack (any numeric or bool dtype;
+    nonzero = set)."""
+    return crop_rows(row_words(masks))
 
 
 @njit(**JIT)

@@ -1,0 +1,291 @@
+"""Layered TIFF masks (one page per instance): the literal reader and the fast one.
+
+``read_layered_tiff`` is the literal: tifffile reads the headers (checked against the
+limits, the instance count and the GT size before any pixel is decoded) and decodes the
+series into a dense (n, H, W) stack. ``read_tiff_masks`` returns the same masks as word
+rows (``BitMasks``) without building that stack, for the layout SGBench's conversion writes
+(``tifffile.imwrite(..., compression="deflate")``): little-endian pages of 8-bit, one
+sample, uncompressed or deflate strips, no predictor, all alike. For those it walks the
+page chain itself (``plain_layout``: tifffile's page objects cost about 1 ms per image)
+and inflates each strip with the codec tifffile uses (libdeflate, through imagecodecs) into
+one small per-thread buffer, packing each layer to bits while it is in cache. Anything
+else, or anything that does not decode to exactly the size its tags give, goes through the
+literal reader, which decodes it or names the problem: the fast reader never has its own
+error messages, and ``tests/test_tiff.py`` checks it against the literal.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import struct
+import threading
+from collections.abc import Callable
+from typing import NamedTuple
+
+import imagecodecs
+import numpy as np
+import tifffile
+
+from sgdask.errors import InputError
+from sgdask.io.archive import ArchiveLimits, limit_hint, printable
+from sgdask.types import BitMasks
+
+# tifffile logs what it finds wrong in a corrupt TIFF; the reader reports it as one
+# InputError instead, so without logging configured nothing may reach stderr
+logging.getLogger("tifffile").addHandler(logging.NullHandler())
+
+DEFAULT_LIMITS = ArchiveLimits()
+
+
+# --------------------------------------------------------------------------- literal
+
+
+def tiff_layout(tif: tifffile.TiffFile, limits: ArchiveLimits,
+                fail: Callable[[str, str], InputError]) -> tuple[int, int, int]:
+    """(layers, height, width) of a layered TIFF, from its headers, within the limits."""
+    if len(tif.pages) > limits.max_tiff_layers:  # walks the page chain, parses no tags
+        raise fail(f"TIFF has more than {limits.max_tiff_layers} pages",
+                   limit_hint(limits, "max_tiff_layers"))
+    if len(tif.series) != 1:
+        raise fail(f"TIFF holds {len(tif.series)} series (pages of different shapes)",
+                   "one page per instance, all of the image's size")
+    series = tif.series[0]
+    shape = (1, *series.shape) if len(series.shape) == 2 else series.shape
+    if len(shape) != 3:
+        raise fail(f"TIFF has shape {shape}", "layers x height x width")
+    n, h, w = shape
+    if n > limits.max_tiff_layers:
+        raise fail(f"TIFF has {n} layers", limit_hint(limits, "max_tiff_layers"))
+    if h * w > limits.max_layer_pixels:
+        raise fail(f"TIFF layers are {w}x{h} pixels", limit_hint(limits, "max_layer_pixels"))
+    if n * h * w * series.dtype.itemsize > limits.max_member_size:
+        raise fail(f"TIFF decodes to {n * h * w * series.dtype.itemsize} bytes",
+                   limit_hint(limits, "max_member_size"))
+    return n, h, w
+
+
+def tiff_failure(file: str, image_id: str) -> Callable[..., InputError]:
+    def fail(what: str, expected: str | None = None) -> InputError:
+        return InputError(file, what, image=image_id, field="seg_filename", expected=expected)
+    return fail
+
+
+def read_layered_tiff(data: bytes, file: str, image_id: str, n_instances: int,
+                      shape: tuple[int, int] | None = None,
+                      limits: ArchiveLimits = DEFAULT_LIMITS) -> np.ndarray:
+    """The (n, H, W) boolean stack of a layered TIFF, checked against the instance count
+    and (when given) the GT image's (height, width) before it is decoded."""
+    fail = tiff_failure(file, image_id)
+    try:
+        with tifffile.TiffFile(io.BytesIO(data)) as tif:
+            n, h, w = tiff_layout(tif, limits, fail)
+            if n != n_instances:
+                raise fail(f"TIFF has {n} layers but the image has {n_instances} instances",
+                           "one layer per instance")
+            if shape is not None and tuple(shape) != (h, w):
+                raise fail(f"masks are {w}x{h}", f"{shape[1]}x{shape[0]} as the GT image")
+            arr = tif.series[0].asarray()
+    except InputError:
+        raise
+    except Exception as err:  # tifffile and its codecs raise many types for corrupt data
+        raise fail(f"not a readable TIFF ({type(err).__name__}: {printable(str(err))})") \
+            from err
+    return arr.reshape(n, h, w).astype(bool, copy=False)
+
+
+# --------------------------------------------------------------------------- fast
+
+
+class PlainLayout(NamedTuple):
+    """A TIFF whose pages are all alike: 8-bit, one sample, strips, no predictor."""
+
+    height: int
+    width: int
+    compression: int
+    rows_per_strip: int
+    offsets: list[tuple[int, ...]]
+    counts: list[tuple[int, ...]]
+
+    @property
+    def layers(self) -> int:
+        return len(self.offsets)
+
+
+STRIP_CODECS = (1, 8, 32946)  # none, deflate, Adobe deflate
+#: tags a plain page may have (anything else: the literal reader decides)
+PLAIN_TAGS = frozenset({256, 257, 258, 259, 262, 273, 277, 278, 279, 282, 283, 284, 296, 317,
+                        339})
+#: tags of the first page only: the description (tifffile's shape) and the software
+FIRST_PAGE_TAGS = (270, 305)
+#: tags that must hold 1 when present: samples per pixel, planar configuration, predictor,
+#: sample format (unsigned)
+MUST_BE_ONE = (277, 284, 317, 339)
+STRIP_TAGS = (273, 279)
+INT_FORMATS = {3: "H", 4: "I"}  # SHORT, LONG
+RATIONAL, ASCII = 5, 2
+
+
+def tag_value(data: bytes, kind: int, count: int, at: int) -> tuple | bytes | None:
+    """A tag's values (integers, rationals as pairs, ASCII bytes) from its entry's value
+    field at ``at``; None for other types or values outside the file."""
+    if kind in INT_FORMATS:
+        fmt, size = INT_FORMATS[kind], struct.calcsize(INT_FORMATS[kind])
+    elif kind == RATIONAL:
+        fmt, size = "I", 4
+        count *= 2
+    elif kind == ASCII:
+        fmt, size = "s", 1
+    else:
+        return None
+    if count * size > 4:
+        (at,) = struct.unpack_from("<I", data, at)
+    if at + count * size > len(data):
+        return None
+    if kind == ASCII:
+        return bytes(data[at:at + count])  # type: ignore[index]
+    return struct.unpack_from(f"<{count}{fmt}", data, at)
+
+
+def page_tags(data: bytes, at: int, first: bool) -> tuple[dict[int, tuple | bytes], int] | None:
+    """(tags, offset of the next page) of the page at ``at``; None unless plain."""
+    if at + 2 > len(data):
+        return None
+    (count,) = struct.unpack_from("<H", data, at)
+    end = at + 2 + 12 * count
+    if end + 4 > len(data):
+        return None
+    tags: dict[int, tuple | bytes] = {}
+    for entry in range(at + 2, end, 12):
+        tag, kind, n = struct.unpack_from("<HHI", data, entry)
+        if tag not in PLAIN_TAGS and not (first and tag in FIRST_PAGE_TAGS):
+            return None
+        value = tag_value(data, kind, n, entry + 8)
+        if value is None:
+            return None
+        tags[tag] = value
+    return tags, struct.unpack_from("<I", data, end)[0]
+
+
+def described_shape(description: bytes | None) -> list[int] | None:
+    """The shape a tifffile-written description gives (``{"shape": [...]}``)."""
+    if description is None:
+        return None
+    try:
+        doc = json.loads(description.rstrip(b"\0"))
+    except ValueError:
+        return []
+    return doc["shape"] if isinstance(doc, dict) and list(doc) == ["shape"] else []
+
+
+def plain_layout(data: bytes, limits: ArchiveLimits) -> PlainLayout | None:
+    """The strips of a plain layered TIFF within the limits, or None (see the module)."""
+    if data[:4] != b"II*\x00" or len(data) < 8:
+        return None
+    pages: list[dict[int, tuple | bytes]] = []
+    (at,) = struct.unpack_from("<I", data, 4)
+    seen = set()
+    while at:
+        if at in seen or len(pages) >= limits.max_tiff_layers:
+            return None
+        seen.add(at)
+        parsed = page_tags(data, at, not pages)
+        if parsed is None:
+            return None
+        tags, at = parsed
+        pages.append(tags)
+    if not pages:
+        return None
+    key = pages[0]
+    description = key.get(270)
+    key = {t: v for t, v in key.items() if t not in FIRST_PAGE_TAGS}
+    alike = {t: v for t, v in key.items() if t not in STRIP_TAGS}
+    if any({t: v for t, v in p.items() if t not in STRIP_TAGS} != alike for p in pages[1:]):
+        return None
+    try:
+        (w,), (h,), (bits,), (compression,) = key[256], key[257], key[258], key[259]
+        (photometric,) = key[262]
+        (rows_per_strip,) = key.get(278, (2**32 - 1,))
+        if any(key.get(t, (1,)) != (1,) for t in MUST_BE_ONE):
+            return None
+    except (KeyError, ValueError):
+        return None
+    n = len(pages)
+    shape = described_shape(description)
+    if (bits != 8 or compression not in STRIP_CODECS or photometric not in (0, 1)
+            or not (h and w and rows_per_strip) or h * w > limits.max_layer_pixels
+            or n * h * w > limits.max_member_size
+            or shape not in (None, [n, h, w], [h, w] if n == 1 else None)):
+        return None
+    rows_per_strip = min(rows_per_strip, h)
+    strips = -(-h // rows_per_strip)
+    offsets = [p.get(273, ()) for p in pages]
+    counts = [p.get(279, ()) for p in pages]
+    for off, cnt in zip(offsets, counts, strict=True):
+        if len(off) != strips or len(cnt) != strips or max(
+                o + c for o, c in zip(off, cnt, strict=True)) > len(data):
+            return None
+    return PlainLayout(h, w, compression, rows_per_strip, offsets, counts)
+
+
+SCRATCH = threading.local()
+
+
+def scratch(name: str, size: int) -> np.ndarray:
+    """A uint8 buffer of ``size`` bytes kept by the calling thread and reused: a fresh
+    array per image would be mapped and faulted in anew each time (glibc maps large
+    allocations), and that system time cost as much as packing the bits."""
+    buf = getattr(SCRATCH, name, None)
+    if buf is None or buf.size < size:
+        buf = np.empty(size, dtype=np.uint8)
+        setattr(SCRATCH, name, buf)
+    return buf[:size]
+
+
+def strip_rows(data: bytes, layout: PlainLayout) -> np.ndarray | None:
+    """The (n, H, words) full-width word rows of every layer, each decoded strip by strip
+    into one reused layer buffer and packed to bits at once; None when a strip does not
+    decode to exactly its rows. The rows are the thread's scratch buffer: valid until the
+    thread's next call."""
+    n, h, w = layout.layers, layout.height, layout.width
+    layer = scratch("layer", h * w)
+    row_bytes = (w + 63) >> 6 << 3
+    rows = scratch("rows", n * h * row_bytes).reshape(n, h, row_bytes)
+    view = memoryview(data)
+    strip = layout.rows_per_strip * w
+    for i in range(n):
+        at = 0
+        for off, cnt in zip(layout.offsets[i], layout.counts[i], strict=True):
+            size = min(strip, h * w - at)
+            if layout.compression == 1:
+                if cnt != size:
+                    return None
+                layer[at:at + size] = np.frombuffer(view[off:off + cnt], dtype=np.uint8)
+            elif len(imagecodecs.deflate_decode(view[off:off + cnt],
+                                                out=layer[at:at + size])) != size:
+                return None
+            at += size
+        packed = np.packbits(layer.reshape(h, w), axis=1, bitorder="little")
+        rows[i, :, :packed.shape[1]] = packed
+        rows[i, :, packed.shape[1]:] = 0
+    return rows.view(np.dtype("<u8")).astype(np.uint64, copy=False)
+
+
+def read_tiff_masks(data: bytes, file: str, image_id: str, n_instances: int,
+                    shape: tuple[int, int] | None = None,
+                    limits: ArchiveLimits = DEFAULT_LIMITS) -> BitMasks:
+    """The word masks of a layered TIFF: ``BitMasks.from_dense(read_layered_tiff(...))``,
+    without the dense stack when the layout is plain (see the module)."""
+    layout = plain_layout(data, limits)
+    rows = None
+    if (layout is not None and layout.layers == n_instances
+            and (shape is None or tuple(shape) == (layout.height, layout.width))):
+        try:
+            rows = strip_rows(data, layout)
+        except imagecodecs.DeflateError:
+            rows = None
+    if rows is None:
+        return BitMasks.from_dense(read_layered_tiff(data, file, image_id, n_instances,
+                                                     shape, limits))
+    return BitMasks.from_rows(rows, layout.width)

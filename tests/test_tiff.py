@@ -1,0 +1,186 @@
+"""The fast readers against the literal ones they replace on the hot path.
+
+- ``read_tiff_masks`` (plain strips walked and inflated by sgdask) against
+  ``BitMasks.from_dense(read_layered_tiff(...))`` (tifffile), on TIFFs written every way
+  tifffile writes them and on corrupted ones: the same masks or the same error, always.
+- ``pack_dense`` (``np.packbits`` rows cropped by a compiled kernel) against a loop that
+  sets one bit per pixel.
+- ``bracket_depth`` (a numpy scan of the JSON text) against the depth of the parsed value.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+import tifffile
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from sgdask.errors import InputError
+from sgdask.io.archive import ArchiveLimits
+from sgdask.io.sgbench import bracket_depth, nested_deeper
+from sgdask.io.tiff import plain_layout, read_layered_tiff, read_tiff_masks
+from sgdask.kernels.bits import pack_dense
+from sgdask.types import BitMasks
+
+LIMITS = ArchiveLimits(max_tiff_layers=16, max_layer_pixels=1 << 16)
+CHECKS = settings(max_examples=150, deadline=None, derandomize=True,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+#: compression names tifffile writes -> whether the fast reader takes the file itself
+WRITERS = {None: True, "deflate": True, "adobe_deflate": True, "lzw": False,
+           "packbits": False}
+
+
+@st.composite
+def stacks(draw: Any) -> np.ndarray:
+    """(n, H, W) uint8 stacks of 0, 1 and 255, mostly empty like instance masks."""
+    n, h, w = draw(st.integers(1, 4)), draw(st.integers(1, 24)), draw(st.integers(1, 150))
+    masks = np.zeros((n, h, w), dtype=np.uint8)
+    for i in range(n):
+        if draw(st.booleans()):
+            y0, x0 = draw(st.integers(0, h - 1)), draw(st.integers(0, w - 1))
+            y1, x1 = draw(st.integers(y0 + 1, h)), draw(st.integers(x0 + 1, w))
+            masks[i, y0:y1, x0:x1] = draw(arrays(np.uint8, (y1 - y0, x1 - x0),
+                                                 elements=st.sampled_from([0, 1, 255])))
+    return masks
+
+
+def written(masks: np.ndarray, compression: str | None, rows_per_strip: int | None,
+            described: bool, photometric: str = "minisblack") -> bytes:
+    buf = io.BytesIO()
+    layers = masks[0] if len(masks) == 1 and not described else masks
+    tifffile.imwrite(buf, layers, compression=compression, rowsperstrip=rows_per_strip,
+                     photometric=photometric, metadata={} if described else None)
+    return buf.getvalue()
+
+
+def outcome(read: Any) -> tuple[str, Any]:
+    """("ok", the masks' arrays) or ("error", the message)."""
+    try:
+        masks = read()
+    except InputError as err:
+        return "error", str(err)
+    return "ok", (masks.shape, masks.boxes.tolist(), masks.starts.tolist(),
+                  masks.words.tolist())
+
+
+def both(data: bytes, n: int, shape: tuple[int, int] | None = None
+         ) -> tuple[tuple[str, Any], tuple[str, Any]]:
+    """(fast, literal) outcomes of reading ``data`` as an image with n instances."""
+    fast = outcome(lambda: read_tiff_masks(data, "z.zip:a.tiff", "a", n, shape, LIMITS))
+    literal = outcome(lambda: BitMasks.from_dense(
+        read_layered_tiff(data, "z.zip:a.tiff", "a", n, shape, LIMITS)))
+    return fast, literal
+
+
+@CHECKS
+@given(stacks(), st.sampled_from(sorted(WRITERS, key=str)), st.integers(0, 30),
+       st.booleans(), st.sampled_from(["minisblack", "miniswhite"]))
+def test_fast_reader_equals_tifffile(masks, compression, rows_per_strip, described,
+                                     photometric):
+    data = written(masks, compression, rows_per_strip or None, described, photometric)
+    assert (plain_layout(data, LIMITS) is not None) == WRITERS[compression]
+    fast, literal = both(data, len(masks))
+    assert fast == literal
+    assert fast[0] == "ok"
+    read = read_tiff_masks(data, "z.zip:a.tiff", "a", len(masks), None, LIMITS)
+    assert np.array_equal(read.dense(), masks != 0)
+
+
+@CHECKS
+@given(stacks(), st.integers(-1, 1), st.booleans())
+def test_header_mismatches_give_the_literal_error(masks, extra_layers, wrong_size):
+    data = written(masks, "deflate", None, True)
+    n, h, w = masks.shape
+    shape = (h + 1, w) if wrong_size else (h, w)
+    fast, literal = both(data, max(0, n + extra_layers), shape)
+    assert fast == literal
+    assert (fast[0] == "ok") == (extra_layers == 0 and not wrong_size)
+
+
+@CHECKS
+@given(stacks(), st.data())
+def test_corrupt_tiffs_give_the_literal_outcome(masks, data):
+    """Bytes overwritten anywhere (headers, tags, strips): the same masks, or the same
+    error, as the literal reader."""
+    raw = bytearray(written(masks, data.draw(st.sampled_from([None, "deflate"])), None,
+                            data.draw(st.booleans())))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(raw) - 1))
+        raw[at] = data.draw(st.integers(0, 255))
+    fast, literal = both(bytes(raw), len(masks))
+    assert fast == literal
+
+
+def test_truncated_strip_falls_back_to_the_literal_reader():
+    masks = np.zeros((2, 8, 70), dtype=np.uint8)
+    masks[1, 2:5, 60:66] = 1
+    data = written(masks, "deflate", 4, True)
+    layout = plain_layout(data, LIMITS)
+    assert layout is not None and layout.layers == 2
+    cut = layout.offsets[1][1] + layout.counts[1][1] // 2
+    fast, literal = both(data[:cut] + bytes(len(data) - cut), 2)
+    assert fast == literal and fast[0] == "error"
+
+
+def literal_words(mask: np.ndarray) -> tuple[tuple[int, ...], list[int]]:
+    """(box, words) of one mask, one bit per pixel set in a loop."""
+    ys, xs = np.nonzero(mask)
+    if not len(ys):
+        return (0, 0, 0, 0), []
+    y0, x0, y1, x1 = int(ys.min()), int(xs.min()), int(ys.max()) + 1, int(xs.max()) + 1
+    w0, w1 = x0 // 64, (x1 + 63) // 64
+    words = [0] * ((y1 - y0) * (w1 - w0))
+    for y, x in zip(ys.tolist(), xs.tolist(), strict=True):
+        words[(y - y0) * (w1 - w0) + x // 64 - w0] |= 1 << (x % 64)
+    return (y0, x0, y1, x1), words
+
+
+@settings(deadline=None, max_examples=100)
+@given(st.sampled_from([np.bool_, np.uint8, np.int64, np.float32]), st.data())
+def test_pack_dense_equals_a_bit_loop(dtype, data):
+    shape = (data.draw(st.integers(0, 3)), data.draw(st.integers(0, 9)),
+             data.draw(st.integers(0, 200)))
+    masks = data.draw(arrays(np.uint8, shape, elements=st.sampled_from([0, 1, 3]))
+                      ).astype(dtype)
+    boxes, starts, words = pack_dense(masks)
+    for i in range(shape[0]):
+        box, expected = literal_words(masks[i])
+        assert tuple(boxes[i].tolist()) == box
+        end = starts[i] + len(expected)
+        assert words[starts[i]:end].tolist() == expected
+    assert len(words) == sum(len(literal_words(m)[1]) for m in masks)
+
+
+def depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(depth, value), default=0)
+    return 0
+
+
+TRICKY_TEXT = st.text(alphabet='[]{}"\\/abé\u2028', max_size=8)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | TRICKY_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TRICKY_TEXT, inner,
+                                                                 max_size=3),
+    max_leaves=25)
+
+
+@settings(deadline=None, max_examples=300)
+@given(JSON_VALUES, st.booleans(), st.integers(0, 8))
+def test_bracket_depth_equals_the_parsed_depth(value, ascii_only, limit):
+    text = json.dumps(value, ensure_ascii=ascii_only).encode()
+    assert bracket_depth(text) == depth(value)
+    assert (bracket_depth(text) > limit) == nested_deeper(value, limit)
+
+
+@pytest.mark.parametrize("text", [b'"\\\\"', b'["\\\\\\"]"]', b'[["\\\\\\\\"], {"]": "["}]'])
+def test_bracket_depth_of_escapes(text):
+    assert bracket_depth(text) == depth(json.loads(text))
