@@ -1,0 +1,52 @@
+"""`sgdask evaluate --gt psg.json --gt-masks DIR --pred submission.zip`: the raw files to
+the score in one command, with the GT store cached between runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from PIL import Image
+
+from sgdask.pipeline import evaluate
+
+
+def one_command(dataset, masks: Path, cache: Path, out: Path) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "sgdask", "evaluate", "--gt", str(dataset.psg_json),
+            "--gt-masks", str(masks), "--pred", str(dataset.submission_zip), "--cache-dir",
+            str(cache), "--protocol", "sgbench", "--out", str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def metrics(out: Path) -> dict[str, float]:
+    return json.loads((out / "metrics.json").read_text())["metrics"]
+
+
+def test_raw_files_to_the_score_with_the_gt_store_cached(dataset, stores, client, tmp_path):
+    masks, cache = tmp_path / "panoptic", tmp_path / "cache"
+    shutil.copytree(dataset.masks_dir, masks)
+    cold = one_command(dataset, masks, cache, tmp_path / "cold")
+    assert "GT store cached" in cold.stderr
+    warm = one_command(dataset, masks, cache, tmp_path / "warm")
+    assert "GT store from the cache" in warm.stderr
+    from_stores = evaluate(stores.gt, stores.pred, protocol="sgbench", client=client).metrics
+    assert metrics(tmp_path / "cold") == metrics(tmp_path / "warm") == from_stores
+    assert len(list(cache.glob("png-names-*.json"))) == 1
+
+    # a PNG with other bytes (the same pixels, compressed harder): a new entry, never the
+    # old one, although psg.json and its PNG names come from the remembered list
+    png = sorted(masks.glob("*.png"))[0]
+    before = png.read_bytes()
+    with Image.open(png) as image:
+        image.load()
+        image.save(png, optimize=True)
+    assert png.read_bytes() != before
+    edited = one_command(dataset, masks, cache, tmp_path / "edited")
+    assert "GT store cached" in edited.stderr
+    assert len(list(cache.glob("gt-*"))) == 2
+    assert metrics(tmp_path / "edited") == from_stores
