@@ -10,6 +10,7 @@ predictions for it and scores every protocol on it, so many models cost one pass
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -253,9 +254,10 @@ def parts_holding(ids: list[str], parts: list[dict[str, Any]]) -> tuple[str, ...
     return tuple(p["name"] for p in parts if p["first_id"] <= hi and p["last_id"] >= lo)
 
 
-def evaluation_chunks(gt_images: pa.Table, partition_size: int | None) -> list[list[str]]:
+def evaluation_chunks(gt_images: pa.Table, partition_size: int | None,
+                      parts_per_task: int = 1) -> list[list[str]]:
     """Sorted ids of GT images with relations, cut into ``partition_size`` chunks, or by
-    store part when None (each task then reads exactly one GT part)."""
+    store part when None (each task then reads exactly ``parts_per_task`` GT parts)."""
     with_relations = gt_images["n_graph"].to_numpy(zero_copy_only=False).tolist()
     rows = sorted((image_id, part) for image_id, part, n in
                   zip(gt_images["image_id"].to_pylist(), gt_images["part"].to_pylist(),
@@ -264,7 +266,9 @@ def evaluation_chunks(gt_images: pa.Table, partition_size: int | None) -> list[l
         by_part: dict[str, list[str]] = {}
         for image_id, part in rows:
             by_part.setdefault(part, []).append(image_id)
-        return [by_part[p] for p in sorted(by_part)]
+        parts = [by_part[p] for p in sorted(by_part)]
+        return [sorted(itertools.chain.from_iterable(parts[i:i + parts_per_task]))
+                for i in range(0, len(parts), parts_per_task)]
     ids = [i for i, _ in rows]
     return [ids[s:s + partition_size] for s in range(0, len(ids), partition_size)]
 
@@ -287,12 +291,13 @@ def pred_slices(chunks: list[list[str]], known: set[str], pred: SubmissionInput
                     "submission_images_not_evaluated": len(pred_set - evaluated)}
 
 
-def plan_partitions(gt: StoreReader, preds: list[SubmissionInput], partition_size: int | None
+def plan_partitions(gt: StoreReader, preds: list[SubmissionInput], partition_size: int | None,
+                    parts_per_task: int = 1
                     ) -> tuple[list[PartitionSpec], dict[str, int], list[dict[str, int]]]:
     """Evaluation partitions over the GT images that have relations; GT and per-submission
     counts."""
     gt_images = gt.images()
-    chunks = evaluation_chunks(gt_images, partition_size)
+    chunks = evaluation_chunks(gt_images, partition_size, parts_per_task)
     if not chunks:
         raise SgdaskError(f"{gt.url}: no test image has a relation: nothing to evaluate")
     known = set(gt_images["image_id"].to_pylist())
@@ -307,6 +312,7 @@ def plan_partitions(gt: StoreReader, preds: list[SubmissionInput], partition_siz
 
 
 TASKS_PER_THREAD = 2
+GROUP_TASKS_PER_THREAD = 4
 MIN_TASK_IMAGES = 8
 
 
@@ -322,6 +328,18 @@ def spread_size(n_images: int, n_tasks: int, client: Client, partition_size: int
         return None
     size = max(MIN_TASK_IMAGES, -(-n_images // (TASKS_PER_THREAD * threads)))
     return size if -(-n_images // size) > n_tasks else None
+
+
+def parts_per_task(n_tasks: int, client: Client, partition_size: int | None) -> int:
+    """GT store parts per task: 1 (the default plan), or several consecutive parts when the
+    default gives more than ``GROUP_TASKS_PER_THREAD`` tasks per worker thread. Every task
+    reads its GT and submission tables and folds a result; on a store of many small parts
+    (PSG's 64 images) those fixed costs outweighed the work, while this many tasks per
+    thread still balance the load."""
+    if partition_size is not None:
+        return 1
+    threads = sum(client.nthreads().values())
+    return max(1, n_tasks // (GROUP_TASKS_PER_THREAD * threads))
 
 
 def run_bag(client: Client, specs: list[PartitionSpec], job: Job, progress: bool
@@ -444,8 +462,11 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Opt
             dask_client(client, scheduler) as active:
         size = spread_size(counts["evaluated_images"], len(specs), active,
                            options.partition_size)
+        group = parts_per_task(len(specs), active, options.partition_size)
         if size is not None:
             specs, _, _ = plan_partitions(gt_reader, inputs, size)
+        elif group > 1:
+            specs, _, _ = plan_partitions(gt_reader, inputs, None, group)
         result = run_bag(active, specs, job, progress)
         writers.commit(result.parts_written)
         for sub, given in zip(subs, inputs, strict=True):
