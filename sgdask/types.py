@@ -54,6 +54,17 @@ class BitMasks:
         return cls((int(rows.shape[1]), int(width)), *crop_rows(rows))
 
     @classmethod
+    def from_panoptic(cls, rgb: np.ndarray, segment_ids: np.ndarray, n: int) -> BitMasks:
+        """Word masks of the n instances of a panoptic (H, W, 3) uint8 RGB image whose
+        instance i is the segment ``segment_ids[i]`` (id ``R + 256 G + 65536 B``)."""
+        from sgdask.kernels.bits import panoptic_rows
+
+        ids = np.asarray(segment_ids, dtype=np.int64)
+        order = np.argsort(ids, kind="stable")
+        return cls.from_rows(panoptic_rows(np.ascontiguousarray(rgb), ids[order], order, n),
+                             rgb.shape[1])
+
+    @classmethod
     def empty(cls, shape: tuple[int, int]) -> BitMasks:
         """No masks, on an image of this (H, W)."""
         return cls((int(shape[0]), int(shape[1])), np.zeros((0, 4), dtype=np.int64),

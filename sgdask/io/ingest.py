@@ -20,7 +20,7 @@ from sgdask.cluster import ClusterSpec, map_tasks
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits, limit_hint
 from sgdask.io.fs import StorageOptions, combined_digest, file_digest, filesystem, join
-from sgdask.io.psg import GTRecord, class_lists, evaluation_records, label_image
+from sgdask.io.psg import GTRecord, class_lists, evaluation_records, panoptic_masks
 from sgdask.io.results import ResultEntry, ResultSource, loaded_pickle
 from sgdask.io.scores import SubmissionInstances, load_score_lists
 from sgdask.io.sgbench import ClassCounts, SubmissionImage, SubmissionSource, load_json
@@ -200,8 +200,7 @@ def write_gt_part(out: str, options: StorageOptions | None, index: int,
             png_url = join(masks_dir, record.pan_seg_file_name or "")
             png = read_bytes(png_url, options, "pan_seg_file_name")
             digests.append(hashlib.sha256(png).digest())
-            masks = BitMasks.from_labels(label_image(png, record, png_url, limits),
-                                         len(record.categories))
+            masks = panoptic_masks(png, record, png_url, limits)
         add_gt_rows(tables, record, part_name(index), masks)
     return write_part(out, options, index, tables), digests
 

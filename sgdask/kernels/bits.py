@@ -313,6 +313,33 @@ def pack_labels(labels: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.
 
 
 @njit(**JIT)
+def panoptic_rows(rgb: np.ndarray, sorted_ids: np.ndarray, order: np.ndarray, n: int
+                  ) -> np.ndarray:
+    """(n, H, words) full-width word rows of the n instances of a panoptic (H, W, 3) RGB
+    image: a pixel's segment id is ``R + 256 G + 65536 B``, the instance is the position of
+    that id in the segment list (``order``: its stable argsort, ``sorted_ids`` the sorted
+    list; the first position among equal ids), and pixels of other ids are none. A row of
+    pixels mostly repeats one id, so each id is looked up once per run."""
+    h, w = rgb.shape[0], rgb.shape[1]
+    rows = np.zeros((n, h, (w + 63) >> 6), dtype=np.uint64)
+    k = len(sorted_ids)
+    last_id, label = -1, 0
+    for y in range(h):
+        for x in range(w):
+            segment = np.int64(rgb[y, x, 0]) + 256 * np.int64(rgb[y, x, 1]) + \
+                65536 * np.int64(rgb[y, x, 2])
+            if segment != last_id:
+                last_id, label = segment, 0
+                if k:
+                    pos = min(np.searchsorted(sorted_ids, segment), k - 1)
+                    if sorted_ids[pos] == segment:
+                        label = order[pos] + 1
+            if 0 < label <= n:
+                rows[label - 1, y, x >> 6] |= np.uint64(1) << np.uint64(x & 63)
+    return rows
+
+
+@njit(**JIT)
 def unpack_dense(boxes: np.ndarray, starts: np.ndarray, words: np.ndarray, height: int,
                  width: int) -> np.ndarray:
     """The dense (n, H, W) boolean stack (tests and small exports only)."""

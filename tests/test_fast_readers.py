@@ -9,6 +9,8 @@
 - ``pack_dense`` (``np.packbits`` rows cropped by a compiled kernel) against a loop that
   sets one bit per pixel.
 - ``bracket_depth`` (a numpy scan of the JSON text) against the depth of the parsed value.
+- ``panoptic_masks`` (libpng, then one compiled pass from RGB to bits) against Pillow and
+  the numpy label image ingest used before.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ import tifffile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+from PIL import Image
 
 from sgdask.errors import InputError
 from sgdask.io.archive import ArchiveLimits
+from sgdask.io.psg import GTRecord, panoptic_masks
 from sgdask.io.sgbench import bracket_depth, nested_deeper
 from sgdask.io.tiff import plain_layout, read_layered_tiff, read_tiff_masks
 from sgdask.kernels.bits import pack_dense, row_words
@@ -247,3 +251,46 @@ def test_bracket_depth_equals_the_parsed_depth(value, ascii_only, limit):
 @pytest.mark.parametrize("text", [b'"\\\\"', b'["\\\\\\"]"]', b'[["\\\\\\\\"], {"]": "["}]'])
 def test_bracket_depth_of_escapes(text):
     assert bracket_depth(text) == depth(json.loads(text))
+
+
+def literal_label_image(png: bytes, segment_ids: np.ndarray) -> np.ndarray:
+    """The label image (instance index + 1, 0 = none) as ingest built it in numpy."""
+    rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(np.int64)
+    ids = rgb[..., 0] + 256 * rgb[..., 1] + 65536 * rgb[..., 2]
+    if not len(segment_ids):
+        return np.zeros(ids.shape, dtype=np.int64)
+    order = np.argsort(segment_ids, kind="stable")
+    sorted_ids = segment_ids[order]
+    pos = np.clip(np.searchsorted(sorted_ids, ids), 0, max(len(sorted_ids) - 1, 0))
+    return np.where(sorted_ids[pos] == ids, order[pos] + 1, 0)
+
+
+def png_bytes(pixels: np.ndarray, mode: str) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(pixels).convert(mode).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@CHECKS
+@given(st.integers(1, 20), st.integers(1, 90), st.data(),
+       st.sampled_from(["RGB", "RGBA", "P", "L"]))
+def test_panoptic_masks_equal_the_numpy_label_image(h, w, data, mode):
+    """Segments from a small palette of ids (some absent, some listed twice or not at
+    all), written as PNGs of several kinds: the same masks as Pillow + numpy."""
+    palette = data.draw(st.lists(st.integers(0, 2**24 - 1), min_size=1, max_size=6))
+    index = data.draw(arrays(np.int64, (h, w), elements=st.integers(0, len(palette) - 1)))
+    ids = np.array(palette, dtype=np.int64)[index]
+    pixels = np.stack([ids & 255, (ids >> 8) & 255, ids >> 16], axis=-1).astype(np.uint8)
+    png = png_bytes(pixels, mode)
+    segment_ids = np.array(data.draw(st.lists(st.sampled_from([*palette, 2**24 + 1]),
+                                              max_size=8)), dtype=np.int64)
+    n = data.draw(st.integers(0, len(segment_ids)))
+    record = GTRecord(image_id="a", height=h, width=w, categories=np.zeros(n, dtype=np.int64),
+                      boxes=None, segment_ids=segment_ids, relations=np.zeros((0, 3)),
+                      pan_seg_file_name="a.png")
+    fast = panoptic_masks(png, record, "a.png")
+    literal = BitMasks.from_labels(literal_label_image(png, segment_ids), n)
+    assert fast.shape == literal.shape == (h, w)
+    for a, b in ((fast.boxes, literal.boxes), (fast.starts, literal.starts),
+                 (fast.words, literal.words)):
+        assert np.array_equal(a, b)
