@@ -144,6 +144,9 @@ def floor_table(floor: dict[str, Any], workers: int, best_b: Series | None) -> T
         [f"floor at {workers} cores (store decode / {workers})", fmt(per_core)],
         ["for comparison: decode the raw PNGs + ZIP TIFFs, 1 process", fmt(floor["raw_s"])],
         ["  of which the ZIP's TIFFs", fmt(floor["raw_tiff_s"])],
+        ["the same raw files to word masks with sgdask's readers, 1 process",
+         fmt(floor["own_png_s"] + floor["own_tiff_s"])],
+        ["  of which the ZIP's TIFFs (compiled inflater)", fmt(floor["own_tiff_s"])],
     ]
     if best_b is not None and best_b.work_s:
         rows.append([f"fastest B evaluate-only ({best_b.label}) / floor at {workers} cores",

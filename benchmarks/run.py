@@ -281,7 +281,7 @@ def run_store_helper(module: str, label: str, ds: Dataset, workers: int, interva
 def run_floor(ds: Dataset, interval: float) -> Measurement:
     argv = python("-m", "benchmarks._floor", "--gt", str(ds.gt_store), "--pred",
                   str(ds.pred_store), "--zip", str(ds.raw.submission_zip),
-                  "--masks-dir", str(ds.raw.masks_dir))
+                  "--masks-dir", str(ds.raw.masks_dir), "--psg-json", str(ds.raw.psg_json))
     m = run_measured("floor", argv, ROOT, interval)
     m.extra.update(last_json(m.stdout))
     m.extra["work_s"] = m.extra["store_s"]
