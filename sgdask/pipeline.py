@@ -312,7 +312,7 @@ def plan_partitions(gt: StoreReader, preds: list[SubmissionInput], partition_siz
 
 
 TASKS_PER_THREAD = 2
-GROUP_TASKS_PER_THREAD = 4
+TASK_IMAGES = 256
 MIN_TASK_IMAGES = 8
 
 
@@ -330,16 +330,17 @@ def spread_size(n_images: int, n_tasks: int, client: Client, partition_size: int
     return size if -(-n_images // size) > n_tasks else None
 
 
-def parts_per_task(n_tasks: int, client: Client, partition_size: int | None) -> int:
-    """GT store parts per task: 1 (the default plan), or several consecutive parts when the
-    default gives more than ``GROUP_TASKS_PER_THREAD`` tasks per worker thread. Every task
-    reads its GT and submission tables and folds a result; on a store of many small parts
-    (PSG's 64 images) those fixed costs outweighed the work, while this many tasks per
-    thread still balance the load."""
-    if partition_size is not None:
+def parts_per_task(n_tasks: int, n_images: int, client: Client, partition_size: int | None
+                   ) -> int:
+    """GT store parts per task: 1 (the default plan), or several consecutive parts when
+    the parts hold fewer than ``TASK_IMAGES`` images, as long as every worker thread keeps
+    a task. Every task reads its GT and submission tables and folds a result; on a store of
+    many small parts (PSG's 64 images) those fixed costs were a fifth of an evaluation. A
+    fixed task size, not a share of the dataset, keeps a worker's memory flat in images."""
+    if partition_size is not None or not n_tasks:
         return 1
     threads = sum(client.nthreads().values())
-    return max(1, n_tasks // (GROUP_TASKS_PER_THREAD * threads))
+    return max(1, min(TASK_IMAGES * n_tasks // max(n_images, 1), n_tasks // threads))
 
 
 def run_bag(client: Client, specs: list[PartitionSpec], job: Job, progress: bool
@@ -462,7 +463,8 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Opt
             dask_client(client, scheduler) as active:
         size = spread_size(counts["evaluated_images"], len(specs), active,
                            options.partition_size)
-        group = parts_per_task(len(specs), active, options.partition_size)
+        group = parts_per_task(len(specs), counts["evaluated_images"], active,
+                               options.partition_size)
         if size is not None:
             specs, _, _ = plan_partitions(gt_reader, inputs, size)
         elif group > 1:
