@@ -429,7 +429,8 @@ def evaluate(gt: Annotated[str, typer.Option(
              = DEFAULT_KS,
              aggregation: Aggregation = "per_predicate",
              partition_size: Annotated[int | None, typer.Option(
-                 help="images per Dask task (default: one task per GT store part)")]
+                 help="images per Dask task (default: whole GT store parts, grouped to "
+                 "about 256 images)")]
              = DEFAULT_PARTITION_SIZE,
              scheduler: Scheduler = None, workers: Workers = None,
              out: Annotated[str | None, typer.Option(

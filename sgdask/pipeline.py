@@ -58,7 +58,7 @@ from sgdask.stats.bootstrap import Mapper
 from sgdask.stats.table import TermTable
 from sgdask.types import ImageGT, ImageHits, ImagePred, ZeroShot
 
-DEFAULT_PARTITION_SIZE: int | None = None  # one task per GT store part
+DEFAULT_PARTITION_SIZE: int | None = None  # whole GT store parts per task (parts_per_task)
 
 PredSlice = StoreSlice | FileSlice | ResultSlice
 
