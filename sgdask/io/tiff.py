@@ -65,18 +65,14 @@ def tiff_layout(tif: tifffile.TiffFile, limits: ArchiveLimits,
     return n, h, w
 
 
-def tiff_failure(file: str, image_id: str) -> Callable[..., InputError]:
-    def fail(what: str, expected: str | None = None) -> InputError:
-        return InputError(file, what, image=image_id, field="seg_filename", expected=expected)
-    return fail
-
-
 def read_layered_tiff(data: bytes, file: str, image_id: str, n_instances: int,
                       shape: tuple[int, int] | None = None,
                       limits: ArchiveLimits = DEFAULT_LIMITS) -> np.ndarray:
     """The (n, H, W) boolean stack of a layered TIFF, checked against the instance count
     and (when given) the GT image's (height, width) before it is decoded."""
-    fail = tiff_failure(file, image_id)
+    def fail(what: str, expected: str | None = None) -> InputError:
+        return InputError(file, what, image=image_id, field="seg_filename", expected=expected)
+
     try:
         with tifffile.TiffFile(io.BytesIO(data)) as tif:
             n, h, w = tiff_layout(tif, limits, fail)
@@ -174,7 +170,7 @@ def described_shape(description: bytes | None) -> list[int] | None:
         return None
     try:
         doc = json.loads(description.rstrip(b"\0"))
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
     return doc["shape"] if isinstance(doc, dict) and list(doc) == ["shape"] else []
 
