@@ -99,7 +99,6 @@ class PlainLayout(NamedTuple):
 
     height: int
     width: int
-    compression: int
     rows_per_strip: int
     offsets: list[tuple[int, ...]]
     counts: list[tuple[int, ...]]
@@ -222,7 +221,7 @@ def plain_layout(data: bytes, limits: ArchiveLimits) -> PlainLayout | None:
         if len(off) != strips or len(cnt) != strips or max(
                 o + c for o, c in zip(off, cnt, strict=True)) > len(data):
             return None
-    return PlainLayout(h, w, compression, rows_per_strip, offsets, counts)
+    return PlainLayout(h, w, rows_per_strip, offsets, counts)
 
 
 def layer_rows(data: bytes, layout: PlainLayout) -> np.ndarray | None:

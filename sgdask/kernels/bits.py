@@ -281,35 +281,23 @@ def pack_dense(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 @njit(**JIT)
+def label_rows(labels: np.ndarray, n: int) -> np.ndarray:
+    """(n, H, words) full-width word rows of the n instances of a label image (value
+    i + 1 = instance i, 0 = none; values above n are ignored)."""
+    h, w = labels.shape
+    rows = np.zeros((n, h, (w + 63) >> 6), dtype=np.uint64)
+    for y in range(h):
+        for x in range(w):
+            v = labels[y, x]
+            if 0 < v <= n:
+                rows[v - 1, y, x >> 6] |= np.uint64(1) << np.uint64(x & 63)
+    return rows
+
+
 def pack_labels(labels: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(boxes, starts, words) of the n instances of a label image (value i + 1 =
     instance i, 0 = none; values above n are ignored)."""
-    h, w = labels.shape
-    boxes = np.zeros((n, 4), dtype=np.int64)
-    lo = np.full((n, 2), 1 << 62, dtype=np.int64)
-    hi = np.zeros((n, 2), dtype=np.int64)
-    for y in range(h):
-        for x in range(w):
-            v = labels[y, x]
-            if 0 < v <= n:
-                i = v - 1
-                lo[i, 0], hi[i, 0] = min(lo[i, 0], y), max(hi[i, 0], y + 1)
-                lo[i, 1], hi[i, 1] = min(lo[i, 1], x), max(hi[i, 1], x + 1)
-    for i in range(n):
-        if hi[i, 0] > 0:
-            boxes[i, 0], boxes[i, 1], boxes[i, 2], boxes[i, 3] = lo[i, 0], lo[i, 1], hi[i, 0], \
-                hi[i, 1]
-    offsets = word_layout(boxes)
-    words = np.zeros(offsets[-1], dtype=np.uint64)
-    for y in range(h):
-        for x in range(w):
-            v = labels[y, x]
-            if 0 < v <= n:
-                i = v - 1
-                w0, w1 = word_span(boxes[i, 1], boxes[i, 3])
-                row = offsets[i] + (y - boxes[i, 0]) * (w1 - w0)
-                words[row + (x >> 6) - w0] |= np.uint64(1) << np.uint64(x & 63)
-    return boxes, offsets[:-1].copy(), words
+    return crop_rows(label_rows(labels, n))
 
 
 @njit(**JIT)
