@@ -464,3 +464,16 @@ def test_total_limit_and_what_counts():
         check_limits(team, [*subs, sub(2, "ranked")], Limits(daily=2, total=None), now)
     assert daily.value.next_allowed == now + timedelta(hours=4)  # the 20-hour-old one ages out
     check_limits(boss, [*subs, sub(2, "ranked")], Limits(daily=1, total=1), now)
+
+
+def test_steps_list_every_shown_status_once_in_order():
+    """A poller that misses statuses between two polls still reports each from `steps`."""
+    from sgdask.batch.registry import Entry
+    from sgdask.service.queue import Submission
+
+    entry = Entry("s1", "m", "u", "upload", "2026-01-01T00:00:00Z", True, None, "received", "h")
+    records = ["received", "validating", "converting", "evaluating", "evaluated", "ready",
+               "ranked"]
+    sub = Submission(entry, [{"status": s} for s in records])
+    assert sub.steps == ["received", "validating", "converting", "evaluating", "ranked"]
+    assert Submission(entry, []).steps == ["received"]

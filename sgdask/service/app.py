@@ -241,7 +241,7 @@ def submission_json(request: Request, sub: Submission, rank: int | None,
                     account: Account | None) -> dict[str, Any]:
     e, errors_visible = sub.entry, may_see_errors(sub, account)
     out = {"id": sub.id, "name": e.name, "team": e.team, "board": sub.board,
-           "paper": e.paper, "file": e.filename, "status": sub.status,
+           "paper": e.paper, "file": e.filename, "status": sub.status, "steps": sub.steps,
            "errors": (sub.latest("errors") or []) if errors_visible and sub.status in
            ("rejected", "failed") else [],
            "warnings": (sub.latest("warnings") or []) if errors_visible else [],

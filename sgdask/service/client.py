@@ -55,7 +55,7 @@ def wait(server: str, token: str | None, submission_id: str, timeout: float,
     """Poll the submission until it is ranked, rejected or failed (or ``timeout`` s)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     deadline = time.monotonic() + timeout
-    seen = None
+    reported = 0
     with httpx.Client(base_url=server.rstrip("/"), timeout=30) as client:
         while True:
             try:
@@ -65,9 +65,10 @@ def wait(server: str, token: str | None, submission_id: str, timeout: float,
             if response.status_code != 200:
                 raise api_error(server, response)
             doc = response.json()
-            if doc["status"] != seen:
-                seen = doc["status"]
-                progress(seen)
+            for step in doc["steps"][reported:]:  # every step since the last poll, in order
+                progress(step)
+            reported = max(reported, len(doc["steps"]))
+            seen = doc["status"]
             if seen in FINAL:
                 return doc
             if time.monotonic() > deadline:

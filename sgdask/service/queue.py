@@ -71,6 +71,13 @@ class Submission:
         return SHOWN.get(self.state, self.state)
 
     @property
+    def steps(self) -> list[str]:
+        """The statuses users see that the submission went through, in order (a retry
+        repeats them): what a poller reports even when several passed between two polls."""
+        shown = [SHOWN.get(r["status"], r["status"]) for r in self.history] or [self.status]
+        return [s for i, s in enumerate(shown) if i == 0 or s != shown[i - 1]]
+
+    @property
     def next_seq(self) -> int:
         return len(self.history) + 1
 
