@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from math import gcd
+from itertools import pairwise
+from math import gcd, lcm
 
 import numpy as np
 
@@ -108,9 +109,29 @@ def cat(arrays: tuple[np.ndarray, ...]) -> np.ndarray:
 
 
 def fraction_sum(dens: np.ndarray, nums: np.ndarray) -> Fraction:
-    """Σ num / den exactly (one Fraction per distinct denominator)."""
-    return sum((Fraction(int(n), int(d)) for d, n in zip(dens, nums, strict=True)),
-               Fraction(0))
+    """Σ num / den exactly (one row per distinct denominator)."""
+    return grouped_fraction_sums(np.zeros(len(dens), dtype=np.int64), dens, nums).get(
+        0, Fraction(0))
+
+
+def grouped_fraction_sums(groups: np.ndarray, dens: np.ndarray, nums: np.ndarray
+                          ) -> dict[int, Fraction]:
+    """Per group (rows sorted by group), Σ num / den exactly: the numerators brought to the
+    lcm of the group's denominators in Python integers (no overflow), one Fraction per
+    group; adding Fractions row by row reduced by a gcd at every step (the report's cost)."""
+    out: dict[int, Fraction] = {}
+    if len(groups) == 0:
+        return out
+    new = np.ones(len(groups), dtype=bool)
+    new[1:] = groups[1:] != groups[:-1]
+    bounds = [*np.flatnonzero(new).tolist(), len(groups)]
+    group_list, den_list, num_list = groups.tolist(), dens.tolist(), nums.tolist()
+    for a, b in pairwise(bounds):
+        common = lcm(*den_list[a:b])
+        total = sum(n * (common // d) for d, n in zip(den_list[a:b], num_list[a:b],
+                                                      strict=True))
+        out[group_list[a]] = Fraction(total, common)
+    return out
 
 
 def image_mean_terms(image: np.ndarray, metric: np.ndarray, num: np.ndarray, den: np.ndarray
@@ -123,6 +144,11 @@ def image_mean_terms(image: np.ndarray, metric: np.ndarray, num: np.ndarray, den
     new[1:] = (image[1:] != image[:-1]) | (metric[1:] != metric[:-1])
     starts = np.flatnonzero(new)
     counts = np.diff(np.append(starts, len(image)))
+    # The product of a group's denominators bounds their lcm: below INT64_SAFE the int64
+    # lcm cannot have wrapped around (a wrapped value could pass any check on itself).
+    bound = np.multiply.reduceat(den.astype(np.float64), starts)
+    if len(bound) and (bound.max() >= INT64_SAFE or (den <= 0).any()):
+        return exact_image_means(starts, counts, metric, num, den)
     common = np.lcm.reduceat(den, starts)
     if len(common) and (common.max() >= INT64_SAFE or (common <= 0).any()):
         return exact_image_means(starts, counts, metric, num, den)
@@ -317,12 +343,11 @@ class Accumulator:
             keys, values = self.cell_totals.rows(code)
             return {int(k[1]): Fraction(int(v[0]), int(v[1]))
                     for k, v in zip(keys, values, strict=True) if v[1]}
-        keys, values = self.cell_sums.rows(code)
-        out = {}
-        for p in np.unique(keys[:, 1]).tolist():
-            sel = keys[:, 1] == p
-            out[p] = fraction_sum(keys[sel, 2], values[sel, 0]) / int(values[sel, 1].sum())
-        return out
+        keys, values = self.cell_sums.rows(code)  # sorted by (predicate, den)
+        sums = grouped_fraction_sums(keys[:, 1], keys[:, 2], values[:, 0])
+        predicates, first = np.unique(keys[:, 1], return_index=True)
+        images = np.add.reduceat(values[:, 1], first).tolist() if len(first) else []
+        return {p: sums[p] / n for p, n in zip(predicates.tolist(), images, strict=True)}
 
     def mean_metric(self, name: str, aggregation: str, over_cells: bool) -> Fraction | None:
         """Dataset value of a mean metric under an aggregation mode (SPEC section 7)."""

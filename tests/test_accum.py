@@ -14,7 +14,14 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sgdask.accum import AGGREGATIONS, Accumulator, RationalSum, compacted
+from sgdask.accum import (
+    AGGREGATIONS,
+    Accumulator,
+    RationalSum,
+    compacted,
+    grouped_fraction_sums,
+    image_mean_terms,
+)
 from sgdask.kernels.rows import lexsort_rows
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.terms import evaluate_image, missing_image_result
@@ -306,3 +313,33 @@ def test_packed_row_order_equals_lexsort(rows, wide):
         columns[0] %= 1000
     expected = np.lexsort(columns[::-1]) if rows else np.empty(0, np.int64)
     assert lexsort_rows(columns, stable=True).tolist() == expected.tolist()
+
+
+PRIMES = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61]
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([*PRIMES, 1, 4, 6, 8, 9]),
+                          st.integers(0, 10**6)), max_size=60))
+def test_grouped_fraction_sums_are_the_sums_of_fractions(rows):
+    """Per group, Σ num / den over the lcm in Python integers equals the Fraction sum, also
+    when the lcm of the denominators (the primes to 61) is far beyond int64."""
+    rows.sort()
+    groups, dens, nums = (np.array([r[i] for r in rows], dtype=np.int64) for i in range(3))
+    expected: dict[int, Fraction] = {}
+    for g, d, n in rows:
+        expected[g] = expected.get(g, Fraction(0)) + Fraction(n, d)
+    assert grouped_fraction_sums(groups, dens, nums) == expected
+
+
+@given(st.lists(st.sampled_from(PRIMES), min_size=1, max_size=18, unique=True),
+       st.integers(1, 5))
+def test_image_means_stay_exact_when_the_lcm_would_wrap_in_int64(dens, scale):
+    """Denominators whose lcm overflows int64 (the primes to 53 and more) take the exact
+    path: a wrapped int64 lcm could look like a valid one."""
+    den = np.array(dens, dtype=np.int64)
+    num = np.arange(len(dens), dtype=np.int64) % 2 * scale % den
+    _, n, d = image_mean_terms(np.zeros(len(den), np.int64), np.zeros(len(den), np.int64),
+                               num, den)
+    expected = sum((Fraction(int(a), int(b)) for a, b in zip(num, den, strict=True)),
+                   Fraction(0)) / len(den)
+    assert Fraction(int(n[0]), int(d[0])) == expected

@@ -241,3 +241,27 @@ def test_few_parts_on_many_threads_are_spread_and_change_nothing(stores, local_r
         report = evaluate(stores.gt, stores.pred, protocol="singlempo", client=many)
     assert report.metrics == local_report.metrics
     assert report.per_predicate == local_report.per_predicate
+
+
+def test_default_plan_groups_parts_into_a_multiple_of_the_threads():
+    """35 GT parts of 64 images (PSG's test split): about 256 images per task, as many
+    tasks as a multiple of the threads (10 on 2 threads: 9 left one thread idle for the
+    last), the larger groups first, every part in exactly one task in order."""
+    import pyarrow as pa
+    from distributed import LocalCluster
+
+    from sgdask.pipeline import evaluation_chunks, task_count
+
+    for threads, expected in ((1, 9), (2, 10), (4, 12), (64, 35)):
+        with LocalCluster(n_workers=1, threads_per_worker=threads, processes=False,
+                          dashboard_address=":0") as cluster, Client(cluster) as client:
+            assert task_count(35, 2177, client, None) == expected
+            assert task_count(35, 2177, client, 16) == 35  # --partition-size: as planned
+    ids = [f"{i:05d}" for i in range(2177)]
+    table = pa.table({"image_id": ids, "part": [f"p{i // 64:03d}" for i in range(2177)],
+                      "n_graph": [1] * 2177})
+    chunks = evaluation_chunks(table, None, 10)
+    parts = [sorted({int(i) // 64 for i in chunk}) for chunk in chunks]
+    assert [len(p) for p in parts] == [4] * 5 + [3] * 5
+    assert [i for chunk in chunks for i in chunk] == ids
+    assert len(evaluation_chunks(table, None)) == 35

@@ -254,6 +254,30 @@ def test_merge_masks_by_index():
     assert (dense(merge.masks) == expected).all()
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 40), st.data())
+def test_merge_of_masks_inside_a_shared_buffer_is_the_merge_of_their_own(before, after, data):
+    """A store part's masks are views into one buffer of every image's words: the merge
+    reads only the image's own range and gives what it gives on a compact copy, with the
+    kept masks' areas counted from their new words."""
+    from sgdask.types import BitMasks
+
+    n = data.draw(st.integers(1, 6))
+    stack = data.draw(arrays(np.bool_, (n, 6, 70)))
+    scores = data.draw(st.none() | arrays(np.float64, n, elements=st.floats(0, 1)))
+    own = BitMasks.from_dense(stack)
+    noise = np.random.default_rng(before * 41 + after).integers(
+        0, 2**63, before + len(own.words) + after, dtype=np.uint64)
+    noise[before:before + len(own.words)] = own.words
+    shared = BitMasks(own.shape, own.boxes, own.starts + before, noise)
+    compact, inside = merge_masks(own, scores), merge_masks(shared, scores)
+    assert inside.kept.tolist() == compact.kept.tolist()
+    assert inside.instance_map.tolist() == compact.instance_map.tolist()
+    assert (inside.n_merged, inside.n_dropped) == (compact.n_merged, compact.n_dropped)
+    assert (dense(inside.masks) == dense(compact.masks)).all()
+    assert inside.areas.tolist() == dense(compact.masks).sum(axis=(1, 2)).tolist()
+
+
 def test_merge_masks_by_score():
     """Scores [0.1, 0.2, 0.9, 0.5, 0.3] -> walk order 2, 3, 4, 1, 0.
 

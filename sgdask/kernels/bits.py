@@ -19,8 +19,6 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
-from sgdask.types import BitMasks
-
 JIT = {"cache": True, "nogil": True}
 
 
@@ -187,11 +185,39 @@ def merge_kernel(boxes: np.ndarray, starts: np.ndarray, words: np.ndarray,
     return instance_map, kept[:n_kept].copy(), new_words, n_merged, n_dropped
 
 
-def subset(masks: BitMasks, index: np.ndarray, words: np.ndarray | None = None) -> BitMasks:
-    """The masks at ``index``, sharing the words (or ``words``, laid out like the masks'
-    own, e.g. the merge's new words): no copy."""
-    return BitMasks(masks.shape, masks.boxes[index], masks.starts[index],
-                    masks.words if words is None else words)
+@njit(**JIT)
+def image_word_range(boxes: np.ndarray, starts: np.ndarray) -> tuple[int, int]:
+    """[lo, hi): the words the masks of one image use (masks without words left out)."""
+    lo, hi = -1, 0
+    for i in range(boxes.shape[0]):
+        count = word_count(boxes[i])
+        if count > 0:
+            lo = starts[i] if lo < 0 else min(lo, starts[i])
+            hi = max(hi, starts[i] + count)
+    return max(lo, 0), hi
+
+
+@njit(**JIT)
+def merged_masks(boxes: np.ndarray, starts: np.ndarray, words: np.ndarray, order: np.ndarray,
+                 height: int, width: int, threshold: float
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """The whole singlempo merge of one image in one call: areas, self IoU and
+    ``merge_kernel`` on the image's own words (a store part's masks share one buffer; the
+    merge writes an image-sized one). Returns (instance_map, kept, the kept masks' starts in
+    the new words, the new words, the kept masks' new areas, n_merged, n_dropped)."""
+    lo, hi = image_word_range(boxes, starts)
+    local = words[lo:hi]
+    local_starts = np.zeros(boxes.shape[0], dtype=np.int64)
+    for i in range(boxes.shape[0]):
+        if word_count(boxes[i]) > 0:
+            local_starts[i] = starts[i] - lo
+    area = areas(boxes, local_starts, local)
+    iou = self_iou(boxes, local_starts, local, area)
+    instance_map, kept, new_words, n_merged, n_dropped = merge_kernel(
+        boxes, local_starts, local, iou, order, height, width, threshold)
+    kept_starts = local_starts[kept]
+    kept_areas = areas(boxes[kept], kept_starts, new_words)
+    return instance_map, kept, kept_starts, new_words, kept_areas, n_merged, n_dropped
 
 
 def row_words(masks: np.ndarray) -> np.ndarray:

@@ -92,7 +92,8 @@ def instance_iou(gt: ImageGT, pred: NormalizedPred, match_labels: bool,
     if pred.masks is not None and gt_masks is not None:
         masks = pred.masks
         gt_area = gt.areas if gt.areas is not None else gt_masks.areas()
-        return cross_iou(masks.boxes, masks.starts, masks.words, masks.areas(),
+        pred_area = masks.areas() if pred.areas is None else pred.areas
+        return cross_iou(masks.boxes, masks.starts, masks.words, pred_area,
                                 pred_labels, gt_masks.boxes, gt_masks.starts, gt_masks.words,
                                 np.asarray(gt_area, dtype=np.int64), gt_labels, match_labels)
     if pred.boxes is not None and gt.boxes is not None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sgdask.kernels.bits import merge_kernel, self_iou, subset
+from sgdask.kernels.bits import merged_masks
 from sgdask.kernels.lists import (
     DEDUP,
     SINGLEMPO,
@@ -29,7 +29,7 @@ class MaskMerge:
 
     ``instance_map[i]`` is the kept index original instance i now belongs to (-1: dropped);
     ``kept`` lists, per kept instance, the original index that defined it; ``masks`` are the
-    kept instances' new (non-overlapping) masks.
+    kept instances' new (non-overlapping) masks, ``areas`` their pixel counts.
     """
 
     masks: BitMasks
@@ -37,6 +37,7 @@ class MaskMerge:
     instance_map: np.ndarray
     n_merged: int
     n_dropped: int
+    areas: np.ndarray
 
 
 def merge_order(n: int, scores: np.ndarray | None) -> np.ndarray:
@@ -46,16 +47,14 @@ def merge_order(n: int, scores: np.ndarray | None) -> np.ndarray:
     return np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
 
 
-def merge_masks(masks: np.ndarray | BitMasks, scores: np.ndarray | None = None,
-                areas: np.ndarray | None = None) -> MaskMerge:
+def merge_masks(masks: np.ndarray | BitMasks, scores: np.ndarray | None = None) -> MaskMerge:
     """NMS-like merge of duplicate masks into non-overlapping kept masks (SPEC 5.1)."""
     bits = as_bit_masks(masks)
-    area = bits.areas() if areas is None else areas
-    iou = self_iou(bits.boxes, bits.starts, bits.words, area)
-    instance_map, kept, new_words, n_merged, n_dropped = merge_kernel(
-        bits.boxes, bits.starts, bits.words, iou, merge_order(len(bits), scores),
+    instance_map, kept, starts, words, areas, n_merged, n_dropped = merged_masks(
+        bits.boxes, bits.starts, bits.words, merge_order(len(bits), scores),
         bits.shape[0], bits.shape[1], MERGE_IOU)
-    return MaskMerge(subset(bits, kept, new_words), kept, instance_map, n_merged, n_dropped)
+    return MaskMerge(BitMasks(bits.shape, bits.boxes[kept], starts, words), kept,
+                     instance_map, n_merged, n_dropped, areas)
 
 
 @dataclass
@@ -68,6 +67,7 @@ class NormalizedPred:
     boxes: np.ndarray | None
     masks: BitMasks | None
     diagnostics: dict[str, int] = field(default_factory=dict)
+    areas: np.ndarray | None = None  # the masks' pixel counts, when normalization has them
 
 
 def bit_masks_of(pred: ImagePred) -> BitMasks | None:
@@ -91,15 +91,16 @@ def normalize_singlempo(pred: ImagePred) -> NormalizedPred:
     """Mask merge + relation dedup + graph constraint (the fair protocol)."""
     merged, dropped, masks, boxes, labels = 0, 0, bit_masks_of(pred), pred.boxes, pred.labels
     instance_map = np.arange(pred.n_instances, dtype=np.int64)
+    areas = None
     if masks is not None:
         merge = merge_masks(masks, pred.scores)
-        instance_map, masks = merge.instance_map, merge.masks
+        instance_map, masks, areas = merge.instance_map, merge.masks, merge.areas
         merged, dropped = merge.n_merged, merge.n_dropped
         labels = pred.labels[merge.kept]
         boxes = None if pred.boxes is None else pred.boxes[merge.kept]
     graph, ng = lists_of(pred, instance_map, SINGLEMPO)
     return NormalizedPred(labels, graph, ng, boxes, masks,
-                          removal_counts(pred, graph, ng, merged, dropped))
+                          removal_counts(pred, graph, ng, merged, dropped), areas)
 
 
 def normalize_dedup(pred: ImagePred) -> NormalizedPred:
