@@ -30,10 +30,11 @@ from PIL import Image
 
 from sgdask.errors import InputError
 from sgdask.io.archive import ArchiveLimits
+from sgdask.io.partition import sparse_problem
 from sgdask.io.psg import GTRecord, panoptic_masks
 from sgdask.io.sgbench import bracket_depth, nested_deeper
 from sgdask.io.tiff import plain_layout, read_layered_tiff, read_tiff_masks
-from sgdask.kernels.bits import pack_dense, row_words
+from sgdask.kernels.bits import HEADER, pack_dense, pack_sparse, row_words, set_bits, unpack_sparse
 from sgdask.kernels.inflate import OK, inflate_layers
 from sgdask.types import BitMasks
 
@@ -294,3 +295,21 @@ def test_panoptic_masks_equal_the_numpy_label_image(h, w, data, mode):
     for a, b in ((fast.boxes, literal.boxes), (fast.starts, literal.starts),
                  (fast.words, literal.words)):
         assert np.array_equal(a, b)
+
+
+@settings(deadline=None)
+@given(arrays(np.uint64, st.integers(0, 200), elements=st.sampled_from(
+    [0, 0, 0, 1, 2**63, 2**64 - 1, 0x00FF00FF])), st.integers(0, 10**6))
+def test_sparse_mask_bytes_check_and_decode(words, flip):
+    """``sparse_problem``'s compiled bit count (``set_bits``) against np.unpackbits, and
+    what it catches: one bitmap bit flipped makes the count disagree with the header."""
+    data = pack_sparse(words)
+    head = 8 * HEADER
+    bitmap = (len(words) + 7) // 8
+    assert set_bits(data, head, head + bitmap) == int(np.unpackbits(data[head:head + bitmap]).sum())
+    assert sparse_problem(data) is None
+    assert unpack_sparse(data).tolist() == words.tolist()
+    if bitmap:
+        bad = data.copy()
+        bad[head + flip % bitmap] ^= np.uint8(1 << (flip % 8))
+        assert sparse_problem(bad) == "the mask bitmap does not match its nonzero count"

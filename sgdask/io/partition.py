@@ -18,7 +18,14 @@ import numpy as np
 import pyarrow as pa
 
 from sgdask.io.store import Corrupt, StoreReader
-from sgdask.kernels.bits import HEADER, unpack_sparse, v1_crop_words, word_layout, xor_rows
+from sgdask.kernels.bits import (
+    HEADER,
+    set_bits,
+    unpack_sparse,
+    v1_crop_words,
+    word_layout,
+    xor_rows,
+)
 from sgdask.types import BitMasks, ImageGT, ImagePred
 
 IMAGE_COLUMNS = ["image_id", "height", "width", "n_instances", "n_graph", "n_ng",
@@ -193,7 +200,7 @@ def sparse_problem(data: np.ndarray) -> str | None:
     bitmap = (n_words + 7) // 8
     if n_words > 8 * len(data) or len(data) != head + bitmap + 8 * n_values:
         return f"{len(data)} mask bytes do not hold {n_words} words, {n_values} nonzero"
-    if int(np.unpackbits(data[head:head + bitmap]).sum()) != n_values:
+    if set_bits(data, head, head + bitmap) != n_values:
         return "the mask bitmap does not match its nonzero count"
     return None
 
