@@ -10,6 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import scipy.stats
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import imr
@@ -322,3 +324,30 @@ def test_arrow_round_trip():
     assert back.names == table.names and back.kinds == table.kinds
     for column in ("image_ids", "image", "metric", "predicate", "num", "den"):
         assert np.array_equal(getattr(back, column), getattr(table, column)), column
+
+
+@settings(deadline=None, max_examples=80)
+@given(st.data())
+def test_wimr_for_every_resample_at_once_is_wimr_of_each(data):
+    """``imr.weighted_columns`` (all resamples in one call) gives, column by column, the
+    very float ``imr.weighted`` gives on that column's per-predicate values: predicates
+    without a value, never seen in training, or in any order of ids."""
+    n_pred = data.draw(st.integers(0, 8))
+    ids = np.array(data.draw(st.permutations(range(20)))[:n_pred], dtype=np.int64)
+    n_cols = data.draw(st.integers(1, 6))
+    cell = st.one_of(st.just(np.nan), st.floats(0, 1))
+    values = np.array([[data.draw(cell) for _ in range(n_cols)] for _ in range(n_pred)]
+                      ).reshape(n_pred, n_cols)
+    composition = {int(c): data.draw(st.integers(0, 50)) for c in ids
+                   if data.draw(st.booleans())}
+    composition[99] = 1  # a composition is never empty when wIMR is asked for
+    ctx = Context(parse_ks("20"), tau=data.draw(st.sampled_from([0.0, 0.5, 1.0, 0.37])),
+                  composition=composition)
+    found = imr.weighted_columns(lambda name: (ids, values), ctx)
+    for b in range(n_cols):
+        column = {int(c): float(v) for c, v in zip(ids, values[:, b], strict=True) if v == v}
+        expected = imr.weighted(Finals(lambda name, column=column: column), ctx)
+        if "wIMR@20" in expected:
+            assert found["wIMR@20"][b] == expected["wIMR@20"]
+        else:
+            assert "wIMR@20" not in found or np.isnan(found["wIMR@20"][b])

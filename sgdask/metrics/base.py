@@ -123,13 +123,20 @@ class Finals:
         self.predicate_values = predicate_values
 
 
+PredicateColumns = Callable[[str], tuple[np.ndarray, np.ndarray]]
+
+
 @dataclass(frozen=True)
 class Family:
     """A metric family: its metrics and how their terms are computed.
 
     ``image_terms(hits, ctx)``: the terms of one image (the literal path);
     ``batch_terms(batch, ctx)``: the same for every image of a partition at once (optional);
-    ``derive(finals, ctx)``: values of the family's DERIVED metrics (optional).
+    ``derive(finals, ctx)``: values of the family's DERIVED metrics (optional);
+    ``derive_columns(columns, ctx)``: the same for many weightings of the images at once
+    (the bootstrap's resamples; optional): ``columns(name)`` gives a mean metric's predicate
+    ids and values (predicates x weightings, NaN: no value), the result one array of values
+    per derived metric, equal to ``derive`` on each column.
     """
 
     name: str
@@ -137,6 +144,7 @@ class Family:
     image_terms: Callable[[ImageHits, Context], Terms]
     batch_terms: Callable[[HitsBatch, Context], list[Block]] | None = None
     derive: Callable[[Finals, Context], dict[str, Fraction]] | None = None
+    derive_columns: Callable[[PredicateColumns, Context], dict[str, np.ndarray]] | None = None
 
 
 @dataclass

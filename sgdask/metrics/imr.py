@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import numpy as np
+
 from sgdask.metrics.base import (
     DERIVED,
     MEAN,
@@ -21,6 +23,7 @@ from sgdask.metrics.base import (
     Finals,
     HitsBatch,
     Metric,
+    PredicateColumns,
     Terms,
     add_recalls,
     recall_blocks,
@@ -66,4 +69,32 @@ def weighted(finals: Finals, ctx: Context) -> dict[str, Fraction | float]:
     return out
 
 
-FAMILY = Family("imr", METRICS, image_terms, batch_terms, weighted)
+def weighted_columns(columns: PredicateColumns, ctx: Context) -> dict[str, np.ndarray]:
+    """``weighted`` for every column of IMR's per-predicate values at once (the bootstrap's
+    resamples): the same weights, products and sums in predicate order (a predicate without
+    a value adds 0.0, which changes no sum), so every value is the float ``weighted``
+    gives on that column."""
+    composition = ctx.composition
+    if not composition:
+        return {}
+    out: dict[str, np.ndarray] = {}
+    for k in ctx.ks:
+        ids, values = columns(f"IMR@{k.label}")
+        if not len(ids):
+            continue
+        order = np.argsort(ids, kind="stable")
+        ids, values = ids[order], values[order]
+        weights = np.array([composition[c] ** ctx.tau if composition.get(c, 0) > 0 else 0.0
+                            for c in ids.tolist()]).reshape(-1, 1)
+        valid = ~np.isnan(values)
+        drawn = np.where(valid, weights, 0.0)
+        total = np.add.accumulate(drawn, axis=0)[-1]
+        defined = valid.any(axis=0) & (total > 0)
+        safe = np.where(defined, total, 1.0)
+        terms = np.where(valid, drawn / safe * np.where(valid, values, 0.0), 0.0)
+        out[f"wIMR@{k.label}"] = np.where(defined, np.add.accumulate(terms, axis=0)[-1],
+                                          np.nan)
+    return out
+
+
+FAMILY = Family("imr", METRICS, image_terms, batch_terms, weighted, weighted_columns)

@@ -9,15 +9,25 @@ which come from the GT.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from sgdask.errors import SgdaskError
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import FAMILIES, metric_of
-from sgdask.metrics.base import DERIVED, Context, Finals
+from sgdask.metrics.base import DERIVED, Context, Family, Finals
 from sgdask.metrics.recall import VOCABULARY_MEANS
 from sgdask.report import Report
-from sgdask.stats.bootstrap import Derive, Mapper, PredicateValues, Scoring, bootstrap
+from sgdask.stats.bootstrap import (
+    ColumnDerive,
+    Derive,
+    Mapper,
+    PredicateValues,
+    Scoring,
+    bootstrap,
+)
 
 INTERVAL_SUFFIXES = ("_lo", "_hi")
 
@@ -71,18 +81,47 @@ def scoring_of(report: Report, composition: dict[int, int] | None,
         n_vocabulary = len(report.per_predicate) + report.diagnostics.get(
             "predicates_absent", 0)
     return Scoring(mode, frozenset(over_cells), derivation(report, composition),
-                   vocabulary, n_vocabulary)
+                   vocabulary, n_vocabulary, column_derivation(report, composition))
+
+
+def deriving_families(report: Report) -> list[Family]:
+    """The families whose derived metrics the report has."""
+    return [f for f in FAMILIES if f.derive and any(
+        m.kind == DERIVED and any(metric_of(n) is m for n in report.metrics)
+        for m in f.metrics)]
+
+
+def derive_context(report: Report, composition: dict[int, int]) -> Context:
+    return Context(parse_ks(report.ks), report.aggregation,
+                   float(report.options.get("tau", 0.5)), composition)
+
+
+def column_derivation(report: Report, composition: dict[int, int] | None
+                      ) -> ColumnDerive | None:
+    """``derivation`` for every resample at once, when every family involved has
+    ``derive_columns`` (None: the bootstrap derives resample by resample)."""
+    families = deriving_families(report)
+    if not families or not composition or any(f.derive_columns is None for f in families):
+        return None
+    ctx = derive_context(report, composition)
+
+    def derive(columns: Callable[[str], tuple[np.ndarray, np.ndarray]]
+               ) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for family in families:
+            assert family.derive_columns is not None
+            out.update(family.derive_columns(columns, ctx))
+        return out
+
+    return derive
 
 
 def derivation(report: Report, composition: dict[int, int] | None) -> Derive | None:
     """The derive functions of the families whose derived metrics the report has."""
-    families = [f for f in FAMILIES if f.derive and any(
-        m.kind == DERIVED and any(metric_of(n) is m for n in report.metrics)
-        for m in f.metrics)]
+    families = deriving_families(report)
     if not families or not composition:
         return None
-    ctx = Context(parse_ks(report.ks), report.aggregation,
-                  float(report.options.get("tau", 0.5)), composition)
+    ctx = derive_context(report, composition)
 
     def derive(predicate_values: PredicateValues) -> dict[str, float]:
         finals = Finals(predicate_values)  # type: ignore[arg-type]  # floats, not Fractions

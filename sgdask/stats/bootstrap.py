@@ -39,6 +39,10 @@ from sgdask.stats.table import TermTable
 
 PredicateValues = Callable[[str], dict[int, float]]
 Derive = Callable[[PredicateValues], dict[str, float]]
+# All weightings at once: a mean metric's (predicate ids, values predicates x weightings)
+# -> per derived metric its values (``Family.derive_columns``).
+ColumnDerive = Callable[[Callable[[str], tuple[np.ndarray, np.ndarray]]],
+                        dict[str, np.ndarray]]
 CHUNK_CELLS = 1 << 21  # resamples x images per chunk (16 MiB of float64 weights)
 METHOD = "percentile"
 
@@ -56,6 +60,7 @@ class Scoring:
     derive: Derive | None = None
     vocabulary_means: frozenset[str] = frozenset()
     n_vocabulary: int = 0
+    derive_columns: ColumnDerive | None = None  # ``derive`` for every weighting at once
 
 
 @dataclass
@@ -229,8 +234,11 @@ def ratio(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
 
 
 def finalize(layout: Layout, sums: np.ndarray, derive: Derive | None = None,
-             derived: Sequence[str] = ()) -> Values:
-    """Values from column sums (columns x B); ``derived``: the derived names to compute."""
+             derived: Sequence[str] = (), derive_columns: ColumnDerive | None = None
+             ) -> Values:
+    """Values from column sums (columns x B); ``derived``: the derived names to compute
+    (with ``derive_columns``, for every weighting in one call; else ``derive`` per
+    weighting)."""
     per_predicate = {name: (ids, ratio(sums[tops], sums[bottoms]))
                      for name, (ids, tops, bottoms) in layout.predicates.items()}
     metrics = {name: ratio(sums[top], sums[bottom])
@@ -243,7 +251,12 @@ def finalize(layout: Layout, sums: np.ndarray, derive: Derive | None = None,
                 else np.full(sums.shape[1], np.nan)
             if name in layout.vocabulary:
                 metrics[name] = metrics[name] * layout.vocabulary[name]
-    if derive is not None and derived:
+    if derive_columns is not None and derived:
+        empty = (np.empty(0, dtype=np.int64), np.empty((0, sums.shape[1])))
+        found = derive_columns(lambda name: per_predicate.get(name, empty))
+        metrics.update({name: found.get(name, np.full(sums.shape[1], np.nan))
+                        for name in derived})
+    elif derive is not None and derived:
         metrics.update(derived_values(per_predicate, derive, derived, sums.shape[1]))
     return Values(metrics, per_predicate)
 
@@ -282,9 +295,13 @@ class Plan:
     layout: Layout
     derive: Derive | None
     derived: list[str]
+    derive_columns: ColumnDerive | None = None
 
     def values(self, matrix: TermMatrix, weights: np.ndarray) -> Values:
-        return finalize(self.layout, matrix.sums(weights), self.derive, self.derived)
+        return self.finalize(matrix.sums(weights))
+
+    def finalize(self, sums: np.ndarray) -> Values:
+        return finalize(self.layout, sums, self.derive, self.derived, self.derive_columns)
 
 
 def plan_for(tables: Sequence[TermTable], names: Sequence[str] | None, scoring: Scoring
@@ -313,7 +330,8 @@ def plan_for(tables: Sequence[TermTable], names: Sequence[str] | None, scoring: 
         derived = sorted(n for n in found or () if names is None or n in names)
         if derived:
             wanted += [n for n in sorted(read) if n in common and n not in wanted]
-    return Plan(layout_of(tables, wanted, scoring), scoring.derive, derived)
+    return Plan(layout_of(tables, wanted, scoring), scoring.derive, derived,
+                scoring.derive_columns)
 
 
 def resample_indices(n_images: int, resamples: int, seed: int, start: int = 0

@@ -38,7 +38,6 @@ from sgdask.stats.bootstrap import (
     Values,
     block_samples,
     bootstrap_samples,
-    finalize,
     percentile_interval,
     plan_for,
     term_matrix,
@@ -157,8 +156,7 @@ def randomization_p(plan: Plan, a: list, b: list, observed: dict[str, float],
         diffs: dict[str, list[np.ndarray]] = {name: [] for name in names}
         for difference, sum_a, sum_b in pairs:
             moved = difference.sums(swaps)
-            va = finalize(plan.layout, sum_a + moved, plan.derive, plan.derived)
-            vb = finalize(plan.layout, sum_b - moved, plan.derive, plan.derived)
+            va, vb = plan.finalize(sum_a + moved), plan.finalize(sum_b - moved)
             for name in names:
                 diffs[name].append(vb.metrics[name] - va.metrics[name])
         for name in names:
