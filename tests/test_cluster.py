@@ -265,3 +265,18 @@ def test_default_plan_groups_parts_into_a_multiple_of_the_threads():
     assert [len(p) for p in parts] == [4] * 5 + [3] * 5
     assert [i for chunk in chunks for i in chunk] == ids
     assert len(evaluation_chunks(table, None)) == 35
+
+
+def test_local_worker_processes_keep_glibc_s_own_trim_threshold():
+    """``--processes`` workers start without Dask's MALLOC_TRIM_THRESHOLD_ (64 KiB made
+    every task fault its arrays' pages in again), with Dask's other settings."""
+    import os
+
+    from sgdask.cluster import Local, dask_client
+
+    def environ() -> tuple[str | None, str | None]:
+        return os.environ.get("MALLOC_TRIM_THRESHOLD_"), os.environ.get("OMP_NUM_THREADS")
+
+    with dask_client(scheduler=Local(1, processes=True)) as client:
+        found = list(client.run(environ).values())
+    assert found == [(None, "1")]
