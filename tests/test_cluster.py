@@ -268,7 +268,7 @@ def test_default_plan_groups_parts_into_a_multiple_of_the_threads():
 
 
 def test_local_worker_processes_keep_glibc_s_own_trim_threshold():
-    """``--processes`` workers start without Dask's MALLOC_TRIM_THRESHOLD_ (64 KiB made
+    """Local worker processes start without Dask's MALLOC_TRIM_THRESHOLD_ (64 KiB made
     every task fault its arrays' pages in again), with Dask's other settings."""
     import os
 
