@@ -9,7 +9,6 @@ which come from the GT.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +16,7 @@ import numpy as np
 from sgdask.errors import SgdaskError
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import FAMILIES, metric_of
-from sgdask.metrics.base import DERIVED, Context, Family, Finals
+from sgdask.metrics.base import DERIVED, Context, Family, Finals, PredicateColumns
 from sgdask.metrics.recall import VOCABULARY_MEANS
 from sgdask.report import Report
 from sgdask.stats.bootstrap import (
@@ -105,8 +104,7 @@ def column_derivation(report: Report, composition: dict[int, int] | None
         return None
     ctx = derive_context(report, composition)
 
-    def derive(columns: Callable[[str], tuple[np.ndarray, np.ndarray]]
-               ) -> dict[str, np.ndarray]:
+    def derive(columns: PredicateColumns) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for family in families:
             assert family.derive_columns is not None

@@ -34,15 +34,14 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from sgdask.metrics.base import IMAGE, MEAN, RATIO
+from sgdask.metrics.base import IMAGE, MEAN, RATIO, PredicateColumns
 from sgdask.stats.table import TermTable
 
 PredicateValues = Callable[[str], dict[int, float]]
 Derive = Callable[[PredicateValues], dict[str, float]]
 # All weightings at once: a mean metric's (predicate ids, values predicates x weightings)
 # -> per derived metric its values (``Family.derive_columns``).
-ColumnDerive = Callable[[Callable[[str], tuple[np.ndarray, np.ndarray]]],
-                        dict[str, np.ndarray]]
+ColumnDerive = Callable[[PredicateColumns], dict[str, np.ndarray]]
 CHUNK_CELLS = 1 << 21  # resamples x images per chunk (16 MiB of float64 weights)
 METHOD = "percentile"
 
