@@ -72,8 +72,11 @@ def configured_scheduler() -> str | None:
 def worker_environ() -> dict[str, Any]:
     """Dask's environment for worker processes without ``MALLOC_TRIM_THRESHOLD_``: its
     64 KiB makes glibc hand freed memory back at once, and each task's next arrays fault
-    their pages in again: 0.3 s of a 2.3 s evaluation on one worker process (glibc's own,
-    adaptive threshold is what the threads of the client process run with)."""
+    their pages in again: 0.7 s of a 2.5 s evaluation on one worker process (glibc's own,
+    adaptive threshold is what the threads of the client process run with). A value in
+    this process's environment still reaches the workers, as Dask passes the environment
+    on: one the user set, or one an earlier Dask process cluster of this process left
+    there (Dask sets its variables in the parent before spawning)."""
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
     environ.pop("MALLOC_TRIM_THRESHOLD_", None)
     return environ

@@ -267,12 +267,16 @@ def test_default_plan_groups_parts_into_a_multiple_of_the_threads():
     assert len(evaluation_chunks(table, None)) == 35
 
 
-def test_local_worker_processes_keep_glibc_s_own_trim_threshold():
+def test_local_worker_processes_keep_glibc_s_own_trim_threshold(monkeypatch):
     """Local worker processes start without Dask's MALLOC_TRIM_THRESHOLD_ (64 KiB made
-    every task fault its arrays' pages in again), with Dask's other settings."""
+    every task fault its arrays' pages in again), with Dask's other settings. (An earlier
+    Dask process cluster of the test process leaves the variable in its environment,
+    which children inherit: a fresh process, as the CLI is, has none.)"""
     import os
 
     from sgdask.cluster import Local, dask_client
+
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
 
     def environ() -> tuple[str | None, str | None]:
         return os.environ.get("MALLOC_TRIM_THRESHOLD_"), os.environ.get("OMP_NUM_THREADS")
