@@ -149,9 +149,7 @@ def image_mean_terms(image: np.ndarray, metric: np.ndarray, num: np.ndarray, den
     bound = np.multiply.reduceat(den.astype(np.float64), starts)
     if len(bound) and (bound.max() >= INT64_SAFE or (den <= 0).any()):
         return exact_image_means(starts, counts, metric, num, den)
-    common = np.lcm.reduceat(den, starts)
-    if len(common) and (common.max() >= INT64_SAFE or (common <= 0).any()):
-        return exact_image_means(starts, counts, metric, num, den)
+    common = np.lcm.reduceat(den, starts)  # <= the product: below INT64_SAFE, positive
     group = np.repeat(np.arange(len(starts)), counts)
     total = np.add.reduceat(num * (common[group] // den), starts)
     out_den = common * counts

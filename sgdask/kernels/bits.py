@@ -186,18 +186,6 @@ def merge_kernel(boxes: np.ndarray, starts: np.ndarray, words: np.ndarray,
 
 
 @njit(**JIT)
-def image_word_range(boxes: np.ndarray, starts: np.ndarray) -> tuple[int, int]:
-    """[lo, hi): the words the masks of one image use (masks without words left out)."""
-    lo, hi = -1, 0
-    for i in range(boxes.shape[0]):
-        count = word_count(boxes[i])
-        if count > 0:
-            lo = starts[i] if lo < 0 else min(lo, starts[i])
-            hi = max(hi, starts[i] + count)
-    return max(lo, 0), hi
-
-
-@njit(**JIT)
 def merged_masks(boxes: np.ndarray, starts: np.ndarray, words: np.ndarray, order: np.ndarray,
                  height: int, width: int, threshold: float
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
@@ -205,12 +193,12 @@ def merged_masks(boxes: np.ndarray, starts: np.ndarray, words: np.ndarray, order
     ``merge_kernel`` on the image's own words (a store part's masks share one buffer; the
     merge writes an image-sized one). Returns (instance_map, kept, the kept masks' starts in
     the new words, the new words, the kept masks' new areas, n_merged, n_dropped)."""
-    lo, hi = image_word_range(boxes, starts)
+    sizes = np.diff(word_layout(boxes))
+    used = sizes > 0  # masks with words (an empty mask's start is never read)
+    lo = starts[used].min() if used.any() else 0
+    hi = (starts + sizes)[used].max() if used.any() else 0
     local = words[lo:hi]
-    local_starts = np.zeros(boxes.shape[0], dtype=np.int64)
-    for i in range(boxes.shape[0]):
-        if word_count(boxes[i]) > 0:
-            local_starts[i] = starts[i] - lo
+    local_starts = np.where(used, starts - lo, 0)
     area = areas(boxes, local_starts, local)
     iou = self_iou(boxes, local_starts, local, area)
     instance_map, kept, new_words, n_merged, n_dropped = merge_kernel(

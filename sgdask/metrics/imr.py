@@ -52,6 +52,12 @@ def batch_terms(batch: HitsBatch, ctx: Context) -> list[Block]:
     return recall_blocks(batch, batch.imr_first, ctx.ks, None, "IMR")
 
 
+def weight(composition: dict[int, int], predicate: int, tau: float) -> float:
+    """w_c before normalization: n_c^tau, 0 for a predicate never seen in training."""
+    count = composition.get(predicate, 0)
+    return count ** tau if count > 0 else 0.0
+
+
 def weighted(finals: Finals, ctx: Context) -> dict[str, Fraction | float]:
     """wIMR@k per k (floats: the weights are real powers)."""
     composition = ctx.composition
@@ -60,8 +66,7 @@ def weighted(finals: Finals, ctx: Context) -> dict[str, Fraction | float]:
     out: dict[str, Fraction | float] = {}
     for k in ctx.ks:
         values = finals.predicate_values(f"IMR@{k.label}")
-        weights = {c: composition[c] ** ctx.tau if composition.get(c, 0) > 0 else 0.0
-                   for c in sorted(values)}
+        weights = {c: weight(composition, c, ctx.tau) for c in sorted(values)}
         total = sum(weights.values())
         if values and total > 0:
             out[f"wIMR@{k.label}"] = sum(weights[c] / total * float(values[c])
@@ -84,14 +89,14 @@ def weighted_columns(columns: PredicateColumns, ctx: Context) -> dict[str, np.nd
             continue
         order = np.argsort(ids, kind="stable")
         ids, values = ids[order], values[order]
-        weights = np.array([composition[c] ** ctx.tau if composition.get(c, 0) > 0 else 0.0
+        weights = np.array([weight(composition, c, ctx.tau)
                             for c in ids.tolist()]).reshape(-1, 1)
         valid = ~np.isnan(values)
         drawn = np.where(valid, weights, 0.0)
         total = np.add.accumulate(drawn, axis=0)[-1]
         defined = valid.any(axis=0) & (total > 0)
         safe = np.where(defined, total, 1.0)
-        terms = np.where(valid, drawn / safe * np.where(valid, values, 0.0), 0.0)
+        terms = drawn / safe * np.where(valid, values, 0.0)  # 0.0 where no value
         out[f"wIMR@{k.label}"] = np.where(defined, np.add.accumulate(terms, axis=0)[-1],
                                           np.nan)
     return out
