@@ -22,6 +22,7 @@ from sgdask import __version__
 from sgdask.cluster import LOCAL, Local
 from sgdask.errors import SgdaskError, SgdaskWarning
 from sgdask.io.archive import ArchiveLimits, limits_help
+from sgdask.io.lock import DEFAULT_LEASE
 from sgdask.io.methods import METHODS
 from sgdask.kernels.selection import DEFAULT_KS
 from sgdask.metrics import RANK_BY, board_columns, format_value, units_note
@@ -208,7 +209,8 @@ def ingest_gt_cmd(psg_json: Annotated[str, typer.Argument(
     """Convert OpenPSG or Visual Genome (VG150) ground truth into a GT store (Parquet + Zarr).
 
     psg.json's size and nesting depth and each PNG's pixel count are limited (--limit
-    max_json_size, max_json_depth, max_layer_pixels)."""
+    max_json_size, max_json_depth, max_layer_pixels), so are the sizes a VG150 h5 file's
+    datasets declare (max_h5_dataset_size, max_h5_total_size)."""
     from sgdask.io.ingest import ingest_gt, ingest_vg
 
     options = storage_options(storage_option)
@@ -225,7 +227,8 @@ def ingest_gt_cmd(psg_json: Annotated[str, typer.Argument(
         if visual_genome:
             assert dicts is not None and image_data is not None
             manifest = ingest_vg(psg_json, out, dicts, image_data, split or "test", options,
-                                 overwrite=overwrite, progress=advance, cluster=cluster)
+                                 overwrite=overwrite, progress=advance, cluster=cluster,
+                                 limits=ArchiveLimits.from_pairs(limit))
         else:
             manifest = ingest_gt(psg_json, out, masks, options, overwrite=overwrite,
                                  progress=advance, cluster=cluster,
@@ -355,17 +358,30 @@ def validate(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP
 
 
 @app.command()
-def verify(urls: Annotated[list[str], typer.Argument(help="store URLs (GT or submission)")],
+def verify(urls: Annotated[list[str] | None, typer.Argument(
+               help="store URLs (GT or submission)")] = None,
+           registry: Annotated[str | None, typer.Option(
+               help="also check a registry: its entries, the stores of its submissions, "
+               "every result cache entry and kept report page against its hashes")] = None,
            storage_option: StorageOpt = None) -> None:
     """Check stores completely: the manifest, every file's size and SHA-256, every Parquet
     file and its page checksums, every mask chunk and its CRC-32C, the tables' consistency.
 
-    One line per problem, or per intact store. Exit codes: 0 all intact, 2 a problem."""
+    --registry: every entry and status record parses, every converted submission's store
+    verifies so, every result cache entry's files match the sizes and SHA-256 its
+    entry.json lists, every kept report page matches the hash beside it (entries and pages
+    without hashes, or unfinished, are listed: never used, not damage).
+
+    One line per problem, or per intact store or registry. Exit codes: 0 all intact, 2 a
+    problem."""
+    from sgdask.batch.audit import verify_registry
     from sgdask.io.verify import verify_store
 
+    if not urls and registry is None:
+        raise SgdaskError("verify: give store URLs, or --registry URL")
     options = storage_options(storage_option)
     damaged = 0
-    for url in urls:
+    for url in urls or []:
         verdict = verify_store(url, options)
         for problem in verdict.problems:
             print(one_line(problem))
@@ -376,6 +392,15 @@ def verify(urls: Annotated[list[str], typer.Argument(help="store URLs (GT or sub
             print(f"{verdict.url}: intact ({checksums})")
         else:
             damaged += 1
+    if registry is not None:
+        found = verify_registry(registry, options)
+        for line in (*found.problems, *found.notes):
+            print(one_line(line))
+        checked = (f"{found.entries} entries, {found.stores} stores, {found.cache_entries} "
+                   f"cache entries, {found.pages} report pages checked")
+        print(f"{found.url}: intact ({checked})" if found.intact else
+              f"{found.url}: {len(found.problems)} problem(s) ({checked})")
+        damaged += not found.intact
     if damaged:
         raise typer.Exit(EXIT_ERROR)
 
@@ -506,13 +531,18 @@ def evaluate(gt: Annotated[str, typer.Option(
 def gt_store_of(gt: str, masks: str | None, cache_dir: str | None, options: Any,
                 client: Any, limits: ArchiveLimits | None = None) -> str:
     """The GT store to evaluate against: ``gt`` itself, or the cached store of a psg.json."""
+    from sgdask.io.fs import filesystem
     from sgdask.io.gtcache import cached_gt_store
     from sgdask.io.sources import is_store
+    from sgdask.io.store import missing_manifest
 
     if is_store(gt, options):
         if masks:
             raise SgdaskError(f"--gt-masks: {gt} is a GT store already (masks come with it)")
         return gt
+    fs, path = filesystem(gt, options)
+    if fs.isdir(path):  # neither a store nor a psg.json
+        raise missing_manifest(gt)
     with progress_bar("ingesting GT images (cached for the next run)", None) as advance:
         return cached_gt_store(gt, masks, cache_dir, options, client, advance,
                                log=err_console.print, limits=limits)
@@ -716,22 +746,29 @@ def rerank(registry: Annotated[str, typer.Option(help="registry URL")],
            scheduler: Scheduler = None, workers: Workers = None,
            dry_run: Annotated[bool, typer.Option(
                "--dry-run", help="list what would be evaluated, then stop")] = False,
-           stale_lock_after: Annotated[float, typer.Option(
-               help="seconds after which a lock left by a crashed run is broken")]
-           = 6 * 3600,
+           lease: Annotated[float, typer.Option(
+               min=0.5, help="seconds without a heartbeat after which the holder of "
+               "OUT/lock.json is presumed dead and its lock taken over (a holder on this host "
+               "whose process is gone: at once)")] = DEFAULT_LEASE,
+           stale_lock_after: Annotated[float | None, typer.Option(
+               min=0.5, hidden=True, help="deprecated: use --lease")] = None,
            storage_option: StorageOpt = None) -> None:
     """Evaluate what is missing under the current protocols and publish the leaderboard.
 
     Exit codes: 0 published or up to date, 2 bad input, 3 another rerank holds the lock.
     """
-    from sgdask.batch.rerank import EXIT_LOCKED, LockHeld
+    from sgdask.batch.rerank import EXIT_LOCKED
     from sgdask.batch.rerank import rerank as run_rerank
+    from sgdask.io.lock import LockHeld
 
+    if stale_lock_after is not None:
+        print("sgdask: warning: --stale-lock-after is deprecated: use --lease", file=sys.stderr)
+        lease = stale_lock_after
     try:
         outcome = run_rerank(registry, gt, out, storage_options=storage_options(storage_option),
                              scheduler=cluster_choice(scheduler, False, workers),
                              dry_run=dry_run, progress=True,
-                             log=err_console.print, stale_after=stale_lock_after)
+                             log=err_console.print, lease=lease)
     except LockHeld as err:
         print(f"sgdask: {err}", file=sys.stderr)
         sys.exit(EXIT_LOCKED)
@@ -754,21 +791,24 @@ OpenUploads = Annotated[bool, typer.Option(
     "--open-uploads", help="the public board takes uploads without a token (a local lab)")]
 Poll = Annotated[float, typer.Option(min=0.05, help="seconds between queue polls")]
 Lease = Annotated[float, typer.Option(
-    min=0.5, help="seconds without a heartbeat after which a worker is presumed dead and its "
-    "entries are taken over")]
+    min=0.5, help="seconds without a heartbeat after which a worker, an upload or the holder "
+    "of the board's lock is presumed dead and what it held is taken over; orphaned uploads "
+    "are swept after 3 leases")]
 MaxAttempts = Annotated[int, typer.Option(
     min=1, help="claims of one entry before it is marked failed")]
 
 
 def worker_config(registry: str, gt: str, out: str, options: dict[str, Any] | None,
                   tokens: str | None, daily_limit: int, total_limit: int,
-                  open_uploads: bool, poll: float, lease: float, max_attempts: int) -> Any:
+                  open_uploads: bool, poll: float, lease: float, max_attempts: int,
+                  limit: list[str] | None) -> Any:
     from sgdask.service.limits import Limits
     from sgdask.service.worker import WorkerConfig
 
     return WorkerConfig(registry, gt, out, options, poll, lease, max_attempts, tokens=tokens,
                         limits=Limits(daily_limit or None, total_limit or None),
-                        open_uploads=open_uploads)
+                        open_uploads=open_uploads,
+                        archive_limits=ArchiveLimits.from_pairs(limit))
 
 
 @app.command()
@@ -785,11 +825,15 @@ def serve(registry: Registry, gt: GT,
           max_upload_mb: Annotated[float, typer.Option(
               min=0.001, help="largest upload in MiB (413 beyond)")] = 2048,
           daily_limit: DailyLimit = 5, total_limit: TotalLimit = 0,
+          concurrent_limit: Annotated[int, typer.Option(
+              min=0, help="uploads per team streaming in at the same time, across every "
+              "server sharing the registry; they count against the daily and total limits "
+              "too (0: no limit)")] = 5,
           open_uploads: OpenUploads = False,
           title: Annotated[str, typer.Option(help="the leaderboard's title")]
           = "sgdask leaderboard",
-          poll: Poll = 1.0, lease: Lease = 60.0, max_attempts: MaxAttempts = 3,
-          storage_option: StorageOpt = None) -> None:
+          poll: Poll = 1.0, lease: Lease = DEFAULT_LEASE, max_attempts: MaxAttempts = 3,
+          limit: Limits = None, storage_option: StorageOpt = None) -> None:
     """Serve the benchmark: upload form, status pages, leaderboard, JSON API, and the queue
     worker (in this process unless --no-worker)."""
     from sgdask.service.app import ServiceConfig
@@ -798,11 +842,11 @@ def serve(registry: Registry, gt: GT,
 
     options = storage_options(storage_option)
     service = ServiceConfig(registry, out, options, tokens, max_upload_mb,
-                            Limits(daily_limit or None, total_limit or None), open_uploads,
-                            title)
+                            Limits(daily_limit or None, total_limit or None,
+                                   concurrent_limit or None), open_uploads, title, lease)
     worker = None if no_worker else worker_config(
         registry, gt, out, options, tokens, daily_limit, total_limit, open_uploads, poll, lease,
-        max_attempts)
+        max_attempts, limit)
     run_server(service, worker, scheduler, host, port)
 
 
@@ -811,8 +855,8 @@ def worker(registry: Registry, gt: GT, out: Board,
            scheduler: Scheduler = None, tokens: TokensFile = None,
            daily_limit: DailyLimit = 5, total_limit: TotalLimit = 0,
            open_uploads: OpenUploads = False,
-           poll: Poll = 1.0, lease: Lease = 60.0, max_attempts: MaxAttempts = 3,
-           storage_option: StorageOpt = None) -> None:
+           poll: Poll = 1.0, lease: Lease = DEFAULT_LEASE, max_attempts: MaxAttempts = 3,
+           limit: Limits = None, storage_option: StorageOpt = None) -> None:
     """Work the service's queue and inbox: validate, convert, evaluate, publish.
 
     Any number of workers may poll one registry; each entry and inbox file is taken once.
@@ -820,7 +864,7 @@ def worker(registry: Registry, gt: GT, out: Board,
     from sgdask.service.server import work
 
     work(worker_config(registry, gt, out, storage_options(storage_option), tokens, daily_limit,
-                       total_limit, open_uploads, poll, lease, max_attempts), scheduler)
+                       total_limit, open_uploads, poll, lease, max_attempts, limit), scheduler)
 
 
 tokens_app = typer.Typer(no_args_is_help=True, help="Create and revoke upload tokens.")

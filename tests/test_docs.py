@@ -153,6 +153,21 @@ def test_every_schema_file_has_a_page():
     assert mirrored[ROOT / "schemas" / "metrics.schema.json"] == "formats/metrics.schema.json.md"
 
 
+def test_every_input_limit_is_documented():
+    """The limits table (schemas/README.md, the formats page the security model links to)
+    names every ``--limit``, and the security model names every service option it lists."""
+    import dataclasses
+
+    from sgdask.io.archive import ArchiveLimits
+
+    table = (ROOT / "schemas" / "README.md").read_text()
+    for limit in dataclasses.fields(ArchiveLimits):
+        assert f"| `{limit.name}` |" in table, limit.name
+    security = (ROOT / "docs" / "security.md").read_text()
+    for option in ("--max-upload-mb", "--daily-limit", "--concurrent-limit", "--lease"):
+        assert f"`{option}`" in security, option
+
+
 def test_links_between_mirrored_files_point_at_their_pages():
     mirrored = pages.mirrored_pages()
     source = ROOT / "jobs" / "README.md"

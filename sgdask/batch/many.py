@@ -105,9 +105,10 @@ class ManyOutcome:
     keys: dict[tuple[str, str], str] = field(default_factory=dict)  # result cache keys
 
 
-def plan_cache(job: ManyJob, cache: ResultCache | None
+def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print
                ) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], Report]]:
-    """Cache keys of every (submission, protocol) and the reports already cached."""
+    """Cache keys of every (submission, protocol) and the reports already cached (checked:
+    a damaged entry is logged and counts as absent)."""
     gt_manifest = StoreReader(job.gt, job.storage_options, "gt").manifest
     stats_hash = (stats_digest(job.options.stats, job.storage_options) if job.options.stats
                   else None)
@@ -117,7 +118,7 @@ def plan_cache(job: ManyJob, cache: ResultCache | None
         for protocol in get_protocols(protocols):
             key = cache_key(gt_manifest, sub_manifest, protocol, job.options, stats_hash)
             keys[(name, protocol.name)] = key
-            found = cache.get(key) if cache else None
+            found = cache.get(key, log) if cache else None
             if found is not None:
                 hits[(name, protocol.name)] = found
     return keys, hits
@@ -128,7 +129,7 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | None =
     """Evaluate what the cache lacks in one graph, fill the cache, write ``job.out``."""
     cache_url = job.cache or (join(job.out, "cache") if job.out else None)
     cache = ResultCache(cache_url, job.storage_options) if cache_url else None
-    keys, hits = plan_cache(job, cache)
+    keys, hits = plan_cache(job, cache, log)
     for name, protocol in hits:
         log(f"cached: {name} / {protocol} (key {keys[(name, protocol)]})")
     missing: dict[str, list[str]] = {}

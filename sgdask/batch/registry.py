@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import uuid
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from sgdask.cluster import ClusterSpec
 from sgdask.errors import InputError, SgdaskError
-from sgdask.io.fs import StorageOptions, filesystem, is_local, join
+from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.ingest import convert_submission
+from sgdask.io.lock import create_exclusive
 
 
 @dataclass(frozen=True)
@@ -61,32 +60,6 @@ def utc_now() -> str:
 
 def parse_stamp(stamp: str) -> datetime:
     return datetime.strptime(stamp, STAMP_FORMAT).replace(tzinfo=UTC)
-
-
-def create_exclusive(fs: Any, path: str, data: bytes) -> bool:
-    """Create ``path`` holding ``data`` unless it exists (then False); all or nothing.
-
-    Local disk: written under a temporary name, then hard-linked into place (``link``
-    fails if the name exists, and a reader never sees half a file). Object stores: a
-    conditional PUT (``If-None-Match: *``), which is atomic by itself."""
-    fs.makedirs(fs._parent(path), exist_ok=True)
-    if is_local(fs):
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(tmp)
-        return True
-    try:
-        with fs.open(path, "xb") as f:
-            f.write(data)
-    except FileExistsError:
-        return False
-    return True
 
 
 class Registry:

@@ -7,7 +7,8 @@ Layout of ``--out URL``::
     URL/history/<stamp>/             leaderboard.{json,parquet,html} + reports/<id>.html, and
                                      top.html (the board page as linked from URL/)
     URL/leaderboard.{json,parquet,html}   convenience copies of the current board
-    URL/lock.json                    held while a rerank runs (exclusive create)
+    URL/lock.json                    held while a rerank runs (``sgdask.io.lock``: holder,
+                                     heartbeat; taken over when its holder is gone)
 
 The copies are written after the swap, so a crash between the two leaves them stale for a
 moment; every rerank (also one that finds the board up to date) checks them against the
@@ -19,9 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -33,9 +31,9 @@ from distributed import Client
 from sgdask import __version__
 from sgdask.batch.leaderboard_html import render_leaderboard
 from sgdask.batch.many import Log, ManyJob, ManyOutcome, run_many
-from sgdask.batch.registry import Entry, Registry, utc_now
-from sgdask.errors import SgdaskError
+from sgdask.batch.registry import Entry, Registry
 from sgdask.io.fs import StorageOptions, filesystem, is_local, join
+from sgdask.io.lock import DEFAULT_LEASE, exclusive_lock
 from sgdask.io.store import StoreReader
 from sgdask.metrics import RANK_BY, TIE_BREAK, board_columns, metric_of
 from sgdask.pipeline import Options, training_stats
@@ -47,47 +45,9 @@ from sgdask.stats.paired import rank_ranges
 from sgdask.stats.table import TermTable
 
 BOARD_PROTOCOLS = ("singlempo", "multimpo")
+#: beside a kept report page: its SHA-256, written after it
+PAGE_HASH = ".sha256"
 EXIT_LOCKED = 3
-STALE_LOCK_SECONDS = 6 * 3600
-
-
-class LockHeld(SgdaskError):
-    """Another rerank holds the lock."""
-
-
-@contextmanager
-def exclusive_lock(url: str, options: StorageOptions | None,
-                   stale_after: float = STALE_LOCK_SECONDS) -> Iterator[None]:
-    """Hold ``url`` (created exclusively) for the duration; a lock older than
-    ``stale_after`` seconds (a crashed run) is broken."""
-    fs, path = filesystem(url, options)
-    holder = {"host": socket.gethostname(), "pid": os.getpid(), "since": utc_now()}
-    for attempt in range(2):
-        try:
-            fs.makedirs(fs._parent(path), exist_ok=True)
-            with fs.open(path, "xb") as f:
-                f.write(json.dumps(holder).encode())
-            break
-        except FileExistsError:
-            other = read_json(fs, path) or {}
-            age = age_seconds(other.get("since"))
-            if attempt == 0 and age is not None and age > stale_after:
-                fs.rm(path)
-                continue
-            raise LockHeld(f"{url}: another rerank is running (held by {other.get('host')} "
-                           f"pid {other.get('pid')} since {other.get('since')}); "
-                           "try again later") from None
-    try:
-        yield
-    finally:
-        fs.rm(path)
-
-
-def age_seconds(stamp: str | None) -> float | None:
-    if not stamp:
-        return None
-    then = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-    return (datetime.now(UTC) - then).total_seconds()
 
 
 def read_json(fs: Any, path: str) -> Any:
@@ -250,10 +210,12 @@ def board_job(registry_url: str, gt: str, entries: list[Entry], options: Options
 def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
            storage_options: StorageOptions | None = None, client: Client | None = None,
            scheduler: str | None = None, dry_run: bool = False, progress: bool = False,
-           log: Log = print, stale_after: float = STALE_LOCK_SECONDS,
+           log: Log = print, lease: float = DEFAULT_LEASE,
            ci: BoardCI | None = None) -> RerankOutcome:
     """Evaluate missing results and publish a new leaderboard if anything changed (each
-    model's ranking metric with its bootstrap interval and rank range, ``ci``)."""
+    model's ranking metric with its bootstrap interval and rank range, ``ci``), holding
+    ``OUT/lock.json`` meanwhile (``sgdask.io.lock``: taken over from a dead holder at once,
+    from a silent one after ``lease`` seconds)."""
     options = options or Options()
     entries = Registry(registry_url, storage_options).rankable()
     job = board_job(registry_url, gt, entries, options, storage_options)
@@ -265,7 +227,8 @@ def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
     if dry_run:
         outcome = run_many(job, dry_run=True, log=log)
         return RerankOutcome(None, [], outcome.cached, [])
-    with exclusive_lock(join(out, "lock.json"), storage_options, stale_after):
+    with exclusive_lock(join(out, "lock.json"), storage_options, lease, log,
+                        holder="another rerank"):
         outcome = run_many(job, client, scheduler, progress, log=log)
         current = read_json(fs, join(root, "current.json"))
         digest = inputs_digest(entries, options, ci)
@@ -283,7 +246,7 @@ def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
         approved = approved_board(board, previous, ranges)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         board_dir = f"history/{stamp}"
-        pages = report_pages(outcome, join(registry_url, "cache"), storage_options, client)
+        pages = report_pages(outcome, join(registry_url, "cache"), storage_options, client, log)
         files = board_files(board, approved, pages, current, stamp)
         files[TOP_PAGE] = leaderboard_page(board, approved, current, stamp,
                                            report_prefix=f"{board_dir}/")
@@ -350,28 +313,49 @@ def page_key(submission_id: str, keys: dict[tuple[str, str], str]) -> str:
 
 def render_page(by_protocol: dict[str, Report], submission_id: str, url: str,
                 storage_options: StorageOptions | None) -> bytes:
-    """Render one report page and keep it at ``url`` (runs as a Dask task)."""
-    data = render_html(by_protocol, title=report_title(submission_id)).encode()
+    """Render one report page and keep it at ``url``, its SHA-256 beside it, written after
+    it (runs as a Dask task)."""
+    data = render_html(by_protocol, title=report_title(submission_id), public=True).encode()
     fs, path = filesystem(url, storage_options)
     fs.makedirs(fs._parent(path), exist_ok=True)
     write_atomic(fs, path, data)
+    write_atomic(fs, path + PAGE_HASH, hashlib.sha256(data).hexdigest().encode())
     return data
 
 
+def kept_page(fs: Any, path: str) -> tuple[bytes | None, str | None]:
+    """A kept page whose bytes match the hash written after it, or (None, why not): absent,
+    kept without a hash (by an sgdask before pages were hashed) or damaged."""
+    try:
+        data = fs.cat_file(path)
+    except FileNotFoundError:
+        return None, None
+    try:
+        digest = fs.cat_file(path + PAGE_HASH).decode("ascii", "replace").strip()
+    except FileNotFoundError:
+        return None, "kept without a hash"
+    if hashlib.sha256(data).hexdigest() != digest:
+        return None, "damaged (SHA-256 differs from the one kept beside it)"
+    return data, None
+
+
 def report_pages(outcome: ManyOutcome, cache: str, storage_options: StorageOptions | None,
-                 client: Client | None = None) -> dict[str, bytes]:
+                 client: Client | None = None, log: Log | None = None) -> dict[str, bytes]:
     """Every submission's HTML report page. Rendering (matplotlib plots) costs seconds per
-    page, so a page is rendered once, kept under ``CACHE/pages/`` and reused by every later
-    board; missing pages render as parallel tasks when a client is given."""
+    page, so a page is rendered once, kept under ``CACHE/pages/`` with its hash and reused
+    by every later board; a kept page that fails its hash is rendered again (never
+    published); missing pages render as parallel tasks when a client is given."""
     fs, root = filesystem(cache, storage_options)
     pages, missing = {}, {}
     for submission_id in outcome.reports:
         name = page_key(submission_id, outcome.keys) + ".html"
-        try:
-            with fs.open(join(root, "pages", name), "rb") as f:
-                pages[submission_id] = f.read()
-        except FileNotFoundError:
-            missing[submission_id] = join(cache, "pages", name)
+        data, problem = kept_page(fs, join(root, "pages", name))
+        if data is not None:
+            pages[submission_id] = data
+            continue
+        if problem is not None and log is not None:
+            log(f"report page of {submission_id}: {problem}; rendering it again")
+        missing[submission_id] = join(cache, "pages", name)
     if client is not None and missing:
         futures = {sid: client.submit(render_page, outcome.reports[sid], sid, url,
                                       storage_options, pure=False)

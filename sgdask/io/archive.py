@@ -13,6 +13,7 @@ the limits of what is inside: JSON documents and layered TIFFs, and of model res
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import stat
@@ -20,6 +21,7 @@ import struct
 import threading
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -27,6 +29,8 @@ import imagecodecs
 
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.fs import fault_detail, is_storage_fault
+from sgdask.io.unpickle import MAX_DEPTH as PICKLE_DEPTH
+from sgdask.io.unpickle import MAX_OBJECTS as PICKLE_OBJECTS
 
 MiB, GiB = 1 << 20, 1 << 30
 READ_BLOCK = MiB
@@ -56,6 +60,10 @@ class ArchiveLimits:
     max_json_size: int = GiB
     max_json_depth: int = 64
     max_pickle_size: int = 4 * GiB
+    max_pickle_objects: int = PICKLE_OBJECTS  # built by one pickle (sgdask.io.unpickle)
+    max_pickle_depth: int = PICKLE_DEPTH  # tuples nested in tuples in a pickle
+    max_h5_dataset_size: int = 2 * GiB  # one HDF5 dataset (or chunk) as declared
+    max_h5_total_size: int = 4 * GiB  # every HDF5 dataset read, as declared
 
     @classmethod
     def from_pairs(cls, pairs: list[str] | None) -> ArchiveLimits:
@@ -211,13 +219,18 @@ class SafeZip:
         if info.file_size > getattr(self.limits, cap):
             raise InputError(where, f"is {info.file_size} bytes uncompressed", image=image,
                              field=field, expected=limit_hint(self.limits, cap))
+        with self._reading(where, image, field), self._lock:
+            if info.compress_type in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                return self._inflated(info)
+            with self._zip.open(info) as member:
+                return read_capped(member, min(getattr(self.limits, cap),
+                                               self.limits.max_member_size))
+
+    @contextlib.contextmanager
+    def _reading(self, where: str, image: str | None, field: str | None) -> Iterator[None]:
+        """Turns what a damaged member or failing storage raises into one-line errors."""
         try:
-            with self._lock:
-                if info.compress_type in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-                    return self._inflated(info)
-                with self._zip.open(info) as member:
-                    return read_capped(member, min(getattr(self.limits, cap),
-                                                   self.limits.max_member_size))
+            yield
         except ZIP_ERRORS as err:
             raise InputError(where, f"cannot be read from the archive ({printable(str(err))})",
                              image=image, field=field) from err
@@ -225,6 +238,18 @@ class SafeZip:
             if not is_storage_fault(err):
                 raise
             raise SgdaskError(f"{self.label}: cannot read ({fault_detail(err)})") from err
+
+    def head(self, name: str, size: int, image: str | None = None,
+             field: str | None = None) -> bytes:
+        """A member's first ``size`` bytes (fewer if it is shorter), inflating no more than
+        that: the header of a format that declares its size, to check before ``read``."""
+        self.check()
+        where = f"{self.label}:{printable(name)}"
+        info = self.entries.get(name)
+        if info is None or info.is_dir():
+            raise InputError(where, "missing from the archive", image=image, field=field)
+        with self._reading(where, image, field), self._lock, self._zip.open(info) as member:
+            return member.read(size)
 
     def _inflated(self, info: zipfile.ZipInfo) -> bytes:
         """A stored or deflated member, checked as zipfile checks it (local header, name,

@@ -116,14 +116,14 @@ def write_gt_store(out: str, options: StorageOptions | None, overwrite: bool,
     the test ids in the source's order (psg.json's ``data``), for pairing model results."""
     with StoreWriter(out, "gt", options, overwrite) as writer:
         if image_order is not None:
-            write_image_order(out, options, image_order)
+            write_image_order(writer.write_url, options, image_order)
             fields["image_order"] = IMAGE_ORDER_FILE
-        tasks = [(out, options, i, part, masks_dir, limits)
+        tasks = [(writer.write_url, options, i, part, masks_dir, limits)
                  for i, part in enumerate(chunks(records, partition_size))]
         done = map_tasks(write_gt_part, tasks, cluster,
                          (lambda r: progress(r[0]["n_images"])) if progress else None)
         if len(stats):
-            write_stats(stats, join(out, STATS_FILE), options)
+            write_stats(stats, join(writer.write_url, STATS_FILE), options)
         for _, png_digests in done:
             for d in png_digests:
                 digest.update(d)
@@ -137,10 +137,13 @@ def ingest_vg(h5: str, out: str, dicts: str, image_data: str, split: str = "test
               storage_options: StorageOptions | None = None,
               partition_size: int = BOX_STORE_PARTITION, overwrite: bool = False,
               progress: Progress = None, cluster: ClusterSpec = None,
-              val_images: int = VAL_IMAGES) -> dict[str, Any]:
+              val_images: int = VAL_IMAGES, limits: ArchiveLimits | None = None
+              ) -> dict[str, Any]:
     """Visual Genome in the VG150 layout (``VG-SGG-with-attri.h5``, its dicts JSON and
     ``image_data.json``) -> box GT store of ``split`` (test or val), read as
-    Scene-Graph-Benchmark.pytorch reads it (``sgdask.io.vg``). Returns the manifest."""
+    Scene-Graph-Benchmark.pytorch reads it (``sgdask.io.vg``). Returns the manifest.
+    ``limits``: the h5 datasets' declared sizes (``max_h5_dataset_size``,
+    ``max_h5_total_size``)."""
     files = VGFiles(str(h5), str(dicts), str(image_data))
     dict_bytes = read_bytes(dicts, storage_options, "--dicts")
     image_bytes = read_bytes(image_data, storage_options, "--image-data")
@@ -151,7 +154,7 @@ def ingest_vg(h5: str, out: str, dicts: str, image_data: str, split: str = "test
             for block in iter(lambda: f.read(4 << 20), b""):
                 digest.update(block)
             f.seek(0)
-            gt = read_vg(f, dict_bytes, image_bytes, files, split, val_images)
+            gt = read_vg(f, dict_bytes, image_bytes, files, split, val_images, limits)
     except FileNotFoundError:
         raise InputError(str(h5), "file not found") from None
     for part in (dict_bytes, image_bytes, f"split={split};val_images={val_images}".encode()):
@@ -272,7 +275,7 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
     sizes = gt_info.sizes if gt_info else {}
     parts = submission_parts(images, gt_reader, partition_size)
     with StoreWriter(out, "submission", storage_options, overwrite) as writer:
-        tasks = [(submission, out, storage_options, i, part,
+        tasks = [(submission, writer.write_url, storage_options, i, part,
                   {img.image_id: sizes[img.image_id] for img in part if img.image_id in sizes},
                   limits)
                  for i, part in enumerate(parts)]
@@ -390,9 +393,9 @@ def convert_results(results: str, out: str, gt: str, method: str,
                              partition_size)
     try:
         with StoreWriter(out, "submission", storage_options, overwrite) as writer:
-            tasks = [(results, method, instance_scores, out, storage_options, i, part,
-                      {e.image_id: gt_info.sizes[e.image_id] for e in part}, gt_info.classes,
-                      limits)
+            tasks = [(results, method, instance_scores, writer.write_url, storage_options, i,
+                      part, {e.image_id: gt_info.sizes[e.image_id] for e in part},
+                      gt_info.classes, limits)
                      for i, part in enumerate(parts)]
             outcomes = map_tasks(write_result_part, tasks, cluster,
                                  (lambda o: progress(len(o.digests))) if progress else None)

@@ -30,11 +30,20 @@ from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, rea
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.methods import METHODS, fields_of, lists_for
 from sgdask.io.sgbench import BOX_EXPECTED, ClassCounts, SubmissionImage
-from sgdask.io.unpickle import ALLOWED_KINDS, TORCH_HINT, Record, Refused, restricted_loads
+from sgdask.io.unpickle import (
+    ALLOWED_KINDS,
+    TORCH_HINT,
+    OverLimit,
+    Record,
+    Refused,
+    restricted_loads,
+)
 from sgdask.types import BitMasks, ImagePred
 
 DEFAULT_LIMITS = ArchiveLimits()
 ZIP_MAGIC = b"PK\x03\x04"
+#: bytes that hold any ``.npy`` header numpy reads (it refuses headers past 10000 bytes)
+NPY_HEAD = 12 + 10_000
 HASH_HEADER = b"sgdask results v1\n"
 PAIRING = "one result per GT test image with at least one relation, in psg.json's data order"
 #: Result attribute -> the numpy dtype kinds it may have
@@ -124,7 +133,9 @@ def loaded_pickle(url: str, options: str, key: str, limits: ArchiveLimits
     if data.startswith(ZIP_MAGIC):
         raise InputError(url, f"is a ZIP archive, as torch.save writes: {TORCH_HINT}")
     try:
-        obj = restricted_loads(data)
+        obj = restricted_loads(data, limits.max_pickle_objects, limits.max_pickle_depth)
+    except OverLimit as err:
+        raise InputError(url, str(err), expected=limit_hint(limits, err.limit)) from None
     except Refused as err:
         raise InputError(url, str(err)) from None
     except Exception as err:  # the unpickler raises many types for truncated or corrupt data
@@ -139,9 +150,39 @@ def loaded_pickle(url: str, options: str, key: str, limits: ArchiveLimits
 # --------------------------------------------------------------------------- npz
 
 
-def npy_array(data: bytes, fail: Any) -> np.ndarray:
-    """The array of one ``.npy`` member (read-only view of ``data``), without pickles."""
-    f = io.BytesIO(data)
+@dataclass(frozen=True)
+class NpyHeader:
+    """What a ``.npy`` header declares: the array's layout and where its data starts."""
+
+    shape: tuple[int, ...]
+    fortran: bool
+    dtype: np.dtype
+    offset: int
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    @property
+    def layout(self) -> str:
+        """``shape (3, 64, 96) of bool``, the shape cut short (a header may list thousands
+        of dimensions)."""
+        shape = str(self.shape)
+        return f"shape {shape if len(shape) <= 60 else shape[:57] + '...'} of {self.dtype}"
+
+    def placeholder(self, fail: Any) -> np.ndarray:
+        """An array of the declared shape and dtype that holds no memory (every element is
+        the same zero): what the shape checks need, before anything is inflated."""
+        try:
+            return np.broadcast_to(np.zeros((), self.dtype), self.shape)
+        except ValueError:
+            raise fail(f"{self.layout}: not a valid array shape") from None
+
+
+def npy_header(head: bytes, fail: Any) -> NpyHeader:
+    """The header at the start of a ``.npy`` member (``NPY_HEAD`` bytes hold any header
+    numpy reads), with a dtype of booleans, integers or floats."""
+    f = io.BytesIO(head)
     try:
         version = np.lib.format.read_magic(f)
         if version == (1, 0):
@@ -157,13 +198,30 @@ def npy_array(data: bytes, fail: Any) -> np.ndarray:
                    f"{printable(str(err))})") from None
     if dtype.hasobject or dtype.names or dtype.subdtype or dtype.kind not in ALLOWED_KINDS:
         raise fail(f"dtype {dtype}", "booleans, integers or floats (no object arrays)")
-    count = math.prod(shape)
-    offset = f.tell()
-    if len(data) - offset != count * dtype.itemsize:
-        raise fail(f"holds {len(data) - offset} bytes for shape {shape} of {dtype}",
+    return NpyHeader(shape, fortran, dtype, f.tell())
+
+
+def npy_array(data: bytes, fail: Any) -> np.ndarray:
+    """The array of one ``.npy`` member (read-only view of ``data``), without pickles."""
+    header = npy_header(data, fail)
+    if len(data) - header.offset != header.nbytes:
+        raise fail(f"holds {len(data) - header.offset} bytes for {header.layout}",
                    "a complete .npy array")
-    return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(
-        shape, order="F" if fortran else "C")
+    return np.frombuffer(data, dtype=header.dtype, count=math.prod(header.shape),
+                         offset=header.offset).reshape(header.shape,
+                                                       order="F" if header.fortran else "C")
+
+
+def npz_header(archive: SafeZip, name: str, image: str, fail: Any) -> NpyHeader:
+    """The header of the member ``name.npy``, read before the member is inflated: it must
+    declare exactly the data the ZIP directory says the member holds."""
+    member = name + ".npy"
+    header = npy_header(archive.head(member, NPY_HEAD, image=image, field=name), fail)
+    size = archive.entries[member].file_size
+    if header.offset + header.nbytes != size:
+        raise fail(f"declares {header.nbytes} bytes ({header.layout}) in a member of {size} "
+                   "bytes", "a complete .npy array")
+    return header
 
 
 def npz_stem(name: str) -> int | None:
@@ -395,9 +453,12 @@ class ResultSource:
 
     # -- one image
 
-    def fields(self, entry: ResultEntry) -> tuple[dict[str, Any], Where, str | None]:
+    def fields(self, entry: ResultEntry, shape: tuple[int, int] | None = None,
+               classes: ClassCounts | None = None
+               ) -> tuple[dict[str, Any], Where, str | None]:
         """(the result's attributes, how to name its problems, SHA-256 hex of its file
-        for a directory entry)."""
+        for a directory entry); an ``.npz`` file's arrays pass the shape checks (against
+        ``shape`` and ``classes`` when given) on their headers, before any is inflated."""
         if entry.name is None:
             record = self.records()[entry.position]
             label = f"results[{entry.position}]"
@@ -410,13 +471,17 @@ class ResultSource:
         data = self.npz_bytes(file)
         where = Where(file, entry.image_id, "", entry.name)
         archive = SafeZip(io.BytesIO(data), file, self.npz_limits)
-        arrays: dict[str, Any] = {}
-        for name in fields_of(self.method):
-            member = name + ".npy"
-            if member in archive:
-                arrays[name] = npy_array(
-                    archive.read(member, image=entry.image_id, field=name),
-                    lambda what, expected=None, n=name: where.error(n, what, expected))
+        failures = {name: lambda what, expected=None, n=name: where.error(n, what, expected)
+                    for name in fields_of(self.method) if name + ".npy" in archive}
+        headers = {name: npz_header(archive, name, entry.image_id, fail)
+                   for name, fail in failures.items()}
+        placeholders = {name: header.placeholder(failures[name])
+                        for name, header in headers.items()}
+        check_shapes(field_arrays(placeholders, self.method, where), where, shape, classes,
+                     self.instance_scores, self.limits)
+        arrays = {name: npy_array(archive.read(name + ".npy", image=entry.image_id,
+                                               field=name), fail)
+                  for name, fail in failures.items()}
         return arrays, where, hashlib.sha256(data).hexdigest()
 
     def npz_bytes(self, file: str) -> bytes:
@@ -439,7 +504,7 @@ class ResultSource:
     def image_and_digest(self, entry: ResultEntry, shape: tuple[int, int] | None = None,
                          classes: ClassCounts | None = None
                          ) -> tuple[ResultImage, str | None]:
-        fields, where, digest = self.fields(entry)
+        fields, where, digest = self.fields(entry, shape, classes)
         return decoded(fields, self.method, where, shape, classes, self.instance_scores,
                        self.limits), digest
 

@@ -196,8 +196,9 @@ def parquet_rows(f: IO[bytes], file: str) -> ScoreRows:
     """The rows of a Parquet score file (columns and types checked, values not yet)."""
     try:
         table = pq.read_table(f)
-    except pa.ArrowException as err:
-        raise InputError(file, f"not a readable Parquet file ({err})") from err
+    except (pa.ArrowException, OSError) as err:  # a bad page is an OSError (ArrowIOError)
+        detail = " ".join(str(err).split())  # pyarrow's messages span lines
+        raise InputError(file, f"not a readable Parquet file ({detail})") from err
     for name in REQUIRED:
         if name not in table.column_names:
             raise InputError(file, "missing column", field=name,

@@ -24,10 +24,14 @@ Versions 1 and 2 carry no checksums: they are read with a one-line warning.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
+import uuid
 import warnings
 from collections.abc import Iterable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -41,14 +45,17 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import MemoryStore
 
 from sgdask.errors import SgdaskError, SgdaskWarning, StoreError
+from sgdask.io.archive import printable
 from sgdask.io.fs import (
     StorageOptions,
     fault_detail,
     filesystem,
+    is_local,
     is_storage_fault,
     join,
     zarr_store,
 )
+from sgdask.io.lock import exclusive_lock
 from sgdask.io.schemas import STORE_MANIFEST, schema_problem
 from sgdask.kernels.bits import pack_sparse, word_layout, xor_rows
 from sgdask.types import BitMasks
@@ -235,44 +242,78 @@ def write_part(url: str, storage_options: StorageOptions | None, index: int,
             "n_images": len(ids), "files": files}
 
 
+def _warn(line: str) -> None:
+    warnings.warn(line, SgdaskWarning, stacklevel=2)
+
+
 class StoreWriter:
     """Writes a store all-or-nothing: on any failure (even Ctrl-C) the partial store is removed.
 
-    Parts may be written by any process (``write_part``); the manifest, listing them, is
-    written last by ``finish``, so a reader never mistakes a partial store for a store.
+    Parts may be written by any process (``write_part``) to ``write_url``; the manifest,
+    listing them, is written last by ``finish``, so a reader never mistakes a partial store
+    for a store.
+
+    With ``overwrite``, an existing store stays in place until the new one is complete. On
+    local disk the new store is written beside it (``<url>.tmp-<uuid>``, so ``write_url``
+    differs from ``url``) and ``finish`` swaps it into place with two renames: concurrent
+    overwrites leave one complete store, the last one swapped in, and a run whose swap
+    finds another run's store already moved in fails with one line. Object stores have no
+    atomic directory rename: there the old store is removed and the new one written in
+    place under the lock object ``<url>.lock`` (``sgdask.io.lock``), so a concurrent
+    overwrite fails at once instead of mixing files into the store being written.
     """
 
     def __init__(self, url: str, kind: str, storage_options: StorageOptions | None = None,
                  overwrite: bool = False) -> None:
         self.url, self.kind, self.options = str(url).rstrip("/"), kind, storage_options
         self.fs, self.path = filesystem(self.url, storage_options)
-        if self.fs.exists(self.path):
-            if not overwrite:
-                raise StoreError(f"{self.url}: already exists (choose another --out, "
-                                 "or pass --overwrite to replace it)")
-            self.fs.rm(self.path, recursive=True)
+        self.overwrite = overwrite
+        if self.fs.exists(self.path) and not overwrite:
+            raise StoreError(f"{self.url}: already exists (choose another --out, "
+                             "or pass --overwrite to replace it)")
+        aside = overwrite and is_local(self.fs)
+        suffix = f".tmp-{uuid.uuid4().hex}" if aside else ""
+        #: where the store's files are written until ``finish`` (tasks write here)
+        self.write_url, self.write_path = self.url + suffix, self.path + suffix
+        self._held = ExitStack()
 
     def __enter__(self) -> StoreWriter:
-        self.fs.makedirs(self.path, exist_ok=True)
-        zarr.open_group(zarr_store(join(self.url, "masks"), self.options, read_only=False),
-                        mode="w")
+        try:
+            if self.overwrite and self.write_path == self.path:
+                self._held.enter_context(exclusive_lock(
+                    f"{self.url}.lock", self.options, log=_warn,
+                    holder="another run writing this store"))
+                if self.fs.exists(self.path):
+                    self.fs.rm(self.path, recursive=True)
+            self.fs.makedirs(self.write_path, exist_ok=True)
+            zarr.open_group(zarr_store(join(self.write_url, "masks"), self.options,
+                                       read_only=False), mode="w")
+        except BaseException as err:
+            self._held.close()
+            if isinstance(err, Exception) and is_storage_fault(err):
+                raise SgdaskError(f"{self.write_url}: cannot write "
+                                  f"({fault_detail(err)})") from err
+            raise
         return self
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: Any) -> None:
-        if exc_type is None:
-            return
+        with self._held:
+            if exc_type is not None:
+                self._remove_unfinished(exc)
+
+    def _remove_unfinished(self, exc: BaseException | None) -> None:
         try:
-            if self.fs.exists(self.path):
-                self.fs.rm(self.path, recursive=True)
+            if self.fs.exists(self.write_path):
+                self.fs.rm(self.write_path, recursive=True)
         except Exception as err:
             if not is_storage_fault(err):
                 raise
             # the storage that failed the writing fails the clean-up too: the files left
             # have no manifest, which every reader refuses; say so with the first error
             if isinstance(exc, SgdaskError):
-                raise SgdaskError(f"{exc}; {self.url}: the unfinished store could not be "
-                                  "removed (readers refuse it: no manifest.json; remove it, "
-                                  "or write it again with --overwrite)") from exc
+                raise SgdaskError(f"{exc}; {self.write_url}: the unfinished store could not "
+                                  "be removed (readers refuse it: no manifest.json; remove "
+                                  "it, or write it again with --overwrite)") from exc
 
     def finish(self, parts: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
         """Write the manifest (the store's commit point) and return it.
@@ -288,18 +329,52 @@ class StoreWriter:
             entries.append(part)
         try:
             for rel in self.own_files(fields):
-                files[rel] = file_entry(self.fs.cat_file(join(self.path, rel)))
+                files[rel] = file_entry(self.fs.cat_file(join(self.write_path, rel)))
             manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": self.kind,
                         **fields, "parts": entries, "files": dict(sorted(files.items()))}
             manifest[SELF_HASH] = manifest_digest(manifest)
-            with self.fs.open(join(self.path, MANIFEST), "w") as f:
+            with self.fs.open(join(self.write_path, MANIFEST), "w") as f:
                 json.dump(manifest, f, indent=1)
         except Exception as err:
             if not is_storage_fault(err):
                 raise
-            raise SgdaskError(f"{self.url}/{MANIFEST}: cannot write "
+            raise SgdaskError(f"{self.write_url}/{MANIFEST}: cannot write "
                               f"({fault_detail(err)})") from err
+        if self.write_path != self.path:
+            self._swap_in()
         return manifest
+
+    def _swap_in(self) -> None:
+        """Put the finished store written aside in the place of the old one (local disk):
+        the old one renamed out of the way, the new one renamed in, the old one removed.
+        Between the two renames no store is at ``url``; a run that finds another run's
+        store moved in there meanwhile leaves that one in place and says so."""
+        trash = f"{self.path}.trash-{uuid.uuid4().hex}"
+        try:
+            os.rename(self.path, trash)
+        except FileNotFoundError:
+            trash = None
+        try:
+            os.rename(self.write_path, self.path)
+        except OSError as err:
+            if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                if trash is not None and not os.path.lexists(self.path):
+                    os.rename(trash, self.path)
+                raise SgdaskError(f"{self.url}: cannot replace ({fault_detail(err)})") \
+                    from err
+            raise StoreError(f"{self.url}: another process replaced it while this one wrote "
+                             "it (that store is kept; run again to replace it)") from None
+        finally:
+            if trash is not None and os.path.lexists(trash):
+                self._remove_replaced(trash)
+
+    def _remove_replaced(self, trash: str) -> None:
+        try:
+            self.fs.rm(trash, recursive=True)
+        except OSError as err:  # the new store is in place: the old one only takes space
+            warnings.warn(f"{self.url}: the store it replaced could not be removed from "
+                          f"{trash} ({fault_detail(err)}); remove it", SgdaskWarning,
+                          stacklevel=4)
 
     def own_files(self, fields: dict[str, Any]) -> list[str]:
         """The store's files that belong to no part: the masks group, the training
@@ -412,10 +487,12 @@ class StoreReader:
         try:
             if self.fs.isfile(self.path):
                 raise StoreError(f"{self.url}: {what_file_is(self.fs, self.path)}")
+            refused = self._refused(MANIFEST)
+            if refused is not None:
+                raise refused
             raw = self.fs.cat_file(mpath)
         except FileNotFoundError:
-            raise StoreError(f"{self.url}: not a complete sgdask store (no manifest.json: "
-                             "wrong path, or a conversion that did not finish)") from None
+            raise missing_manifest(self.url) from None
         except (NotADirectoryError, IsADirectoryError) as err:
             raise StoreError(f"{self.url}: not a store ({type(err).__name__})") from None
         except StoreError:
@@ -457,8 +534,27 @@ class StoreReader:
     def parts(self) -> list[dict[str, Any]]:
         return self.manifest["parts"]
 
+    def _refused(self, rel: str) -> Corrupt | None:
+        """Why ``rel``, a path the manifest or a table names, is not read (None: it is): a
+        path with an empty, ``.`` or ``..`` segment or a backslash, or on local disk one
+        that resolves outside the store's directory (a symbolic link out of it). Checked
+        before the file is opened: its hash would tell only after reading a host file (and
+        a version 1 or 2 store has none)."""
+        if "\\" in rel or not rel.isprintable() or any(
+                segment in ("", ".", "..") for segment in rel.split("/")):
+            return Corrupt(self.url, printable(rel), "not a path inside the store")
+        if is_local(self.fs):
+            root = os.path.realpath(self.path)
+            if os.path.commonpath([root, os.path.realpath(join(self.path, rel))]) != root:
+                return Corrupt(self.url, rel, "a symbolic link out of the store")
+        return None
+
     def read_file(self, rel: str) -> bytes:
-        """A store file's bytes, checked against the manifest's size and SHA-256."""
+        """A store file's bytes, checked against the manifest's size and SHA-256 (its path
+        first, see ``_refused``)."""
+        refused = self._refused(rel)
+        if refused is not None:
+            raise refused
         if self.checksummed and rel not in self.manifest["files"]:
             raise Corrupt(self.url, rel, "not listed in the manifest (expected every file "
                           "of the store to be listed)")
@@ -546,6 +642,9 @@ class StoreReader:
         rel = f"masks/{array}"
         if array in self._arrays:
             return self._arrays[array]
+        refused = self._refused(rel)
+        if refused is not None or "/" in array:
+            raise refused or Corrupt(self.url, rel, "not a path inside the store")
         try:
             if self.checksummed:
                 files = self.mask_files(array)
@@ -555,11 +654,17 @@ class StoreReader:
                 proto = default_buffer_prototype().buffer
                 contents = {f[len(rel) + 1:]: proto.from_bytes(self.read_file(f))
                             for f in files}
-                opened = zarr.open_array(MemoryStore(contents, read_only=True), mode="r")
+                opened = zarr.open_array(MemoryStore(contents, read_only=True), mode="r",
+                                         zarr_format=3)
             else:
+                for meta in ("masks/zarr.json", f"{rel}/zarr.json"):
+                    refused = self._refused(meta)
+                    if refused is not None:
+                        raise refused
                 if self._masks is None:
                     self._masks = zarr.open_group(
-                        zarr_store(join(self.url, "masks"), self.options), mode="r")
+                        zarr_store(join(self.url, "masks"), self.options), mode="r",
+                        zarr_format=3)
                 opened = self._masks[array]
                 self.check_chunks_exist(array, opened)
         except StoreError:
@@ -573,9 +678,14 @@ class StoreReader:
         return opened
 
     def check_chunks_exist(self, array: str, opened: zarr.Array) -> None:
+        """Every chunk file zarr will read (named by the array's own chunk key encoding)
+        exists and is a file of the store (``_refused``)."""
         n_chunks = -(-opened.shape[0] // opened.chunks[0]) if opened.shape[0] else 0
         for i in range(n_chunks):
-            rel = f"masks/{array}/c/{i}"
+            rel = f"masks/{array}/{opened.metadata.encode_chunk_key((i,))}"
+            refused = self._refused(rel)
+            if refused is not None:
+                raise refused
             if not self.fs.exists(join(self.path, rel)):
                 raise Corrupt(self.url, rel, "corrupt (missing)")
 
@@ -587,6 +697,12 @@ class StoreReader:
         except DECODE_ERRORS as err:
             raise Corrupt(self.url, f"masks/{array}", f"corrupt (a chunk does not decode: "
                           f"{decode_detail(err)})") from None
+
+
+def missing_manifest(url: str) -> StoreError:
+    """The error for a store URL without ``manifest.json``."""
+    return StoreError(f"{url}: not a complete sgdask store (no manifest.json: wrong path, or "
+                      "a conversion that did not finish)")
 
 
 def what_file_is(fs: Any, path: str) -> str:

@@ -9,6 +9,24 @@ they copy the bytes into a new array; a class named ``Result`` becomes ``Record`
 keeps the attributes as a dict. No numpy or Python constructor is ever called with
 arguments from the file, no module is imported, and any other global is refused by name
 before anything refers to it. torch tensors get their own message (how to save numpy).
+
+Refusing globals does not bound what the opcodes build by themselves, so ``census`` reads
+every opcode before the C unpickler runs, keeping a model of its stack and memo, and refuses:
+
+- more than ``max_objects`` objects (``--limit max_pickle_objects``, default 5 million;
+  a PSG result list of 2177 images pickles to a few hundred thousand): one byte of opcode
+  builds an empty set of 216 bytes, so a 5 MB file would otherwise take 1.2 GB;
+- tuples nested more than ``max_depth`` deep (``--limit max_pickle_depth``, default 100):
+  Python hashes tuples recursively, and a million nested tuples as a dict key overflow the
+  C stack (the process dies);
+- a memo index past the number of opcodes before it: the C unpickler sizes its memo table to
+  twice the largest index, so a 9-byte pickle would otherwise allocate 16 GB.
+
+The census costs a fraction of a microsecond per opcode (arrays' bytes are skipped, not
+read): 0.7 s for a 530 MB list of 2177 results with 17 attributes each.
+Resolving arrays afterwards (``resolved``) visits every (object, depth) pair once, within the
+same object budget, so shared references stay shared: a few kilobytes of memo fan-out (lists
+of a thousand references to the list below) no longer rebuild width^depth lists.
 """
 
 from __future__ import annotations
@@ -16,13 +34,20 @@ from __future__ import annotations
 import io
 import pickle
 import re
+import reprlib
 from collections.abc import Callable
+from pickle import UnpicklingError
 from typing import Any
 
 import numpy as np
 
 #: dtype codes numpy writes into pickles for the kinds allowed here ('b1', 'u1', 'f4', ...)
 DTYPE_CODE = re.compile(r"^[<>|=]?[biuf]\d{1,2}$")
+#: defaults of ``--limit max_pickle_objects`` and ``max_pickle_depth`` (``ArchiveLimits``)
+MAX_OBJECTS = 5_000_000
+MAX_DEPTH = 100
+#: containers deeper than this stay as they are (a field that needs them fails its checks)
+RESOLVE_DEPTH = 4
 ALLOWED_KINDS = "biuf"
 TORCH_HINT = ("save numpy arrays instead: call .cpu().numpy() on every tensor before "
               "pickling, or write one .npz per image with numpy.savez")
@@ -30,6 +55,14 @@ TORCH_HINT = ("save numpy arrays instead: call .cpu().numpy() on every tensor be
 
 class Refused(Exception):
     """The pickle asks for something this reader never does; ``str()`` says what."""
+
+
+class OverLimit(Refused):
+    """The pickle goes past a limit ``--limit`` can raise; ``limit`` names it."""
+
+    def __init__(self, what: str, limit: str) -> None:
+        super().__init__(what)
+        self.limit = limit
 
 
 class Sealed(type):
@@ -148,7 +181,8 @@ def array_from(data: Any, dtype: Any, shape: Any, order: Any) -> np.ndarray:
     dt = dtype.dtype()
     count = int(np.prod(shape, dtype=object))
     if count * dt.itemsize != len(data):
-        raise Refused(f"a numpy array of shape {shape} with {len(data)} bytes of data")
+        raise Refused(f"a numpy array of shape {printable_value(shape)} with {len(data)} "
+                      "bytes of data")
     return np.frombuffer(data, dtype=dt, count=count).reshape(shape, order=order).copy()
 
 
@@ -208,8 +242,27 @@ STANDINS: dict[tuple[str, str], Any] = {
 }
 
 
+class _ShortRepr(reprlib.Repr):
+    """``repr`` that looks at a bounded part of a value, however large or shared it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxstring, self.maxother = 2, 61, 61
+
+    def repr_str(self, x: str | bytes | bytearray, level: int) -> str:
+        return repr(x[:self.maxstring])
+
+    repr_bytes = repr_bytearray = repr_str
+
+    def repr_int(self, x: int, level: int) -> str:
+        return repr(x) if x.bit_length() <= 200 else f"<a {x.bit_length()}-bit integer>"
+
+
+_SHORT_REPR = _ShortRepr()
+
+
 def printable_value(value: Any) -> str:
-    text = repr(value)
+    text = _SHORT_REPR.repr(value)
     text = text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -233,35 +286,229 @@ class RestrictedUnpickler(pickle.Unpickler):
         raise Refused(f"uses persistent ids, as torch.save does: {TORCH_HINT}")
 
 
-def restricted_loads(data: bytes) -> Any:
+# --------------------------------------------------------------------------- census
+
+# argument layouts: n >= 0 fixed bytes; one or two lines; a 1, 4 (signed or not) or 8-byte
+# little-endian length, then that many bytes
+_LINE, _TWO_LINES, _SIZE1, _SIZE4S, _SIZE4, _SIZE8 = -1, -2, -3, -4, -5, -6
+_SIZE_BYTES = {_SIZE1: 1, _SIZE4S: 4, _SIZE4: 4, _SIZE8: 8}
+# stack effects: push a new object; push a singleton; push a tuple of n items or of the items
+# above the mark; replace the items above the mark by a new object; replace n items by a new
+# object (a call); pop n items into the container below them; pop the items above the mark
+# into the container below it; drop the items above the mark; MARK, DUP, POP; memo get, put
+# (index in the argument, or the next one); nothing (PROTO, FRAME); STOP
+(_NEW, _SINGLETON, _TUPLE, _MARK_TUPLE, _MARK_NEW, _CALL, _FILL, _MARK_FILL, _POP_MARK,
+ _MARK, _DUP, _POP, _GET, _PUT, _MEMOIZE, _NOTHING, _STOP) = range(17)
+#: opcode -> (argument layout, stack effect, item count), as CPython's unpickler reads them
+_OPCODES: dict[bytes, tuple[int, int, int]] = {
+    **{code: (_LINE, _NEW, 0) for code in (b"I", b"L", b"S", b"V", b"F", b"P")},
+    b"J": (4, _NEW, 0), b"K": (1, _NEW, 0), b"M": (2, _NEW, 0), b"G": (8, _NEW, 0),
+    **{code: (_SIZE1, _NEW, 0) for code in (b"\x8a", b"U", b"C", b"\x8c")},
+    **{code: (_SIZE4S, _NEW, 0) for code in (b"\x8b", b"T")},
+    **{code: (_SIZE4, _NEW, 0) for code in (b"B", b"X")},
+    **{code: (_SIZE8, _NEW, 0) for code in (b"\x8e", b"\x96", b"\x8d")},
+    **{code: (0, _NEW, 0) for code in (b"\x97", b"]", b"}", b"\x8f")},
+    **{code: (0, _SINGLETON, 0) for code in (b"N", b"\x88", b"\x89")},
+    b")": (0, _TUPLE, 0), b"\x85": (0, _TUPLE, 1), b"\x86": (0, _TUPLE, 2),
+    b"\x87": (0, _TUPLE, 3), b"t": (0, _MARK_TUPLE, 0),
+    **{code: (0, _MARK_NEW, 0) for code in (b"l", b"d", b"\x91", b"o")},
+    b"i": (_TWO_LINES, _MARK_NEW, 0), b"c": (_TWO_LINES, _NEW, 0),
+    b"\x82": (1, _NEW, 0), b"\x83": (2, _NEW, 0), b"\x84": (4, _NEW, 0),
+    b"\x98": (0, _CALL, 1), b"Q": (0, _CALL, 1), b"\x93": (0, _CALL, 2),
+    b"R": (0, _CALL, 2), b"\x81": (0, _CALL, 2), b"\x92": (0, _CALL, 3),
+    b"a": (0, _FILL, 1), b"s": (0, _FILL, 2), b"b": (0, _FILL, 1),
+    **{code: (0, _MARK_FILL, 0) for code in (b"e", b"u", b"\x90")},
+    b"1": (0, _POP_MARK, 0), b"(": (0, _MARK, 0), b"2": (0, _DUP, 0), b"0": (0, _POP, 0),
+    b"g": (_LINE, _GET, 0), b"h": (1, _GET, 0), b"j": (4, _GET, 0),
+    b"p": (_LINE, _PUT, 0), b"q": (1, _PUT, 0), b"r": (4, _PUT, 0),
+    b"\x94": (0, _MEMOIZE, 0), b"\x80": (1, _NOTHING, 0), b"\x95": (8, _NOTHING, 0),
+    b".": (0, _STOP, 0),
+}
+_TABLE: list[tuple[int, int, int] | None] = [_OPCODES.get(bytes([b])) for b in range(256)]
+
+
+def census(data: bytes, max_objects: int = MAX_OBJECTS, max_depth: int = MAX_DEPTH) -> int:
+    """How many objects unpickling ``data`` builds, read from its opcodes before anything is
+    built; refuses more than ``max_objects``, tuples nested deeper than ``max_depth`` and
+    memo indices past the opcodes read (see the module docstring).
+
+    The model of the stack holds each item's tuple nesting (0 for anything but a tuple).
+    Malformed data raises ``UnpicklingError`` at the latest where the C unpickler
+    would fail, so the census never stops short of what the unpickler goes on to build.
+    """
+    end, pos, ops, built = len(data), 0, 0, 0
+    stack: list[int] = []
+    marks: list[int] = []
+    memo: dict[int, int] = {}
+    try:
+        while True:
+            spec = _TABLE[data[pos]] if pos < end else None
+            if spec is None:
+                raise UnpicklingError("pickle data was truncated" if pos >= end
+                                      else f"invalid load key, {data[pos:pos + 1]!r}")
+            layout, effect, n = spec
+            start = pos + 1
+            pos = start + layout if layout >= 0 else _after_argument(data, start, layout)
+            if pos > end:
+                raise UnpicklingError("pickle data was truncated")
+            ops += 1
+            if effect == _NEW:
+                built += 1
+                stack.append(0)
+            elif effect == _SINGLETON:
+                stack.append(0)
+            elif effect in (_TUPLE, _MARK_TUPLE):
+                items = (_popped(stack, marks, n) if effect == _TUPLE
+                         else _popped_to_mark(stack, marks))
+                depth = 1 + max(items, default=0)
+                if depth > max_depth:
+                    raise OverLimit(f"nests tuples more than {max_depth} deep",
+                                    "max_pickle_depth")
+                built += 1
+                stack.append(depth)
+            elif effect in (_MARK_NEW, _CALL):
+                if effect == _MARK_NEW:
+                    _popped_to_mark(stack, marks)
+                else:
+                    _popped(stack, marks, n)
+                built += 1
+                stack.append(0)
+            elif effect in (_FILL, _MARK_FILL):
+                if effect == _FILL:
+                    _popped(stack, marks, n)
+                else:
+                    _popped_to_mark(stack, marks)
+                stack.append(_popped(stack, marks, 1)[0])  # the container must be there
+            elif effect == _POP_MARK:
+                _popped_to_mark(stack, marks)
+            elif effect == _MARK:
+                marks.append(len(stack))
+            elif effect == _DUP:
+                stack.extend(_popped(stack, marks, 1) * 2)
+            elif effect == _POP:
+                if marks and marks[-1] == len(stack):
+                    marks.pop()
+                else:
+                    _popped(stack, marks, 1)
+            elif effect == _GET:
+                index = _memo_index(data[start:pos], layout)
+                if index not in memo:
+                    raise UnpicklingError(f"Memo value not found at index {index}")
+                stack.append(memo[index])
+            elif effect in (_PUT, _MEMOIZE):
+                index = len(memo) if effect == _MEMOIZE else _memo_index(data[start:pos],
+                                                                         layout)
+                if index > ops:
+                    raise Refused(f"memo index {index} at opcode {ops} (expected indices "
+                                  "in order, as pickle writes them)")
+                memo[index] = _popped(stack, marks, 1)[0]
+                stack.append(memo[index])
+            elif effect == _STOP:
+                _popped(stack, marks, 1)
+                return built
+            if built > max_objects:
+                raise OverLimit(f"builds more than {max_objects} objects", "max_pickle_objects")
+    except IndexError:
+        raise UnpicklingError("unpickling stack underflow") from None
+
+
+def _after_argument(data: bytes, pos: int, layout: int) -> int:
+    """Where an opcode's line or counted argument starting at ``pos`` ends."""
+    if layout in (_LINE, _TWO_LINES):
+        for _ in range(-layout):
+            newline = data.find(b"\n", pos)
+            pos = len(data) if newline < 0 else newline + 1
+        return pos
+    width = _SIZE_BYTES[layout]
+    size = int.from_bytes(data[pos:pos + width], "little", signed=layout == _SIZE4S)
+    if size < 0:
+        raise UnpicklingError("negative byte count")
+    return pos + width + size
+
+
+def _popped(stack: list[int], marks: list[int], n: int) -> list[int]:
+    """The top ``n`` items, taken off the stack; none may come from below the last mark."""
+    if len(stack) - n < (marks[-1] if marks else 0):
+        raise IndexError
+    items = stack[len(stack) - n:]
+    del stack[len(stack) - n:]
+    return items
+
+
+def _popped_to_mark(stack: list[int], marks: list[int]) -> list[int]:
+    """The items above the last mark, taken off the stack with the mark."""
+    mark = marks.pop()
+    items = stack[mark:]
+    del stack[mark:]
+    return items
+
+
+def _memo_index(arg: bytes, layout: int) -> int:
+    """A memo index: a little-endian number, or a decimal line (protocol 0)."""
+    if layout >= 0:
+        return int.from_bytes(arg, "little")
+    try:
+        index = int(arg)
+    except ValueError:
+        raise UnpicklingError("a memo index that is not a number") from None
+    if index < 0:
+        raise UnpicklingError("negative memo index")
+    return index
+
+
+def restricted_loads(data: bytes, max_objects: int = MAX_OBJECTS,
+                     max_depth: int = MAX_DEPTH) -> Any:
     """The object pickled in ``data``, with every numpy array resolved.
 
-    Raises ``Refused`` for what the file may not ask for and lets the unpickler's own
-    exceptions through for malformed data (truncated, corrupt).
+    Raises ``Refused`` for what the file may not ask for (``OverLimit`` past a limit) and
+    lets the unpickler's own exceptions through for malformed data (truncated, corrupt).
     """
+    built = census(data, max_objects, max_depth)
     obj = RestrictedUnpickler(io.BytesIO(data)).load()
-    return resolved(obj)
+    return resolved(obj, max_objects - built, max_objects)
 
 
-def resolved(obj: Any, depth: int = 0) -> Any:
-    """``obj`` with array builders replaced by their arrays, inside lists, tuples, dicts
-    and Records (to a fixed depth: deeper values stay as they are and fail the field
-    checks if a field needs them)."""
-    if isinstance(obj, ArrayBuilder):
-        if obj.array is None:
-            raise Refused("a numpy array without data")
-        return obj.array
-    if isinstance(obj, DTypeBuilder):
-        return obj.dtype()
-    if depth >= 4:
-        return obj
-    walk: Callable[[Any], Any] = lambda value: resolved(value, depth + 1)  # noqa: E731
-    if isinstance(obj, Record):
-        obj.fields = {k: walk(v) for k, v in obj.fields.items()}
-    elif isinstance(obj, list):
-        return [walk(v) for v in obj]
-    elif isinstance(obj, tuple):
-        return tuple(walk(v) for v in obj)
-    elif isinstance(obj, dict):
-        return {k: walk(v) for k, v in obj.items()}
-    return obj
+def resolved(obj: Any, budget: int, max_objects: int = MAX_OBJECTS) -> Any:
+    """``obj`` with array builders replaced by their arrays, inside lists, tuples, dicts and
+    Records to ``RESOLVE_DEPTH`` (deeper values stay as they are and fail the field checks
+    if a field needs them).
+
+    Each (container, depth) is resolved once, so shared references stay shared and the work
+    is bounded by the objects in the pickle, not by the paths to them; ``budget`` more
+    objects and references may be visited (``max_objects`` is only for the message).
+    """
+    done: dict[tuple[int, int], tuple[Any, Any]] = {}  # (id, depth) -> (original, resolved)
+    left = budget
+
+    def walk(value: Any, depth: int) -> Any:
+        nonlocal left
+        if isinstance(value, ArrayBuilder):
+            if value.array is None:
+                raise Refused("a numpy array without data")
+            return value.array
+        if isinstance(value, DTypeBuilder):
+            return value.dtype()
+        if depth >= RESOLVE_DEPTH or not isinstance(value, Record | list | tuple | dict):
+            return value
+        key = (id(value), depth)
+        if key in done:
+            return done[key][1]
+        items = value.fields if isinstance(value, Record) else value
+        left -= 1 + len(items)
+        if left < 0:
+            raise OverLimit(f"builds more than {max_objects} objects (with the references "
+                            "resolved)", "max_pickle_objects")
+        out: Any
+        if isinstance(value, Record):
+            value.fields = {k: walk(v, depth + 1) for k, v in value.fields.items()}
+            out = value
+        elif isinstance(value, list):
+            out = [walk(v, depth + 1) for v in value]
+        elif isinstance(value, tuple):
+            out = tuple(walk(v, depth + 1) for v in value)
+        else:
+            out = {k: walk(v, depth + 1) for k, v in value.items()}
+        done[key] = (value, out)  # the original stays alive: its id cannot be reused
+        return out
+
+    return walk(obj, 0)

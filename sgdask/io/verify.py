@@ -1,4 +1,4 @@
-"""``sgdask verify``: a store checked completely, every problem reported.
+"""``sgdask verify``: a store, or a registry, checked completely, every problem reported.
 
 The manifest (structure, version), every file it lists (present, size, SHA-256), files it
 does not list, every Parquet file (readable with its page checksums, the expected columns,
@@ -6,6 +6,8 @@ rows matching the images table and the part's id range), every mask array (every
 decodes with its CRC-32C, every mask inside the decoded words) and the tables' consistency
 (instance indices, crop boxes inside their images; a GT store: categories and predicates
 within its own classes).
+(``sgdask verify --registry`` is ``sgdask.batch.audit``: a registry's entries, stores and
+caches.)
 """
 
 from __future__ import annotations
@@ -23,20 +25,17 @@ from sgdask.io.partition import PartMasks, part_rows
 from sgdask.io.store import MANIFEST, SCHEMAS, TABLES, Corrupt, StoreError, StoreReader
 
 
-@dataclass
-class Verdict:
-    """What ``verify_store`` found: one line per problem; files checked."""
+class Attempts:
+    """A verdict's ``problems`` collected from checks that raise."""
 
-    url: str
-    problems: list[str] = field(default_factory=list)
-    files: int = 0
-    version: int | None = None
+    problems: list[str]
 
     @property
     def intact(self) -> bool:
         return not self.problems
 
     def attempt(self, check: Callable[[], Any]) -> Any:
+        """``check()``, or None with its error added to the problems."""
         try:
             return check()
         except SgdaskError as err:
@@ -44,8 +43,25 @@ class Verdict:
             return None
 
 
+@dataclass
+class Verdict(Attempts):
+    """What ``verify_store`` found: one line per problem; files checked."""
+
+    url: str
+    problems: list[str] = field(default_factory=list)
+    files: int = 0
+    version: int | None = None
+
+
 def verify_store(url: str, options: StorageOptions | None = None) -> Verdict:
-    """Every problem of the store at ``url`` (an empty list: intact)."""
+    """Every problem of the store at ``url`` (an empty list: intact), each once (a damaged
+    file fails both the file check and the table check)."""
+    verdict = _store_verdict(url, options)
+    verdict.problems = list(dict.fromkeys(verdict.problems))
+    return verdict
+
+
+def _store_verdict(url: str, options: StorageOptions | None) -> Verdict:
     verdict = Verdict(str(url).rstrip("/"))
     reader = verdict.attempt(lambda: StoreReader(url, options))
     if reader is None:
@@ -136,3 +152,6 @@ def check_intact(url: str, options: StorageOptions | None = None) -> None:
         more = len(verdict.problems) - 1
         raise StoreError(verdict.problems[0] + (f" (and {more} more problem(s): run sgdask "
                                                 f"verify {url})" if more else ""))
+
+
+#: statuses of an entry whose store is complete (converted); other entries' stores are

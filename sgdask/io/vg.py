@@ -24,11 +24,19 @@ ids and sizes). They are read the way that repository's ``visual_genome.py`` rea
 
 Training statistics (zero-shot triplets, wIMR weights) count the relations of the flag-0
 images that pass the same filters and are not in the evaluated split.
+
+The h5 file is untrusted and read only as data (``_stored_datasets``): every dataset read
+must be reached by a hard link and keep its bytes in the file itself (no external raw
+storage, no virtual dataset, only HDF5's built-in filters), and the sizes its metadata
+declares are checked against the limits (``max_h5_dataset_size``, ``max_h5_total_size``)
+before a byte of any dataset is read. So every value an error message shows (``row 3 is
+[...]``) is a byte of the input file, never of another file of the host.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -37,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 
 from sgdask.errors import InputError
+from sgdask.io.archive import ArchiveLimits, limit_hint, printable
 from sgdask.io.psg import GTRecord
 from sgdask.io.stats import STATS_SCHEMA
 
@@ -49,6 +58,15 @@ CORRUPTED_IMAGES = frozenset({"1592.jpg", "1722.jpg", "4616.jpg", "4617.jpg"})
 BACKGROUND = "__background__"
 INDEX_KEYS = ("img_to_first_box", "img_to_last_box", "img_to_first_rel", "img_to_last_rel")
 INT, NUMBER = "iu", "iuf"
+#: layouts that keep a dataset's bytes in the file (not VIRTUAL: in other files)
+IN_FILE_LAYOUTS = frozenset({h5py.h5d.COMPACT, h5py.h5d.CONTIGUOUS, h5py.h5d.CHUNKED})
+#: the filters HDF5 has built in; for any other it would search its plugin directories for
+#: a library to load
+BUILTIN_FILTERS = frozenset({h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_SHUFFLE,
+                             h5py.h5z.FILTER_FLETCHER32, h5py.h5z.FILTER_SZIP,
+                             h5py.h5z.FILTER_NBIT, h5py.h5z.FILTER_SCALEOFFSET})
+#: what h5py raises for damaged metadata or data (HDF5's errors map to several types)
+H5_ERRORS = (OSError, RuntimeError, ValueError, KeyError, OverflowError)
 
 
 @dataclass(frozen=True)
@@ -104,14 +122,17 @@ def is_hdf5(head: bytes) -> bool:
 
 
 def read_vg(h5_file: IO[bytes], dicts: bytes, image_data: bytes, files: VGFiles,
-            split: str = "test", val_images: int = VAL_IMAGES) -> VGGroundTruth:
-    """The ground truth of ``split`` ("test" or "val") from the three files' contents."""
+            split: str = "test", val_images: int = VAL_IMAGES,
+            limits: ArchiveLimits | None = None) -> VGGroundTruth:
+    """The ground truth of ``split`` ("test" or "val") from the three files' contents;
+    ``limits``: the h5 datasets' declared sizes (``max_h5_dataset_size``,
+    ``max_h5_total_size``)."""
     if split not in SPLITS:
         raise InputError(files.h5, f"unknown split {split!r}", field="--split",
                          expected=" or ".join(SPLITS))
     classes = names_of(dicts, files.dicts, "label_to_idx")
     predicates = names_of(dicts, files.dicts, "predicate_to_idx")
-    arrays = h5_arrays(h5_file, files.h5)
+    arrays = h5_arrays(h5_file, files.h5, limits)
     info = image_info(image_data, files.image_data, arrays.n_images)
     evaluated, dropped = split_images(arrays, split, val_images)
     train = training_images(arrays, evaluated)
@@ -125,13 +146,14 @@ def read_vg(h5_file: IO[bytes], dicts: bytes, image_data: bytes, files: VGFiles,
 
 
 def split_image_ids(h5_path: str, image_data_path: str, split: str = "test",
-                    val_images: int = VAL_IMAGES) -> list[str]:
+                    val_images: int = VAL_IMAGES, limits: ArchiveLimits | None = None
+                    ) -> list[str]:
     """The ids of the split's images in the order Scene-Graph-Benchmark.pytorch's dataset
     holds them (h5 order): position i of its predictions is image ``ids[i]``."""
     with open(image_data_path, "rb") as f:
         image_data = f.read()
     with open(h5_path, "rb") as f:
-        arrays = h5_arrays(f, h5_path)
+        arrays = h5_arrays(f, h5_path, limits)
     info = image_info(image_data, image_data_path, arrays.n_images)
     return [info.ids[i] for i in split_images(arrays, split, val_images)[0].tolist()]
 
@@ -195,22 +217,31 @@ def image_info(data: bytes, file: str, n_images: int) -> ImageInfo:
 # --------------------------------------------------------------------------- h5 file
 
 
-def h5_arrays(f: IO[bytes], file: str) -> VGArrays:
-    """Every array the loader reads, with dtype kinds and shapes checked."""
+#: every dataset read: key, dimensions, dtype kinds, what is expected of it
+H5_DATASETS = (
+    ("split", 1, INT, "(N,) integer split flags"),
+    *((key, 1, INT, "(N,) integer indices, -1 for none") for key in INDEX_KEYS),
+    (f"boxes_{BOX_SCALE}", 2, NUMBER, "(B, 4) centre x, centre y, width, height"),
+    ("labels", 2, INT, "(B, 1) 1-based labels"),
+    ("relationships", 2, INT, "(R, 2) subject and object box indices"),
+    ("predicates", 2, INT, "(R, 1) 1-based predicates"),
+)
+
+
+def h5_arrays(f: IO[bytes], file: str, limits: ArchiveLimits | None = None) -> VGArrays:
+    """Every array the loader reads, with storage, declared sizes, dtype kinds and shapes
+    checked (the first three before any dataset is read)."""
     try:
         h5 = h5py.File(f, "r")
-    except OSError as err:
-        raise InputError(file, f"not a readable HDF5 file ({err})") from None
+    except H5_ERRORS as err:  # a damaged superblock may ask the file object for 2**64 bytes
+        raise InputError(file, f"not a readable HDF5 file ({printable(str(err))})") from None
     with h5:
-        split = dataset(h5, "split", file, 1, INT, "(N,) integer split flags")
-        index = {key: dataset(h5, key, file, 1, INT, "(N,) integer indices, -1 for none")
-                 for key in INDEX_KEYS}
-        boxes = dataset(h5, f"boxes_{BOX_SCALE}", file, 2, NUMBER,
-                        "(B, 4) centre x, centre y, width, height")
-        labels = dataset(h5, "labels", file, 2, INT, "(B, 1) 1-based labels")
-        relationships = dataset(h5, "relationships", file, 2, INT,
-                                "(R, 2) subject and object box indices")
-        predicates = dataset(h5, "predicates", file, 2, INT, "(R, 1) 1-based predicates")
+        arrays = {key: _read_dataset(obj, file, key)
+                  for key, obj in _stored_datasets(h5, file, limits or ArchiveLimits()).items()}
+    split = arrays["split"]
+    index = {key: arrays[key] for key in INDEX_KEYS}
+    boxes, labels = arrays[f"boxes_{BOX_SCALE}"], arrays["labels"]
+    relationships, predicates = arrays["relationships"], arrays["predicates"]
     for key, values in index.items():
         same_length(file, key, values, len(split), "split")
     same_width(file, f"boxes_{BOX_SCALE}", boxes, 4, "(B, 4) centre x, centre y, width, height")
@@ -225,19 +256,93 @@ def h5_arrays(f: IO[bytes], file: str) -> VGArrays:
                     relationships, predicates[:, 0])
 
 
-def dataset(h5: h5py.File, key: str, file: str, ndim: int, kinds: str, expected: str
-            ) -> np.ndarray:
-    """The whole dataset ``key`` as a numpy array, of ``ndim`` dimensions and a dtype kind
-    in ``kinds``."""
-    obj = h5.get(key)
-    if obj is None:
+def _stored_datasets(h5: h5py.File, file: str, limits: ArchiveLimits) -> dict[str, h5py.Dataset]:
+    """The datasets of ``H5_DATASETS``, each stored in the file (``_stored_dataset``), their
+    declared sizes within the limits; nothing of their data read yet."""
+    datasets: dict[str, h5py.Dataset] = {}
+    total = 0
+    for key, ndim, kinds, expected in H5_DATASETS:
+        try:
+            obj = _stored_dataset(h5, key, file, limits, expected)
+        except H5_ERRORS as err:
+            raise InputError(file, f"unreadable HDF5 metadata ({_h5_detail(err)})",
+                             field=key) from None
+        if obj.ndim != ndim or obj.dtype.kind not in kinds:
+            raise InputError(file, f"shape {obj.shape}, dtype {obj.dtype}", field=key,
+                             expected=expected)
+        total += _declared_size(obj.shape, obj.dtype)
+        if total > limits.max_h5_total_size:
+            raise InputError(file, f"the datasets read up to this one declare {total} bytes",
+                             field=key, expected=limit_hint(limits, "max_h5_total_size"))
+        datasets[key] = obj
+    return datasets
+
+
+def _stored_dataset(h5: h5py.File, key: str, file: str, limits: ArchiveLimits, expected: str
+                   ) -> h5py.Dataset:
+    """Dataset ``key`` if its bytes are in this file: reached by a hard link (an external
+    link names another file, a soft link another path, possibly in a loop), no external
+    raw storage, not virtual, only built-in filters, its size and its chunks' within
+    ``max_h5_dataset_size``. Checked from its metadata only: the link is looked at without
+    following it, the storage before the dataspace (a virtual dataset's extent may be
+    computed from its source files)."""
+    link = h5.get(key, getlink=True)
+    if link is None:
         raise InputError(file, "missing", field=key, expected=expected)
+    if not isinstance(link, h5py.HardLink):
+        kind = "an external link" if isinstance(link, h5py.ExternalLink) else "a soft link"
+        raise InputError(file, f"is {kind}", field=key,
+                         expected="a dataset of this file, reached without links")
+    obj = h5.get(key)
     if not isinstance(obj, h5py.Dataset):
         raise InputError(file, "not a dataset", field=key, expected=expected)
-    if obj.ndim != ndim or obj.dtype.kind not in kinds:
-        raise InputError(file, f"shape {obj.shape}, dtype {obj.dtype}", field=key,
+    problem = _storage_problem(obj.id.get_create_plist())
+    if problem is not None:
+        raise InputError(file, problem, field=key,
+                         expected="a dataset stored in this file, HDF5's built-in filters only")
+    if obj.shape is None:
+        raise InputError(file, "has no dataspace (HDF5 null dataspace)", field=key,
                          expected=expected)
-    return obj[()]
+    for what, shape in (("", obj.shape), ("chunks of ", obj.chunks or ())):
+        size = _declared_size(shape, obj.dtype)
+        if size > limits.max_h5_dataset_size:
+            raise InputError(file, f"declares {what}shape {tuple(shape)} of {obj.dtype}: "
+                             f"{size} bytes", field=key,
+                             expected=limit_hint(limits, "max_h5_dataset_size"))
+    return obj
+
+
+def _storage_problem(dcpl: h5py.h5p.PropDCID) -> str | None:
+    """Why a dataset's creation properties keep its bytes outside the file or need code
+    HDF5 does not have built in (None: neither)."""
+    if dcpl.get_layout() not in IN_FILE_LAYOUTS:
+        return "is a virtual dataset (its data is read from other files)"
+    if dcpl.get_external_count() > 0:
+        return "keeps its data in external files"
+    for i in range(dcpl.get_nfilters()):
+        code = dcpl.get_filter(i)[0]
+        if code not in BUILTIN_FILTERS or not h5py.h5z.filter_avail(code):
+            return f"is encoded with HDF5 filter {code}, which is not built into HDF5"
+    return None
+
+
+def _declared_size(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    """Bytes of an array of ``shape`` and ``dtype`` (Python integers: no overflow)."""
+    return math.prod(int(n) for n in shape) * dtype.itemsize
+
+
+def _read_dataset(obj: h5py.Dataset, file: str, key: str) -> np.ndarray:
+    """The whole dataset (checked by ``_stored_dataset``) as a numpy array."""
+    try:
+        return obj[()]
+    except H5_ERRORS as err:  # damaged chunks, a failing filter
+        raise InputError(file, f"cannot be read ({_h5_detail(err)})", field=key) from None
+
+
+def _h5_detail(err: BaseException) -> str:
+    """An h5py error on one printable line (HDF5 says what failed and where in the file,
+    not what the bytes were)."""
+    return printable(" ".join(f"{type(err).__name__}: {err}".split()))[:300]
 
 
 def same_length(file: str, key: str, values: np.ndarray, n: int, other: str) -> None:
@@ -252,7 +357,9 @@ def same_width(file: str, key: str, values: np.ndarray, width: int, expected: st
 
 
 def check_boxes(file: str, boxes: np.ndarray) -> None:
-    """What the loader asserts of every box: centre >= 0, width and height > 0, finite."""
+    """What the loader asserts of every box: centre >= 0, width and height > 0, finite.
+    The bad row is shown: bytes of the input file (``_stored_dataset`` refuses data kept
+    anywhere else)."""
     bad = ~(np.isfinite(boxes).all(axis=1) & (boxes[:, :2] >= 0).all(axis=1)
             & (boxes[:, 2:] > 0).all(axis=1))
     if bad.any():

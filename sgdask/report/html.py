@@ -44,11 +44,14 @@ img { max-width: 100%; display: block; margin: 0.6em 0; }
 """
 
 
-def render_html(reports: dict[str, Report], title: str = "sgdask report") -> str:
-    """The whole page; ``reports`` maps protocol name -> Report, the first is the baseline."""
+def render_html(reports: dict[str, Report], title: str = "sgdask report",
+                public: bool = False) -> str:
+    """The whole page; ``reports`` maps protocol name -> Report, the first is the baseline.
+    ``public`` (a page a server publishes): sources by their last path component only, so
+    no host path reaches the page."""
     if not reports:
         raise ValueError("render_html needs at least one report")
-    sections = [header_section(title, reports), overall_section(reports),
+    sections = [header_section(title, reports, public), overall_section(reports),
                 plots_section(reports), details_section(reports)]
     return page(title, "\n".join(sections))
 
@@ -96,12 +99,12 @@ def bullet_list(items: Iterable[str]) -> str:
 
 # --- header ----------------------------------------------------------------------------------
 
-def header_section(title: str, reports: dict[str, Report]) -> str:
+def header_section(title: str, reports: dict[str, Report], public: bool = False) -> str:
     protocols = table(["protocol", "version", "aggregation", "evaluated images"],
                       protocol_rows(reports))
     provenance = table(["protocols", "sgdask", "GT source", "GT content hash",
                         "submission source", "submission content hash"],
-                       provenance_rows(reports))
+                       provenance_rows(reports, public))
     return f"<h1>{esc(title)}</h1>\n{protocols}\n<h3>Provenance</h3>\n{provenance}"
 
 
@@ -115,8 +118,10 @@ def evaluated_images(report: Report) -> int:
     return int(report.diagnostics.get("evaluated_images", len(report.per_image)))
 
 
-def provenance_rows(reports: dict[str, Report]) -> list[list[str]]:
-    """One row per distinct provenance: protocols run on the same inputs share a row."""
+def provenance_rows(reports: dict[str, Report], public: bool = False) -> list[list[str]]:
+    """One row per distinct provenance: protocols run on the same inputs share a row
+    (``public``: sources by their last path component)."""
+    shown = _basename if public else str
     groups: dict[str, list[str]] = {}
     for name, report in reports.items():
         key = json.dumps(report.provenance, sort_keys=True, default=str)
@@ -126,10 +131,15 @@ def provenance_rows(reports: dict[str, Report]) -> list[list[str]]:
         prov = json.loads(key)
         gt, sub = prov.get("gt") or {}, prov.get("submission") or {}
         rows.append([", ".join(names), str(prov.get("sgdask_version", "?")),
-                     str(gt.get("source")), str(gt.get("content_hash")),
-                     str(sub.get("source")) + conversion_note(sub),
+                     shown(gt.get("source")), str(gt.get("content_hash")),
+                     shown(sub.get("source")) + conversion_note(sub),
                      str(sub.get("content_hash"))])
     return rows
+
+
+def _basename(source: Any) -> str:
+    """The last component of a path or URL (``None`` as such)."""
+    return str(source).rstrip("/").replace("\\", "/").rsplit("/", 1)[-1]
 
 
 def conversion_note(submission: dict[str, Any]) -> str:

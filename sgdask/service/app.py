@@ -8,16 +8,23 @@ cross-site ``Sec-Fetch-Site`` or foreign ``Origin`` is refused as well.
 
 No text from the client names a file: submission ids are checked against a fixed pattern
 before they are used, uploads are stored under server-chosen names, and the uploaded file
-name is only ever displayed (escaped).
+name is only ever displayed (escaped). No answer names a host path either: pages and JSON
+show ids and the uploaded file's name; a failure's detail stays in the log.
+
+Uploads streaming in count against their team's limits (``uploads.mark_in_flight``), and
+what dead uploads left is swept every lease (``uploads.sweep_orphans``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import secrets
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -34,7 +41,7 @@ from sgdask.batch.registry import Entry, Registry, utc_now
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.service import pages
 from sgdask.service.access import Refusal, authorize, checked_name, checked_paper
-from sgdask.service.limits import LimitReached, Limits, check_limits
+from sgdask.service.limits import LimitReached, Limits, check_limits, team_of
 from sgdask.service.queue import (
     Submission,
     is_submission_id,
@@ -44,7 +51,14 @@ from sgdask.service.queue import (
     upload_url,
 )
 from sgdask.service.tokens import Account, TokenBook
-from sgdask.service.uploads import UploadSink, receive
+from sgdask.service.uploads import (
+    UploadSink,
+    mark_in_flight,
+    receive,
+    sweep_orphans,
+    unmark_in_flight,
+    uploads_in_flight,
+)
 
 TOKEN_COOKIE, CSRF_COOKIE = "sgdask_token", "sgdask_csrf"
 DEFAULT_MAX_UPLOAD_MB = 2048
@@ -65,6 +79,7 @@ class ServiceConfig:
     limits: Limits = field(default_factory=Limits)
     open_uploads: bool = False
     title: str = "sgdask leaderboard"
+    lease: float = 60.0  # in-flight markers beat every quarter lease; orphans age in leases
 
     @property
     def max_upload_bytes(self) -> int:
@@ -196,6 +211,7 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
     config = svc.config
     submitted_at = utc_now()
     submission_id = new_id(submitted_at)
+    slot = _InFlight(svc, submission_id)
 
     def who(fields: dict[str, str]) -> tuple[Account | None, str | None]:
         used = fields.get("token") or token
@@ -207,28 +223,75 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
         if form:
             check_csrf(request, fields.get("csrf"))
         account, _ = who(fields)
-        await svc.run(lambda: check_limits(account, submissions(svc.registry), config.limits))
+        await slot.take(account)
         return UploadSink(svc.registry, submission_id)
 
-    upload = await receive(request, config.max_upload_bytes, start_file)
-    assert upload.sink is not None
     try:
-        account, used = who(upload.fields)
-        name = checked_name(upload.fields.get("name"))
-        paper = checked_paper(upload.fields.get("paper"))
-        async with svc.register_lock:
-            await svc.run(lambda: check_limits(account, submissions(svc.registry),
-                                               config.limits))
-            await svc.run(upload.sink.commit)
-            entry = Entry(submission_id, name, svc.registry.store_url(submission_id),
-                          upload_url(svc.registry, submission_id), submitted_at,
-                          upload.fields.get("board") == "approved", paper, "received", "",
-                          account.team if account else None, upload.filename)
-            await svc.run(svc.registry.add, entry)
-    except BaseException:
-        await svc.run(upload.sink.abort)
-        raise
+        upload = await receive(request, config.max_upload_bytes, start_file)
+        assert upload.sink is not None
+        try:
+            account, used = who(upload.fields)
+            name = checked_name(upload.fields.get("name"))
+            paper = checked_paper(upload.fields.get("paper"))
+            async with svc.register_lock:
+                await svc.run(_team_limits, svc, account, submission_id)
+                await svc.run(upload.sink.commit)
+                entry = Entry(submission_id, name, svc.registry.store_url(submission_id),
+                              upload_url(svc.registry, submission_id), submitted_at,
+                              upload.fields.get("board") == "approved", paper, "received", "",
+                              account.team if account else None, upload.filename)
+                await svc.run(svc.registry.add, entry)
+        except BaseException:
+            await svc.run(upload.sink.abort)
+            raise
+    finally:
+        await slot.release()
     return Submission(entry, []), used
+
+
+def _team_limits(svc: Service, account: Account | None, submission_id: str) -> None:
+    """Raise LimitReached when the team may not add ``submission_id``: its submissions and
+    its other uploads streaming into any server sharing the registry count."""
+    subs = submissions(svc.registry)
+    registered = {s.id for s in subs}
+    others = [sid for sid, team in uploads_in_flight(svc.registry, svc.config.lease).items()
+              if team == team_of(account) and sid != submission_id and sid not in registered]
+    check_limits(account, subs, svc.config.limits, in_flight=len(others))
+
+
+class _InFlight:
+    """One upload's in-flight marker: written (and the limits checked with it counted)
+    before the first byte of the file is stored, rewritten every quarter lease while the
+    file streams in, removed when the upload is registered or refused."""
+
+    def __init__(self, svc: Service, submission_id: str) -> None:
+        self.svc, self.id = svc, submission_id
+        self.beating: asyncio.Task | None = None
+        self.marked = False
+
+    async def take(self, account: Account | None) -> None:
+        """Mark the upload, then check the limits counting it (written first, so two
+        servers racing for a team's last slot cannot both get it)."""
+        team = team_of(account)
+        async with self.svc.register_lock:
+            self.marked = True
+            await self.svc.run(mark_in_flight, self.svc.registry, self.id, team)
+            await self.svc.run(_team_limits, self.svc, account, self.id)
+        self.beating = asyncio.create_task(self.beat(team))
+
+    async def beat(self, team: str) -> None:
+        while True:
+            await asyncio.sleep(self.svc.config.lease / 4)
+            with contextlib.suppress(Exception):  # an unreachable store: the next beat
+                await self.svc.run(mark_in_flight, self.svc.registry, self.id, team)
+
+    async def release(self) -> None:
+        if self.beating is not None:
+            self.beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.beating
+        if self.marked:
+            await self.svc.run(unmark_in_flight, self.svc.registry, self.id)
 
 
 # --- JSON ----------------------------------------------------------------------------------
@@ -242,8 +305,7 @@ def submission_json(request: Request, sub: Submission, rank: int | None,
     e, errors_visible = sub.entry, may_see_errors(sub, account)
     out = {"id": sub.id, "name": e.name, "team": e.team, "board": sub.board,
            "paper": e.paper, "file": e.filename, "status": sub.status, "steps": sub.steps,
-           "errors": (sub.latest("errors") or []) if errors_visible and sub.status in
-           ("rejected", "failed") else [],
+           "errors": sub.shown_errors if errors_visible else [],
            "warnings": (sub.latest("warnings") or []) if errors_visible else [],
            "submitted_at": e.submitted_at, "updated_at": sub.updated_at,
            "attempts": sub.attempts, "hidden": sub.hidden, "rank": rank,
@@ -336,6 +398,24 @@ async def api_visibility(svc: Service, request: Request) -> Response:
     sub = await change_visibility(svc, request, account, doc["hidden"])
     rank = (await svc.run(svc.ranks)).get(sub.id)
     return JSONResponse(submission_json(request, sub, rank, account))
+
+
+async def api_whoami(svc: Service, request: Request) -> Response:
+    """Who the token belongs to and what the server takes, so a client can stop before
+    sending a file that would be refused."""
+    token = bearer(request)
+    account = svc.tokens.account(token)
+    if token and account is None:
+        raise Refusal(401, "token: unknown or revoked token")
+    if account is None and not svc.config.open_uploads:
+        raise Refusal(401, "token: missing (send Authorization: Bearer TOKEN)")
+    limits = svc.config.limits
+    return JSONResponse({"team": account.team if account else None,
+                         "role": account.role if account else None,
+                         "open_uploads": svc.config.open_uploads,
+                         "max_upload_bytes": svc.config.max_upload_bytes,
+                         "limits": {"daily": limits.daily, "total": limits.total,
+                                    "concurrent": limits.concurrent}})
 
 
 async def api_leaderboard(svc: Service, request: Request) -> Response:
@@ -476,7 +556,8 @@ async def health(request: Request) -> Response:
 # --- the application -----------------------------------------------------------------------
 
 class SecurityHeaders:
-    """CSP, no sniffing, no framing, no caching of personal pages."""
+    """CSP, no sniffing, no framing, no caching of personal pages; ``Connection: close``
+    after a refused upload whose body was too long to drain."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -490,13 +571,51 @@ class SecurityHeaders:
                          b"x-content-type-options": b"nosniff",
                          b"x-frame-options": b"DENY", b"referrer-policy": b"same-origin",
                          b"cache-control": b"no-store"}
+                if scope.get("state", {}).get("close"):
+                    extra[b"connection"] = b"close"
                 headers += [(k, v) for k, v in extra.items() if k not in names]
                 message = {**message, "headers": headers}
             await send(message)
         await self.app(scope, receive, send_with_headers)
 
 
-def create_app(config: ServiceConfig, lifespan: Any = None) -> Any:
+def _log_stderr(line: str) -> None:
+    print(f"sgdask: {line}", file=sys.stderr, flush=True)
+
+
+async def _sweep_every(svc: Service, log: Callable[[str], None]) -> None:
+    """Sweep orphaned uploads now and every lease."""
+    while True:
+        try:
+            swept = await svc.run(sweep_orphans, svc.registry, svc.config.lease)
+        except Exception as err:  # an unreachable store: the next sweep
+            log(f"sweeping orphaned uploads failed: {type(err).__name__}: {err}")
+        else:
+            if swept:
+                log(f"swept {len(swept)} orphaned file(s): {', '.join(swept)}")
+        await asyncio.sleep(svc.config.lease)
+
+
+def _with_sweeper(svc: Service, lifespan: Any, log: Callable[[str], None]) -> Any:
+    """The application's lifespan: ``lifespan`` (if any) with the orphan sweeper beside."""
+    @asynccontextmanager
+    async def run(app: Any) -> AsyncIterator[None]:
+        sweeper = asyncio.create_task(_sweep_every(svc, log))
+        try:
+            if lifespan is None:
+                yield
+            else:
+                async with lifespan(app):
+                    yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+    return run
+
+
+def create_app(config: ServiceConfig, lifespan: Any = None,
+               log: Callable[[str], None] = _log_stderr) -> Any:
     routes = [
         Route("/", html(leaderboard_page), methods=["GET"]),
         Route("/submit", html(submit_form), methods=["GET"]),
@@ -517,8 +636,10 @@ def create_app(config: ServiceConfig, lifespan: Any = None) -> Any:
         Route("/api/submissions/{submission_id}/visibility", api(api_visibility),
               methods=["POST"]),
         Route("/api/leaderboard", api(api_leaderboard), methods=["GET"]),
+        Route("/api/whoami", api(api_whoami), methods=["GET"]),
         Route("/healthz", health, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
-    app.state.service = Service(config)
+    svc = Service(config)
+    app = Starlette(routes=routes, lifespan=_with_sweeper(svc, lifespan, log))
+    app.state.service = svc
     return SecurityHeaders(app)

@@ -1,7 +1,9 @@
 """``sgdask submit --server URL``: upload through the JSON API, optionally wait for the result.
 
 httpx sends the file from disk in chunks (multipart fields first, then the file), so a large
-ZIP is never read whole into memory.
+ZIP is never read whole into memory. Before that, ``GET /api/whoami`` checks the token, the
+board and the file's size against the server's limit, so a refused upload is known before a
+byte of the file is sent.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def api_error(server: str, response: httpx.Response) -> SgdaskError:
 
 def upload(server: str, token: str | None, path: str, name: str, paper: str | None = None,
            board: str = "public", timeout: float = 600.0) -> dict[str, Any]:
-    """POST the file; returns the 202 answer (id, status, url)."""
+    """Check the token and the size, then POST the file; returns the 202 answer (id,
+    status, url)."""
     file = Path(path)
     if not file.is_file():
         raise SgdaskError(f"{path}: file not found")
@@ -40,14 +43,39 @@ def upload(server: str, token: str | None, path: str, name: str, paper: str | No
     fields = {"name": name, "board": board, **({"paper": paper} if paper else {})}
     try:
         with httpx.Client(base_url=server.rstrip("/"), timeout=httpx.Timeout(
-                timeout, connect=10)) as client, file.open("rb") as f:
-            response = client.post("/api/submissions", data=fields, headers=headers,
-                                   files={"file": (file.name, f, "application/octet-stream")})
+                timeout, connect=10)) as client:
+            _check_before_sending(server, client, headers, file, board)
+            with file.open("rb") as f:
+                response = client.post(
+                    "/api/submissions", data=fields, headers=headers,
+                    files={"file": (file.name, f, "application/octet-stream")})
     except httpx.HTTPError as err:
         raise SgdaskError(f"{server}: cannot upload ({type(err).__name__}: {err})") from None
     if response.status_code != 202:
         raise api_error(server, response)
     return response.json()
+
+
+def _check_before_sending(server: str, client: httpx.Client, headers: dict[str, str],
+                         file: Path, board: str) -> None:
+    """Raise SgdaskError when the server would refuse the upload for its token, board or
+    size (a server without ``/api/whoami`` is not asked)."""
+    answer = client.get("/api/whoami", headers=headers)
+    if answer.status_code == 404:
+        return
+    if answer.status_code == 401 and "Authorization" not in headers:
+        raise SgdaskError(f"{server}: HTTP 401: token: missing (give --token or set "
+                          "$SGDASK_TOKEN)")
+    if answer.status_code != 200:
+        raise api_error(server, answer)
+    who = answer.json()
+    if board == "approved" and who.get("role") != "maintainer":
+        raise SgdaskError(f"{server}: board: the approved board takes uploads from "
+                          "maintainers only")
+    size, most = file.stat().st_size, who.get("max_upload_bytes")
+    if isinstance(most, int) and size > most:
+        raise SgdaskError(f"{file}: {size} bytes, larger than the server's upload limit of "
+                          f"{most / 2**20:g} MiB")
 
 
 def wait(server: str, token: str | None, submission_id: str, timeout: float,

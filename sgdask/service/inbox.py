@@ -19,10 +19,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sgdask.batch.registry import Entry, Registry, create_exclusive, parse_stamp, utc_now
+from sgdask.batch.registry import Entry, Registry, parse_stamp, utc_now
 from sgdask.errors import SgdaskError
 from sgdask.io.archive import printable
 from sgdask.io.fs import join
+from sgdask.io.lock import create_exclusive
 from sgdask.service.access import Refusal, authorize, checked_name, checked_paper
 from sgdask.service.limits import LimitReached, Limits, check_limits
 from sgdask.service.queue import new_id, submissions, upload_url

@@ -1,8 +1,11 @@
-"""Per-team submission limits: so many per rolling 24 hours, so many in total.
+"""Per-team submission limits: so many per rolling 24 hours, so many in total, so many
+uploads streaming at once.
 
 Every submission of the team counts except ``failed`` ones (the service's fault, not the
 team's); rejected ones count, as on hosted leaderboards, so a limit cannot be probed
-around with broken files. Maintainers are not limited.
+around with broken files. Uploads still streaming count too, as if submitted now (they
+become submissions when complete), so a team cannot hold more partial uploads on disk than
+it has submissions left. Maintainers are not limited.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ ANONYMOUS = "anonymous"
 class Limits:
     daily: int | None = 5
     total: int | None = None
+    concurrent: int | None = 5  # uploads of one team streaming at the same time
 
 
 @dataclass(frozen=True)
@@ -40,23 +44,30 @@ def team_of(account: Account | None) -> str:
 
 
 def check_limits(account: Account | None, subs: list[Submission], limits: Limits,
-                 now: datetime | None = None) -> None:
-    """Raise LimitReached when the team may not submit now."""
+                 now: datetime | None = None, in_flight: int = 0) -> None:
+    """Raise LimitReached when the team may not submit now; ``in_flight``: the team's other
+    uploads still streaming (not yet submissions), counted as submitted now."""
     if account is not None and account.is_maintainer:
         return
     team = team_of(account)
     now = now or datetime.now(UTC)
-    counted = sorted(parse_stamp(s.entry.submitted_at) for s in subs
-                     if (s.entry.team or ANONYMOUS) == team and s.state != "failed")
+    counted = sorted([*(parse_stamp(s.entry.submitted_at) for s in subs
+                        if (s.entry.team or ANONYMOUS) == team and s.state != "failed"),
+                      *[now] * in_flight])
+    pending = f" (counting {in_flight} upload(s) in progress)" if in_flight else ""
     if limits.total is not None and len(counted) >= limits.total:
         raise LimitReached(f"team {team}: the limit of {limits.total} submissions in total "
-                           "is reached", None)
+                           f"is reached{pending}", None)
     recent = [t for t in counted if now - t < WINDOW]
     if limits.daily is not None and len(recent) >= limits.daily:
         # the upload that frees a slot is the oldest of the last `daily` ones
         frees = recent[len(recent) - limits.daily] + WINDOW
         raise LimitReached(f"team {team}: the limit of {limits.daily} submissions per 24 hours "
-                           f"is reached; next upload allowed at {stamp(frees)}", frees)
+                           f"is reached{pending}; next upload allowed at {stamp(frees)}", frees)
+    if limits.concurrent is not None and in_flight >= limits.concurrent:
+        raise LimitReached(f"team {team}: {in_flight} uploads are in progress, the limit of "
+                           f"{limits.concurrent} at a time is reached; retry when one has "
+                           "finished", None)
 
 
 def stamp(when: datetime) -> str:

@@ -162,8 +162,7 @@ def status_page(sub: Submission, rank: int | None, has_report: bool, may_see_err
              '<dl class="facts">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
              + "</dl>"]
     if may_see_errors:
-        parts.append(problem_list("errors", sub.latest("errors") if sub.status in
-                                  ("rejected", "failed") else None))
+        parts.append(problem_list("errors", sub.shown_errors))
         parts.append(problem_list("warnings", sub.latest("warnings")))
     metrics = sub.latest("metrics") if sub.status == "ranked" else None
     if metrics:

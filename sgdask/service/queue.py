@@ -29,6 +29,7 @@ FINAL = frozenset({"ranked", "rejected", "failed"})
 # What users see: "evaluated" is an internal step of "evaluating"; entries registered by
 # `sgdask submit --registry` start "ready" (converted, waiting for the next rerank).
 SHOWN = {"evaluated": "evaluating", "ready": "evaluating"}
+INTERNAL_ERROR = "internal error while evaluating; the maintainers can see the log"
 ID_PATTERN = re.compile(r"^[0-9]{8}T[0-9]{6,12}-[0-9a-f]{8,16}$")
 UPLOAD_SUFFIX = ".upload"
 
@@ -104,6 +105,17 @@ class Submission:
             if key in record:
                 return record[key]
         return None
+
+    @property
+    def shown_errors(self) -> list[str]:
+        """The errors its team sees: a rejection's (about the uploaded file, by its name);
+        for a failure only that it failed: the detail (an exception that may name host
+        paths) stays in the worker's log and the status records."""
+        if self.status == "rejected":
+            return self.latest("errors") or []
+        if self.status == "failed":
+            return [f"error: gave up after {self.attempts} attempt(s): {INTERNAL_ERROR}"]
+        return []
 
     @property
     def board(self) -> str:

@@ -5,7 +5,17 @@ part's bytes go to ``REGISTRY/uploads/<id>.upload`` chunk by chunk, never whole 
 and never through a local temporary file when the registry is on an object store. The
 upload becomes visible only when complete: on local disk it is written under
 ``uploads/.partial/`` and renamed, on an object store the (multipart) upload is completed
-on commit and aborted otherwise. Past the size limit the request is answered 413 at once.
+on commit and aborted otherwise. Past the size limit the request is answered 413.
+
+A refused request's body is read to its end (up to ``DRAIN_LIMIT`` bytes) and dropped
+before the answer, so the client reads the 401/413 instead of a connection reset; beyond
+that the answer goes out at once and the connection is closed.
+
+While a file streams in, ``uploads/.inflight/<id>.json`` names its team and is rewritten
+every quarter lease (the server's heartbeat for it): every replica sharing the registry
+counts it against the team's limits, and ``sweep_orphans`` deletes only what a dead upload
+left (older than ``SWEEP_LEASES`` leases, no live marker), and the temporary stores a worker
+killed while converting left beside ``stores/<id>`` once that submission has moved on.
 
 Fields must precede the file part (browsers send them in form order; ``sgdask submit``,
 ``requests`` and ``httpx`` put fields first), so authorization and limits are checked
@@ -14,26 +24,37 @@ before a single byte of the file is stored.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
+import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio.to_thread
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
-from sgdask.batch.registry import Registry
+from sgdask.batch.registry import Registry, parse_stamp, utc_now
+from sgdask.batch.rerank import read_json, write_atomic
 from sgdask.io.archive import printable
 from sgdask.io.fs import is_local, join
 from sgdask.service.access import Refusal
-from sgdask.service.queue import UPLOAD_SUFFIX
+from sgdask.service.queue import IN_PROGRESS, UPLOAD_SUFFIX
 
 FIELD_CAPS = {"name": 1000, "paper": 4000, "board": 32, "token": 512, "csrf": 256}
 ENVELOPE = 64 << 10  # what the multipart envelope and the fields may add to the file size
 FILE_FIELD = "file"
+DRAIN_LIMIT = 64 << 20  # a refused body is read up to this many bytes before the answer
+PARTIAL, IN_FLIGHT = ".partial", ".inflight"
+SWEEP_LEASES = 3  # what a dead upload left is swept once this many leases old
+#: a store being replaced (``--overwrite``) is written beside it, and the old one moved aside
+LEFTOVER_STORE = re.compile(r"([0-9A-Za-z-]+)\.(?:tmp|trash)-[0-9a-f]{32}")
 
 
 class UploadSink:
@@ -43,7 +64,7 @@ class UploadSink:
         self.fs = registry.fs
         self.final = join(registry.path, "uploads", submission_id + UPLOAD_SUFFIX)
         self.local = is_local(self.fs)
-        self.temp = join(registry.path, "uploads", ".partial",
+        self.temp = join(registry.path, "uploads", PARTIAL,
                          f"{submission_id}-{uuid.uuid4().hex[:8]}")
         self.file: Any = None
 
@@ -144,30 +165,76 @@ def too_large(limit: int) -> str:
     return f"file: larger than the upload limit of {limit / 2**20:g} MiB"
 
 
+class Body:
+    """The request body as it arrives, counted; knows whether it has ended, so the rest of
+    a refused request can be read and dropped."""
+
+    def __init__(self, request: Request) -> None:
+        self.receive = request.receive
+        self.declared = request.headers.get("content-length")
+        self.read, self.ended = 0, False
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while not self.ended:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect()
+            self.ended = not message.get("more_body", False)
+            data = message.get("body", b"")
+            self.read += len(data)
+            if data:
+                yield data
+
+    async def drain(self, budget: int = DRAIN_LIMIT) -> bool:
+        """Read and drop the rest, ``budget`` bytes in all at most; True when the body
+        ended (the connection can answer and stay open), False when it is too long."""
+        if self.declared is not None and self.declared.isdigit() and \
+                int(self.declared) > budget:
+            return self.ended
+        async for _ in self.chunks():
+            if self.read > budget:
+                return False
+        return True
+
+
 async def receive(request: Request, limit: int, start_file: StartFile) -> Upload:
     """Read the whole multipart body; the file goes to the sink ``start_file`` returns
-    (called with the fields read so far; it may refuse). The caller commits or aborts."""
+    (called with the fields read so far; it may refuse). The caller commits or aborts.
+
+    Refused (any error but a disconnect): the rest of the body is drained first; when it
+    is too long to drain, ``request.state.close`` is set (answer with Connection: close)."""
+    body, upload = Body(request), Upload()
+    try:
+        return await read_upload(request, body, upload, limit, start_file)
+    except BaseException as err:
+        if upload.sink is not None:
+            await anyio.to_thread.run_sync(upload.sink.abort)
+        if isinstance(err, Exception) and not isinstance(err, ClientDisconnect):
+            try:
+                request.state.close = not await body.drain()
+            except ClientDisconnect:
+                request.state.close = True
+        raise
+
+
+async def read_upload(request: Request, body: Body, upload: Upload, limit: int,
+                      start_file: StartFile) -> Upload:
     check_length(request, limit)
     events = PartEvents()
     parser = MultipartParser(boundary_of(request), events.callbacks())
-    upload, part = Upload(), PartState()
-    try:
-        async for chunk in request.stream():
-            try:
-                parser.write(chunk)
-            except MultipartParseError as err:
-                raise Refusal(400, f"malformed multipart body ({err})") from None
-            for kind, value in events.take():
-                await handle(kind, value, part, upload, limit, start_file)
-        if not events.done:
-            raise Refusal(400, "incomplete upload (the body ended early)")
-        if upload.sink is None:
-            raise Refusal(400, f"{FILE_FIELD}: missing")
-        return upload
-    except BaseException:
-        if upload.sink is not None:
-            await anyio.to_thread.run_sync(upload.sink.abort)
-        raise
+    part = PartState()
+    async for chunk in body.chunks():
+        try:
+            parser.write(chunk)
+        except MultipartParseError as err:
+            raise Refusal(400, f"malformed multipart body ({err})") from None
+        for kind, value in events.take():
+            await handle(kind, value, part, upload, limit, start_file)
+    if not events.done:
+        raise Refusal(400, "incomplete upload (the body ended early)")
+    if upload.sink is None:
+        raise Refusal(400, f"{FILE_FIELD}: missing")
+    return upload
 
 
 @dataclass
@@ -221,3 +288,133 @@ async def start_part(part: PartState, upload: Upload, start_file: StartFile) -> 
 def os_basename(name: str) -> str:
     """The last component of a client's file name, for display only (never a path)."""
     return name.replace("\\", "/").rsplit("/", 1)[-1] or "upload"
+
+
+# --- in-flight markers and orphans ---------------------------------------------------------
+
+def mark_in_flight(registry: Registry, submission_id: str, team: str) -> None:
+    """Write (or rewrite: the heartbeat) the marker of an upload streaming in."""
+    registry.fs.makedirs(join(registry.path, "uploads", IN_FLIGHT), exist_ok=True)
+    record = {"submission_id": submission_id, "team": team, "at": utc_now(),
+              "server": f"{socket.gethostname()}-{os.getpid()}"}
+    write_atomic(registry.fs, _in_flight_path(registry, submission_id),
+                 json.dumps(record).encode())
+
+
+def unmark_in_flight(registry: Registry, submission_id: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        registry.fs.rm(_in_flight_path(registry, submission_id))
+
+
+def uploads_in_flight(registry: Registry, lease: float) -> dict[str, str]:
+    """Submission id -> team of every upload whose marker beat within ``lease`` seconds
+    (in any server sharing the registry)."""
+    return _beating_since(registry, datetime.now(UTC) - timedelta(seconds=lease))
+
+
+def sweep_orphans(registry: Registry, lease: float) -> list[str]:
+    """Delete what dead uploads left (partial files, complete uploads never registered,
+    their markers): only files older than ``SWEEP_LEASES`` leases whose upload has no
+    marker that beat within that time, so with several servers on one registry nothing
+    alive is touched; and the stores dead conversions left. Returns the names deleted."""
+    cutoff = datetime.now(UTC) - timedelta(seconds=SWEEP_LEASES * lease)
+    alive = _beating_since(registry, cutoff)
+    swept = []
+    for folder, id_of in ((PARTIAL, _partial_id), (IN_FLIGHT, _stem_id), ("", _stem_id)):
+        for info in _files(registry, folder):
+            name = info["name"].rsplit("/", 1)[-1]
+            changed = _modified(info)
+            if changed is None or changed > cutoff or id_of(name) in alive:
+                continue
+            if not folder and (not name.endswith(UPLOAD_SUFFIX)
+                               or registry.entry(id_of(name)) is not None):
+                continue  # a registered upload, or not an upload at all
+            try:
+                registry.fs.rm(info["name"])
+            except FileNotFoundError:
+                continue  # another server swept it first
+            swept.append(f"{folder}/{name}" if folder else name)
+    return swept + _swept_stores(registry, cutoff)
+
+
+def _swept_stores(registry: Registry, cutoff: datetime) -> list[str]:
+    """Delete ``stores/<id>.tmp-*`` and ``stores/<id>.trash-*`` (what ``--overwrite`` writes
+    beside a store, left by a worker killed while converting) older than ``cutoff`` whose
+    submission is past converting: no process writes them any more (a reclaimed
+    submission is converted into a temporary store of its own)."""
+    path = join(registry.path, "stores")
+    registry.fs.invalidate_cache(path)
+    try:
+        found = [(info, LEFTOVER_STORE.fullmatch(info["name"].rsplit("/", 1)[-1]))
+                 for info in registry.fs.ls(path, detail=True) if info["type"] == "directory"]
+    except FileNotFoundError:
+        return []
+    found = [(info, m) for info, m in found if m and (_modified(info) or cutoff) < cutoff]
+    if not found:
+        return []
+    states = {e.submission_id: e.status for e in registry.entries()}
+    swept = []
+    for info, match in found:
+        if states.get(match.group(1)) in (None, "received", *IN_PROGRESS):
+            continue  # unknown (being registered) or still being converted
+        with contextlib.suppress(FileNotFoundError):
+            registry.fs.rm(info["name"], recursive=True)
+            swept.append(f"stores/{match.group(0)}")
+    return swept
+
+
+def _in_flight_path(registry: Registry, submission_id: str) -> str:
+    return join(registry.path, "uploads", IN_FLIGHT, f"{submission_id}.json")
+
+
+def _beating_since(registry: Registry, since: datetime) -> dict[str, str]:
+    """Submission id -> team of the markers that beat after ``since``."""
+    found = {}
+    for record in _markers(registry):
+        try:
+            beat = parse_stamp(record["at"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if beat > since:
+            found[record["submission_id"]] = str(record.get("team"))
+    return found
+
+
+def _markers(registry: Registry) -> list[dict[str, Any]]:
+    records = []
+    for info in _files(registry, IN_FLIGHT):
+        if info["name"].endswith(".json"):
+            try:
+                record = read_json(registry.fs, info["name"])
+            except (ValueError, OSError):
+                continue  # a marker being replaced
+            if isinstance(record, dict) and isinstance(record.get("submission_id"), str):
+                records.append(record)
+    return records
+
+
+def _files(registry: Registry, folder: str) -> list[dict[str, Any]]:
+    path = join(registry.path, "uploads", folder) if folder else join(registry.path, "uploads")
+    registry.fs.invalidate_cache(path)
+    try:
+        return [i for i in registry.fs.ls(path, detail=True) if i["type"] == "file"]
+    except FileNotFoundError:
+        return []
+
+
+def _modified(info: dict[str, Any]) -> datetime | None:
+    """When a listed file last changed (local ``mtime``, object store ``LastModified``)."""
+    value = info.get("mtime", info.get("LastModified"))
+    if isinstance(value, (int, float)):
+        return datetime.fromtimestamp(value, UTC)
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return None
+
+
+def _partial_id(name: str) -> str:
+    return name.rsplit("-", 1)[0]
+
+
+def _stem_id(name: str) -> str:
+    return name.partition(".")[0]

@@ -11,6 +11,7 @@ cache entry last), so a retried entry resumes where the dead worker stopped.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 import traceback
@@ -23,7 +24,6 @@ from distributed import Client
 from sgdask.batch.many import run_many
 from sgdask.batch.registry import Registry
 from sgdask.batch.rerank import (
-    LockHeld,
     board_job,
     inputs_digest,
     read_json,
@@ -34,6 +34,7 @@ from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.ingest import convert_submission
+from sgdask.io.lock import DEFAULT_LEASE, LockHeld
 from sgdask.io.store import StoreReader
 from sgdask.io.validate import validate_submission
 from sgdask.metrics import RANK_BY
@@ -54,6 +55,7 @@ from sgdask.service.tokens import TokenBook
 
 Log = Callable[[str], None]
 DEFAULT_MAX_ERRORS = 20
+LIMIT_HINT = re.compile(r"; raise with --limit (\w+)=N")
 
 
 @dataclass
@@ -63,7 +65,7 @@ class WorkerConfig:
     out: str
     storage_options: StorageOptions | None = None
     poll: float = 1.0
-    lease: float = 60.0
+    lease: float = DEFAULT_LEASE
     max_attempts: int = 3
     batch: int = 8
     max_errors: int = DEFAULT_MAX_ERRORS
@@ -71,7 +73,6 @@ class WorkerConfig:
     limits: Limits = field(default_factory=Limits)
     open_uploads: bool = False
     archive_limits: ArchiveLimits | None = None
-    stale_lock_after: float = 3600.0
 
 
 class LostClaim(Exception):
@@ -103,6 +104,14 @@ def validation_messages(upload: str, gt: str, options: StorageOptions | None,
     problems = validate_submission(upload, gt, options, limits, max_errors)
     lines = [(p.is_error, str(p).replace(upload, shown_as)) for p in problems]
     return [t for e, t in lines if e], [t for e, t in lines if not e]
+
+
+def _public_message(text: str, names: dict[str, str]) -> str:
+    """A message as the service shows it: every storage location in ``names`` replaced by
+    its name (longest first), and a limit's hint without the CLI's ``--limit`` flag."""
+    for location in sorted(names, key=len, reverse=True):
+        text = text.replace(location, names[location])
+    return LIMIT_HINT.sub(r", the server's limit \1; ask the maintainers to raise it", text)
 
 
 def report_metrics(reports: dict[str, Any]) -> dict[str, Any]:
@@ -240,6 +249,7 @@ class Worker:
                     validation_messages, upload_url(self.registry, claim.id), self.config.gt,
                     self.config.storage_options, self.config.archive_limits,
                     self.config.max_errors, entry.filename or "upload", pure=False).result()
+                errors, warnings = self.public(errors, claim), self.public(warnings, claim)
                 if errors:
                     claim.step("rejected", errors=errors, warnings=warnings)
                     self.log(f"worker {self.id}: {claim.id}: rejected ({errors[0]})")
@@ -252,13 +262,24 @@ class Worker:
         except LostClaim:
             raise
         except InputError as err:
-            shown = str(err).replace(upload_url(self.registry, claim.id),
-                                     entry.filename or "upload")
-            claim.step("rejected", errors=[f"error: {shown}"])
+            claim.step("rejected", errors=self.public([f"error: {err}"], claim))
             return False
         except Exception as err:
             self.retry_or_fail(claim, err)
             return False
+
+    def public(self, lines: list[str], claim: Claim) -> list[str]:
+        """``lines`` without host paths: the upload by the name it was uploaded under,
+        the converted store by the submission id, the GT and the registry by name."""
+        names = {}
+        for url, name in ((self.registry.url, "REGISTRY"),
+                          (upload_url(self.registry, claim.id), claim.sub.entry.filename
+                           or "upload"),
+                          (claim.sub.entry.url, f"the store of {claim.id}"),
+                          (self.config.gt.rstrip("/"), "the GT store")):
+            path = filesystem(url, self.config.storage_options)[1]
+            names.update({url: name, path: name})
+        return [_public_message(line, names) for line in lines]
 
     def store_complete(self, url: str) -> bool:
         """A store left complete by an earlier attempt (its manifest is written last)."""
@@ -299,9 +320,10 @@ class Worker:
         job = board_job(self.config.registry, self.config.gt, [c.sub.entry for c in claims],
                         Options(), self.config.storage_options)
         start = time.perf_counter()
-        outcome = run_many(job, client=self.client, log=lambda _: None)
+        log = lambda line: self.log(f"worker {self.id}: {line}")  # noqa: E731
+        outcome = run_many(job, client=self.client, log=log)
         scored = time.perf_counter()
-        report_pages(outcome, job.cache, self.config.storage_options, self.client)
+        report_pages(outcome, job.cache, self.config.storage_options, self.client, log)
         self.log(f"worker {self.id}: scored {len(claims)} submission(s) in "
                  f"{scored - start:.1f} s, rendered their reports in "
                  f"{time.perf_counter() - scored:.1f} s")
@@ -316,7 +338,7 @@ class Worker:
 
     def reject(self, claim: Claim, err: InputError) -> None:
         with contextlib.suppress(LostClaim):
-            claim.step("rejected", errors=[f"error: {err}"])
+            claim.step("rejected", errors=self.public([f"error: {err}"], claim))
 
     # --- publish -------------------------------------------------------------------------
 
@@ -337,7 +359,7 @@ class Worker:
         try:
             rerank(self.config.registry, self.config.gt, self.config.out, Options(),
                    self.config.storage_options, client=self.client, log=self.log,
-                   stale_after=self.config.stale_lock_after)
+                   lease=self.config.lease)
         except LockHeld:
             return False
         for sub in waiting:
