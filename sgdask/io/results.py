@@ -44,6 +44,9 @@ DEFAULT_LIMITS = ArchiveLimits()
 ZIP_MAGIC = b"PK\x03\x04"
 #: bytes that hold any ``.npy`` header numpy reads (it refuses headers past 10000 bytes)
 NPY_HEAD = 12 + 10_000
+#: ``.npz`` members up to this size are inflated whole before their header is read (a
+#: header read first costs more than inflating them); larger ones header first
+INFLATE_FIRST = 1 << 20
 HASH_HEADER = b"sgdask results v1\n"
 PAIRING = "one result per GT test image with at least one relation, in psg.json's data order"
 #: Result attribute -> the numpy dtype kinds it may have
@@ -201,9 +204,9 @@ def npy_header(head: bytes, fail: Any) -> NpyHeader:
     return NpyHeader(shape, fortran, dtype, f.tell())
 
 
-def npy_array(data: bytes, fail: Any) -> np.ndarray:
-    """The array of one ``.npy`` member (read-only view of ``data``), without pickles."""
-    header = npy_header(data, fail)
+def npy_array(data: bytes, header: NpyHeader, fail: Any) -> np.ndarray:
+    """The array of one ``.npy`` member (read-only view of ``data``) as its ``header``
+    (``npz_header``, read from the member's first bytes) declares it, without pickles."""
     if len(data) - header.offset != header.nbytes:
         raise fail(f"holds {len(data) - header.offset} bytes for {header.layout}",
                    "a complete .npy array")
@@ -212,16 +215,22 @@ def npy_array(data: bytes, fail: Any) -> np.ndarray:
                                                        order="F" if header.fortran else "C")
 
 
-def npz_header(archive: SafeZip, name: str, image: str, fail: Any) -> NpyHeader:
-    """The header of the member ``name.npy``, read before the member is inflated: it must
-    declare exactly the data the ZIP directory says the member holds."""
+def npz_member(archive: SafeZip, name: str, image: str, fail: Any
+               ) -> tuple[NpyHeader, bytes | None]:
+    """The header of the member ``name.npy``, which must declare exactly the data the ZIP
+    directory says the member holds, and the member's bytes when it is small enough to
+    inflate before that check (``INFLATE_FIRST``); a larger member's header is read from
+    its first bytes, and the member inflated only once its declared shape has passed the
+    checks."""
     member = name + ".npy"
-    header = npy_header(archive.head(member, NPY_HEAD, image=image, field=name), fail)
     size = archive.entries[member].file_size
+    data = archive.read(member, image=image, field=name) if size <= INFLATE_FIRST else None
+    header = npy_header(data if data is not None else
+                        archive.head(member, NPY_HEAD, image=image, field=name), fail)
     if header.offset + header.nbytes != size:
         raise fail(f"declares {header.nbytes} bytes ({header.layout}) in a member of {size} "
                    "bytes", "a complete .npy array")
-    return header
+    return header, data
 
 
 def npz_stem(name: str) -> int | None:
@@ -473,15 +482,16 @@ class ResultSource:
         archive = SafeZip(io.BytesIO(data), file, self.npz_limits)
         failures = {name: lambda what, expected=None, n=name: where.error(n, what, expected)
                     for name in fields_of(self.method) if name + ".npy" in archive}
-        headers = {name: npz_header(archive, name, entry.image_id, fail)
+        members = {name: npz_member(archive, name, entry.image_id, fail)
                    for name, fail in failures.items()}
+        headers = {name: header for name, (header, _) in members.items()}
         placeholders = {name: header.placeholder(failures[name])
                         for name, header in headers.items()}
         check_shapes(field_arrays(placeholders, self.method, where), where, shape, classes,
                      self.instance_scores, self.limits)
-        arrays = {name: npy_array(archive.read(name + ".npy", image=entry.image_id,
-                                               field=name), fail)
-                  for name, fail in failures.items()}
+        arrays = {name: npy_array(data if data is not None else archive.read(
+                      name + ".npy", image=entry.image_id, field=name), header, failures[name])
+                  for name, (header, data) in members.items()}
         return arrays, where, hashlib.sha256(data).hexdigest()
 
     def npz_bytes(self, file: str) -> bytes:
