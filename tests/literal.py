@@ -12,7 +12,8 @@ graph list, NG list, dense boolean masks (n, H, W) or boxes, optional scores).
 Outputs: ``ImageTerms`` (per metric a rational term ``(numerator, denominator)``, per
 predicate for the mean metrics) and ``Dataset`` (SPEC 7 aggregation, exact Fractions).
 
-Where the SPEC is silent, the decisions sgdask has written down (README "Decisions") are
+Where the SPEC is silent, the decisions sgdask has written down (docs/metrics.md, "Decisions
+where the specification is silent") are
 followed:
 
 - IoU of two empty instances (union 0) is 0, for masks and boxes; except that the

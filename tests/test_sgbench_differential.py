@@ -8,7 +8,8 @@ both command lines, their printed output parsed.
 
 sgbench 1.0.0 prints NaN for mR@k when a predicate of its vocabulary never occurs in the
 GT of the images with a prediction; sgdask averages over the predicates that occur and
-says so in the report's notes (README "Decisions"). Only finite values are compared.
+says so in the report's notes (docs/metrics.md, "Decisions where the specification is
+silent"). Only finite values are compared.
 """
 
 from __future__ import annotations

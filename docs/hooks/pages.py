@@ -9,6 +9,9 @@ Nothing here is copied text, so the site cannot drift from what it documents:
 - **the command line**: every command's ``--help``, from the CLI's own click command.
 - **the API reference**: one page per module of ``API_MODULES``, rendered by mkdocstrings
   from the docstrings.
+- **included files**: ``<!-- generated: file PATH -->`` on a line of its own is replaced by
+  the repository's Markdown file ``PATH``, its headings moved below the page's own (the
+  performance page shows ``benchmarks/results/latest.md``, which ``make bench`` writes).
 
 Formulas (``\\( ... \\)`` and ``\\[ ... \\]``, marked by pymdownx.arithmatex) become MathML when
 the page is built, so the site shows them without JavaScript or network (it is meant to be
@@ -44,6 +47,9 @@ API_MODULES: dict[str, dict[str, Any]] = {
 }
 
 CLI_MARKER = "<!-- generated: command help -->"
+FILE_MARKER = re.compile(r"^<!-- generated: file (?P<path>\S+) -->$", re.M)
+#: the heading level an included file's highest headings get (the page's own sections: 2)
+INCLUDED_TOP_LEVEL = 3
 CODE_LANGUAGES = {".json": "json", ".yaml": "yaml", ".yml": "yaml", "Dockerfile": "dockerfile"}
 
 
@@ -158,6 +164,37 @@ def help_section(title: str, command: Any, context: Any) -> str:
     return f"## `{title}`\n\n```text\n{text}\n```\n"
 
 
+def included_file(path: str) -> str:
+    """A repository Markdown file as part of a page: its headings moved so the highest
+    becomes level ``INCLUDED_TOP_LEVEL``. A missing file fails the build."""
+    source = REPO / path
+    if not source.is_file():
+        raise FileNotFoundError(f"{path}: named by a generated-file marker, not in the repository")
+    return demoted_headings(source.read_text(), INCLUDED_TOP_LEVEL)
+
+
+HEADING = re.compile(r"^(?P<hashes>#{1,6})(?=\s)")
+
+
+def demoted_headings(text: str, top: int) -> str:
+    """``text`` with its ATX headings (outside fenced code) shifted so that the highest is
+    level ``top`` (at most 6)."""
+    lines = text.splitlines()
+    fenced, outside = False, []
+    for n, line in enumerate(lines):
+        if line.startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced and HEADING.match(line):
+            outside.append(n)
+    if not outside:
+        return text
+    shift = top - min(len(HEADING.match(lines[n])["hashes"]) for n in outside)
+    for n in outside:
+        level = min(6, len(HEADING.match(lines[n])["hashes"]) + shift)
+        lines[n] = "#" * level + HEADING.sub("", lines[n])
+    return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+
+
 def group_sections() -> dict[str, list[tuple[str, str]]]:
     """Index page of each generated group -> (nav title, page) of its section, index first:
     mirrored files are titled by their file names, API pages by their modules."""
@@ -217,8 +254,8 @@ def on_files(files: Files, config: Any) -> Files:
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
     if CLI_MARKER in markdown:
-        return markdown.replace(CLI_MARKER, command_help())
-    return markdown
+        markdown = markdown.replace(CLI_MARKER, command_help())
+    return FILE_MARKER.sub(lambda m: included_file(m["path"]), markdown)
 
 
 def on_page_content(content: str, page: Any, config: Any, files: Files) -> str:
