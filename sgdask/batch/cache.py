@@ -15,8 +15,8 @@ import json
 from typing import Any
 
 from sgdask import __version__
+from sgdask.core.settings import Options
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.pipeline import Options
 from sgdask.protocols import METRICS_VERSION, Protocol
 from sgdask.report import TERMS_FILE, Report
 
