@@ -16,8 +16,9 @@ from typing import Any
 
 from distributed import Client, LocalCluster
 
+from sgdask.io.stats import gt_training_stats
 from sgdask.io.store import StoreReader
-from sgdask.pipeline import cluster_mapper, evaluate, training_stats
+from sgdask.pipeline import cluster_mapper, evaluate
 from sgdask.report.intervals import CISettings, add_intervals
 
 
@@ -37,7 +38,7 @@ def measure_ci_cost(gt: str, pred: str, client: Client, protocol: str = "singlem
     start = time.perf_counter()
     report = evaluate(gt, pred, protocol=protocol, client=client)
     evaluate_s = time.perf_counter() - start
-    _, composition = training_stats(StoreReader(gt), None, None)
+    _, composition = gt_training_stats(StoreReader(gt), None, None)
     here = timed_intervals(report, CISettings(0.95, resamples, seed), composition)
     every = timed_intervals(report, CISettings(0.95, resamples, seed), composition,
                             cluster_mapper(client))

@@ -17,7 +17,8 @@ import os
 import time
 
 from sgdask.cluster import Local, dask_client
-from sgdask.pipeline import DEFAULT_PARTITION_SIZE, evaluate
+from sgdask.core.settings import DEFAULT_PARTITION_SIZE
+from sgdask.pipeline import evaluate
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

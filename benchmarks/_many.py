@@ -13,7 +13,8 @@ import json
 import time
 
 from sgdask.cluster import Local, dask_client
-from sgdask.pipeline import Options, evaluate_many
+from sgdask.core.settings import Options
+from sgdask.pipeline import evaluate_many
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,7 +5,7 @@ process, one thread, once per protocol, and times each phase with the process CP
 reading + decoding the GT and submission parts, normalization (mask merge, deduplication),
 IoU, matching, the list walks that give the hit positions, the metric terms and the
 accumulator. It calls the same functions as ``sgdask.kernels.image.image_hits`` and
-``sgdask.pipeline.score_partition``, step by step, and checks that the hits equal
+``sgdask.core.partition.scored_partition``, step by step, and checks that the hits equal
 ``image_hits``'s, so the table describes the code that runs. One JSON line:
 ``{protocol: {phase: ms per image}}`` and the image count.
 """

@@ -5,7 +5,8 @@ truth on a Dask cluster; ``sgdask.Evaluator`` scores images held in memory; the 
 kernels live in ``sgdask.kernels`` and the metric definitions in ``sgdask.metrics``.
 
 Imports are lazy: ``import sgdask.kernels`` loads numpy and numba only, not Dask, pyarrow
-or zarr.
+or zarr, and neither does ``sgdask.Evaluator`` (it runs on ``sgdask.core``, the Dask-free
+core the pipeline's tasks run too).
 """
 
 from __future__ import annotations

@@ -20,13 +20,13 @@ from rich.table import Table
 
 from sgdask import __version__
 from sgdask.cluster import LOCAL, Local
+from sgdask.core.settings import DEFAULT_PARTITION_SIZE
 from sgdask.errors import SgdaskError, SgdaskWarning
 from sgdask.io.archive import ArchiveLimits, limits_help
 from sgdask.io.lock import DEFAULT_LEASE
 from sgdask.io.methods import METHODS
 from sgdask.kernels.selection import DEFAULT_KS
 from sgdask.metrics import RANK_BY, board_columns, format_value, units_note
-from sgdask.pipeline import DEFAULT_PARTITION_SIZE
 from sgdask.protocols import DEFAULT_PROTOCOL
 from sgdask.report import Report, interval_caption
 from sgdask.versions import dependency_versions
@@ -599,7 +599,7 @@ def compare(gt: Annotated[str, typer.Option(
         write_comparison,
     )
     from sgdask.cluster import dask_client
-    from sgdask.pipeline import Options
+    from sgdask.core.settings import Options
 
     options = storage_options(storage_option)
     entries = [(name, [m]) for name, m in zip(labels(models or []), models or [],

@@ -1,13 +1,14 @@
 """The in-memory evaluator: ``update`` per image, ``compute`` a Report, ``merge`` shards.
 
 For a training loop: predictions and ground truth are arrays in memory, so nothing is
-written. Each image runs the pipeline's own per-image path (``sgdask.pipeline.hits_under``:
-normalize, match, select, remap), its hits are scored in batches by the families' vectorized
-terms (``sgdask.metrics.terms.batch_blocks``) and folded into the pipeline's partition
-result (``sgdask.pipeline.PartitionResult``: exact accumulators, per-image rows, per-image
-terms); ``compute`` builds the report with the function the pipeline uses
-(``sgdask.report.build_report``). Hence the same numbers, to the last bit, as ``sgdask
-evaluate`` on the same data, whatever the order of ``update`` calls and merges.
+written. Each image runs the core's per-image path, the one the pipeline's tasks run
+(``sgdask.core.image.hits_under``: normalize, match, select, remap), its hits are scored in
+batches by the families' vectorized terms (``sgdask.core.partition.term_blocks``) and
+folded into the core's partition result (``sgdask.core.result.PartitionResult``: exact
+accumulators, per-image rows, per-image terms); ``compute`` builds the report as the
+pipeline does (``sgdask.core.finalize.report_of``). Hence the same numbers, to the last
+bit, as ``sgdask evaluate`` on the same data, whatever the order of ``update`` calls and
+merges. Nothing here imports Dask, pyarrow or zarr (tested).
 
 Inputs mirror what ``sgdask.io.partition`` reads from a store:
 
@@ -33,14 +34,17 @@ from typing import Any
 import numpy as np
 
 from sgdask.accum import Accumulator, KeyedSums, RationalSum
+from sgdask.core.finalize import report_of
+from sgdask.core.image import hits_under
+from sgdask.core.partition import term_blocks
+from sgdask.core.result import PartitionResult
+from sgdask.core.settings import Options, ScoringSettings, Submission
 from sgdask.errors import InputError, SgdaskError
 from sgdask.kernels.selection import DEFAULT_KS, parse_ks
 from sgdask.metrics import FAMILIES, available, metric_of
-from sgdask.metrics.base import Context
-from sgdask.metrics.terms import batch_blocks, inputs_of, with_zero_shot
-from sgdask.pipeline import Job, Options, PartitionResult, Submission, hits_under
+from sgdask.metrics.terms import inputs_of, with_zero_shot
 from sgdask.protocols import DEFAULT_PROTOCOL, get_protocol
-from sgdask.report import EvalSettings, Report, build_report
+from sgdask.report import EvalSettings, Report
 from sgdask.stats.table import TermTable
 from sgdask.types import ImageGT, ImageHits, ImagePred, ZeroShot
 
@@ -327,10 +331,15 @@ class Evaluator:
         self._any_ng = False
 
     @property
-    def _job(self) -> Job:
-        sub = Submission(SOURCE, SOURCE, (self.protocol,), True)
-        return Job("", None, (sub,), self.ks, self.zero_shot, self.legacy, self.match_labels,
-                   tuple(FAMILIES))
+    def _scoring(self) -> ScoringSettings:
+        return ScoringSettings(self.ks, self.zero_shot, self.legacy, self.match_labels,
+                               tuple(FAMILIES))
+
+    @property
+    def _submission(self) -> Submission:
+        """The images updated, as one submission with an NG list (``compute`` leaves the
+        NG metrics out when no prediction had one)."""
+        return Submission(SOURCE, SOURCE, (self.protocol,), True)
 
     def __len__(self) -> int:
         """Images updated so far (with and without relations)."""
@@ -357,10 +366,9 @@ class Evaluator:
             image_id, pred, image_gt, n_classes, n_predicates)
         evaluated = len(image_gt.relations) > 0
         if evaluated:
-            job = self._job
-            hits = with_zero_shot(hits_under(image_gt, image_pred, self.protocol,
-                                             job.submissions[0], job, {}), job.zero_shot)
-            self._pending.append(hits)
+            hits = hits_under(image_gt, image_pred, self.protocol, self._submission,
+                              self._scoring, {})
+            self._pending.append(with_zero_shot(hits, self.zero_shot))
         self._ids.add(image_id)
         self._any_ng |= has_ng
         counts = self._counts
@@ -377,9 +385,7 @@ class Evaluator:
         if not self._pending:
             return
         hits, self._pending = self._pending, []
-        inputs = inputs_of(self.protocol, True, self.zero_shot is not None, self.legacy)
-        blocks = batch_blocks(hits, Context(self.ks), self.protocol, inputs, tuple(FAMILIES))
-        self._result.add(KEY, hits, blocks)
+        self._result.add(KEY, hits, term_blocks(hits, self.protocol, True, self._scoring))
 
     # ------------------------------------------------------------------ merge, compute
 
@@ -409,19 +415,15 @@ class Evaluator:
         if not self._counts["evaluated_images"]:
             raise SgdaskError("Evaluator.compute: no updated image has a GT relation: "
                               "nothing to evaluate")
-        acc = self._result.accumulators[KEY]
-        rows = self._result.images[KEY]
-        terms = TermTable.concat(self._result.terms[KEY])
-        if not self._any_ng:
-            acc, rows, terms = without_ng(acc, rows, terms, self.protocol, self.legacy)
+        result = (self._result if self._any_ng else
+                  without_ng(self._result, self.protocol, self.legacy))
         settings = EvalSettings(self.protocol, self.aggregation, self.ks, self._any_ng,
                                 self.zero_shot is not None, self.legacy, self.tau,
                                 self.match_labels)
         manifest = {"source": SOURCE, "content_hash": None,
                     "predicate_classes": list(self.predicates)}
-        return build_report(acc, rows, settings, self.composition, manifest,
-                            {"source": SOURCE, "content_hash": None}, dict(self._counts),
-                            terms)
+        return report_of(result, KEY, settings, self.composition, manifest,
+                         {"source": SOURCE, "content_hash": None}, dict(self._counts))
 
     # ------------------------------------------------------------------ state
 
@@ -481,11 +483,11 @@ class Evaluator:
 # --------------------------------------------------------------------------- helpers
 
 
-def without_ng(acc: Accumulator, rows: list[dict[str, Any]], terms: TermTable,
-               protocol: Any, legacy: bool
-               ) -> tuple[Accumulator, list[dict[str, Any]], TermTable]:
+def without_ng(result: PartitionResult, protocol: Any, legacy: bool) -> PartitionResult:
     """The result without the metrics that need an NG list (no prediction had one: the
     evaluation then has no NG list, as a submission without ``ng_triplets``)."""
+    acc, rows = result.accumulators[KEY], result.images[KEY]
+    terms = TermTable.concat(result.terms[KEY])
     inputs = inputs_of(protocol, False, True, legacy)
     drop = {n for n in acc.names if (m := metric_of(n)) is not None
             and available(m, inputs) is not None}
@@ -499,7 +501,7 @@ def without_ng(acc: Accumulator, rows: list[dict[str, Any]], terms: TermTable,
                       [terms.kinds[terms.names.index(n)] for n in keep_names],
                       terms.image[keep], codes[terms.metric[keep]], terms.predicate[keep],
                       terms.num[keep], terms.den[keep])
-    return acc, rows, terms
+    return PartitionResult({KEY: acc}, {KEY: rows}, terms={KEY: [terms]})
 
 
 def same_settings(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -1,7 +1,8 @@
-"""The Dask bag graph: partitions -> read -> per-image kernels -> terms -> fold -> report.
+"""The Dask bag graph: partitions -> read -> score (``sgdask.core``) -> fold -> report.
 
-This module only wires: reading is ``sgdask.io``, computing is ``sgdask.kernels`` and
-``sgdask.metrics``, summing is ``sgdask.accum``, presenting is ``sgdask.report``.
+This module only plans and wires: reading is ``sgdask.io``, scoring a partition's decoded
+images and folding the results is ``sgdask.core`` (which the in-memory ``Evaluator`` runs
+too), presenting is ``sgdask.report``.
 
 A submission is a converted store, the submission file itself or a model's result file
 (``--method``): a task reads its GT partition once, loads (or decodes) every submission's
@@ -13,24 +14,26 @@ from __future__ import annotations
 import itertools
 import math
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import dask.bag as db
-import numpy as np
 import pyarrow as pa
 from distributed import Client, as_completed, futures_of
 
-from sgdask.accum import AGGREGATIONS, Accumulator
 from sgdask.cluster import dask_client
-from sgdask.errors import InputError, InstanceMismatch, SgdaskError
+from sgdask.core.finalize import report_of
+from sgdask.core.partition import scored_partition
+from sgdask.core.result import PartitionResult
+from sgdask.core.settings import DEFAULT_PARTITION_SIZE, Options, ScoringSettings, Submission
+from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.consistency import check_against_gt
-from sgdask.io.fs import StorageOptions, join
+from sgdask.io.fs import StorageOptions
 from sgdask.io.partition import load_gt_images
 from sgdask.io.results import ResultsMethod
 from sgdask.io.sources import (
-    Digest,
     FileInput,
     FileSlice,
     ResultInput,
@@ -39,55 +42,31 @@ from sgdask.io.sources import (
     StoreSlice,
     open_input,
 )
-from sgdask.io.stats import composition_counts, read_stats, zero_shot_from
+from sgdask.io.stats import gt_training_stats
 from sgdask.io.store import StoreReader
 from sgdask.io.validate import GTInfo
-from sgdask.kernels.image import image_hits, missing_image_hits, without_proposals
-from sgdask.kernels.selection import DEFAULT_KS, KSpec, parse_ks
+from sgdask.kernels.selection import DEFAULT_KS, parse_ks
 from sgdask.metrics import FAMILIES
-from sgdask.metrics.base import IMAGE, Block, Context, Family
-from sgdask.metrics.terms import (
-    batch_blocks,
-    inputs_of,
-    skipped_diagnostics,
-    with_zero_shot_all,
-)
-from sgdask.protocols import DEFAULT_PROTOCOL, Protocol, get_protocols
-from sgdask.report import EvalSettings, Report, build_report
+from sgdask.protocols import DEFAULT_PROTOCOL, get_protocols
+from sgdask.report import EvalSettings, Report
 from sgdask.report.intervals import CISettings, add_intervals
 from sgdask.stats.bootstrap import Mapper
-from sgdask.stats.table import TermTable
-from sgdask.types import ImageGT, ImageHits, ImagePred, ZeroShot
-
-DEFAULT_PARTITION_SIZE: int | None = None  # whole GT store parts per task (task_count)
+from sgdask.types import ImagePred
 
 PredSlice = StoreSlice | FileSlice | ResultSlice
 
 
 @dataclass(frozen=True)
-class Submission:
-    """A submission to score and the protocols to score it under; ``keep_store``: also
-    write the decoded submission file as a store there."""
-
-    name: str
-    url: str
-    protocols: tuple[Protocol, ...]
-    with_ng: bool = True
-    keep_store: str | None = None
-
-
-@dataclass(frozen=True)
 class Job:
-    """Everything a worker needs to score a partition (small and picklable)."""
+    """Everything a worker needs to score a partition (small and picklable): where the GT
+    is, the submissions (``keep_stores``: per submission, where to also write its decoded
+    submission file as a store, or None) and what decides the numbers."""
 
     gt_url: str
     storage_options: StorageOptions | None
     submissions: tuple[Submission, ...]
-    ks: tuple[KSpec, ...]
-    zero_shot: ZeroShot | None = None
-    legacy: bool = False
-    match_labels: bool = True
-    families: tuple[Family, ...] = ()
+    keep_stores: tuple[str | None, ...]
+    scoring: ScoringSettings
     gt_manifest: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __dask_tokenize__(self) -> str:
@@ -113,145 +92,41 @@ class PartitionSpec:
         return uuid.uuid4().hex
 
 
-Key = tuple[str, str]  # (submission name, protocol name)
-
-
-@dataclass
-class PartitionResult:
-    """Per (submission, protocol): an accumulator, per-image rows and the per-image terms
-    (one ``TermTable`` per partition); the GT parts read; the store parts written
-    (``keep_store``); per result-file submission, the digests of the files its tasks read.
-
-    Merging is associative (accumulators merge exactly; rows and lists concatenate).
-    """
-
-    accumulators: dict[Key, Accumulator] = field(default_factory=dict)
-    images: dict[Key, list[dict[str, Any]]] = field(default_factory=dict)
-    gt_parts_read: list[str] = field(default_factory=list)
-    parts_written: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    terms: dict[Key, list[TermTable]] = field(default_factory=dict)
-    digests: dict[str, list[Digest]] = field(default_factory=dict)
-
-    def add(self, key: Key, hits: list[ImageHits], blocks: list[Block],
-            skipped: dict[str, int] | None = None) -> None:
-        """Add the hits of a partition's images and their term blocks (``skipped``: the
-        diagnostics of the images the protocol left out)."""
-        acc = self.accumulators.setdefault(key, Accumulator())
-        self.images.setdefault(key, [])
-        self.terms.setdefault(key, [])
-        if skipped:
-            acc.add_counts(np.empty(0, dtype=np.int64), skipped)
-        if not hits:
-            return
-        acc.add_blocks(blocks)
-        acc.add_counts(np.concatenate([h.predicates for h in hits]),
-                       image_diagnostics(hits))
-        self.images.setdefault(key, []).extend(image_rows(hits, blocks))
-        self.terms.setdefault(key, []).append(
-            TermTable.from_blocks([h.image_id for h in hits], blocks))
-
-    def merged(self, other: PartitionResult) -> PartitionResult:
-        keys = list(dict.fromkeys([*self.accumulators, *other.accumulators]))
-        empty = Accumulator()
-        return PartitionResult(
-            {k: self.accumulators.get(k, empty).merged(other.accumulators.get(k, empty))
-             for k in keys},
-            {k: self.images.get(k, []) + other.images.get(k, []) for k in keys},
-            self.gt_parts_read + other.gt_parts_read,
-            concatenated(self.parts_written, other.parts_written),
-            {k: self.terms.get(k, []) + other.terms.get(k, []) for k in keys},
-            concatenated(self.digests, other.digests))
-
-
-def concatenated(a: dict[str, list], b: dict[str, list]) -> dict[str, list]:
-    """Per name, ``a``'s list then ``b``'s."""
-    return {name: a.get(name, []) + b.get(name, []) for name in {**a, **b}}
-
-
-def image_diagnostics(hits: list[ImageHits]) -> dict[str, int]:
-    """Diagnostics summed over images, with the image counts."""
-    out = {"images": len(hits), "images_missing": sum(h.missing for h in hits)}
-    for h in hits:
-        for name, value in h.diagnostics.items():
-            out[name] = out.get(name, 0) + value
-    return out
-
-
-def image_rows(hits: list[ImageHits], blocks: list[Block]) -> list[dict[str, Any]]:
-    """Rows of the per-image table: image-level values and diagnostics."""
-    rows: list[dict[str, Any]] = [{"image_id": h.image_id, "missing": h.missing,
-                                   "gt_triplets": h.n_gt_triplets} for h in hits]
-    for block in blocks:
-        if block.kind != IMAGE:
-            continue
-        values = np.divide(block.num, block.den, out=np.full(len(block.num), np.nan),
-                           where=block.den > 0)
-        for i, value in zip(block.image.tolist(), values.tolist(), strict=True):
-            rows[i][block.name] = None if value != value else value
-    for row, h in zip(rows, hits, strict=True):
-        row.update(h.diagnostics)
-    return rows
-
-
 def score_partition(spec: PartitionSpec, job: Job) -> PartitionResult:
-    """Read one GT partition once and score every submission and protocol on it."""
+    """The task: read one GT partition once, then decode each submission's predictions
+    for it in turn and score them (``sgdask.core.partition.scored_partition``)."""
     gt_reader = StoreReader(job.gt_url, job.storage_options, manifest=job.gt_manifest)
     gts = list(load_gt_images(gt_reader, list(spec.gt_parts), list(spec.image_ids)))
     out = PartitionResult(gt_parts_read=list(spec.gt_parts))
-    for sub, pred_slice in zip(job.submissions, spec.preds, strict=True):
-        preds = predictions(sub, pred_slice, spec.index, job.storage_options, out)
-        shared: list[dict] = [{} for _ in gts]
-        for protocol in sub.protocols:
-            skipped: dict[str, int] = {}
-            hits = []
-            for gt, cache in zip(gts, shared, strict=True):
-                pred = preds.get(gt.image_id)
-                if without_proposals(pred, protocol):
-                    for name, value in skipped_diagnostics(pred is None).items():
-                        skipped[name] = skipped.get(name, 0) + value
-                    continue
-                hits.append(hits_under(gt, pred, protocol, sub, job, cache))
-            with_zero_shot_all(hits, job.zero_shot)
-            inputs = inputs_of(protocol, sub.with_ng, job.zero_shot is not None, job.legacy)
-            blocks = (batch_blocks(hits, Context(job.ks), protocol, inputs, job.families)
-                      if hits else [])
-            out.add((sub.name, protocol.name), hits, blocks, skipped)
-    return out
+    return scored_partition(gts, _decoded(spec, job, out), job.scoring, out)
 
 
-def predictions(sub: Submission, pred_slice: PredSlice, index: int,
+def _decoded(spec: PartitionSpec, job: Job, out: PartitionResult
+             ) -> Iterator[tuple[Submission, dict[str, ImagePred]]]:
+    """Each submission with its predictions for the partition, decoded when asked for."""
+    for sub, keep_store, pred_slice in zip(job.submissions, job.keep_stores, spec.preds,
+                                           strict=True):
+        yield sub, predictions(sub, keep_store, pred_slice, spec.index, job.storage_options,
+                               out)
+
+
+def predictions(sub: Submission, keep_store: str | None, pred_slice: PredSlice, index: int,
                 options: StorageOptions | None, out: PartitionResult) -> dict[str, ImagePred]:
     """A partition's predictions; a decoded submission file is also written as a store
-    part when the submission asks to keep its store; a result file's digests are kept."""
+    part at ``keep_store``; a result file's digests are kept."""
     if isinstance(pred_slice, ResultSlice):
         preds, digests = pred_slice.decode(options)
         out.digests.setdefault(sub.name, []).extend(digests)
         return preds
-    if sub.keep_store is None or not isinstance(pred_slice, FileSlice):
+    if keep_store is None or not isinstance(pred_slice, FileSlice):
         return pred_slice.load(options)
     from sgdask.io.ingest import write_decoded_part
 
     decoded = pred_slice.decode(options)
     if decoded:
-        info = write_decoded_part(sub.keep_store, options, index, decoded)
+        info = write_decoded_part(keep_store, options, index, decoded)
         out.parts_written.setdefault(sub.name, []).append(info)
     return {d.image.image_id: d.prediction() for d in decoded}
-
-
-def hits_under(gt: ImageGT, pred: ImagePred | None, protocol: Protocol, sub: Submission,
-               job: Job, shared: dict) -> ImageHits:
-    """One image's hits under one protocol (without zero-shot flags: ``with_zero_shot``
-    adds them, ``with_zero_shot_all`` for many images at once)."""
-    if pred is None:
-        hits = missing_image_hits(gt, protocol, sub.with_ng)
-    else:
-        try:
-            hits = image_hits(gt, pred, protocol, sub.with_ng, job.match_labels, shared,
-                              job.legacy)
-        except InstanceMismatch as err:  # any other kernel exception is a bug in sgdask
-            raise InputError(sub.url, str(err), image=gt.image_id, field="instances") \
-                from err
-    return hits
 
 
 def parts_holding(ids: list[str], parts: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -375,54 +250,6 @@ def run_bag(client: Client, specs: list[PartitionSpec], job: Job, progress: bool
     return client.compute(folded).result()
 
 
-def training_stats(gt: StoreReader, stats: str | None, options: StorageOptions | None
-                   ) -> tuple[ZeroShot | None, dict[int, int] | None]:
-    """Zero-shot look-up and wIMR composition counts, from ``stats`` or the GT store."""
-    own = gt.manifest.get("train_stats")
-    url = stats or (join(gt.url, own) if own else None)
-    if url is None:
-        return None, None
-    table = read_stats(url, options, None if stats else gt.read_file(own))
-    n_classes = len(gt.manifest["thing_classes"]) + len(gt.manifest["stuff_classes"])
-    n_predicates = len(gt.manifest["predicate_classes"])
-    return zero_shot_from(table, n_classes, n_predicates), composition_counts(table)
-
-
-@dataclass(frozen=True)
-class Options:
-    """How to evaluate (the same for every submission of a job)."""
-
-    ks: str = DEFAULT_KS
-    aggregation: str = "per_predicate"
-    partition_size: int | None = DEFAULT_PARTITION_SIZE
-    stats: str | None = None
-    legacy: bool = False
-    tau: float = 0.5
-    match_labels: bool = True
-    ci: float | None = None
-    resamples: int = 1000
-    seed: int = 0
-    ci_metrics: str | None = None
-
-    @property
-    def intervals(self) -> CISettings | None:
-        """Bootstrap settings (``--ci``), None without intervals."""
-        if self.ci is None:
-            return None
-        return CISettings(self.ci, self.resamples, self.seed, self.ci_metrics)
-
-    def check(self) -> None:
-        if self.aggregation not in AGGREGATIONS:
-            raise SgdaskError(f"--aggregation: unknown mode {self.aggregation!r} "
-                              f"(expected one of: {', '.join(AGGREGATIONS)})")
-        if self.partition_size is not None and self.partition_size < 1:
-            raise SgdaskError("--partition-size: must be at least 1")
-        if not self.tau >= 0:
-            raise SgdaskError(f"--tau: {self.tau} must be a number >= 0")
-        if self.intervals is not None:
-            self.intervals.check()
-
-
 @dataclass
 class ManyResult:
     """Reports per submission name and protocol, and which GT parts the tasks read."""
@@ -465,15 +292,16 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Opt
     gt_reader = StoreReader(gt, storage_options, "gt")
     inputs = checked_inputs(gt_reader, submissions, storage_options, limits, methods or {})
     specs, counts, pred_counts = plan_partitions(gt_reader, inputs, options.partition_size)
-    zero_shot, composition = training_stats(gt_reader, options.stats, storage_options)
-    keep = keep_stores or {}
+    zero_shot, composition = gt_training_stats(gt_reader, options.stats, storage_options)
     subs = tuple(Submission(name, url, get_protocols(protocols),
-                            bool(sub.manifest.get("has_ng")),
-                            keep.get(name) if isinstance(sub, FileInput) else None)
+                            bool(sub.manifest.get("has_ng")))
                  for (name, url, protocols), sub in zip(submissions, inputs, strict=True))
-    job = Job(gt, storage_options, subs, parse_ks(options.ks), zero_shot, options.legacy,
-              options.match_labels, tuple(FAMILIES), gt_reader.manifest)
-    with kept_stores(subs, inputs, storage_options) as writers, \
+    keep = tuple((keep_stores or {}).get(sub.name) if isinstance(given, FileInput) else None
+                 for sub, given in zip(subs, inputs, strict=True))
+    scoring = ScoringSettings(parse_ks(options.ks), zero_shot, options.legacy,
+                              options.match_labels, tuple(FAMILIES))
+    job = Job(gt, storage_options, subs, keep, scoring, gt_reader.manifest)
+    with kept_stores(subs, keep, inputs, storage_options) as writers, \
             dask_client(client, scheduler) as active:
         size = spread_size(counts["evaluated_images"], len(specs), active,
                            options.partition_size)
@@ -504,14 +332,14 @@ def many_reports(result: PartitionResult, subs: tuple[Submission, ...],
                  gt_manifest: dict[str, Any], counts: dict[str, int]
                  ) -> dict[str, dict[str, Report]]:
     """Per submission and protocol, the report of the folded results."""
+    scoring = job.scoring
     return {
-        sub.name: {p.name: build_report(
-            result.accumulators[(sub.name, p.name)], result.images[(sub.name, p.name)],
-            EvalSettings(p, options.aggregation, job.ks, sub.with_ng,
-                         job.zero_shot is not None, options.legacy, options.tau,
+        sub.name: {p.name: report_of(
+            result, (sub.name, p.name),
+            EvalSettings(p, options.aggregation, scoring.ks, sub.with_ng,
+                         scoring.zero_shot is not None, options.legacy, options.tau,
                          options.match_labels),
-            composition, gt_manifest, given.manifest, {**counts, **pred_count},
-            TermTable.concat(result.terms[(sub.name, p.name)]))
+            composition, gt_manifest, given.manifest, {**counts, **pred_count})
             for p in sub.protocols}
         for sub, given, pred_count in zip(subs, inputs, pred_counts, strict=True)}
 
@@ -527,13 +355,13 @@ def cluster_mapper(client: Client) -> Mapper:
     return run
 
 
-def kept_stores(subs: tuple[Submission, ...], inputs: list[SubmissionInput],
-                options: StorageOptions | None) -> Any:
+def kept_stores(subs: tuple[Submission, ...], keep: tuple[str | None, ...],
+                inputs: list[SubmissionInput], options: StorageOptions | None) -> Any:
     """Store writers for the submissions kept as stores (removed again on failure)."""
     from sgdask.io.ingest import KeptStores
 
-    return KeptStores({sub.name: (sub.keep_store, given) for sub, given
-                       in zip(subs, inputs, strict=True) if sub.keep_store}, options)
+    return KeptStores({sub.name: (url, given) for sub, url, given
+                       in zip(subs, keep, inputs, strict=True) if url}, options)
 
 
 def evaluate_protocols(gt: str, pred: str, protocols: str = DEFAULT_PROTOCOL,

@@ -31,13 +31,14 @@ import tifffile
 from PIL import Image as PILImage
 
 from sgdask.accum import Accumulator
+from sgdask.core.result import image_diagnostics, image_rows
 from sgdask.io.ingest import convert_submission, ingest_gt
 from sgdask.io.stats import composition_counts, train_stats, zero_shot_from
 from sgdask.kernels.image import image_hits, missing_image_hits
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.base import Context
 from sgdask.metrics.terms import batch_blocks, image_result, inputs_of, with_zero_shot
-from sgdask.pipeline import evaluate_protocols, image_diagnostics, image_rows
+from sgdask.pipeline import evaluate_protocols
 from sgdask.protocols import Protocol, get_protocol
 from sgdask.report import EvalSettings, Report, build_report
 from sgdask.types import ImageGT, ImageHits, ImagePred, ImageResult, ZeroShot, as_triplets

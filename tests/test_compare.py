@@ -15,15 +15,11 @@ from distributed import Client, LocalCluster
 from sgdask.batch.cache import ResultCache
 from sgdask.batch.many import ManyJob, run_many
 from sgdask.cli import main
+from sgdask.core.settings import Options
 from sgdask.io.ingest import convert_submission
+from sgdask.io.stats import gt_training_stats
 from sgdask.io.store import StoreReader
-from sgdask.pipeline import (
-    Options,
-    cluster_mapper,
-    evaluate,
-    evaluate_protocols,
-    training_stats,
-)
+from sgdask.pipeline import cluster_mapper, evaluate, evaluate_protocols
 from sgdask.report import TERMS_FILE, Report
 from sgdask.report.intervals import CISettings, scoring_of
 from sgdask.stats.bootstrap import bootstrap, point_values, resample_indices
@@ -61,7 +57,7 @@ def reports(stores, client) -> dict[str, Report]:
 
 def test_terms_reproduce_every_reported_metric(reports, stores):
     """The kept terms give back the accumulator's numbers (wIMR through its family)."""
-    _, composition = training_stats(StoreReader(stores.gt), None, None)
+    _, composition = gt_training_stats(StoreReader(stores.gt), None, None)
     for report in reports.values():
         values = point_values(report.terms, scoring_of(report, composition))
         assert set(values) == set(report.metrics)

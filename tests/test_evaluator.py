@@ -413,3 +413,19 @@ def test_import_stays_cheap():
     code = ("import sys, sgdask; assert 'dask' not in sys.modules; "
             "assert 'pyarrow' not in sys.modules; sgdask.Evaluator")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_evaluator_runs_without_dask_pyarrow_zarr():
+    """A training loop's evaluator runs on the Dask-free core: importing it, scoring an
+    image and computing the report load none of Dask, pyarrow, zarr, fsspec or s3fs."""
+    code = ("import sys, numpy as np, sgdask.evaluator as e; "
+            "ev = e.Evaluator('singlempo', '20', 2, 2); "
+            "image = {'categories': np.array([0, 1]), 'relations': np.array([[0, 1, 1]]), "
+            "'boxes': np.array([[0, 0, 4, 4], [2, 2, 8, 8]])}; "
+            "ev.update('a', image, {**image, 'triplets': image['relations']}); "
+            "assert ev.compute().metrics['R@20'] == 1; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'dask', 'distributed', 'pyarrow', 'zarr', 'fsspec', 's3fs'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.strip() == "[]"

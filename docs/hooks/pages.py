@@ -41,6 +41,7 @@ API_MODULES: dict[str, dict[str, Any]] = {
     "sgdask.pipeline": {},
     "sgdask.report": {},
     "sgdask.evaluator": {},
+    "sgdask.core": {"show_submodules": True},
     "sgdask.io.ingest": {},
     "sgdask.batch": {"show_submodules": True},
     "sgdask.kernels": {},

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sgdask import __version__
+from sgdask.core.settings import Options
 from sgdask.errors import SgdaskError, SgdaskWarning
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.store import (
@@ -33,7 +34,6 @@ from sgdask.io.store import (
     manifest_digest,
     parquet_table,
 )
-from sgdask.pipeline import Options
 from sgdask.protocols import METRICS_VERSION, Protocol
 from sgdask.report import TERMS_FILE, Report
 from sgdask.stats.table import TermTable

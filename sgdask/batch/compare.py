@@ -17,13 +17,14 @@ from distributed import Client
 
 from sgdask.batch.cache import ResultCache, cache_key
 from sgdask.batch.registry import Registry
+from sgdask.core.settings import Options
 from sgdask.errors import SgdaskError
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.sources import is_store
-from sgdask.io.stats import stats_digest
+from sgdask.io.stats import gt_training_stats, stats_digest
 from sgdask.io.store import StoreReader
 from sgdask.metrics import metric_of
-from sgdask.pipeline import Options, evaluate_many, training_stats
+from sgdask.pipeline import evaluate_many
 from sgdask.protocols import DEFAULT_PROTOCOL, get_protocols
 from sgdask.report import Report
 from sgdask.report.intervals import scoring_of, selected
@@ -191,7 +192,7 @@ def run_compare(job: CompareJob, client: Client | None = None, scheduler: Any = 
     job.check()
     reports = gather_reports(job, client, scheduler, progress)
     gt = StoreReader(job.gt, job.storage_options, "gt")
-    _, composition = training_stats(gt, job.options.stats, job.storage_options)
+    _, composition = gt_training_stats(gt, job.options.stats, job.storage_options)
     first = reports[job.models[0][1][0]]
     scoring = scoring_of(first, composition, job.options.aggregation)
     models = [Model(name, [reports[i].terms for i in inputs])  # type: ignore[misc]

@@ -24,11 +24,12 @@ import yaml
 from distributed import Client
 
 from sgdask.batch.cache import ResultCache, cache_key
+from sgdask.core.settings import Options
 from sgdask.errors import InputError
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.io.stats import stats_digest
+from sgdask.io.stats import gt_training_stats, stats_digest
 from sgdask.io.store import StoreReader
-from sgdask.pipeline import Options, evaluate_many, training_stats
+from sgdask.pipeline import evaluate_many
 from sgdask.protocols import DEFAULT_PROTOCOL, get_protocols
 from sgdask.report import Report
 from sgdask.report.intervals import add_intervals
@@ -173,7 +174,7 @@ def with_intervals(job: ManyJob, reports: dict[str, dict[str, Report]]) -> None:
     come from the cached terms, the same resamples for every report)."""
     assert job.options.intervals is not None
     gt = StoreReader(job.gt, job.storage_options, "gt")
-    _, composition = training_stats(gt, job.options.stats, job.storage_options)
+    _, composition = gt_training_stats(gt, job.options.stats, job.storage_options)
     for by_protocol in reports.values():
         for report in by_protocol.values():
             add_intervals(report, job.options.intervals, composition)

@@ -32,11 +32,12 @@ from sgdask import __version__
 from sgdask.batch.leaderboard_html import render_leaderboard
 from sgdask.batch.many import Log, ManyJob, ManyOutcome, run_many
 from sgdask.batch.registry import Entry, Registry
+from sgdask.core.settings import Options
 from sgdask.io.fs import StorageOptions, filesystem, is_local, join
 from sgdask.io.lock import DEFAULT_LEASE, exclusive_lock
+from sgdask.io.stats import gt_training_stats
 from sgdask.io.store import StoreReader
 from sgdask.metrics import RANK_BY, TIE_BREAK, board_columns, metric_of
-from sgdask.pipeline import Options, training_stats
 from sgdask.report import Report
 from sgdask.report.html import render_html
 from sgdask.report.intervals import scoring_of
@@ -240,7 +241,7 @@ def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
         previous = read_json(fs, join(root, current["board"], "leaderboard.json")) \
             if current else None
         board = board_rows(entries, outcome.reports, previous)
-        _, composition = training_stats(StoreReader(gt, storage_options, "gt"), options.stats,
+        _, composition = gt_training_stats(StoreReader(gt, storage_options, "gt"), options.stats,
                                         storage_options)
         ranges = with_ranges(board, outcome.reports, composition, ci or BoardCI())
         approved = approved_board(board, previous, ranges)

@@ -6,15 +6,18 @@ diversity weights of wIMR@k. Stored as ``train_stats.parquet`` in the GT store, 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sgdask.errors import InputError, StoreError
-from sgdask.io.fs import StorageOptions, file_digest, filesystem
+from sgdask.io.fs import StorageOptions, file_digest, filesystem, join
 from sgdask.types import ZeroShot
+
+if TYPE_CHECKING:
+    from sgdask.io.store import StoreReader
 
 STATS_SCHEMA = pa.schema([("subject_category", pa.int32()), ("object_category", pa.int32()),
                           ("predicate", pa.int32()), ("count", pa.int64())])
@@ -95,3 +98,18 @@ def composition_counts(table: pa.Table) -> dict[int, int]:
     pred = table["predicate"].to_numpy()
     values, counts = np.unique(pred, return_counts=True)
     return dict(zip(values.tolist(), counts.tolist(), strict=True))
+
+
+def gt_training_stats(gt: StoreReader, stats: str | None, options: StorageOptions | None
+                      ) -> tuple[ZeroShot | None, dict[int, int] | None]:
+    """Zero-shot look-up and wIMR composition counts of an evaluation against the GT store
+    ``gt``: from ``stats`` when given, else from the GT store's own; (None, None) without
+    either."""
+    own = gt.manifest.get("train_stats")
+    url = stats or (join(gt.url, own) if own else None)
+    if url is None:
+        return None, None
+    table = read_stats(url, options, None if stats else gt.read_file(own))
+    n_classes = len(gt.manifest["thing_classes"]) + len(gt.manifest["stuff_classes"])
+    n_predicates = len(gt.manifest["predicate_classes"])
+    return zero_shot_from(table, n_classes, n_predicates), composition_counts(table)

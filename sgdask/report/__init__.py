@@ -7,14 +7,10 @@ from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from itertools import chain
 from operator import itemgetter
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from sgdask import __version__
 from sgdask.accum import Accumulator
-from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.kernels.selection import KSpec
 from sgdask.metrics import (
     FAMILIES,
@@ -34,6 +30,9 @@ from sgdask.metrics.terms import inputs_of
 from sgdask.protocols import Protocol
 from sgdask.stats.table import TermTable
 from sgdask.versions import dependency_versions
+
+if TYPE_CHECKING:
+    from sgdask.io.fs import StorageOptions
 
 TABLES = ("per_predicate", "per_image", "terms")
 TERMS_FILE = "per_image_terms.parquet"
@@ -81,6 +80,12 @@ class Report:
     def write(self, out: str, storage_options: StorageOptions | None = None) -> list[str]:
         """Write metrics.json, per_predicate.parquet, per_image.parquet, report.md and (with
         terms) per_image_terms.parquet."""
+        # imported here: building a report (the in-memory Evaluator) needs no pyarrow or zarr
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from sgdask.io.fs import filesystem, join
+
         fs, path = filesystem(out, storage_options)
         fs.makedirs(path, exist_ok=True)
         written = []
@@ -102,6 +107,10 @@ class Report:
     def read(cls, url: str, storage_options: StorageOptions | None = None) -> Report:
         """A report written by ``write`` (tables come back with the union of their columns;
         ``terms`` is None for a report written before per-image terms were kept)."""
+        import pyarrow.parquet as pq
+
+        from sgdask.io.fs import filesystem, join
+
         fs, path = filesystem(url, storage_options)
         with fs.open(join(path, "metrics.json"), "r") as f:
             summary = json.load(f)

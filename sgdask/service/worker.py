@@ -30,6 +30,7 @@ from sgdask.batch.rerank import (
     report_pages,
     rerank,
 )
+from sgdask.core.settings import Options
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, filesystem, join
@@ -38,7 +39,6 @@ from sgdask.io.lock import DEFAULT_LEASE, LockHeld
 from sgdask.io.store import StoreReader
 from sgdask.io.validate import validate_submission
 from sgdask.metrics import RANK_BY
-from sgdask.pipeline import Options
 from sgdask.service.inbox import pick_inbox
 from sgdask.service.limits import Limits
 from sgdask.service.queue import (

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from sgdask.kernels.rows import lexsort_rows
 from sgdask.metrics.base import Block
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FORMAT_VERSION = "1"
 NO_PREDICATE = -1
@@ -119,6 +121,8 @@ class TermTable:
 
     def to_arrow(self) -> pa.Table:
         """The file form: dictionary-encoded image ids, metric names and kinds."""
+        import pyarrow as pa  # here: the in-memory Evaluator builds tables without pyarrow
+
         predicate = pa.array(self.predicate, mask=self.predicate == NO_PREDICATE)
         ids = pa.array([str(i) for i in self.image_ids], pa.string())
         kinds = pa.array(self.kinds, pa.string())
@@ -136,6 +140,8 @@ class TermTable:
     @classmethod
     def from_arrow(cls, table: pa.Table) -> TermTable:
         """A table read back from ``per_image_terms.parquet`` (canonical)."""
+        import pyarrow.compute as pc
+
         image, ids = dictionary_codes(table.column("image_id"))
         metric, names = dictionary_codes(table.column("metric"))
         kind, kind_names = dictionary_codes(table.column("kind"))
@@ -151,6 +157,8 @@ class TermTable:
 
 def dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     """(codes, values) of a string column, dictionary-encoded or not."""
+    import pyarrow as pa
+
     if pa.types.is_dictionary(column.type):
         array = column.unify_dictionaries().combine_chunks()
     else:

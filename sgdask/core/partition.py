@@ -1,0 +1,50 @@
+"""The per-partition scoring loop: decoded images in, a partition result out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from sgdask.core.image import hits_under
+from sgdask.core.result import PartitionResult
+from sgdask.core.settings import ScoringSettings, Submission
+from sgdask.kernels.image import without_proposals
+from sgdask.metrics.base import Block, Context
+from sgdask.metrics.terms import batch_blocks, inputs_of, skipped_diagnostics, with_zero_shot_all
+from sgdask.protocols import Protocol
+from sgdask.types import ImageGT, ImageHits, ImagePred
+
+
+def scored_partition(gts: Sequence[ImageGT],
+                     decoded: Iterable[tuple[Submission, Mapping[str, ImagePred]]],
+                     scoring: ScoringSettings, result: PartitionResult | None = None
+                     ) -> PartitionResult:
+    """Every submission under each of its protocols on one partition's GT images, added to
+    ``result`` (default: a new one). ``decoded`` yields each submission with its
+    predictions for these images by image id (an image it lacks: the model gave nothing),
+    one submission at a time, so that a task need not hold every submission's predictions
+    at once; images of a submission share their protocol-independent work."""
+    out = PartitionResult() if result is None else result
+    for sub, preds in decoded:
+        shared: list[dict] = [{} for _ in gts]
+        for protocol in sub.protocols:
+            skipped: dict[str, int] = {}
+            hits = []
+            for gt, cache in zip(gts, shared, strict=True):
+                pred = preds.get(gt.image_id)
+                if without_proposals(pred, protocol):
+                    for name, value in skipped_diagnostics(pred is None).items():
+                        skipped[name] = skipped.get(name, 0) + value
+                    continue
+                hits.append(hits_under(gt, pred, protocol, sub, scoring, cache))
+            with_zero_shot_all(hits, scoring.zero_shot)
+            blocks = term_blocks(hits, protocol, sub.with_ng, scoring) if hits else []
+            out.add((sub.name, protocol.name), hits, blocks, skipped)
+    return out
+
+
+def term_blocks(hits: list[ImageHits], protocol: Protocol, with_ng: bool,
+                scoring: ScoringSettings) -> list[Block]:
+    """The term blocks of a batch of hits (zero-shot flags already set): every active
+    family's vectorized terms."""
+    inputs = inputs_of(protocol, with_ng, scoring.zero_shot is not None, scoring.legacy)
+    return batch_blocks(hits, Context(scoring.ks), protocol, inputs, scoring.families)

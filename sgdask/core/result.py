@@ -1,0 +1,96 @@
+"""The fold state: what scoring partitions gives, merged associatively."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sgdask.accum import Accumulator
+from sgdask.metrics.base import IMAGE, Block
+from sgdask.stats.table import TermTable
+from sgdask.types import ImageHits
+
+if TYPE_CHECKING:
+    from sgdask.io.sources import Digest
+
+Key = tuple[str, str]  # (submission name, protocol name)
+
+
+@dataclass
+class PartitionResult:
+    """Per (submission, protocol): an accumulator, per-image rows and the per-image terms
+    (one ``TermTable`` per partition); the GT parts read; the store parts written
+    (``keep_store``); per result-file submission, the digests of the files its tasks read.
+    The last three are what a task's I/O reports (plain data, filled by ``sgdask.pipeline``).
+
+    Merging is associative (accumulators merge exactly; rows and lists concatenate).
+    """
+
+    accumulators: dict[Key, Accumulator] = field(default_factory=dict)
+    images: dict[Key, list[dict[str, Any]]] = field(default_factory=dict)
+    gt_parts_read: list[str] = field(default_factory=list)
+    parts_written: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    terms: dict[Key, list[TermTable]] = field(default_factory=dict)
+    digests: dict[str, list[Digest]] = field(default_factory=dict)
+
+    def add(self, key: Key, hits: list[ImageHits], blocks: list[Block],
+            skipped: dict[str, int] | None = None) -> None:
+        """Add the hits of a partition's images and their term blocks (``skipped``: the
+        diagnostics of the images the protocol left out)."""
+        acc = self.accumulators.setdefault(key, Accumulator())
+        self.images.setdefault(key, [])
+        self.terms.setdefault(key, [])
+        if skipped:
+            acc.add_counts(np.empty(0, dtype=np.int64), skipped)
+        if not hits:
+            return
+        acc.add_blocks(blocks)
+        acc.add_counts(np.concatenate([h.predicates for h in hits]),
+                       image_diagnostics(hits))
+        self.images.setdefault(key, []).extend(image_rows(hits, blocks))
+        self.terms.setdefault(key, []).append(
+            TermTable.from_blocks([h.image_id for h in hits], blocks))
+
+    def merged(self, other: PartitionResult) -> PartitionResult:
+        keys = list(dict.fromkeys([*self.accumulators, *other.accumulators]))
+        empty = Accumulator()
+        return PartitionResult(
+            {k: self.accumulators.get(k, empty).merged(other.accumulators.get(k, empty))
+             for k in keys},
+            {k: self.images.get(k, []) + other.images.get(k, []) for k in keys},
+            self.gt_parts_read + other.gt_parts_read,
+            concatenated(self.parts_written, other.parts_written),
+            {k: self.terms.get(k, []) + other.terms.get(k, []) for k in keys},
+            concatenated(self.digests, other.digests))
+
+
+def concatenated(a: dict[str, list], b: dict[str, list]) -> dict[str, list]:
+    """Per name, ``a``'s list then ``b``'s."""
+    return {name: a.get(name, []) + b.get(name, []) for name in {**a, **b}}
+
+
+def image_diagnostics(hits: list[ImageHits]) -> dict[str, int]:
+    """Diagnostics summed over images, with the image counts."""
+    out = {"images": len(hits), "images_missing": sum(h.missing for h in hits)}
+    for h in hits:
+        for name, value in h.diagnostics.items():
+            out[name] = out.get(name, 0) + value
+    return out
+
+
+def image_rows(hits: list[ImageHits], blocks: list[Block]) -> list[dict[str, Any]]:
+    """Rows of the per-image table: image-level values and diagnostics."""
+    rows: list[dict[str, Any]] = [{"image_id": h.image_id, "missing": h.missing,
+                                   "gt_triplets": h.n_gt_triplets} for h in hits]
+    for block in blocks:
+        if block.kind != IMAGE:
+            continue
+        values = np.divide(block.num, block.den, out=np.full(len(block.num), np.nan),
+                           where=block.den > 0)
+        for i, value in zip(block.image.tolist(), values.tolist(), strict=True):
+            rows[i][block.name] = None if value != value else value
+    for row, h in zip(rows, hits, strict=True):
+        row.update(h.diagnostics)
+    return rows
