@@ -37,6 +37,7 @@ from sgdask.errors import InputError, SgdaskError
 from sgdask.kernels.selection import DEFAULT_KS, parse_ks
 from sgdask.metrics import FAMILIES, available, metric_of
 from sgdask.metrics.base import Context
+from sgdask.metrics.state import rows_of_plain
 from sgdask.metrics.terms import batch_blocks, inputs_of, with_zero_shot
 from sgdask.pipeline import Job, Options, PartitionResult, Submission, hits_under
 from sgdask.protocols import DEFAULT_PROTOCOL, get_protocol
@@ -538,6 +539,7 @@ def accumulator_state(acc: Accumulator) -> dict[str, Any]:
     out["big_image_means"] = [[int(code), [[int(d), int(n)] for d, n in
                                            total.by_denominator.items()], int(total.count)]
                               for code, total in acc.big_image_means.items()]
+    out["states"] = {name: rows.plain() for name, rows in acc.states.items()}
     return out
 
 
@@ -552,7 +554,8 @@ def accumulator_of(state: Mapping[str, Any]) -> Accumulator:
     return Accumulator(list(state["names"]), sums["image_sums"], sums["ratio_sums"],
                        sums["cell_sums"], sums["cell_totals"], sums["image_means"], big,
                        sums["gt_counts"], {k: int(v) for k, v in state["diagnostics"].items()},
-                       dict(state["kinds"]))
+                       dict(state["kinds"]),
+                       {n: rows_of_plain(n, p) for n, p in state.get("states", {}).items()})
 
 
 def terms_state(table: TermTable) -> dict[str, Any]:

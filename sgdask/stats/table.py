@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from sgdask.kernels.rows import lexsort_rows
 from sgdask.metrics.base import Block
+from sgdask.metrics.state import StateRows
 
 FORMAT_VERSION = "1"
 NO_PREDICATE = -1
@@ -58,12 +59,13 @@ class TermTable:
         return np.flatnonzero(self.metric == self.names.index(name))
 
     @classmethod
-    def from_blocks(cls, image_ids: Sequence[str], blocks: list[Block]) -> TermTable:
+    def from_blocks(cls, image_ids: Sequence[str], blocks: list[Block | StateRows]
+                    ) -> TermTable:
         """A partition's table: ``blocks`` number their images 0..n-1 in ``image_ids``
-        order (``sgdask.metrics.base.batch_of``)."""
-        names = list(dict.fromkeys(b.name for b in blocks if len(b.num)))
-        kinds = {b.name: b.kind for b in blocks}
-        used = [b for b in blocks if len(b.num)]
+        order (``sgdask.metrics.base.batch_of``); declared states' rows are not terms."""
+        used = [b for b in blocks if isinstance(b, Block) and len(b.num)]
+        names = list(dict.fromkeys(b.name for b in used))
+        kinds = {b.name: b.kind for b in used}
 
         def column(values: list[np.ndarray], dtype: type) -> np.ndarray:
             return np.concatenate(values).astype(dtype, copy=False) if values \
