@@ -137,8 +137,8 @@ class Finals:
     value); ``value(name)``: any non-derived metric's dataset value as reported (``R@50``,
     ``mR@50``; None without one); ``state(name)``: a declared state's final form
     (``StateSpec.final``; None where there is none: the bootstrap resamples terms, not
-    state, so a metric derived from state gets no interval). The report passes Fractions
-    where they are exact, the bootstrap floats.
+    state, so a metric derived from state gets no interval). In the report per-predicate
+    values are exact Fractions and dataset values floats; in the bootstrap all are floats.
     """
 
     def __init__(self, predicate_values: Callable[[str], dict[int, Any]],

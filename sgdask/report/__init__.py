@@ -233,7 +233,8 @@ def derived_metrics(acc: Accumulator, settings: EvalSettings,
                     values: Mapping[str, float] | None = None) -> dict[str, Fraction | float]:
     """Values of the DERIVED metrics whose inputs the evaluation has (e.g. wIMR@k), from
     the per-predicate values, the declared states and ``values``: the non-derived metrics
-    as reported (default: ``final_metrics``)."""
+    as reported (``build_report`` passes them after a protocol's vocabulary means, as the
+    bootstrap derives; default: ``final_metrics``)."""
     known = final_metrics(acc, settings) if values is None else values
     finals = Finals(lambda name: acc.predicate_values(name, settings.aggregation),
                     known.get, acc.state_final)
