@@ -13,7 +13,10 @@ State (``KeyedSums``: sorted integer keys -> integer sums):
 - ``cell_totals``  (metric, predicate) -> (Σ num, Σ den): the ``pooled`` aggregation;
 - ``image_means``  (metric, den) -> (Σ num, images): per image the mean over its
   predicates (as one reduced fraction), for the ``image`` aggregation;
-- ``gt_counts``    (predicate) -> (GT triplets,); plus integer diagnostics.
+- ``gt_counts``    (predicate) -> (GT triplets,); plus integer diagnostics;
+- ``states``       state name -> ``StateRows``: the rows of families' declared states
+  (``sgdask.metrics.state``), merged by concatenation and put in a canonical order when
+  finalized, so they too give the same finals for any partitioning.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import pairwise
 from math import gcd, lcm
+from typing import Any
 
 import numpy as np
 
 from sgdask.kernels.rows import lexsort_rows
 from sgdask.metrics.base import IMAGE, MEAN, RATIO, Block
+from sgdask.metrics.state import STATE, StateRows
 from sgdask.types import ImageResult, Term
 
 AGGREGATIONS = ("per_predicate", "pooled", "image")
@@ -186,6 +191,7 @@ class Accumulator:
     gt_counts: KeyedSums = field(default_factory=lambda: KeyedSums(1, 1))
     diagnostics: dict[str, int] = field(default_factory=dict)
     kinds: dict[str, str] = field(default_factory=dict)
+    states: dict[str, StateRows] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ adding terms
 
@@ -194,11 +200,16 @@ class Accumulator:
             self.names.append(name)
         return self.names.index(name)
 
-    def add_blocks(self, blocks: list[Block]) -> None:
+    def add_blocks(self, blocks: list[Block | StateRows]) -> None:
         """Add term blocks (``sgdask.metrics.base.Block``) of many images (one compaction
-        per state table, however many blocks)."""
+        per state table, however many blocks) and declared states' rows."""
         rows: dict[str, list[tuple[np.ndarray, ...]]] = {IMAGE: [], RATIO: [], MEAN: []}
         for b in blocks:
+            if b.kind == STATE:
+                assert isinstance(b, StateRows)
+                self.add_state(b)
+                continue
+            assert isinstance(b, Block)
             if len(b.num) == 0:
                 continue
             self.kinds[b.name] = b.kind
@@ -219,6 +230,10 @@ class Accumulator:
             self.cell_totals = self.cell_totals.added(np.stack([codes, predicate], 1),
                                                       np.stack([num, den], 1))
             self.add_image_means(image, codes, num, den)
+
+    def add_state(self, rows: StateRows) -> None:
+        mine = self.states.get(rows.name)
+        self.states[rows.name] = rows if mine is None else mine.merged(rows)
 
     def add_image_means(self, image: np.ndarray, metric: np.ndarray, num: np.ndarray,
                         den: np.ndarray) -> None:
@@ -255,7 +270,7 @@ class Accumulator:
                               for i in (0, 1))
                 blocks.append(Block(name, MEAN, np.zeros(len(preds), np.int64), nums, dens,
                                     preds))
-        self.add_blocks(blocks)
+        self.add_blocks([*blocks, *result.states])
         predicates = np.repeat(np.array(list(result.gt_per_predicate), dtype=np.int64),
                                list(result.gt_per_predicate.values()))
         self.add_counts(predicates, {**result.diagnostics, "images": 1,
@@ -280,12 +295,15 @@ class Accumulator:
         diagnostics = dict(self.diagnostics)
         for key, value in other.diagnostics.items():
             diagnostics[key] = diagnostics.get(key, 0) + value
+        states = dict(self.states)
+        for name, rows in other.states.items():
+            states[name] = states[name].merged(rows) if name in states else rows
         return Accumulator(
             names, both(self.image_sums, other.image_sums),
             both(self.ratio_sums, other.ratio_sums), both(self.cell_sums, other.cell_sums),
             both(self.cell_totals, other.cell_totals), both(self.image_means, other.image_means),
             big, self.gt_counts.merged(other.gt_counts), diagnostics,
-            {**self.kinds, **other.kinds})
+            {**self.kinds, **other.kinds}, states)
 
     # ------------------------------------------------------------------ finalizing
 
@@ -307,6 +325,12 @@ class Accumulator:
 
     def ratio_metric_names(self) -> list[str]:
         return self.names_of(RATIO)
+
+    def state_final(self, name: str) -> dict[int, Any] | None:
+        """A declared state's final form (``StateSpec.final``), None when no image added
+        a row of it."""
+        rows = self.states.get(name)
+        return None if rows is None else rows.final()
 
     def image_value(self, name: str) -> Fraction | None:
         """Mean over images of an image-level metric."""

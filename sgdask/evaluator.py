@@ -42,6 +42,7 @@ from sgdask.core.settings import Options, ScoringSettings, Submission
 from sgdask.errors import InputError, SgdaskError
 from sgdask.kernels.selection import DEFAULT_KS, parse_ks
 from sgdask.metrics import FAMILIES, available, metric_of
+from sgdask.metrics.state import rows_of_plain
 from sgdask.metrics.terms import inputs_of, with_zero_shot
 from sgdask.protocols import DEFAULT_PROTOCOL, get_protocol
 from sgdask.report import EvalSettings, Report
@@ -540,6 +541,7 @@ def accumulator_state(acc: Accumulator) -> dict[str, Any]:
     out["big_image_means"] = [[int(code), [[int(d), int(n)] for d, n in
                                            total.by_denominator.items()], int(total.count)]
                               for code, total in acc.big_image_means.items()]
+    out["states"] = {name: rows.plain() for name, rows in acc.states.items()}
     return out
 
 
@@ -554,7 +556,8 @@ def accumulator_of(state: Mapping[str, Any]) -> Accumulator:
     return Accumulator(list(state["names"]), sums["image_sums"], sums["ratio_sums"],
                        sums["cell_sums"], sums["cell_totals"], sums["image_means"], big,
                        sums["gt_counts"], {k: int(v) for k, v in state["diagnostics"].items()},
-                       dict(state["kinds"]))
+                       dict(state["kinds"]),
+                       {n: rows_of_plain(n, p) for n, p in state.get("states", {}).items()})
 
 
 def terms_state(table: TermTable) -> dict[str, Any]:

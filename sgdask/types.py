@@ -8,8 +8,12 @@ them by hand. Kernels turn the convenience forms (a dense mask stack, a GT label
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from sgdask.metrics.state import StateRows
 
 EMPTY_TRIPLETS = np.empty((0, 3), dtype=np.int64)
 
@@ -234,7 +238,8 @@ class ImageResult:
     ``predicate_terms``: mean metrics (``mR@20``, ``PRank``...) -> predicate -> term;
     ``ratio_terms``: metrics summed over the dataset before dividing (legacy ``A@k``).
     ``skipped``: left out of every metric by the protocol (an image without relation
-    proposals under ``sgbpytorch``); only its diagnostics count.
+    proposals under ``sgbpytorch``); only its diagnostics count. ``states``: rows of
+    families' declared states (``sgdask.metrics.state.StateRows``).
     """
 
     image_id: str
@@ -246,3 +251,4 @@ class ImageResult:
     ratio_terms: dict[str, Term] = field(default_factory=dict)
     diagnostics: dict[str, int] = field(default_factory=dict)
     skipped: bool = False
+    states: list[StateRows] = field(default_factory=list)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import imr
-from sgdask.metrics.base import IMAGE, MEAN, RATIO, Context, Finals
+from sgdask.metrics.base import IMAGE, MEAN, RATIO, Context, FinalColumns, Finals
 from sgdask.stats.bootstrap import Scoring, bootstrap, point_values, resample_indices
 from sgdask.stats.paired import Model, compare, holm, rank_ranges
 from sgdask.stats.table import NO_PREDICATE, TermTable
@@ -54,10 +54,10 @@ def random_table(seed: int, n_images: int = 30) -> TermTable:
                      arr[:, 3].astype(np.int64), arr[:, 4].astype(np.int64)).canonical()
 
 
-def wimr(predicate_values) -> dict[str, float]:
+def wimr(finals: Finals) -> dict[str, float]:
     """sgdask's own wIMR (the imr family's derive), as the module under test uses it."""
     ctx = Context(parse_ks("50"), tau=0.5, composition=COMPOSITION)
-    return {n: float(v) for n, v in imr.weighted(Finals(predicate_values), ctx).items()}
+    return {n: float(v) for n, v in imr.weighted(finals, ctx).items()}
 
 
 # --- the literal loop --------------------------------------------------------------------------
@@ -343,7 +343,7 @@ def test_wimr_for_every_resample_at_once_is_wimr_of_each(data):
     composition[99] = 1  # a composition is never empty when wIMR is asked for
     ctx = Context(parse_ks("20"), tau=data.draw(st.sampled_from([0.0, 0.5, 1.0, 0.37])),
                   composition=composition)
-    found = imr.weighted_columns(lambda name: (ids, values), ctx)
+    found = imr.weighted_columns(FinalColumns(lambda name: (ids, values)), ctx)
     for b in range(n_cols):
         column = {int(c): float(v) for c, v in zip(ids, values[:, b], strict=True) if v == v}
         expected = imr.weighted(Finals(lambda name, column=column: column), ctx)
@@ -351,3 +351,31 @@ def test_wimr_for_every_resample_at_once_is_wimr_of_each(data):
             assert found["wIMR@20"][b] == expected["wIMR@20"]
         else:
             assert "wIMR@20" not in found or np.isnan(found["wIMR@20"][b])
+
+
+def f_at_50(finals: Finals) -> dict[str, float]:
+    """A metric derived from dataset values: the harmonic mean of R@50 and mR@50."""
+    r, m = finals.value("R@50"), finals.value("mR@50")
+    return {"F@50": 2 * r * m / (r + m)} if r is not None and m is not None and r + m else {}
+
+
+def f_at_50_columns(columns: FinalColumns) -> dict[str, np.ndarray]:
+    r, m = columns.value("R@50"), columns.value("mR@50")
+    return {"F@50": 2 * r * m / (r + m)}
+
+
+@pytest.mark.parametrize("mode", ["per_predicate", "pooled", "image"])
+def test_metric_derived_from_dataset_values_resample_by_resample_or_at_once(mode):
+    """A derived metric reading R@50 and mR@50 (no training statistics): its point value is
+    the formula on the data's values, its interval the same whether derived resample by
+    resample or for every resample at once (``derive_columns``)."""
+    table = random_table(seed=21, n_images=40)
+    one = Scoring(mode, derive=f_at_50)
+    both = Scoring(mode, derive=f_at_50, derive_columns=f_at_50_columns)
+    values = point_values(table, one)
+    assert values["F@50"] == f_at_50(Finals(lambda _: {}, values.get))["F@50"]
+    assert point_values(table, both)["F@50"] == values["F@50"]
+    per_resample = bootstrap(table, one, 0.9, 120, 5, ["F@50"])
+    at_once = bootstrap(table, both, 0.9, 120, 5, ["F@50"])
+    assert per_resample.metrics == at_once.metrics
+    assert set(per_resample.metrics) == {"F@50"}

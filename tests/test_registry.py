@@ -1,5 +1,6 @@
 """The metric registry: the fast (vectorized) path equals every family's plain per-image
-function, a toy metric added in a test reaches every output, and the kernels import alone."""
+function, a toy metric and a toy derived metric added in a test reach every output (the
+derived one with its bootstrap interval and paired test), and the kernels import alone."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from sgdask.accum import Accumulator
 from sgdask.kernels.hits import NEVER
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import FAMILIES, register, unregister
-from sgdask.metrics.base import IMAGE, Context, Family, Metric, Terms
+from sgdask.metrics.base import DERIVED, IMAGE, Context, Family, Finals, Metric, Terms
 from sgdask.metrics.terms import batch_blocks, image_result
 from sgdask.protocols import MULTIMPO, SGBENCH, SINGLEMPO
 from sgdask.types import ImageHits
@@ -120,11 +121,27 @@ def toy_terms(hits: ImageHits, ctx: Context) -> Terms:
 TOY = Family("toy", (Metric("Toy", IMAGE, "a toy metric", board=("50",)),), toy_terms)
 
 
+def f_measure(finals: Finals, ctx: Context) -> dict[str, float]:
+    """F@k: the harmonic mean of the dataset values R@k and mR@k."""
+    out = {}
+    for k in ctx.ks:
+        r, m = finals.value(f"R@{k.label}"), finals.value(f"mR@{k.label}")
+        if r is not None and m is not None and r + m > 0:
+            out[f"F@{k.label}"] = 2 * r * m / (r + m)
+    return out
+
+
+TOY_F = Family("toy_f", (Metric("F", DERIVED, "harmonic mean of R@k and mR@k",
+                                board=("50",)),), lambda hits, ctx: Terms(), derive=f_measure)
+
+
 @pytest.fixture
 def toy_registered():
     register(TOY)
+    register(TOY_F)
     yield
     unregister("toy")
+    unregister("toy_f")
 
 
 def test_toy_metric_reaches_every_output(toy_registered, dataset, stores, client, tmp_path):
@@ -133,25 +150,64 @@ def test_toy_metric_reaches_every_output(toy_registered, dataset, stores, client
     from sgdask.cli import print_report
     from sgdask.pipeline import evaluate_protocols
     from sgdask.report.html import render_html
+    from sgdask.report.intervals import CISettings
     from sgdask.report.writers import write_reports
 
-    reports = evaluate_protocols(stores.gt, stores.pred, "singlempo", client=client)
+    reports = evaluate_protocols(stores.gt, stores.pred, "singlempo", client=client,
+                                 intervals=CISettings(0.9, 200, 3))
     report = reports["singlempo"]
     assert 0 < report.metrics["Toy@50"] <= report.metrics["R@50"]
+    r, m = report.metrics["R@50"], report.metrics["mR@50"]
+    assert report.metrics["F@50"] == pytest.approx(2 * r * m / (r + m), rel=1e-15)
     write_reports(reports, str(tmp_path / "out"))
-    assert "Toy@50" in json.loads((tmp_path / "out" / "metrics.json").read_text())["metrics"]
+    written = json.loads((tmp_path / "out" / "metrics.json").read_text())["metrics"]
+    assert "Toy@50" in written and written["F@50"] == report.metrics["F@50"]
     console = Console(file=io.StringIO(), width=200)
     print_report(report, console)
     table = console.file.getvalue()
-    assert "Toy" in table and f"{100 * report.metrics['Toy@50']:.2f}" in table
+    for name in ("Toy@50", "F@50"):
+        assert name.partition("@")[0] in table
+        assert f"{100 * report.metrics[name]:.2f}" in table
     page = render_html(reports)
     assert "<td>Toy</td>" in page and f"{100 * report.metrics['Toy@50']:.2f}" in page
+    assert "<td>F</td>" in page and f"{100 * report.metrics['F@50']:.2f}" in page
     registry = str(tmp_path / "registry")
     submit(str(dataset.submission_zip), registry, stores.gt, "toy-model", cluster=client)
     rerank(registry, stores.gt, str(tmp_path / "board"), client=client, log=lambda _: None)
     board = json.loads((tmp_path / "board" / "leaderboard.json").read_text())
     assert board[0]["metrics"]["Toy@50"] == report.metrics["Toy@50"]
-    assert "Toy@50" in (tmp_path / "board" / "leaderboard.html").read_text()
+    assert board[0]["metrics"]["F@50"] == report.metrics["F@50"]
+    html = (tmp_path / "board" / "leaderboard.html").read_text()
+    assert "Toy@50" in html and "F@50" in html
+    derived_metric_gets_interval_and_paired_test(report)
+
+
+def derived_metric_gets_interval_and_paired_test(report) -> None:
+    """Without training statistics, F@50's interval is the percentile interval of F@50
+    derived on every resample from that resample's R@50 and mR@50; comparing the model
+    with itself gives F@50 a difference 0 and p = 1."""
+    from sgdask.report.intervals import scoring_of
+    from sgdask.stats.bootstrap import (
+        Scoring,
+        bootstrap_samples,
+        percentile_interval,
+        plan_for,
+    )
+    from sgdask.stats.paired import Model, compare
+
+    ci = report.ci
+    terms = report.terms
+    plan = plan_for([terms], ["R@50", "mR@50"], Scoring(report.aggregation))
+    samples = bootstrap_samples([terms], plan, ci["resamples"], ci["seed"])[0].metrics
+    r, m = samples["R@50"], samples["mR@50"]
+    literal = percentile_interval(2 * r * m / (r + m), ci["level"])
+    assert report.intervals["F@50"] == list(literal)
+    low, high = report.intervals["F@50"]
+    assert low < report.metrics["F@50"] < high
+    found = compare([Model("a", [terms]), Model("b", [terms])], [(0, 1)],
+                    scoring_of(report, None), resamples=50, permutations=50)
+    row = next(row for row in found.rows if row["metric"] == "F@50")
+    assert row["delta"] == 0 and row["p_value"] == 1
 
 
 def test_kernels_import_without_dask_pyarrow_zarr():

@@ -7,7 +7,7 @@ the leaderboard and the left-out lines read this registry; no metric name is spe
 outside its family module (and the tests).
 
 To add a metric, write a module with a ``FAMILY`` and add it to ``FAMILIES`` (or call
-``register`` at run time); README "How to add a metric" walks through it.
+``register`` at run time); docs/development.md "Add a metric" walks through it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,13 @@ FAMILIES: list[Family] = [recall.FAMILY, pair.FAMILY, zeroshot.FAMILY, imr.FAMIL
 
 
 def register(family: Family) -> None:
-    """Add a family (replacing one of the same name)."""
+    """Add a family (replacing one of the same name); its declared states' names must be
+    new (the accumulator keeps states by name)."""
+    taken = {s.name: f.name for f in FAMILIES if f.name != family.name for s in f.states}
+    for state in family.states:
+        if state.name in taken:
+            raise ValueError(f"family {family.name}: state {state.name!r} is already "
+                             f"declared by family {taken[state.name]}")
     unregister(family.name)
     FAMILIES.append(family)
 

@@ -9,6 +9,11 @@ Every family has a plain per-image function (``image_terms``: the literal defini
 readable next to the SPEC) and may have a vectorized one over a whole partition
 (``batch_terms``: the fast path). A test checks that both agree on random inputs; a family
 without ``batch_terms`` runs through the plain one.
+
+A family whose metrics need more than sums (average precision's runs of scored hits,
+panoptic quality's IoUs) declares state (``sgdask.metrics.state``) and emits its rows next
+to its terms; its ``derive`` reads the merged state's final form. DERIVED metrics read any
+final value: a mean metric's per-predicate values, any metric's dataset value, a state.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
 from sgdask.kernels.hits import NEVER
 from sgdask.kernels.selection import KSpec
+from sgdask.metrics.state import StateRows, StateSpec
 from sgdask.types import ImageHits, Term
 
 IMAGE, MEAN, RATIO, DERIVED = "image", "mean", "ratio", "derived"
@@ -51,7 +58,8 @@ class Metric:
 
     ``kind``: IMAGE (mean over images of per-image values), MEAN (per predicate, then over
     predicates, under the aggregation mode), RATIO (total numerator / total denominator)
-    or DERIVED (computed from other metrics' final values by the family's ``derive``).
+    or DERIVED (computed by the family's ``derive`` from other metrics' final values or
+    from the family's declared state).
     ``display``: PERCENT (recalls) or RANK (a mean rank, lower is better).
     ``board``: the ks (or ``("",)`` for a metric without k) shown on the leaderboard.
     ``empty_reason``: why the metric is left out when its inputs exist but no image has a
@@ -97,11 +105,13 @@ class Context:
 
 @dataclass
 class Terms:
-    """Terms of one image: metric name -> term (image, ratio) or -> predicate -> term."""
+    """Terms of one image: metric name -> term (image, ratio) or -> predicate -> term;
+    ``states``: rows of the family's declared states."""
 
     image: dict[str, Term] = field(default_factory=dict)
     predicate: dict[str, dict[int, Term]] = field(default_factory=dict)
     ratio: dict[str, Term] = field(default_factory=dict)
+    states: list[StateRows] = field(default_factory=list)
 
 
 @dataclass
@@ -116,11 +126,39 @@ class Block:
     predicate: np.ndarray | None = None
 
 
-class Finals:
-    """Read access to finalized values, for DERIVED metrics."""
+def _nothing(_: str) -> None:
+    return None
 
-    def __init__(self, predicate_values: Callable[[str], dict[int, Fraction]]) -> None:
+
+class Finals:
+    """Read access to finalized values, for DERIVED metrics.
+
+    ``predicate_values(name)``: a mean metric's per-predicate values (predicates with a
+    value); ``value(name)``: any non-derived metric's dataset value as reported (``R@50``,
+    ``mR@50``; None without one); ``state(name)``: a declared state's final form
+    (``StateSpec.final``; None where there is none: the bootstrap resamples terms, not
+    state, so a metric derived from state gets no interval). In the report per-predicate
+    values are exact Fractions and dataset values floats; in the bootstrap all are floats.
+    """
+
+    def __init__(self, predicate_values: Callable[[str], dict[int, Any]],
+                 value: Callable[[str], Any] = _nothing,
+                 state: Callable[[str], dict[int, Any] | None] = _nothing) -> None:
         self.predicate_values = predicate_values
+        self.value = value
+        self.state = state
+
+
+class FinalColumns:
+    """``Finals`` for many weightings of the images at once (``derive_columns``):
+    ``predicate_values(name)``: a mean metric's predicate ids and values (predicates x
+    weightings, NaN: no value); ``value(name)``: any non-derived metric's values per
+    weighting (NaN: none; None where not given)."""
+
+    def __init__(self, predicate_values: PredicateColumns,
+                 value: Callable[[str], np.ndarray | None] = _nothing) -> None:
+        self.predicate_values = predicate_values
+        self.value = value
 
 
 PredicateColumns = Callable[[str], tuple[np.ndarray, np.ndarray]]
@@ -132,19 +170,24 @@ class Family:
 
     ``image_terms(hits, ctx)``: the terms of one image (the literal path);
     ``batch_terms(batch, ctx)``: the same for every image of a partition at once (optional);
-    ``derive(finals, ctx)``: values of the family's DERIVED metrics (optional);
+    ``derive(finals, ctx)``: values of the family's DERIVED metrics from ``Finals``
+    (optional; the bootstrap and the paired tests call it on every resample, with or
+    without training statistics);
     ``derive_columns(columns, ctx)``: the same for many weightings of the images at once
-    (the bootstrap's resamples; optional): ``columns(name)`` gives a mean metric's predicate
-    ids and values (predicates x weightings, NaN: no value), the result one array of values
-    per derived metric, equal to ``derive`` on each column.
+    (the bootstrap's resamples; optional, a faster twin): ``columns`` is a
+    ``FinalColumns``, the result one array of values per derived metric, equal to
+    ``derive`` on each column;
+    ``states``: the family's declared states (``sgdask.metrics.state``), their rows emitted
+    by ``image_terms`` (``Terms.states``) and ``batch_terms`` (next to its blocks).
     """
 
     name: str
     metrics: tuple[Metric, ...]
     image_terms: Callable[[ImageHits, Context], Terms]
-    batch_terms: Callable[[HitsBatch, Context], list[Block]] | None = None
-    derive: Callable[[Finals, Context], dict[str, Fraction]] | None = None
-    derive_columns: Callable[[PredicateColumns, Context], dict[str, np.ndarray]] | None = None
+    batch_terms: Callable[[HitsBatch, Context], list[Block | StateRows]] | None = None
+    derive: Callable[[Finals, Context], dict[str, Fraction | float]] | None = None
+    derive_columns: Callable[[FinalColumns, Context], dict[str, np.ndarray]] | None = None
+    states: tuple[StateSpec, ...] = ()
 
 
 @dataclass

@@ -20,10 +20,10 @@ from sgdask.metrics.base import (
     Block,
     Context,
     Family,
+    FinalColumns,
     Finals,
     HitsBatch,
     Metric,
-    PredicateColumns,
     Terms,
     add_recalls,
     recall_blocks,
@@ -74,7 +74,7 @@ def weighted(finals: Finals, ctx: Context) -> dict[str, Fraction | float]:
     return out
 
 
-def weighted_columns(columns: PredicateColumns, ctx: Context) -> dict[str, np.ndarray]:
+def weighted_columns(columns: FinalColumns, ctx: Context) -> dict[str, np.ndarray]:
     """``weighted`` for every column of IMR's per-predicate values at once (the bootstrap's
     resamples): the same weights, products and sums in predicate order (a predicate without
     a value adds 0.0, which changes no sum), so every value is the float ``weighted``
@@ -84,7 +84,7 @@ def weighted_columns(columns: PredicateColumns, ctx: Context) -> dict[str, np.nd
         return {}
     out: dict[str, np.ndarray] = {}
     for k in ctx.ks:
-        ids, values = columns(f"IMR@{k.label}")
+        ids, values = columns.predicate_values(f"IMR@{k.label}")
         if not len(ids):
             continue
         order = np.argsort(ids, kind="stable")

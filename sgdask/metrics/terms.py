@@ -16,6 +16,7 @@ from sgdask.kernels.image import image_hits, missing_image_hits, without_proposa
 from sgdask.kernels.selection import KSpec
 from sgdask.metrics import FAMILIES, available
 from sgdask.metrics.base import MEAN, Block, Context, Family, Terms, batch_of
+from sgdask.metrics.state import STATE, StateRows, merged_by_name
 from sgdask.protocols import Protocol
 from sgdask.types import ImageGT, ImageHits, ImagePred, ImageResult, ZeroShot
 
@@ -66,6 +67,7 @@ def image_result(hits: ImageHits, ctx: Context, protocol: Protocol, inputs: set[
         if not (hits.missing and not protocol.missing_counts_in_means):
             result.predicate_terms.update({n: t for n, t in terms.predicate.items()
                                            if wanted(n, prefixes)})
+        result.states += terms.states
     return result
 
 
@@ -83,11 +85,14 @@ def drop_missing(block: Block, missing: np.ndarray) -> Block:
 
 
 def plain_blocks(images: list[ImageHits], ctx: Context, protocol: Protocol, family: Family
-                 ) -> list[Block]:
-    """A family without a vectorized path: its per-image function, as blocks."""
+                 ) -> list[Block | StateRows]:
+    """A family without a vectorized path: its per-image function, as blocks (and its
+    states' rows, one StateRows per state)."""
     rows: dict[tuple[str, str], list[tuple[int, int, int, int]]] = {}
+    states: list[StateRows] = []
     for i, hits in enumerate(images):
         terms: Terms = family.image_terms(hits, ctx)
+        states += terms.states
         for name, (num, den) in terms.image.items():
             rows.setdefault((name, "image"), []).append((i, -1, num, den))
         for name, (num, den) in terms.ratio.items():
@@ -97,29 +102,31 @@ def plain_blocks(images: list[ImageHits], ctx: Context, protocol: Protocol, fami
         for name, per_predicate in terms.predicate.items():
             for p, (num, den) in per_predicate.items():
                 rows.setdefault((name, MEAN), []).append((i, p, num, den))
-    blocks = []
+    blocks: list[Block | StateRows] = []
     for (name, kind), values in rows.items():
         arr = np.array(values, dtype=np.int64).reshape(-1, 4)
         blocks.append(Block(name, kind, arr[:, 0], arr[:, 2], arr[:, 3],
                             arr[:, 1] if kind == MEAN else None))
-    return blocks
+    return blocks + merged_by_name(states)
 
 
 def batch_blocks(images: list[ImageHits], ctx: Context, protocol: Protocol,
-                 inputs: set[str], families: Sequence[Family] | None = None) -> list[Block]:
+                 inputs: set[str], families: Sequence[Family] | None = None
+                 ) -> list[Block | StateRows]:
     """Term blocks of every active family over ``images`` (the fast path): a family's
-    vectorized ``batch_terms`` when it has one, else its plain function image by image."""
+    vectorized ``batch_terms`` when it has one, else its plain function image by image;
+    the rows of declared states (``StateRows``) travel with them."""
     batch = batch_of(images)
-    blocks: list[Block] = []
+    blocks: list[Block | StateRows] = []
     for family, prefixes in active(inputs, families):
         if family.batch_terms is None:
             found = plain_blocks(images, ctx, protocol, family)
         else:
             found = family.batch_terms(batch, ctx)
             if not protocol.missing_counts_in_means and batch.missing.any():
-                found = [drop_missing(b, batch.missing) if b.kind == MEAN else b
-                         for b in found]
-        blocks += [b for b in found if wanted(b.name, prefixes)]
+                found = [drop_missing(b, batch.missing)
+                         if isinstance(b, Block) and b.kind == MEAN else b for b in found]
+        blocks += [b for b in found if b.kind == STATE or wanted(b.name, prefixes)]
     return blocks
 
 

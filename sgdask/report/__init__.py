@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from itertools import chain
@@ -214,9 +215,9 @@ class EvalSettings:
         return Context(self.ks, self.aggregation, self.tau, composition)
 
 
-def final_metrics(acc: Accumulator, settings: EvalSettings,
-                  composition: dict[int, int] | None) -> dict[str, float]:
-    """Every metric's dataset value under the settings' aggregation, in report order."""
+def final_metrics(acc: Accumulator, settings: EvalSettings) -> dict[str, float]:
+    """Every non-derived metric's dataset value under the settings' aggregation, in report
+    order."""
     protocol, aggregation = settings.protocol, settings.aggregation
     values: dict[str, Fraction | float | None] = {}
     for name in acc.image_metric_names():
@@ -227,15 +228,25 @@ def final_metrics(acc: Accumulator, settings: EvalSettings,
         values[name] = acc.mean_metric(name, aggregation, bool(flag and getattr(protocol, flag)))
     for name in acc.ratio_metric_names():
         values[name] = acc.ratio_value(name)
-    values.update(derived_metrics(acc, settings, composition))
+    return in_order(values)
+
+
+def in_order(values: Mapping[str, Fraction | float | None]) -> dict[str, float]:
+    """The defined values as floats, in report order."""
     return {n: float(v) for n, v in sorted(values.items(), key=lambda kv: sort_key(kv[0]))
             if v is not None}
 
 
 def derived_metrics(acc: Accumulator, settings: EvalSettings,
-                    composition: dict[int, int] | None) -> dict[str, Fraction | float]:
-    """Values of the DERIVED metrics whose inputs the evaluation has (e.g. wIMR@k)."""
-    finals = Finals(lambda name: acc.predicate_values(name, settings.aggregation))
+                    composition: dict[int, int] | None,
+                    values: Mapping[str, float] | None = None) -> dict[str, Fraction | float]:
+    """Values of the DERIVED metrics whose inputs the evaluation has (e.g. wIMR@k), from
+    the per-predicate values, the declared states and ``values``: the non-derived metrics
+    as reported (``build_report`` passes them after a protocol's vocabulary means, as the
+    bootstrap derives; default: ``final_metrics``)."""
+    known = final_metrics(acc, settings) if values is None else values
+    finals = Finals(lambda name: acc.predicate_values(name, settings.aggregation),
+                    known.get, acc.state_final)
     out: dict[str, Fraction | float] = {}
     for family in FAMILIES:
         derivable = [m for m in family.metrics if m.kind == DERIVED
@@ -297,12 +308,13 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     """Finalize the accumulator under an aggregation mode into a Report (``terms``: the
     per-image terms it was summed from, kept for intervals and comparisons)."""
     protocol = settings.protocol
-    metrics = final_metrics(acc, settings, composition)
+    metrics = final_metrics(acc, settings)
     names = gt_manifest.get("predicate_classes", [])
     notes = []
     absent = len(names) - len(acc.gt_per_predicate)
     occurring, vocabulary_notes = vocabulary_means(acc, metrics, settings, len(names), absent)
     notes += vocabulary_notes
+    metrics = in_order({**metrics, **derived_metrics(acc, settings, composition, metrics)})
     reasons = left_out(settings.inputs, metrics)
     not_gt = acc.diagnostics.get("pred_boxes_not_gt", 0)
     if protocol.pair_accuracy_by_index and not_gt:

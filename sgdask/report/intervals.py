@@ -3,8 +3,10 @@ an interval (``--ci-metrics``), and putting the intervals into the report.
 
 The resampling itself is ``sgdask.stats.bootstrap`` (pure numpy, runs on the client: the
 per-image terms are small). Everything needed is in the report (its terms, protocol,
-aggregation, ks, options) except the training compositions of derived metrics (wIMR),
-which come from the GT.
+aggregation, ks, options) except the training compositions wIMR is weighted by, which come
+from the GT. Every derived metric of the report is derived again on each resample, with
+or without training statistics (a family that needs them, as wIMR, derives nothing
+without).
 """
 
 from __future__ import annotations
@@ -16,17 +18,10 @@ import numpy as np
 from sgdask.errors import SgdaskError
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import FAMILIES, metric_of
-from sgdask.metrics.base import DERIVED, Context, Family, Finals, PredicateColumns
+from sgdask.metrics.base import DERIVED, Context, Family, FinalColumns, Finals
 from sgdask.metrics.recall import VOCABULARY_MEANS
 from sgdask.report import Report
-from sgdask.stats.bootstrap import (
-    ColumnDerive,
-    Derive,
-    Mapper,
-    PredicateValues,
-    Scoring,
-    bootstrap,
-)
+from sgdask.stats.bootstrap import ColumnDerive, Derive, Mapper, Scoring, bootstrap
 
 INTERVAL_SUFFIXES = ("_lo", "_hi")
 
@@ -63,8 +58,8 @@ def scoring_of(report: Report, composition: dict[int, int] | None,
                aggregation: str | None = None) -> Scoring:
     """How the report's terms turn into its metrics: its aggregation (or ``aggregation``),
     the mean metrics its protocol takes over all cells, the derived metrics it has
-    (needs the GT's training compositions; None: derived metrics get no interval), and
-    the mean metrics its protocol prints over the predicate vocabulary."""
+    (``composition``: the GT's training compositions, None without), and the mean metrics
+    its protocol prints over the predicate vocabulary."""
     names = report.terms.names if report.terms is not None else list(report.metrics)
     over_cells = set()
     for name in names:
@@ -90,7 +85,7 @@ def deriving_families(report: Report) -> list[Family]:
         for m in f.metrics)]
 
 
-def derive_context(report: Report, composition: dict[int, int]) -> Context:
+def derive_context(report: Report, composition: dict[int, int] | None) -> Context:
     return Context(parse_ks(report.ks), report.aggregation,
                    float(report.options.get("tau", 0.5)), composition)
 
@@ -100,11 +95,11 @@ def column_derivation(report: Report, composition: dict[int, int] | None
     """``derivation`` for every resample at once, when every family involved has
     ``derive_columns`` (None: the bootstrap derives resample by resample)."""
     families = deriving_families(report)
-    if not families or not composition or any(f.derive_columns is None for f in families):
+    if not families or any(f.derive_columns is None for f in families):
         return None
     ctx = derive_context(report, composition)
 
-    def derive(columns: PredicateColumns) -> dict[str, np.ndarray]:
+    def derive(columns: FinalColumns) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for family in families:
             assert family.derive_columns is not None
@@ -117,12 +112,11 @@ def column_derivation(report: Report, composition: dict[int, int] | None
 def derivation(report: Report, composition: dict[int, int] | None) -> Derive | None:
     """The derive functions of the families whose derived metrics the report has."""
     families = deriving_families(report)
-    if not families or not composition:
+    if not families:
         return None
     ctx = derive_context(report, composition)
 
-    def derive(predicate_values: PredicateValues) -> dict[str, float]:
-        finals = Finals(predicate_values)  # type: ignore[arg-type]  # floats, not Fractions
+    def derive(finals: Finals) -> dict[str, float]:
         out: dict[str, float] = {}
         for family in families:
             assert family.derive is not None

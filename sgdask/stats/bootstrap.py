@@ -15,7 +15,9 @@ predicates per image), so a chunk of resamples costs one sparse-dense product; t
   as section 7 leaves out predicates absent from the data);
 - mean metrics under ``image``: per image the mean over its predicates, then as an
   image-level metric; over all cells (sgbench's PRank): Σ w·Σ_p(num/den) / Σ w·cells;
-- derived metrics: the family's ``derive`` on each resample's per-predicate values.
+- derived metrics: the family's ``derive`` on each resample's values (per-predicate and
+  dataset values: ``sgdask.metrics.base.Finals``), or its ``derive_columns`` on every
+  resample's at once.
 
 Resample b draws ``rng.integers(0, n, n)`` (the b-th such draw of ``default_rng(seed)``)
 over the images in canonical order (sorted ids): the same indices for every metric,
@@ -34,14 +36,13 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from sgdask.metrics.base import IMAGE, MEAN, RATIO, PredicateColumns
+from sgdask.metrics.base import IMAGE, MEAN, RATIO, FinalColumns, Finals
 from sgdask.stats.table import TermTable
 
-PredicateValues = Callable[[str], dict[int, float]]
-Derive = Callable[[PredicateValues], dict[str, float]]
-# All weightings at once: a mean metric's (predicate ids, values predicates x weightings)
-# -> per derived metric its values (``Family.derive_columns``).
-ColumnDerive = Callable[[PredicateColumns], dict[str, np.ndarray]]
+# The derived metrics' values from one weighting's finals (floats).
+Derive = Callable[[Finals], dict[str, float]]
+# All weightings at once (``Family.derive_columns``): per derived metric its values.
+ColumnDerive = Callable[[FinalColumns], dict[str, np.ndarray]]
 CHUNK_CELLS = 1 << 21  # resamples x images per chunk (16 MiB of float64 weights)
 METHOD = "percentile"
 
@@ -50,7 +51,7 @@ METHOD = "percentile"
 class Scoring:
     """How terms become values: the aggregation mode, the mean metrics taken over all
     (image, predicate) cells instead (sgbench's PRank), and the derived metrics (a function
-    of per-predicate values, e.g. wIMR; None: no derived metric); ``vocabulary_means``: mean
+    of final values, e.g. wIMR; None: no derived metric); ``vocabulary_means``: mean
     metrics whose value is the sum of their per-predicate values over ``n_vocabulary``
     (absent predicates count 0: multimpo's and sgbpytorch's printed mR)."""
 
@@ -250,29 +251,39 @@ def finalize(layout: Layout, sums: np.ndarray, derive: Derive | None = None,
                 else np.full(sums.shape[1], np.nan)
             if name in layout.vocabulary:
                 metrics[name] = metrics[name] * layout.vocabulary[name]
+    n = sums.shape[1]
     if derive_columns is not None and derived:
-        empty = (np.empty(0, dtype=np.int64), np.empty((0, sums.shape[1])))
-        found = derive_columns(lambda name: per_predicate.get(name, empty))
-        metrics.update({name: found.get(name, np.full(sums.shape[1], np.nan))
-                        for name in derived})
+        empty = (np.empty(0, dtype=np.int64), np.empty((0, n)))
+        nothing = np.full(n, np.nan)
+        found = derive_columns(FinalColumns(lambda name: per_predicate.get(name, empty),
+                                            lambda name: metrics.get(name, nothing)))
+        metrics.update({name: found.get(name, nothing) for name in derived})
     elif derive is not None and derived:
-        metrics.update(derived_values(per_predicate, derive, derived, sums.shape[1]))
+        metrics.update(derived_values(per_predicate, metrics, derive, derived, n))
     return Values(metrics, per_predicate)
 
 
-def derived_values(per_predicate: dict[str, tuple[np.ndarray, np.ndarray]], derive: Derive,
-                   names: Sequence[str], n: int) -> dict[str, np.ndarray]:
-    """Derived metrics per weighting: ``derive`` on that weighting's per-predicate values
-    (predicates without a value left out)."""
+def derived_values(per_predicate: dict[str, tuple[np.ndarray, np.ndarray]],
+                   metrics: dict[str, np.ndarray], derive: Derive, names: Sequence[str],
+                   n: int) -> dict[str, np.ndarray]:
+    """Derived metrics per weighting: ``derive`` on that weighting's finals (predicates
+    without a value left out; a metric without a value is None)."""
     out = {name: np.full(n, np.nan) for name in names}
     for b in range(n):
-        def values(name: str, b: int = b) -> dict[int, float]:
-            return predicate_dict(per_predicate, name, b)
-
-        for name, value in derive(values).items():
+        for name, value in derive(weighting_finals(per_predicate, metrics, b)).items():
             if name in out:
                 out[name][b] = float(value)
     return out
+
+
+def weighting_finals(per_predicate: dict[str, tuple[np.ndarray, np.ndarray]],
+                     metrics: dict[str, np.ndarray], b: int) -> Finals:
+    """The finals of weighting b, as ``derive`` reads them."""
+    def value(name: str) -> float | None:
+        found = metrics[name][b] if name in metrics else np.nan
+        return float(found) if np.isfinite(found) else None
+
+    return Finals(lambda name: predicate_dict(per_predicate, name, b), value)
 
 
 def predicate_dict(per_predicate: dict[str, tuple[np.ndarray, np.ndarray]], name: str,
@@ -306,31 +317,40 @@ class Plan:
 def plan_for(tables: Sequence[TermTable], names: Sequence[str] | None, scoring: Scoring
              ) -> Plan:
     """The layout for ``names`` (None: every metric the tables have, derived ones included)
-    over ``tables``; the mean metrics a derived metric reads are found by running
-    ``derive`` once on the data."""
+    over ``tables``; the metrics a derived metric reads (per-predicate or dataset values)
+    are found by running ``derive`` once on the data."""
     common = [n for n in tables[0].names if all(n in t.names for t in tables)]
     wanted = list(common) if names is None else [n for n in names if n in common]
     derived: list[str] = []
     if scoring.derive is not None:
-        means = [n for n in common if tables[0].kind_of(n) == MEAN]
-        full = layout_of(tables, means, scoring)
+        full = layout_of(tables, common, scoring)
         read: set[str] = set()
         found: set[str] | None = None
         for table in tables:
-            sums = term_matrix(full, table).sums(np.ones((1, table.n_images)))
-            per_predicate = finalize(full, sums).predicates
-
-            def recording(name: str, per_predicate: dict = per_predicate) -> dict[int, float]:
-                read.add(name)
-                return predicate_dict(per_predicate, name, 0)
-
-            names_found = set(scoring.derive(recording))
+            values = finalize(full, term_matrix(full, table).sums(np.ones((1, table.n_images))))
+            names_found = set(scoring.derive(recording(values, read)))
             found = names_found if found is None else found & names_found
         derived = sorted(n for n in found or () if names is None or n in names)
         if derived:
             wanted += [n for n in sorted(read) if n in common and n not in wanted]
     return Plan(layout_of(tables, wanted, scoring), scoring.derive, derived,
                 scoring.derive_columns)
+
+
+def recording(values: Values, read: set[str]) -> Finals:
+    """The finals of ``values`` (one weighting), noting in ``read`` every metric asked
+    for."""
+    finals = weighting_finals(values.predicates, values.metrics, 0)
+
+    def predicate_values(name: str) -> dict[int, float]:
+        read.add(name)
+        return finals.predicate_values(name)
+
+    def value(name: str) -> float | None:
+        read.add(name)
+        return finals.value(name)
+
+    return Finals(predicate_values, value)
 
 
 def resample_indices(n_images: int, resamples: int, seed: int, start: int = 0

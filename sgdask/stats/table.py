@@ -22,6 +22,7 @@ import numpy as np
 
 from sgdask.kernels.rows import lexsort_rows
 from sgdask.metrics.base import Block
+from sgdask.metrics.state import StateRows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -60,12 +61,13 @@ class TermTable:
         return np.flatnonzero(self.metric == self.names.index(name))
 
     @classmethod
-    def from_blocks(cls, image_ids: Sequence[str], blocks: list[Block]) -> TermTable:
+    def from_blocks(cls, image_ids: Sequence[str], blocks: list[Block | StateRows]
+                    ) -> TermTable:
         """A partition's table: ``blocks`` number their images 0..n-1 in ``image_ids``
-        order (``sgdask.metrics.base.batch_of``)."""
-        names = list(dict.fromkeys(b.name for b in blocks if len(b.num)))
-        kinds = {b.name: b.kind for b in blocks}
-        used = [b for b in blocks if len(b.num)]
+        order (``sgdask.metrics.base.batch_of``); declared states' rows are not terms."""
+        used = [b for b in blocks if isinstance(b, Block) and len(b.num)]
+        names = list(dict.fromkeys(b.name for b in used))
+        kinds = {b.name: b.kind for b in used}
 
         def column(values: list[np.ndarray], dtype: type) -> np.ndarray:
             return np.concatenate(values).astype(dtype, copy=False) if values \

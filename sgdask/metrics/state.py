@@ -1,0 +1,166 @@
+"""Metric state beyond integer sums: rows that merge by concatenation.
+
+Most families compute exact (numerator, denominator) terms that the accumulator adds as
+integers. Some metrics need more than sums: average precision needs every (score, true
+positive) pair of a predicate, panoptic quality the IoU of every true positive. Such a
+family declares its state once, as TorchMetrics' ``add_state(name, default, merge)`` does:
+
+- ``Runs(name, width)``: per integer key (a predicate), rows of ``width`` floats, e.g.
+  (score, true positive); its final form is, per key, the rows sorted lexicographically
+  (column 0 first), so the family's finalize reads the same array whatever the
+  partitioning;
+- ``FloatRows(name)``: per key, one float per row (a true positive's IoU); its final form
+  is, per key, ``FloatSum(total, count)`` with ``total = math.fsum`` of the key's values:
+  the correctly rounded sum of the exact values, which no order of adding changes.
+
+Both merge by concatenation (``StateRows.merged``): associative, and commutative once
+finalized. Rows are finite floats (NaN has no place in a canonical order, and fsum cannot
+add +inf and -inf); -0.0 is stored as 0.0 (they compare equal, so a sort could not place
+them canonically). The family emits ``StateRows`` from ``image_terms`` (in
+``Terms.states``) or ``batch_terms`` (next to its term blocks); the accumulator keeps them
+per state name; the family's ``derive`` reads ``finals.state(name)``.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+
+STATE = "state"  # the kind of StateRows among a partition's term blocks
+
+
+class FloatSum(NamedTuple):
+    """A key's final ``FloatRows`` value: the fsum of its rows and how many there were."""
+
+    total: float
+    count: int
+
+
+@dataclass(frozen=True)
+class StateSpec(ABC):
+    """A declared state: its name (unique over the registry), row width, default
+    (``empty``), merge and final form."""
+
+    name: str
+    width: int
+    kind: ClassVar[str]
+
+    def rows(self, keys: Any, values: Any) -> StateRows:
+        """State rows of this state: ``keys`` (n,) integers, ``values`` (n, width) or, for
+        width 1, (n,) floats."""
+        return StateRows(self, *_checked(self, keys, values))
+
+    def empty(self) -> StateRows:
+        """The default: no row."""
+        return self.rows(np.empty(0, np.int64), np.empty((0, self.width)))
+
+    def merge(self, a: StateRows, b: StateRows) -> StateRows:
+        """Both states' rows (concatenation: both kinds merge so)."""
+        return StateRows(self, np.concatenate([a.keys, b.keys]),
+                         np.concatenate([a.values, b.values]))
+
+    @abstractmethod
+    def final(self, state: StateRows) -> dict[int, Any]:
+        """Per key, what the family's finalize reads."""
+
+
+@dataclass(frozen=True)
+class Runs(StateSpec):
+    """Per key, runs of rows (e.g. a predicate's (score, true positive) pairs)."""
+
+    width: int = 2
+    kind: ClassVar[str] = "runs"
+
+    def final(self, state: StateRows) -> dict[int, np.ndarray]:
+        """Per key (ascending), its rows sorted lexicographically (column 0 first)."""
+        keys, values = state.canonical()
+        return {int(k): values[a:b] for k, a, b in _groups(keys)}
+
+
+@dataclass(frozen=True)
+class FloatRows(StateSpec):
+    """Per key, one float per row (e.g. each true positive's IoU), summed at finalize."""
+
+    width: int = 1
+    kind: ClassVar[str] = "float_rows"
+
+    def final(self, state: StateRows) -> dict[int, FloatSum]:
+        """Per key (ascending), ``math.fsum`` of its values and their count."""
+        keys, values = state.canonical()
+        return {int(k): FloatSum(math.fsum(values[a:b, 0].tolist()), b - a)
+                for k, a, b in _groups(keys)}
+
+
+SPECS: dict[str, type[StateSpec]] = {"runs": Runs, "float_rows": FloatRows}
+
+
+@dataclass(frozen=True)
+class StateRows:
+    """Rows of one declared state: one image's, a partition's or a merged dataset's."""
+
+    spec: StateSpec
+    keys: np.ndarray
+    values: np.ndarray
+    kind: ClassVar[str] = STATE
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def merged(self, other: StateRows) -> StateRows:
+        if other.spec != self.spec:
+            raise ValueError(f"state {self.name}: declared as {self.spec} and {other.spec}")
+        return self.spec.merge(self, other)
+
+    def final(self) -> dict[int, Any]:
+        """The declared final form (``Runs.final``, ``FloatRows.final``)."""
+        return self.spec.final(self)
+
+    def canonical(self) -> tuple[np.ndarray, np.ndarray]:
+        """Keys and rows sorted by (key, column 0, column 1, ...): the same arrays for any
+        order the rows were added or merged in."""
+        order = np.lexsort([*self.values.T[::-1], self.keys])
+        return self.keys[order], self.values[order]
+
+    def plain(self) -> dict[str, Any]:
+        """As plain data (``Evaluator.state``)."""
+        return {"kind": self.spec.kind, "width": self.spec.width, "keys": self.keys,
+                "values": self.values}
+
+
+def rows_of_plain(name: str, plain: dict[str, Any]) -> StateRows:
+    """The StateRows ``StateRows.plain`` described."""
+    spec = SPECS[plain["kind"]](name, int(plain["width"]))
+    return spec.rows(plain["keys"], plain["values"])
+
+
+def merged_by_name(parts: list[StateRows]) -> list[StateRows]:
+    """One StateRows per state name (in order of first appearance) from many."""
+    out: dict[str, StateRows] = {}
+    for part in parts:
+        out[part.name] = out[part.name].merged(part) if part.name in out else part
+    return list(out.values())
+
+
+def _checked(spec: StateSpec, keys: Any, values: Any) -> tuple[np.ndarray, np.ndarray]:
+    keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+    values = np.asarray(values, dtype=np.float64).reshape(len(keys), spec.width)
+    if not np.isfinite(values).all():
+        raise ValueError(f"state {spec.name}: a row holds a value that is not finite")
+    return keys, values + 0.0  # -0.0 + 0.0 is 0.0
+
+
+def _groups(keys: np.ndarray) -> list[tuple[int, int, int]]:
+    """(key, first row, end row) of each run of equal keys in sorted ``keys``."""
+    if not len(keys):
+        return []
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    ends = np.r_[starts[1:], len(keys)]
+    return list(zip(keys[starts].tolist(), starts.tolist(), ends.tolist(), strict=True))
