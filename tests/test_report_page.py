@@ -108,7 +108,7 @@ def test_every_page_wears_the_one_skeleton(render):
 
 def test_script_hash_allows_the_sorter():
     digest = base64.b64encode(hashlib.sha256(SORTER_JS.encode()).digest()).decode()
-    assert pages.SCRIPT_HASH == f"sha256-{digest}"
+    assert f"sha256-{digest}" == pages.SCRIPT_HASH
     assert f"<script>{SORTER_JS}</script>" in leaderboard_page()
     assert f"<script>{SORTER_JS}</script>" in service_board_page()
 
