@@ -154,8 +154,9 @@ def test_toy_metric_reaches_every_output(toy_registered, dataset, stores, client
     assert "Toy@50" in (tmp_path / "board" / "leaderboard.html").read_text()
 
 
-def test_kernels_import_without_dask_pyarrow_zarr():
-    code = ("import sys, sgdask.kernels, sgdask.metrics.terms; "
+def test_kernels_and_codecs_import_without_dask_pyarrow_zarr():
+    code = ("import sys, sgdask.kernels, sgdask.metrics.terms, sgdask.io.codecs.inflate, "
+            "sgdask.io.codecs.words; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & "
             "{'dask', 'distributed', 'pyarrow', 'zarr', 's3fs'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
