@@ -30,12 +30,12 @@ from PIL import Image
 
 from sgdask.errors import InputError
 from sgdask.io.archive import ArchiveLimits
-from sgdask.io.partition import sparse_problem
+from sgdask.io.codecs.inflate import OK, inflate_layers
+from sgdask.io.codecs.words import HEADER, pack_sparse, set_bits, sparse_problem, unpack_sparse
 from sgdask.io.psg import GTRecord, panoptic_masks
 from sgdask.io.sgbench import bracket_depth, nested_deeper
 from sgdask.io.tiff import plain_layout, read_layered_tiff, read_tiff_masks
-from sgdask.kernels.bits import HEADER, pack_dense, pack_sparse, row_words, set_bits, unpack_sparse
-from sgdask.kernels.inflate import OK, inflate_layers
+from sgdask.kernels.bits import pack_dense, row_words
 from sgdask.types import BitMasks
 
 LIMITS = ArchiveLimits(max_tiff_layers=16, max_layer_pixels=1 << 16)

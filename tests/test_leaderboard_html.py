@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from sgdask.batch.leaderboard_html import is_safe_url, render_leaderboard
+from sgdask.batch.leaderboard_html import render_leaderboard
+from sgdask.report.page import is_safe_url
 
 COLUMNS = ["mR@50", "mR@20", "mR@100", "R@50", "mNgR@50", "PRank"]
 CHROMIUM = Path("/usr/bin/chromium")

@@ -8,40 +8,33 @@ sorter compares the exact numbers, not the rounded text. Only http(s) and relati
 
 from __future__ import annotations
 
-import html
 import re
 from typing import Any
 
 from sgdask.metrics import RANK_BY, format_value
+from sgdask.report.page import esc, link, page
 
 Entry = dict[str, Any]
 
 DELTA_COLUMN = "Δ multimpo"
 RANGE_COLUMN = "rank range"
 MISSING = "-"
-SAFE_SCHEMES = ("http", "https")
-# Browsers drop ASCII whitespace and control characters inside a URL before reading its scheme.
-URL_IGNORED = re.compile(r"[\x00-\x20\x7f]")
-URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 
+# The board's rules on top of the shared ``BASE_CSS`` (also the service pages').
 CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
-h1 { font-size: 1.6em; margin-bottom: 0.2em; }
-h2 { font-size: 1.25em; border-bottom: 1px solid #ccc; }
+h1 { margin-bottom: 0.2em; }
+h2 { font-size: 1.25em; }
 .meta, .note { color: #555; font-size: 0.9em; margin: 0.2em 0; }
 .boards { display: flex; flex-wrap: wrap; gap: 2.5em; align-items: flex-start; }
-table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; white-space: nowrap; }
-th { background: #f0f0f0; cursor: pointer; user-select: none; }
+th, td { padding: 0.25em 0.6em; white-space: nowrap; }
+th { cursor: pointer; user-select: none; }
 th[aria-sort="ascending"]::after { content: " \\25B2"; }
 th[aria-sort="descending"]::after { content: " \\25BC"; }
 td.text, th.text { text-align: left; }
-tbody tr:nth-child(even) { background: #fafafa; }
 td.empty { text-align: center; color: #777; font-style: italic; }
 .up { color: #1a7f37; } .down { color: #c62828; } .same { color: #777; }
 .new { color: #1565c0; font-size: 0.85em; }
 .approved { color: #1a7f37; }
-.unsafe-link { color: #777; }
 .ci { color: #666; font-size: 0.8em; }
 """
 
@@ -96,13 +89,7 @@ def render_leaderboard(boards: dict[str, list[Entry]], columns: list[str],
                       '<div class="boards">',
                       *(board_section(name, entries, columns) for name, entries in boards.items()),
                       "</div>"])
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-            f"{body}\n<script>{SORTER_JS}</script>\n</body>\n</html>\n")
-
-
-def esc(value: Any) -> str:
-    return html.escape(str(value))
+    return page(title, body, CSS, script=SORTER_JS)
 
 
 # --- header ----------------------------------------------------------------------------------
@@ -202,8 +189,6 @@ def number_td(value: float | None, shown: str) -> str:
 
 # --- cell contents ---------------------------------------------------------------------------
 
-
-
 def fmt_delta(value: float | None) -> str:
     """A signed difference in percentage points; never ``-0.00``."""
     if value is None:
@@ -228,17 +213,3 @@ def name_cell(entry: Entry) -> str:
     if entry.get("paper"):
         parts.append(f"({link(entry['paper'], 'paper')})")
     return " ".join(parts)
-
-
-def link(url: str | None, text: str) -> str:
-    """An ``<a>`` for http(s) and relative URLs; anything else is escaped text."""
-    if not url:
-        return esc(text)
-    if not is_safe_url(url):
-        return f'<span class="unsafe-link" title="{esc(url)}">{esc(text)}</span>'
-    return f'<a href="{esc(url)}">{esc(text)}</a>'
-
-
-def is_safe_url(url: str) -> bool:
-    scheme = URL_SCHEME.match(URL_IGNORED.sub("", url))
-    return scheme is None or scheme.group(1).lower() in SAFE_SCHEMES

@@ -17,15 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from sgdask.io.codecs.words import sparse_problem, unpack_sparse, v1_crop_words, xor_rows
 from sgdask.io.store import Corrupt, StoreReader
-from sgdask.kernels.bits import (
-    HEADER,
-    set_bits,
-    unpack_sparse,
-    v1_crop_words,
-    word_layout,
-    xor_rows,
-)
+from sgdask.kernels.bits import word_layout
 from sgdask.types import BitMasks, ImageGT, ImagePred
 
 IMAGE_COLUMNS = ["image_id", "height", "width", "n_instances", "n_graph", "n_ng",
@@ -188,21 +182,6 @@ class PartMasks:
         rows = self.rows
         h, w, start = int(rows.height[i]), int(rows.width[i]), int(rows.label_offset[i])
         return self.reader.read_masks(rows.mask_array, start, start + h * w).reshape(h, w)
-
-
-def sparse_problem(data: np.ndarray) -> str | None:
-    """What makes a part's mask bytes unreadable as ``pack_sparse`` output (None: they are
-    readable): checked before the compiled decoder, which trusts its input."""
-    head = 8 * HEADER
-    if data.dtype != np.uint8 or len(data) < head:
-        return f"{len(data)} mask bytes of {data.dtype}, expected a uint8 header"
-    n_words, n_values = (int(v) for v in data[:head].view(np.uint64))
-    bitmap = (n_words + 7) // 8
-    if n_words > 8 * len(data) or len(data) != head + bitmap + 8 * n_values:
-        return f"{len(data)} mask bytes do not hold {n_words} words, {n_values} nonzero"
-    if set_bits(data, head, head + bitmap) != n_values:
-        return "the mask bitmap does not match its nonzero count"
-    return None
 
 
 def layout_problem(boxes: np.ndarray, offsets: np.ndarray, with_masks: np.ndarray,

@@ -46,6 +46,7 @@ from zarr.storage import MemoryStore
 
 from sgdask.errors import SgdaskError, SgdaskWarning, StoreError
 from sgdask.io.archive import printable
+from sgdask.io.codecs.words import pack_sparse, xor_rows
 from sgdask.io.fs import (
     StorageOptions,
     fault_detail,
@@ -57,7 +58,7 @@ from sgdask.io.fs import (
 )
 from sgdask.io.lock import exclusive_lock
 from sgdask.io.schemas import STORE_MANIFEST, schema_problem
-from sgdask.kernels.bits import pack_sparse, word_layout, xor_rows
+from sgdask.kernels.bits import word_layout
 from sgdask.types import BitMasks
 
 # sgdask reads one small array per task and gets its parallelism from Dask: zarr's own

@@ -7,7 +7,7 @@ rows (``BitMasks``) without building that stack, for the layout SGBench's conver
 (``tifffile.imwrite(..., compression="deflate")``): little-endian pages of 8-bit, one
 sample, deflate strips, no predictor, all alike. For those it walks the page chain itself
 (``plain_layout``: tifffile's page objects cost about 1 ms per image) and inflates every
-strip with the compiled decoder of ``kernels/inflate``, which sets the bits of nonzero
+strip with the compiled decoder of ``io/codecs/inflate``, which sets the bits of nonzero
 pixels and skips the runs of zeros instead of writing 6.8 MB of pixels per image. Anything
 else, or anything that does not decode to exactly the size its tags give with a matching
 checksum, goes through the literal reader, which decodes it or names the problem: the fast
@@ -248,8 +248,8 @@ def plain_layout(data: bytes, limits: ArchiveLimits) -> PlainLayout | None:
 
 def layer_rows(data: bytes, layout: PlainLayout) -> np.ndarray | None:
     """The (n, H, words) word rows of every layer, inflated by the compiled decoder
-    (``kernels/inflate``); None when a strip does not decode to exactly its pixels."""
-    from sgdask.kernels.inflate import OK, inflate_layers
+    (``io/codecs/inflate``); None when a strip does not decode to exactly its pixels."""
+    from sgdask.io.codecs.inflate import OK, inflate_layers
 
     rows, status = inflate_layers(np.frombuffer(data, dtype=np.uint8),
                                   np.array(layout.offsets, dtype=np.int64),

@@ -9,7 +9,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from sgdask.metrics import RANK_BY, format_value, is_rank, units_note
-from sgdask.report.html import esc, image, page, paragraph, predicate_axes, table
+from sgdask.report.html import CSS, image, paragraph, predicate_axes, table
+from sgdask.report.page import esc, page
 from sgdask.stats.paired import Comparison
 
 
@@ -152,4 +153,4 @@ def render_comparison(comparison: Comparison, title: str = "sgdask comparison") 
             table(["metric", "a", "b", "a value", "b value", "Δ", "interval", "p",
                    "p (Holm)", "W/T/L"], pair_rows(comparison)),
             "<h2>Plots</h2>", *plots(comparison, metric)]
-    return page(title, "\n".join(body))
+    return page(title, "\n".join(body), CSS)

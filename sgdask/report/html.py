@@ -8,7 +8,6 @@ pyplot) so rendering is thread-safe and does not touch a global backend.
 from __future__ import annotations
 
 import base64
-import html
 import io
 import json
 import posixpath
@@ -25,24 +24,20 @@ from sgdask.metrics import RANK_BY, format_value, is_rank, units_note
 from sgdask.metrics.recall import METRICS as RECALL_METRICS
 from sgdask.report import Report, interval_caption
 from sgdask.report.intervals import is_interval_column
+from sgdask.report.page import esc, page
 
 ROW_KEYS = ("predicate", "name", "gt_count")
 CURVE_FAMILIES = tuple(m.prefix for m in RECALL_METRICS)
 LINE_STYLES = ("-", "--", ":", "-.")
 
+# The report's rules on top of the shared ``BASE_CSS`` (also comparison.html's).
 CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1200px; }
-h1 { font-size: 1.6em; } h2 { font-size: 1.3em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
+body { max-width: 1200px; }
+h2 { font-size: 1.3em; margin-top: 1.6em; }
 h3 { font-size: 1.1em; }
-table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }
-th { background: #f0f0f0; }
 td:first-child, th:first-child { text-align: left; }
-tbody tr:nth-child(even) { background: #fafafa; }
 img { max-width: 100%; display: block; margin: 0.6em 0; }
-.note { color: #555; font-size: 0.9em; }
 """
-
 
 def render_html(reports: dict[str, Report], title: str = "sgdask report",
                 public: bool = False) -> str:
@@ -53,7 +48,7 @@ def render_html(reports: dict[str, Report], title: str = "sgdask report",
         raise ValueError("render_html needs at least one report")
     sections = [header_section(title, reports, public), overall_section(reports),
                 plots_section(reports), details_section(reports)]
-    return page(title, "\n".join(sections))
+    return page(title, "\n".join(sections), CSS)
 
 
 def write_html(reports: dict[str, Report], url: str,
@@ -69,17 +64,7 @@ def write_html(reports: dict[str, Report], url: str,
     return url
 
 
-# --- page skeleton and small HTML helpers ---------------------------------------------------
-
-def page(title: str, body: str) -> str:
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-            f"{body}\n</body>\n</html>\n")
-
-
-def esc(value: Any) -> str:
-    return html.escape(str(value))
-
+# --- small HTML helpers ----------------------------------------------------------------------
 
 def table(header: list[str], rows: Iterable[list[str]]) -> str:
     """An HTML table; every cell is escaped here, so callers pass plain text."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sgdask.batch.leaderboard_html import URL_IGNORED, URL_SCHEME
+from sgdask.report.page import SAFE_SCHEMES, url_scheme
 from sgdask.service.tokens import Account
 
 BOARDS = ("public", "approved")
@@ -57,8 +57,7 @@ def checked_paper(paper: str | None) -> str | None:
     paper = (paper or "").strip()
     if not paper:
         return None
-    scheme = URL_SCHEME.match(URL_IGNORED.sub("", paper))
-    if (len(paper) > PAPER_MAX or not paper.isprintable() or scheme is None
-            or scheme.group(1).lower() not in ("http", "https")):
+    if (len(paper) > PAPER_MAX or not paper.isprintable()
+            or url_scheme(paper) not in SAFE_SCHEMES):
         raise Refusal(400, "paper: expected an http:// or https:// link")
     return paper

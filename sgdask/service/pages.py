@@ -7,28 +7,20 @@ until the submission is final.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from typing import Any
 
-from sgdask.batch.leaderboard_html import (
-    CSS as BOARD_CSS,
-)
-from sgdask.batch.leaderboard_html import (
-    SORTER_JS,
-    board_section,
-    esc,
-    header,
-    link,
-)
+from sgdask.batch.leaderboard_html import CSS as BOARD_CSS
+from sgdask.batch.leaderboard_html import SORTER_JS, board_section, header
 from sgdask.metrics import RANK_BY, board_columns, format_value
+from sgdask.report import page as html_page
+from sgdask.report.page import esc, link, script_hash
 from sgdask.service.access import BOARDS
 from sgdask.service.queue import FINAL, Submission
 from sgdask.service.tokens import Account
 
 STEPS = ("received", "validating", "converting", "evaluating", "ranked")
 REFRESH_SECONDS = 2
-SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(SORTER_JS.encode()).digest()).decode()
+SCRIPT_HASH = script_hash(SORTER_JS)
 
 CSS = BOARD_CSS + """
 nav { margin-bottom: 1.2em; padding-bottom: 0.5em; border-bottom: 1px solid #ddd; }
@@ -54,10 +46,8 @@ def page(title: str, body: str, account: Account | None, csrf: str,
          refresh: bool = False, script: str = "") -> str:
     """A whole page: navigation, the body (HTML the caller escaped), optional script."""
     meta = f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">\n' if refresh else ""
-    tail = f"<script>{script}</script>\n" if script else ""
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"{meta}<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-            f"{nav(account, csrf)}\n{body}\n{tail}</body>\n</html>\n")
+    return html_page.page(title, f"{nav(account, csrf)}\n{body}", CSS, head=meta,
+                          script=script)
 
 
 def nav(account: Account | None, csrf: str) -> str:
