@@ -40,6 +40,7 @@ from sgdask.core.partition import term_blocks
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import Options, ScoringSettings, Submission
 from sgdask.errors import InputError, SgdaskError
+from sgdask.io.triplets import EVALUATOR, row_problems
 from sgdask.kernels.selection import DEFAULT_KS, parse_ks
 from sgdask.metrics import FAMILIES, available, metric_of
 from sgdask.metrics.state import rows_of_plain
@@ -137,20 +138,8 @@ def triplet_rows(obj: Any, name: str, image_id: str, where: str, n: int, n_predi
         return np.empty((0, 3), dtype=np.int64)
     if arr.ndim != 2 or arr.shape[1] != 3:
         raise fail(image_id, where, f"shape {arr.shape}", "R x 3: subject, object, predicate")
-    bad_index = ((arr[:, :2] < 0) | (arr[:, :2] >= n)).any(axis=1)
-    same = (arr[:, 0] == arr[:, 1]) if pred else np.zeros(len(arr), dtype=bool)
-    bad_predicate = (arr[:, 2] < 0) | (arr[:, 2] >= n_predicates)
-    for i in np.flatnonzero(bad_index | same | bad_predicate)[:1].tolist():
-        row = arr[i].tolist()
-        if bad_index[i]:
-            raise fail(image_id, f"{where}[{i}]", f"instance index out of range in {row}",
-                       f"subject and object in 0..{n - 1}" if n else
-                       "no triplet: the image has no instances")
-        if same[i]:
-            raise fail(image_id, f"{where}[{i}]", f"subject equals object in {row}",
-                       "two different instances")
-        raise fail(image_id, f"{where}[{i}]", f"predicate {row[2]} out of range",
-                   f"0..{n_predicates - 1} (the predicates given)")
+    for p in row_problems(arr, n, n_predicates, EVALUATOR, distinct=pred):
+        raise fail(image_id, f"{where}[{p.row}]", p.what, p.expected)
     return np.ascontiguousarray(arr)
 
 

@@ -30,6 +30,7 @@ from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, rea
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.methods import METHODS, fields_of, lists_for
 from sgdask.io.sgbench import BOX_EXPECTED, ClassCounts, SubmissionImage
+from sgdask.io.triplets import PAIRS, row_problems
 from sgdask.io.unpickle import (
     ALLOWED_KINDS,
     TORCH_HINT,
@@ -354,15 +355,10 @@ def check_values(f: dict[str, np.ndarray], where: Where, classes: ClassCounts | 
 
 
 def check_pairs(pairs: np.ndarray, n: int, where: Where, name: str) -> None:
-    bad = first_bad(((pairs < 0) | (pairs >= n)).any(axis=1))
-    if bad is not None:
-        raise where.error(f"{name}[{bad}]", f"instance index out of range in "
-                          f"{pairs[bad].tolist()}", f"indices in 0..{n - 1}" if n
-                          else "no pairs: the image has no masks")
-    bad = first_bad(pairs[:, 0] == pairs[:, 1])
-    if bad is not None:
-        raise where.error(f"{name}[{bad}]", f"subject equals object in {pairs[bad].tolist()}",
-                          "two different instances")
+    """The shared rule (``sgdask.io.triplets``) on (subject, object) pairs: the first bad
+    index, else the first pair on one instance."""
+    for p in row_problems(pairs, n, None, PAIRS, by_kind=True):
+        raise where.error(f"{name}[{p.row}]", p.what, p.expected)
 
 
 def boolean_masks(masks: np.ndarray, where: Where) -> np.ndarray:

@@ -36,6 +36,7 @@ from sgdask.io.fs import (
     is_storage_fault,
 )
 from sgdask.io.tiff import read_tiff_masks
+from sgdask.io.triplets import SUBMISSION, row_problems
 from sgdask.types import EMPTY_TRIPLETS, BitMasks
 
 FILE_VERSIONS = (1, 2)
@@ -417,26 +418,11 @@ def score_problems(img: dict, file: str, image: str) -> Iterator[InputError]:
 
 def triplet_problems(values: list | None, t: np.ndarray, n: int, file: str, image: str,
                      field: str, n_predicates: int | None) -> Iterator[InputError]:
-    """Subject and object within the instances and different; predicate within the GT's
-    (``t``: the list ``values`` as rows)."""
-    if not len(t):
-        return
-    bad_index = (t[:, :2] >= n).any(axis=1)
-    same = t[:, 0] == t[:, 1]
-    bad_predicate = (np.zeros(len(t), dtype=bool) if n_predicates is None
-                     else t[:, 2] >= n_predicates)
-    for i in np.flatnonzero(bad_index | same | bad_predicate).tolist():
-        where = f"{field}[{i}]"
-        if bad_index[i]:
-            yield InputError(file, f"instance index out of range in {values[i]}", image=image,
-                             field=where, expected=f"subject and object in 0..{n - 1}" if n
-                             else "no triplet: the image has no instances")
-        elif same[i]:
-            yield InputError(file, f"subject equals object in {values[i]}", image=image,
-                             field=where, expected="two different instances")
-        else:
-            yield InputError(file, f"predicate {values[i][2]} out of range", image=image,
-                             field=where, expected=f"0..{n_predicates - 1} as in the GT")
+    """The shared triplet rule (``sgdask.io.triplets``) on one list (``t``: the list
+    ``values`` as rows)."""
+    for p in row_problems(t, n, n_predicates, SUBMISSION, shown=values):
+        yield InputError(file, p.what, image=image, field=f"{field}[{p.row}]",
+                         expected=p.expected)
 
 
 def category_problems(img: dict, file: str, image: str, n_categories: int
