@@ -211,11 +211,12 @@ def ingest_gt_cmd(psg_json: Annotated[str, typer.Argument(
     psg.json's size and nesting depth and each PNG's pixel count are limited (--limit
     max_json_size, max_json_depth, max_layer_pixels), so are the sizes a VG150 h5 file's
     datasets declare (max_h5_dataset_size, max_h5_total_size)."""
-    from sgdask.io.ingest import ingest_gt, ingest_vg
+    from sgdask.io.formats import FORMATS, GT, VG150, recognised
 
     options = storage_options(storage_option)
-    visual_genome = dicts is not None or image_data is not None or is_hdf5_file(psg_json,
-                                                                                 options)
+    fmt = (FORMATS[VG150] if dicts is not None or image_data is not None
+           else recognised(psg_json, options, GT))
+    visual_genome = fmt.name == VG150
     if visual_genome and (dicts is None or image_data is None or masks is not None):
         raise SgdaskError(f"{psg_json}: Visual Genome ground truth needs --dicts and "
                           "--image-data (and has no --masks)")
@@ -223,35 +224,17 @@ def ingest_gt_cmd(psg_json: Annotated[str, typer.Argument(
         raise SgdaskError("--split applies to Visual Genome ground truth (psg.json's test "
                           "split is test_image_ids)")
     cluster = cluster_choice(scheduler, in_process, workers)
+    given = {"masks_dir": masks, "dicts": dicts, "image_data": image_data, "split": split}
     with progress_bar("ingesting GT images", None) as advance:
-        if visual_genome:
-            assert dicts is not None and image_data is not None
-            manifest = ingest_vg(psg_json, out, dicts, image_data, split or "test", options,
-                                 overwrite=overwrite, progress=advance, cluster=cluster,
-                                 limits=ArchiveLimits.from_pairs(limit))
-        else:
-            manifest = ingest_gt(psg_json, out, masks, options, overwrite=overwrite,
-                                 progress=advance, cluster=cluster,
-                                 limits=ArchiveLimits.from_pairs(limit))
+        manifest = fmt.convert(psg_json, out, None, options, overwrite=overwrite,
+                               progress=advance, cluster=cluster,
+                               limits=ArchiveLimits.from_pairs(limit),
+                               **{k: v for k, v in given.items() if v is not None})
     dropped = manifest.get("dropped_images")
     note = (f" ({dropped['no_boxes']} without boxes and {dropped['no_relations']} without "
             "relations dropped)" if dropped else "")
     out_console.print(f"GT store {out}: {manifest['n_images']} {manifest.get('split', 'test')} "
                       f"images{note}, {manifest['instances']}, {manifest['content_hash']}")
-
-
-def is_hdf5_file(url: str, options: dict[str, Any] | None) -> bool:
-    """Whether the file starts with the HDF5 signature (a missing file is not HDF5: the
-    reader reports it)."""
-    from sgdask.io.fs import filesystem
-    from sgdask.io.vg import is_hdf5
-
-    fs, path = filesystem(url, options)
-    try:
-        with fs.open(path, "rb") as f:
-            return is_hdf5(f.read(8))
-    except (FileNotFoundError, IsADirectoryError):
-        return False
 
 
 @app.command()
@@ -290,7 +273,7 @@ def convert(submission: Annotated[str, typer.Argument(
     SGBench files: runs `sgdask validate`'s checks first and stops at the first error.
     Result files (--method): every image is checked as it is converted; any problem stops
     the conversion and leaves no store."""
-    from sgdask.io.ingest import convert_results, convert_submission
+    from sgdask.io.formats import conversion_options, submission_format
     from sgdask.kernels.scores import RANK_BY
 
     if rank_by not in RANK_BY:
@@ -300,19 +283,15 @@ def convert(submission: Annotated[str, typer.Argument(
     limits = ArchiveLimits.from_pairs(limit)
     check_method_options(method, gt, from_scores, instance_scores)
     cluster = cluster_choice(scheduler, in_process, workers)
+    options = storage_options(storage_option)
+    fmt = submission_format(submission, options, method)
+    given = {"method": method, "instance_scores": instance_scores or None,
+             "from_scores": from_scores, "rank_by": rank_by if from_scores else None,
+             "ng_limit": ng_limit}
+    chosen = conversion_options(fmt, {k: v for k, v in given.items() if v is not None})
     with progress_bar("converting images", None) as advance:
-        if method is not None:
-            assert gt is not None
-            manifest = convert_results(submission, out, gt, method,
-                                       storage_options(storage_option), overwrite=overwrite,
-                                       progress=advance, cluster=cluster, limits=limits,
-                                       instance_scores=instance_scores)
-        else:
-            manifest = convert_submission(submission, out, gt, storage_options(storage_option),
-                                          overwrite=overwrite, progress=advance,
-                                          cluster=cluster, limits=limits,
-                                          from_scores=from_scores, rank_by=rank_by,
-                                          ng_limit=ng_limit)
+        manifest = fmt.convert(submission, out, gt, options, overwrite=overwrite,
+                               progress=advance, cluster=cluster, limits=limits, **chosen)
     ranked = f", ranked by {rank_by}" if from_scores else ""
     out_console.print(f"submission store {out}: {manifest['n_images']} images, "
                       f"{manifest['instances']}{ranked}, {manifest['content_hash']}")
@@ -334,7 +313,8 @@ def check_method_options(method: str | None, gt: str | None, from_scores: str | 
 
 
 @app.command()
-def validate(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP")],
+def validate(submission: Annotated[str, typer.Argument(
+                 help="SGBench JSON or ZIP, or a file of another registered format")],
              gt: Annotated[str | None, typer.Option(
                  help="GT store to check ids, sizes and classes against")] = None,
              max_problems: Annotated[int, typer.Option(
@@ -343,10 +323,14 @@ def validate(submission: Annotated[str, typer.Argument(help="SGBench JSON or ZIP
     """Check a submission without converting it: print every problem, one per line.
 
     Exit code 2 if there is any error, 0 otherwise (warnings included)."""
-    from sgdask.io.validate import validate_submission
+    from sgdask.io.formats import submission_format
 
-    problems = validate_submission(submission, gt, storage_options(storage_option),
-                                   ArchiveLimits.from_pairs(limit), max_problems)
+    options = storage_options(storage_option)
+    fmt = submission_format(submission, options)
+    if fmt.validate is None:
+        raise SgdaskError(f"{submission}: {fmt.name} files are checked as they are converted")
+    problems = fmt.validate(submission, gt, options, ArchiveLimits.from_pairs(limit),
+                            max_problems)
     for problem in problems:
         print(problem)
     errors = sum(p.is_error for p in problems)
@@ -506,12 +490,12 @@ def evaluate(gt: Annotated[str, typer.Option(
     with dask_client(None, cluster_choice(scheduler, False, workers)) as client:
         gt_store = gt_store_of(gt, gt_masks, cache_dir, options, client, limits)
         if how is not None and keep_store is not None:
-            from sgdask.io.ingest import convert_results
+            from sgdask.io.formats import submission_format
 
             with progress_bar("converting results", None) as advance:
-                convert_results(pred, keep_store, gt_store, how.method, options,
-                                progress=advance, cluster=client, limits=limits,
-                                instance_scores=how.instance_scores)
+                submission_format(pred, options, how.method).convert(
+                    pred, keep_store, gt_store, options, progress=advance, cluster=client,
+                    limits=limits, method=how.method, instance_scores=how.instance_scores)
             pred, keep_store, how = keep_store, None, None
         reports = evaluate_protocols(gt_store, pred, protocol, k, aggregation, partition_size,
                                      client=client, storage_options=options, progress=True,

@@ -30,18 +30,11 @@ from sgdask.core.settings import DEFAULT_PARTITION_SIZE, Options, ScoringSetting
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.consistency import check_against_gt
+from sgdask.io.formats import opened
 from sgdask.io.fs import StorageOptions
 from sgdask.io.partition import load_gt_images
 from sgdask.io.results import ResultsMethod
-from sgdask.io.sources import (
-    FileInput,
-    FileSlice,
-    ResultInput,
-    ResultSlice,
-    StoreInput,
-    StoreSlice,
-    open_input,
-)
+from sgdask.io.sources import PredSlice, StoreInput, SubmissionInput
 from sgdask.io.stats import gt_training_stats
 from sgdask.io.store import StoreReader
 from sgdask.io.validate import GTInfo
@@ -52,8 +45,6 @@ from sgdask.report import EvalSettings, Report
 from sgdask.report.intervals import CISettings, add_intervals
 from sgdask.stats.bootstrap import Mapper
 from sgdask.types import ImagePred
-
-PredSlice = StoreSlice | FileSlice | ResultSlice
 
 
 @dataclass(frozen=True)
@@ -112,21 +103,18 @@ def _decoded(spec: PartitionSpec, job: Job, out: PartitionResult
 
 def predictions(sub: Submission, keep_store: str | None, pred_slice: PredSlice, index: int,
                 options: StorageOptions | None, out: PartitionResult) -> dict[str, ImagePred]:
-    """A partition's predictions; a decoded submission file is also written as a store
-    part at ``keep_store``; a result file's digests are kept."""
-    if isinstance(pred_slice, ResultSlice):
-        preds, digests = pred_slice.decode(options)
-        out.digests.setdefault(sub.name, []).extend(digests)
-        return preds
-    if keep_store is None or not isinstance(pred_slice, FileSlice):
-        return pred_slice.load(options)
-    from sgdask.io.ingest import write_decoded_part
+    """A partition's predictions, read by the slice's format; the decoded images of a
+    submission file are also written as a store part at ``keep_store``; the digests of the
+    files read are kept (a result file's content hash)."""
+    loaded = pred_slice.read(options)
+    if loaded.digests:
+        out.digests.setdefault(sub.name, []).extend(loaded.digests)
+    if keep_store is not None and loaded.decoded:
+        from sgdask.io.ingest import write_decoded_part
 
-    decoded = pred_slice.decode(options)
-    if decoded:
-        info = write_decoded_part(keep_store, options, index, decoded)
+        info = write_decoded_part(keep_store, options, index, loaded.decoded)
         out.parts_written.setdefault(sub.name, []).append(info)
-    return {d.image.image_id: d.prediction() for d in decoded}
+    return loaded.preds
 
 
 def parts_holding(ids: list[str], parts: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -156,9 +144,6 @@ def evaluation_chunks(gt_images: pa.Table, partition_size: int | None,
                 for a, b in itertools.pairwise(cuts)]
     ids = [i for i, _ in rows]
     return [ids[s:s + partition_size] for s in range(0, len(ids), partition_size)]
-
-
-SubmissionInput = StoreInput | FileInput | ResultInput
 
 
 def pred_slices(chunks: list[list[str]], known: set[str], pred: SubmissionInput
@@ -261,13 +246,12 @@ class ManyResult:
 def checked_inputs(gt_reader: StoreReader, submissions: list[tuple[str, str, str]],
                    storage_options: StorageOptions | None, limits: ArchiveLimits | None,
                    methods: dict[str, ResultsMethod]) -> list[SubmissionInput]:
-    """Every submission opened (a store, a submission file checked against the GT, or a
-    model's result file paired with the GT's images when ``methods`` names it)."""
+    """Every submission opened (a store, or a file in its registered format checked
+    against the GT: a model's result file paired with the GT's images when ``methods``
+    names it)."""
     gt_info = GTInfo.of(gt_reader)
-    inputs: list[SubmissionInput] = [
-        ResultInput(url, storage_options, gt_reader, gt_info, methods[name], limits)
-        if name in methods else open_input(url, storage_options, gt_info, limits)
-        for name, url, _ in submissions]
+    inputs = [opened(url, storage_options, gt_reader, gt_info, limits, methods.get(name))
+              for name, url, _ in submissions]
     for sub in inputs:
         if sub.manifest["instances"] == "masks" and gt_reader.manifest["instances"] != "masks":
             raise SgdaskError(f"{sub.url}: a mask submission needs a GT store with masks "
@@ -296,7 +280,7 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Opt
     subs = tuple(Submission(name, url, get_protocols(protocols),
                             bool(sub.manifest.get("has_ng")))
                  for (name, url, protocols), sub in zip(submissions, inputs, strict=True))
-    keep = tuple((keep_stores or {}).get(sub.name) if isinstance(given, FileInput) else None
+    keep = tuple((keep_stores or {}).get(sub.name) if given.keeps else None
                  for sub, given in zip(subs, inputs, strict=True))
     scoring = ScoringSettings(parse_ks(options.ks), zero_shot, options.legacy,
                               options.match_labels, tuple(FAMILIES))
@@ -314,8 +298,7 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Opt
         result = run_bag(active, specs, job, progress)
         writers.commit(result.parts_written)
         for sub, given in zip(subs, inputs, strict=True):
-            if isinstance(given, ResultInput):
-                given.finish(result.digests.get(sub.name, []))
+            given.finish(result.digests.get(sub.name, []))
         reports = many_reports(result, subs, inputs, pred_counts, job, options, composition,
                                gt_reader.manifest, counts)
         if options.intervals is not None:

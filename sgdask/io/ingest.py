@@ -289,6 +289,28 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
             ng_limit=ng_limit if from_scores else None)
 
 
+def convert_images(images: list[SubmissionImage], out: str, gt: str | None,
+                   storage_options: StorageOptions | None, *, source: str, has_ng: bool,
+                   overwrite: bool = False, progress: Progress = None,
+                   cluster: ClusterSpec = None,
+                   partition_size: int = DEFAULT_STORE_PARTITION) -> dict[str, Any]:
+    """Box images a format read and checked on the client -> submission store (what a
+    registered format's ``convert`` calls, ``docs/development.md``); cut like the GT's
+    parts when ``gt`` is given. The content hash is the file's."""
+    gt_reader = StoreReader(gt, storage_options, "gt") if gt else None
+    parts = submission_parts(sorted(images, key=lambda i: i.image_id), gt_reader,
+                             partition_size)
+    with StoreWriter(out, "submission", storage_options, overwrite) as writer:
+        tasks = [(writer.write_url, storage_options, i,
+                  [Decoded(img, (0, 0), None) for img in part]) for i, part in enumerate(parts)]
+        infos = map_tasks(write_decoded_part, tasks, cluster,
+                          (lambda info: progress(info["n_images"])) if progress else None)
+        return writer.finish(
+            infos, sgdask_version=__version__, content_hash=file_digest(source, storage_options),
+            source=source, instances="boxes", has_ng=has_ng, n_images=len(images),
+            partition_size=partition_size, triplets_from=None)
+
+
 def derived_content_hash(submission_hash: str, scores_url: str,
                          options: StorageOptions | None, rank_by: str,
                          ng_limit: int | None) -> str:

@@ -4,14 +4,16 @@ directory (``evaluate --method``), decoded inside the task that scores it.
 
 On the client an ``*Input`` checks the submission once (tables or ``triplets.json``, never
 the masks) and cuts it into ``*Slice``s, one per evaluation partition; a slice is small
-and picklable, and ``load`` on a worker gives the partition's ``ImagePred``s.
+and picklable, and ``read`` on a worker gives the partition's ``ImagePred``s (``Loaded``).
+A registered format (``sgdask.io.formats``) brings its own input and slice with the same
+methods (``SubmissionInput``, ``PredSlice``).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sgdask.errors import StoreError
 from sgdask.io.archive import ArchiveLimits
@@ -22,6 +24,41 @@ from sgdask.io.sgbench import ClassCounts, SubmissionImage, SubmissionSource
 from sgdask.io.store import StoreReader
 from sgdask.io.validate import GTInfo, checked_submission
 from sgdask.types import BitMasks, ImagePred
+
+Digest = tuple[int, str | None]  # (a result's position, SHA-256 hex of its .npz file)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A partition's predictions as a task reads them; ``digests``: of the files read
+    (a result file's content hash is completed from them); ``decoded``: the images of a
+    submission file, for ``--keep-store`` to write as a store part."""
+
+    preds: dict[str, ImagePred]
+    digests: list[Digest] = field(default_factory=list)
+    decoded: list[Decoded] = field(default_factory=list)
+
+
+class PredSlice(Protocol):
+    """A partition's predictions of one submission, small and picklable."""
+
+    def read(self, options: StorageOptions | None) -> Loaded: ...
+
+
+class SubmissionInput(Protocol):
+    """A submission opened on the client: its ids, its slices, what its manifest says.
+    ``keeps``: its decoded images can be kept as a store (``--keep-store``); ``finish``
+    completes the manifest from the tasks' digests."""
+
+    url: str
+    manifest: dict[str, Any]
+    keeps: bool
+
+    def ids(self) -> list[str]: ...
+
+    def slice(self, ids: list[str]) -> PredSlice: ...
+
+    def finish(self, digests: list[Digest]) -> None: ...
 
 
 def is_store(url: str, storage_options: StorageOptions | None = None) -> bool:
@@ -39,11 +76,11 @@ class StoreSlice:
     ids: tuple[str, ...]
     manifest: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
-    def load(self, options: StorageOptions | None) -> dict[str, ImagePred]:
+    def read(self, options: StorageOptions | None) -> Loaded:
         if not self.ids:
-            return {}
+            return Loaded({})
         reader = StoreReader(self.url, options, manifest=self.manifest)
-        return load_predictions(reader, list(self.parts), list(self.ids))
+        return Loaded(load_predictions(reader, list(self.parts), list(self.ids)))
 
 
 @dataclass(frozen=True)
@@ -93,12 +130,15 @@ class FileSlice:
         source = SubmissionSource(self.url, options, self.limits)
         return decoded_images(source, list(self.images), dict(self.sizes))
 
-    def load(self, options: StorageOptions | None) -> dict[str, ImagePred]:
-        return {d.image.image_id: d.prediction() for d in self.decode(options)}
+    def read(self, options: StorageOptions | None) -> Loaded:
+        decoded = self.decode(options)
+        return Loaded({d.image.image_id: d.prediction() for d in decoded}, decoded=decoded)
 
 
 class StoreInput:
     """A converted submission store."""
+
+    keeps = False
 
     def __init__(self, url: str, options: StorageOptions | None) -> None:
         self.reader = StoreReader(url, options, "submission")
@@ -113,10 +153,15 @@ class StoreInput:
                       if ids and p["first_id"] <= hi and p["last_id"] >= lo)
         return StoreSlice(self.url, parts, tuple(ids), self.manifest)
 
+    def finish(self, digests: list[Digest]) -> None:
+        """Nothing to complete: the store's manifest has its content hash."""
+
 
 class FileInput:
     """An SGBench submission file, checked like ``sgdask validate`` (TIFFs aside: tasks
     check each one as they decode it)."""
+
+    keeps = True
 
     def __init__(self, url: str, options: StorageOptions | None, gt: GTInfo,
                  limits: ArchiveLimits | None) -> None:
@@ -136,6 +181,9 @@ class FileInput:
         return FileSlice(self.url, tuple(self.images[i] for i in ids),
                          tuple((i, self.sizes[i]) for i in ids if i in self.sizes), self.limits)
 
+    def finish(self, digests: list[Digest]) -> None:
+        """Nothing to complete: the file's content hash is known before the tasks run."""
+
 
 def evaluated_order(gt: StoreReader, gt_info: GTInfo) -> list[str]:
     """The GT's test images with relations, in psg.json's ``data`` order (what model result
@@ -151,9 +199,6 @@ def evaluated_order(gt: StoreReader, gt_info: GTInfo) -> list[str]:
     except (ValueError, KeyError, TypeError) as err:
         raise StoreError(f"{gt.url}/{name}: unreadable ({type(err).__name__}: {err})") from None
     return [i for i in ids if i in gt_info.evaluated]
-
-
-Digest = tuple[int, str | None]  # (a result's position, SHA-256 hex of its .npz file)
 
 
 @dataclass(frozen=True)
@@ -187,14 +232,16 @@ class ResultSlice:
             digests.append((entry.position, digest))
         return preds, digests
 
-    def load(self, options: StorageOptions | None) -> dict[str, ImagePred]:
-        return self.decode(options)[0]
+    def read(self, options: StorageOptions | None) -> Loaded:
+        return Loaded(*self.decode(options))
 
 
 class ResultInput:
     """A model's result file or ``.npz`` directory, paired with the GT's test images as
     ``convert --method`` pairs them; its manifest is what that conversion would write, the
     content hash completed by ``finish`` from the digests the tasks return."""
+
+    keeps = False
 
     def __init__(self, url: str, options: StorageOptions | None, gt: StoreReader,
                  gt_info: GTInfo, how: ResultsMethod, limits: ArchiveLimits | None) -> None:
@@ -222,13 +269,3 @@ class ResultInput:
         self.manifest["content_hash"] = self.source.content_hash(
             self.entries, [known.get(e.position) for e in self.entries])
         loaded_pickle.cache_clear()
-
-
-def open_input(url: str, options: StorageOptions | None, gt: GTInfo,
-               limits: ArchiveLimits | None = None) -> StoreInput | FileInput:
-    """The submission at ``url``: a submission file when it is a file, else a store (a
-    directory, or nothing at all: the store reader says what is missing)."""
-    fs, path = filesystem(url, options)
-    if fs.isfile(path):
-        return FileInput(url, options, gt, limits)
-    return StoreInput(url, options)

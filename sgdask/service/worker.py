@@ -33,11 +33,10 @@ from sgdask.batch.rerank import (
 from sgdask.core.settings import Options
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
+from sgdask.io.formats import submission_format
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.io.ingest import convert_submission
 from sgdask.io.lock import DEFAULT_LEASE, LockHeld
 from sgdask.io.store import StoreReader
-from sgdask.io.validate import validate_submission
 from sgdask.metrics import RANK_BY
 from sgdask.service.inbox import pick_inbox
 from sgdask.service.limits import Limits
@@ -101,7 +100,10 @@ def validation_messages(upload: str, gt: str, options: StorageOptions | None,
                         ) -> tuple[list[str], list[str]]:
     """(errors, warnings) as ``sgdask validate`` prints them, the upload's storage URL
     replaced by the name the user uploaded (a Dask task)."""
-    problems = validate_submission(upload, gt, options, limits, max_errors)
+    fmt = submission_format(upload, options)
+    if fmt.validate is None:
+        raise SgdaskError(f"{shown_as}: {fmt.name} files are not accepted here")
+    problems = fmt.validate(upload, gt, options, limits, max_errors)
     lines = [(p.is_error, str(p).replace(upload, shown_as)) for p in problems]
     return [t for e, t in lines if e], [t for e, t in lines if not e]
 
@@ -255,9 +257,10 @@ class Worker:
                     self.log(f"worker {self.id}: {claim.id}: rejected ({errors[0]})")
                     return False
                 claim.step("converting", warnings=warnings)
-                convert_submission(upload_url(self.registry, claim.id), entry.url,
-                                   self.config.gt, self.config.storage_options, overwrite=True,
-                                   cluster=self.client, limits=self.config.archive_limits)
+                upload = upload_url(self.registry, claim.id)
+                submission_format(upload, self.config.storage_options).convert(
+                    upload, entry.url, self.config.gt, self.config.storage_options,
+                    overwrite=True, cluster=self.client, limits=self.config.archive_limits)
             return True
         except LostClaim:
             raise
