@@ -5,6 +5,7 @@ triplet rule it uses is the one every reader shares."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,7 @@ from distributed import Client
 from typer.testing import CliRunner
 
 from sgdask.cli import app
-from sgdask.errors import InputError
+from sgdask.errors import InputError, SgdaskError
 from sgdask.io.fs import filesystem
 from sgdask.io.ingest import convert_images
 from sgdask.io.sgbench import SubmissionImage
@@ -109,7 +110,7 @@ def toy_format():
 
     return Format(
         "toy", SUBMISSION, lambda head, name: head.startswith(MAGIC),
-        "instances (boxes, labels), the graph list", "tests/test_formats.py", toy_convert,
+        ("boxes", "graph"), "tests/test_formats.py", toy_convert,
         lambda url, options, gt_reader, gt_info, limits, _: ToyInput(url, options, gt_info),
         toy_validate)
 
@@ -151,6 +152,13 @@ def test_the_registry_recognises_each_format(toy_registered, dataset, tmp_path):
     assert submission_format(str(dataset.submission_zip), None).name == SGBENCH
     assert submission_format(sgb, None, "openpsg").name == "results"
     assert recognised(str(dataset.psg_json), None, GT).name == PSG
+
+
+def test_a_format_names_what_it_yields_from_the_known_list():
+    from sgdask.io.formats import register
+
+    with pytest.raises(SgdaskError, match="yields 'triples'"):
+        register(dataclasses.replace(toy_format(), yields=("boxes", "triples")))
 
 
 def test_toy_format_converts_validates_and_evaluates_like_sgbench_json(
@@ -206,4 +214,15 @@ def test_toy_format_reports_triplet_problems_in_the_shared_words(
                                        "--gt", stores.gt_boxes, "--in-process"])
     assert isinstance(refused.exception, InputError)
     assert "subject equals object" in str(refused.exception)
+    assert not (tmp_path / "x").exists()
+
+
+def test_an_option_the_format_does_not_take_is_refused(toy_registered, dataset, stores,
+                                                        tmp_path):
+    toy, _ = toy_and_sgbench(dataset, tmp_path)
+    refused = CliRunner().invoke(app, ["convert", toy, "--out", str(tmp_path / "x"),
+                                       "--gt", stores.gt_boxes, "--in-process",
+                                       "--from-scores", str(tmp_path / "scores.parquet")])
+    assert isinstance(refused.exception, SgdaskError)
+    assert str(refused.exception) == "from_scores: does not apply to toy files"
     assert not (tmp_path / "x").exists()

@@ -27,12 +27,16 @@ from sgdask.io.sources import (
     ResultInput,
     StoreInput,
     SubmissionInput,
-    is_store,
 )
 from sgdask.io.store import StoreReader
 from sgdask.io.validate import GTInfo, Problem
 
 SUBMISSION, GT = "submission", "gt"
+#: what a format can yield per image (``Format.yields``)
+YIELDS = frozenset({
+    "boxes", "masks", "instance_scores", "graph", "graph_scores", "ng",  # submissions
+    "relations", "training_stats",  # ground truth
+})
 #: bytes of a file's head that recognisers see
 HEAD_BYTES = 16
 #: (url, storage options, GT store, its GTInfo, limits, the format's evaluation parameter
@@ -46,7 +50,8 @@ class Format:
     """One readable format.
 
     - ``recognises(head, name)``: whether a file of these first bytes and this name is one.
-    - ``yields``: what it gives per image, for people (``docs/formats``).
+    - ``yields``: what it gives per image (names in ``YIELDS``; a format yielding either
+      boxes or masks, as SGBench's JSON and ZIP, names both).
     - ``schema``: where its fields are specified (a file under ``sgdask/schemas``).
     - ``convert(url, out, gt, storage_options, *, overwrite, progress, cluster, limits,
       **options)``: into a store (a GT store for ``kind == "gt"``); returns the manifest.
@@ -59,7 +64,7 @@ class Format:
     name: str
     kind: str
     recognises: Callable[[bytes, str], bool]
-    yields: str
+    yields: tuple[str, ...]
     schema: str
     convert: Callable[..., dict[str, Any]]
     open: Opener | None = None
@@ -74,6 +79,10 @@ def register(fmt: Format) -> Format:
     """Add ``fmt`` (recognised before every format registered earlier)."""
     if fmt.kind not in (SUBMISSION, GT):
         raise SgdaskError(f"format {fmt.name}: kind {fmt.kind!r} is not {SUBMISSION} or {GT}")
+    unknown = sorted(set(fmt.yields) - YIELDS)
+    if unknown:
+        raise SgdaskError(f"format {fmt.name}: yields {unknown[0]!r}, not one of "
+                          f"{', '.join(sorted(YIELDS))}")
     if fmt.name in FORMATS:
         raise SgdaskError(f"format {fmt.name} is registered already")
     FORMATS[fmt.name] = fmt
@@ -119,7 +128,7 @@ def opened(url: str, options: StorageOptions | None, gt_reader: StoreReader, gt_
     at all too, the store reader says what is missing), else the file in its format."""
     if method is None:
         fs, path = filesystem(url, options)
-        if not fs.isfile(path) or is_store(url, options):
+        if not fs.isfile(path):
             return StoreInput(url, options)
     fmt = FORMATS[RESULTS] if method is not None else recognised(url, options, SUBMISSION)
     if fmt.open is None:
@@ -194,21 +203,21 @@ SGBENCH, RESULTS, PSG, VG150 = "sgbench", "results", "psg-json", "vg150-h5"
 
 register(Format(
     PSG, GT, lambda head, name: True,
-    "instances (boxes, with --masks panoptic masks), relations, training statistics",
+    ("boxes", "masks", "relations", "training_stats"),
     "psg.json (OpenPSG)", _ingest_psg, options=("masks_dir",)))
 register(Format(
-    VG150, GT, _is_hdf5, "instances (boxes), relations of the chosen split",
+    VG150, GT, _is_hdf5, ("boxes", "relations", "training_stats"),
     "VG-SGG-with-attri.h5 with its dicts and image_data JSON", _ingest_vg,
     options=("dicts", "image_data", "split")))
 register(Format(
     SGBENCH, SUBMISSION, lambda head, name: True,
-    "instances (boxes, or masks from a ZIP's layered TIFFs) with optional scores, the graph "
-    "list with optional scores, the NG list", "schemas/sgbench.schema.json", _convert_sgbench,
+    ("boxes", "masks", "instance_scores", "graph", "graph_scores", "ng"),
+    "schemas/sgbench.schema.json", _convert_sgbench,
     lambda url, options, gt_reader, gt_info, limits, _: FileInput(url, options, gt_info,
                                                                  limits),
     _validate_sgbench, ("from_scores", "rank_by", "ng_limit")))
 register(Format(
     RESULTS, SUBMISSION, lambda head, name: False,
-    "masks, labels and per-pair predicate scores, turned into lists by --method's rules",
+    ("boxes", "masks", "instance_scores", "graph", "ng"),
     "schemas/results.md", _convert_results, _open_results,
     options=("method", "instance_scores")))
