@@ -22,6 +22,7 @@ from typing import Any
 from sgdask.errors import SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, filesystem
+from sgdask.io.results import ResultsMethod
 from sgdask.io.sources import (
     FileInput,
     ResultInput,
@@ -123,14 +124,16 @@ def submission_format(url: str, options: StorageOptions | None, method: str | No
 
 
 def opened(url: str, options: StorageOptions | None, gt_reader: StoreReader, gt_info: GTInfo,
-           limits: ArchiveLimits | None, method: Any = None) -> SubmissionInput:
+           limits: ArchiveLimits | None, method: ResultsMethod | None = None
+           ) -> SubmissionInput:
     """The submission at ``url`` opened for an evaluation: a store (a directory; nothing
-    at all too, the store reader says what is missing), else the file in its format."""
+    at all too, the store reader says what is missing), else the file in its format (a
+    model's result file with ``method``)."""
     if method is None:
         fs, path = filesystem(url, options)
         if not fs.isfile(path):
             return StoreInput(url, options)
-    fmt = FORMATS[RESULTS] if method is not None else recognised(url, options, SUBMISSION)
+    fmt = submission_format(url, options, None if method is None else method.method)
     if fmt.open is None:
         raise SgdaskError(f"{url}: {fmt.name} files are evaluated once converted "
                           "(sgdask convert)")
