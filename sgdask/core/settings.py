@@ -61,9 +61,9 @@ class Settings:
 
     The one record of an evaluation's settings: the CLI builds it once from its options, an
     ``evaluate-many`` manifest from its top-level keys (``from_mapping``), Python callers
-    with keywords; ``checked()`` validates every field. Each field's CLI option is in
-    ``flag`` of its metadata (``flag=None``: not a CLI option); ``docs/reference/api.md``
-    lists them (a test keeps the three in step).
+    with keywords; ``checked()`` validates every field. Each field's CLI option is the
+    ``flag`` of its metadata; ``docs/reference/api.md`` lists them (``tests/test_settings``
+    keeps the three in step).
     """
 
     #: protocols to score under, comma separated (``singlempo,multimpo``); in a manifest,
@@ -138,8 +138,8 @@ class Settings:
                 raise SgdaskError(f"--protocol: unknown protocol {name.strip()!r}"
                                   f"{_suggestion(name.strip().lower(), list(PROTOCOLS))} "
                                   f"(expected one of: {', '.join(sorted(PROTOCOLS))})")
-        self.protocol_list  # noqa: B018  (raises on an empty list)
-        self.k_specs  # noqa: B018  (raises on a malformed k)
+        get_protocols(self.protocols)  # raises on an empty list
+        parse_ks(self.ks)  # raises on a malformed k
         if self.aggregation not in AGGREGATIONS:
             raise SgdaskError(f"--aggregation: unknown mode {self.aggregation!r}"
                               f"{_suggestion(self.aggregation, list(AGGREGATIONS))} "
