@@ -13,7 +13,7 @@ import json
 import time
 
 from sgdask.cluster import Local, dask_client
-from sgdask.core.settings import Options
+from sgdask.core.settings import Settings
 from sgdask.pipeline import evaluate_many
 
 
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     with dask_client(scheduler=Local(args.workers)) as client:
         start = time.perf_counter()
         subs = [(f"model-{i}", url, args.protocol) for i, url in enumerate(args.pred)]
-        result = evaluate_many(args.gt, subs, Options(), client=client)
+        result = evaluate_many(args.gt, subs, Settings(), client=client)
         done = time.perf_counter()
     print(json.dumps({"evaluate_s": done - start, "models": len(subs),
                       "mR@50": {name: reports[args.protocol].metrics.get("mR@50")

@@ -470,17 +470,15 @@ def evaluate(gt: Annotated[str, typer.Option(
     """Score a submission (store or file) against the GT (store or psg.json) on a Dask
     cluster and print the table."""
     from sgdask.cluster import dask_client
+    from sgdask.core.settings import Settings
     from sgdask.io.results import ResultsMethod
     from sgdask.pipeline import evaluate_protocols
-    from sgdask.report.intervals import CISettings
     from sgdask.report.writers import write_reports
 
-    intervals = None
-    if ci is not None:
-        intervals = CISettings(ci, resamples, seed, ci_metrics)
-        intervals.check()
-    elif ci_metrics is not None:
-        raise SgdaskError("--ci-metrics: only with --ci LEVEL")
+    settings = Settings(protocols=protocol, ks=k, aggregation=aggregation,
+                        partition_size=partition_size, stats=stats, legacy=legacy_metrics,
+                        tau=tau, match_labels=match_labels, ci=ci, resamples=resamples,
+                        seed=seed, ci_metrics=ci_metrics).checked()
     options = storage_options(storage_option)
     if instance_scores and method is None:
         raise SgdaskError("--instance-scores: only with --method")
@@ -497,11 +495,9 @@ def evaluate(gt: Annotated[str, typer.Option(
                     pred, keep_store, gt_store, options, progress=advance, cluster=client,
                     limits=limits, method=how.method, instance_scores=how.instance_scores)
             pred, keep_store, how = keep_store, None, None
-        reports = evaluate_protocols(gt_store, pred, protocol, k, aggregation, partition_size,
-                                     client=client, storage_options=options, progress=True,
-                                     stats=stats, legacy=legacy_metrics, tau=tau,
-                                     match_labels=match_labels, limits=limits,
-                                     keep_store=keep_store, intervals=intervals, method=how)
+        reports = evaluate_protocols(gt_store, pred, settings=settings, client=client,
+                                     storage_options=options, progress=True, limits=limits,
+                                     keep_store=keep_store, method=how)
     for report in reports.values():
         print_report(report)
     if len(reports) > 1:
@@ -583,13 +579,15 @@ def compare(gt: Annotated[str, typer.Option(
         write_comparison,
     )
     from sgdask.cluster import dask_client
-    from sgdask.core.settings import Options
+    from sgdask.core.settings import Settings
 
     options = storage_options(storage_option)
     entries = [(name, [m]) for name, m in zip(labels(models or []), models or [],
                                                 strict=True)]
     entries += [parse_group(g) for g in group or []]
-    job = CompareJob(gt, entries, protocol, Options(k, aggregation, partition_size, stats),
+    settings = Settings(protocols=protocol, ks=k, aggregation=aggregation,
+                        partition_size=partition_size, stats=stats).checked()
+    job = CompareJob(gt, entries, protocol, settings,
                      all_pairs, level, resamples, permutations, seed, metrics, registry,
                      options)
     job.check()

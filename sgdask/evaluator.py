@@ -38,14 +38,13 @@ from sgdask.core.finalize import report_of
 from sgdask.core.image import hits_under
 from sgdask.core.partition import term_blocks
 from sgdask.core.result import PartitionResult
-from sgdask.core.settings import Options, ScoringSettings, Submission
+from sgdask.core.settings import ScoringSettings, Settings, Submission
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.triplets import EVALUATOR, row_problems
-from sgdask.kernels.selection import DEFAULT_KS, parse_ks
 from sgdask.metrics import FAMILIES, available, metric_of
 from sgdask.metrics.state import rows_of_plain
 from sgdask.metrics.terms import inputs_of, with_zero_shot
-from sgdask.protocols import DEFAULT_PROTOCOL, get_protocol
+from sgdask.protocols import get_protocol
 from sgdask.report import EvalSettings, Report
 from sgdask.stats.table import TermTable
 from sgdask.types import ImageGT, ImageHits, ImagePred, ZeroShot
@@ -54,6 +53,8 @@ SOURCE = "sgdask.Evaluator"
 STATE_FORMAT = "sgdask.Evaluator/1"
 KEY = (SOURCE, "")  # the one (submission, protocol) key of the partition result
 BATCH = 64  # hits scored together (the families' vectorized terms)
+#: the settings an evaluator's state carries besides its protocol and ks
+_STATE_FIELDS = ("aggregation", "tau", "legacy", "match_labels")
 COUNTS = ("gt_images", "evaluated_images", "gt_images_without_relations",
           "submission_images", "submission_images_not_evaluated")
 
@@ -292,24 +293,29 @@ class Evaluator:
     ``--k`` (a string like ``"20,50,100,x1"`` or a list); ``predicates`` and ``classes``:
     the names (or the number) of predicate and instance classes; ``stats``: training
     statistics for the zero-shot metrics and wIMR (a statistics file URL from ``sgdask
-    stats``, its pyarrow table, or a parsed psg.json with ``train_image_ids``). The
-    keyword options are ``evaluate``'s.
+    stats``, its pyarrow table, or a parsed psg.json with ``train_image_ids``).
+    ``settings``: the settings record (``sgdask.core.settings.Settings``) the rest
+    defaults to; other keywords override its fields, as ``evaluate``'s (``aggregation``,
+    ``tau``, ``legacy``, ``match_labels``; partition and interval fields do not apply).
     """
 
-    def __init__(self, protocol: str = DEFAULT_PROTOCOL, ks: str | Sequence[Any] = DEFAULT_KS,
+    def __init__(self, protocol: str | None = None, ks: str | Sequence[Any] | None = None,
                  predicates: Sequence[str] | int = (), classes: Sequence[str] | int = (),
-                 stats: Any = None, *, aggregation: str = "per_predicate", tau: float = 0.5,
-                 legacy: bool = False, match_labels: bool = True) -> None:
-        self.protocol = get_protocol(protocol)
-        ks_text = ks if isinstance(ks, str) else ",".join(str(k) for k in ks)
-        Options(ks_text, aggregation, tau=tau).check()
-        self.ks = parse_ks(ks_text)
+                 stats: Any = None, *, settings: Settings | None = None,
+                 **fields: Any) -> None:
+        given = {"protocols": protocol,
+                 "ks": ks if ks is None or isinstance(ks, str) else ",".join(map(str, ks))}
+        self.options = (settings or Settings()).with_fields(
+            **{name: value for name, value in given.items() if value is not None}, **fields)
+        protocols = self.options.protocol_list
+        if len(protocols) != 1:
+            raise SgdaskError(f"Evaluator: one protocol, not {self.options.protocols!r}")
+        self.protocol, self.ks = protocols[0], self.options.k_specs
         self.predicates = names_of(predicates, "predicates")
         self.classes = names_of(classes, "classes")
-        self.aggregation, self.tau = aggregation, float(tau)
-        self.legacy, self.match_labels = bool(legacy), bool(match_labels)
-        self.zero_shot, self.composition = training_stats(stats, len(self.classes),
-                                                          len(self.predicates))
+        self.zero_shot, self.composition = training_stats(
+            self.options.stats if stats is None else stats, len(self.classes),
+            len(self.predicates))
         self.reset()
 
     def reset(self) -> None:
@@ -322,8 +328,7 @@ class Evaluator:
 
     @property
     def _scoring(self) -> ScoringSettings:
-        return ScoringSettings(self.ks, self.zero_shot, self.legacy, self.match_labels,
-                               tuple(FAMILIES))
+        return ScoringSettings(self.options, self.zero_shot, tuple(FAMILIES))
 
     @property
     def _submission(self) -> Submission:
@@ -406,10 +411,9 @@ class Evaluator:
             raise SgdaskError("Evaluator.compute: no updated image has a GT relation: "
                               "nothing to evaluate")
         result = (self._result if self._any_ng else
-                  without_ng(self._result, self.protocol, self.legacy))
-        settings = EvalSettings(self.protocol, self.aggregation, self.ks, self._any_ng,
-                                self.zero_shot is not None, self.legacy, self.tau,
-                                self.match_labels)
+                  without_ng(self._result, self.protocol, self.options.legacy))
+        settings = EvalSettings(self.protocol, self.options, self._any_ng,
+                                self.zero_shot is not None)
         manifest = {"source": SOURCE, "content_hash": None,
                     "predicate_classes": list(self.predicates)}
         return report_of(result, KEY, settings, self.composition, manifest,
@@ -425,8 +429,8 @@ class Evaluator:
                      "composition": sorted([int(p), int(n)]
                                            for p, n in (self.composition or {}).items())}
         return {"protocol": self.protocol.name, "protocol_version": self.protocol.version,
-                "ks": ",".join(k.label for k in self.ks), "aggregation": self.aggregation,
-                "tau": self.tau, "legacy": self.legacy, "match_labels": self.match_labels,
+                "ks": ",".join(k.label for k in self.ks),
+                **{name: getattr(self.options, name) for name in _STATE_FIELDS},
                 "predicates": list(self.predicates), "classes": list(self.classes),
                 "stats": stats}
 
@@ -454,8 +458,7 @@ class Evaluator:
             raise SgdaskError(f"Evaluator.from_state: protocol {protocol.name} version "
                               f"{s['protocol_version']} (this sgdask has {protocol.version})")
         out = cls(s["protocol"], s["ks"], s["predicates"], s["classes"], None,
-                  aggregation=s["aggregation"], tau=s["tau"], legacy=s["legacy"],
-                  match_labels=s["match_labels"])
+                  **{name: s[name] for name in _STATE_FIELDS})
         if s["stats"] is not None:
             out.zero_shot = ZeroShot(np.asarray(s["stats"]["seen"], dtype=np.int64),
                                      len(out.classes), len(out.predicates))

@@ -15,7 +15,7 @@ import itertools
 import math
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import dask.bag as db
@@ -26,7 +26,7 @@ from sgdask.cluster import dask_client
 from sgdask.core.finalize import report_of
 from sgdask.core.partition import scored_partition
 from sgdask.core.result import PartitionResult
-from sgdask.core.settings import DEFAULT_PARTITION_SIZE, Options, ScoringSettings, Submission
+from sgdask.core.settings import ScoringSettings, Settings, Submission
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.consistency import check_against_gt
@@ -38,11 +38,10 @@ from sgdask.io.sources import PredSlice, StoreInput, SubmissionInput
 from sgdask.io.stats import gt_training_stats
 from sgdask.io.store import StoreReader
 from sgdask.io.validate import GTInfo
-from sgdask.kernels.selection import DEFAULT_KS, parse_ks
 from sgdask.metrics import FAMILIES
-from sgdask.protocols import DEFAULT_PROTOCOL, get_protocols
+from sgdask.protocols import get_protocols
 from sgdask.report import EvalSettings, Report
-from sgdask.report.intervals import CISettings, add_intervals
+from sgdask.report.intervals import add_intervals
 from sgdask.stats.bootstrap import Mapper
 from sgdask.types import ImagePred
 
@@ -261,7 +260,7 @@ def checked_inputs(gt_reader: StoreReader, submissions: list[tuple[str, str, str
     return inputs
 
 
-def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Options,
+def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Settings,
                   client: Client | None = None, scheduler: str | None = None,
                   storage_options: StorageOptions | None = None, progress: bool = False,
                   limits: ArchiveLimits | None = None, keep_stores: dict[str, str] | None = None,
@@ -270,7 +269,7 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Opt
     each GT partition once. A URL is a submission store or a submission file (decoded in
     the tasks; ``keep_stores[name]``: also write it as a store there), or with
     ``methods[name]`` a model's result file (decoded in the tasks too)."""
-    options.check()
+    options.checked()
     if len({name for name, _, _ in submissions}) != len(submissions):
         raise SgdaskError("submission names must be unique")
     gt_reader = StoreReader(gt, storage_options, "gt")
@@ -282,8 +281,7 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Opt
                  for (name, url, protocols), sub in zip(submissions, inputs, strict=True))
     keep = tuple((keep_stores or {}).get(sub.name) if given.keeps else None
                  for sub, given in zip(subs, inputs, strict=True))
-    scoring = ScoringSettings(parse_ks(options.ks), zero_shot, options.legacy,
-                              options.match_labels, tuple(FAMILIES))
+    scoring = ScoringSettings(options, zero_shot, tuple(FAMILIES))
     job = Job(gt, storage_options, subs, keep, scoring, gt_reader.manifest)
     with kept_stores(subs, keep, inputs, storage_options) as writers, \
             dask_client(client, scheduler) as active:
@@ -311,7 +309,7 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Opt
 
 def many_reports(result: PartitionResult, subs: tuple[Submission, ...],
                  inputs: list[SubmissionInput], pred_counts: list[dict[str, int]], job: Job,
-                 options: Options, composition: dict[int, int] | None,
+                 options: Settings, composition: dict[int, int] | None,
                  gt_manifest: dict[str, Any], counts: dict[str, int]
                  ) -> dict[str, dict[str, Report]]:
     """Per submission and protocol, the report of the folded results."""
@@ -319,9 +317,7 @@ def many_reports(result: PartitionResult, subs: tuple[Submission, ...],
     return {
         sub.name: {p.name: report_of(
             result, (sub.name, p.name),
-            EvalSettings(p, options.aggregation, scoring.ks, sub.with_ng,
-                         scoring.zero_shot is not None, options.legacy, options.tau,
-                         options.match_labels),
+            EvalSettings(p, options, sub.with_ng, scoring.zero_shot is not None),
             composition, gt_manifest, given.manifest, {**counts, **pred_count})
             for p in sub.protocols}
         for sub, given, pred_count in zip(subs, inputs, pred_counts, strict=True)}
@@ -347,40 +343,38 @@ def kept_stores(subs: tuple[Submission, ...], keep: tuple[str | None, ...],
                        in zip(subs, keep, inputs, strict=True) if url}, options)
 
 
-def evaluate_protocols(gt: str, pred: str, protocols: str = DEFAULT_PROTOCOL,
-                       ks: str = DEFAULT_KS, aggregation: str = "per_predicate",
-                       partition_size: int | None = DEFAULT_PARTITION_SIZE,
-                       client: Client | None = None, scheduler: str | None = None,
+def evaluate_protocols(gt: str, pred: str, protocols: str | None = None, *,
+                       settings: Settings | None = None, client: Client | None = None,
+                       scheduler: str | None = None,
                        storage_options: StorageOptions | None = None, progress: bool = False,
-                       stats: str | None = None, legacy: bool = False, tau: float = 0.5,
-                       match_labels: bool = True, limits: ArchiveLimits | None = None,
-                       keep_store: str | None = None, intervals: CISettings | None = None,
-                       method: ResultsMethod | None = None) -> dict[str, Report]:
+                       limits: ArchiveLimits | None = None, keep_store: str | None = None,
+                       method: ResultsMethod | None = None, **fields: Any
+                       ) -> dict[str, Report]:
     """Score ``pred`` (a submission store or file; with ``method``, a model's result file)
-    against ``gt`` under several protocols in one pass over the data (``intervals``: with
-    bootstrap intervals, the same resamples for every protocol)."""
-    options = Options(ks, aggregation, partition_size, stats, legacy, tau, match_labels)
-    if intervals is not None:
-        options = replace(options, ci=intervals.level, resamples=intervals.resamples,
-                          seed=intervals.seed, ci_metrics=intervals.metrics)
-    many = evaluate_many(gt, [("submission", pred, protocols)], options, client, scheduler,
-                         storage_options, progress, limits,
+    against ``gt`` under several ``protocols`` in one pass over the data.
+
+    ``settings``: the evaluation's settings record (default ``Settings()``); ``fields``:
+    keyword overrides of its fields (``ks="20,50"``, ``tau=1.0``, ``ci=0.95``: bootstrap
+    intervals, the same resamples for every protocol)."""
+    if protocols is not None:
+        fields["protocols"] = protocols
+    settings = (settings or Settings()).with_fields(**fields)
+    many = evaluate_many(gt, [("submission", pred, settings.protocols)], settings, client,
+                         scheduler, storage_options, progress, limits,
                          {"submission": keep_store} if keep_store else None,
                          {"submission": method} if method else None)
     return many.reports["submission"]
 
 
-def evaluate(gt: str, pred: str, protocol: str = DEFAULT_PROTOCOL, ks: str = DEFAULT_KS,
-             aggregation: str = "per_predicate",
-             partition_size: int | None = DEFAULT_PARTITION_SIZE,
-             client: Client | None = None, scheduler: str | None = None,
-             storage_options: StorageOptions | None = None, progress: bool = False,
-             stats: str | None = None, legacy: bool = False, tau: float = 0.5,
-             match_labels: bool = True, intervals: CISettings | None = None) -> Report:
-    """Score the submission ``pred`` against the GT store ``gt`` under one protocol."""
-    reports = evaluate_protocols(gt, pred, protocol, ks, aggregation, partition_size, client,
-                                 scheduler, storage_options, progress, stats, legacy, tau,
-                                 match_labels, intervals=intervals)
+def evaluate(gt: str, pred: str, protocol: str | None = None, *,
+             settings: Settings | None = None, client: Client | None = None,
+             scheduler: str | None = None, storage_options: StorageOptions | None = None,
+             progress: bool = False, **fields: Any) -> Report:
+    """Score the submission ``pred`` against the GT store ``gt`` under one ``protocol``
+    (``settings`` and ``fields``: as ``evaluate_protocols``)."""
+    reports = evaluate_protocols(gt, pred, protocol, settings=settings, client=client,
+                                 scheduler=scheduler, storage_options=storage_options,
+                                 progress=progress, **fields)
     if len(reports) != 1:
         raise SgdaskError("evaluate() takes one protocol; use evaluate_protocols() for several")
     return next(iter(reports.values()))

@@ -32,6 +32,7 @@ from PIL import Image as PILImage
 
 from sgdask.accum import Accumulator
 from sgdask.core.result import image_diagnostics, image_rows
+from sgdask.core.settings import Settings
 from sgdask.io.ingest import convert_submission, ingest_gt
 from sgdask.io.stats import composition_counts, train_stats, zero_shot_from
 from sgdask.kernels.image import image_hits, missing_image_hits
@@ -194,8 +195,9 @@ def report_view(scored: Sequence[Scored], protocol: str, aggregation: str, ks: S
     each, merged in order; default one group) and its report."""
     parts = [[scored[i] for i in g] for g in groups] if groups else [list(scored)]
     _, composition = zero_shot_of(training, 64, n_predicates)
-    settings = EvalSettings(get_protocol(protocol), aggregation, parse_ks(list(ks)), with_ng,
-                            training is not None, legacy, tau)
+    settings = EvalSettings(get_protocol(protocol),
+                            Settings(ks=",".join(ks), aggregation=aggregation, legacy=legacy,
+                                     tau=tau), with_ng, training is not None)
     hits = [s.hits for s in scored]
     rows = image_rows(hits, batch_blocks(hits, Context(parse_ks(list(ks))),
                                          get_protocol(protocol), scored[0].inputs))

@@ -23,7 +23,7 @@ from sgdask.batch.rerank import board_job, rerank
 from sgdask.cli import main
 from sgdask.errors import SgdaskWarning
 from sgdask.io.store import SELF_HASH
-from sgdask.pipeline import Options
+from sgdask.pipeline import Settings
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -100,7 +100,7 @@ def test_entry_without_hashes_is_evaluated_again(published, stores, client):
     (folder / ENTRY).write_text(json.dumps(old, indent=1))  # as sgdask before issue 24
 
     entries = Registry(published["registry"]).rankable()
-    job = board_job(published["registry"], stores.gt, entries, Options(), None)
+    job = board_job(published["registry"], stores.gt, entries, Settings(), None)
     lines: list[str] = []
     outcome = run_many(job, client=client, log=lines.append)
     assert outcome.evaluated == [(published["id"], "multimpo")]

@@ -15,7 +15,7 @@ from distributed import Client, LocalCluster
 from sgdask.batch.cache import ResultCache
 from sgdask.batch.many import ManyJob, run_many
 from sgdask.cli import main
-from sgdask.core.settings import Options
+from sgdask.core.settings import Settings
 from sgdask.io.ingest import convert_submission
 from sgdask.io.stats import gt_training_stats
 from sgdask.io.store import StoreReader
@@ -29,6 +29,7 @@ from tests.test_bootstrap import literal_interval, literal_value
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = CISettings(0.95, 100, 0)
+CI_FIELDS = {"ci": CI.level, "resamples": CI.resamples, "seed": CI.seed}  # as settings
 
 
 def schema(name: str):
@@ -52,7 +53,7 @@ def weak_store(dataset, stores, tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def reports(stores, client) -> dict[str, Report]:
     return evaluate_protocols(stores.gt, stores.pred, "singlempo,sgbench", partition_size=7,
-                              client=client, intervals=CI)
+                              client=client, **CI_FIELDS)
 
 
 def test_terms_reproduce_every_reported_metric(reports, stores):
@@ -83,13 +84,13 @@ def test_intervals_do_not_depend_on_partitioning_or_workers(reports, stores, cli
     def comparable(report: Report):
         return report.intervals, report.per_predicate
 
-    other = evaluate(stores.gt, stores.pred, partition_size=64, client=client, intervals=CI)
+    other = evaluate(stores.gt, stores.pred, partition_size=64, client=client, **CI_FIELDS)
     assert comparable(other) == comparable(reports["singlempo"])
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                       dashboard_address=":0", host="127.0.0.1") as cluster, \
             Client(cluster) as one_worker:
         alone = evaluate(stores.gt, stores.pred, partition_size=3, client=one_worker,
-                         intervals=CI)
+                         **CI_FIELDS)
     assert comparable(alone) == comparable(reports["singlempo"])
 
 
@@ -213,7 +214,7 @@ def test_compare_cli_needs_terms(stores, reports, client, tmp_path, capsys):
 
 def test_evaluate_many_intervals_from_cached_terms(stores, client, tmp_path):
     job = ManyJob(stores.gt, [("a", stores.pred, "singlempo")],
-                  Options(ci=0.9, resamples=30, seed=3), cache=str(tmp_path / "cache"))
+                  Settings(ci=0.9, resamples=30, seed=3), cache=str(tmp_path / "cache"))
     first = run_many(job, client=client, log=lambda _: None)
     second = run_many(job, client=client, log=lambda _: None)
     assert first.evaluated and not second.evaluated

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from sgdask.accum import Accumulator
+from sgdask.core.settings import Settings
 from sgdask.io.stats import composition_counts, train_stats, zero_shot_from
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.terms import evaluate_image, missing_image_result
@@ -74,8 +75,8 @@ def report_of(results: list[ImageResult], protocol: Protocol, ks: str, *, with_n
               has_stats: bool = False, legacy: bool = False, tau: float = 0.5,
               composition: dict[int, int] | None = None,
               aggregation: str = "per_predicate") -> Report:
-    settings = EvalSettings(protocol, aggregation, parse_ks(ks), with_ng, has_stats, legacy,
-                            tau)
+    settings = EvalSettings(protocol, Settings(ks=ks, aggregation=aggregation, legacy=legacy,
+                                               tau=tau), with_ng, has_stats)
     rows = [{"image_id": r.image_id, "missing": r.missing} for r in results]
     return build_report(accumulate(*results), rows, settings, composition, manifest(),
                         manifest(), {"evaluated_images": len(results)})
@@ -392,7 +393,7 @@ def test_weighted_imr_weights_over_predicates_of_the_evaluated_gt(tau, expected,
     assert report.metrics["IMR@1"] == pytest.approx(5 / 6, abs=1e-12)
     assert report.metrics["wIMR@1"] == pytest.approx(expected, abs=1e-12)
     assert report.metrics["wIMR@1"] != pytest.approx(wrong_with_p3, abs=1e-6)
-    settings = EvalSettings(SINGLEMPO, "per_predicate", parse_ks("1"), True, True, False, tau)
+    settings = EvalSettings(SINGLEMPO, Settings(ks="1", tau=tau), True, True)
     direct = derived_metrics(accumulate(res), settings, WIMR_COMPOSITION)
     assert direct["wIMR@1"] == pytest.approx(expected, abs=1e-12)
 
@@ -402,7 +403,7 @@ def test_weighted_imr_predicate_absent_from_training_has_no_weight():
     2: 0} the value is the same 2/3 (tau 0.5), and a composition without any GT predicate
     has no positive weight -> no wIMR key (never 0 filled in)."""
     acc = accumulate(wimr_result())
-    settings = EvalSettings(SINGLEMPO, "per_predicate", parse_ks("1"), True, True, False, 0.5)
+    settings = EvalSettings(SINGLEMPO, Settings(ks="1"), True, True)
     a = derived_metrics(acc, settings, {0: 4, 1: 1})["wIMR@1"]
     b = derived_metrics(acc, settings, {0: 4, 1: 1, 2: 0})["wIMR@1"]
     assert a == pytest.approx(2 / 3, abs=1e-12)

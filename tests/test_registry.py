@@ -150,11 +150,10 @@ def test_toy_metric_reaches_every_output(toy_registered, dataset, stores, client
     from sgdask.cli import print_report
     from sgdask.pipeline import evaluate_protocols
     from sgdask.report.html import render_html
-    from sgdask.report.intervals import CISettings
     from sgdask.report.writers import write_reports
 
     reports = evaluate_protocols(stores.gt, stores.pred, "singlempo", client=client,
-                                 intervals=CISettings(0.9, 200, 3))
+                                 ci=0.9, resamples=200, seed=3)
     report = reports["singlempo"]
     assert 0 < report.metrics["Toy@50"] <= report.metrics["R@50"]
     r, m = report.metrics["R@50"], report.metrics["mR@50"]

@@ -244,8 +244,8 @@ def test_method_store_scores_as_the_converted_zip(family, lab, client, tmp_path)
     v2 = literal_zip(family.method, family.results, family.ids, tmp_path / "v2.zip")
     convert_submission(str(v2), zip_store, lab.gt)
 
-    from_method = evaluate_protocols(lab.gt, method_store, PROTOCOLS, KS, client=client)
-    from_zip = evaluate_protocols(lab.gt, zip_store, PROTOCOLS, KS, client=client)
+    from_method = evaluate_protocols(lab.gt, method_store, PROTOCOLS, ks=KS, client=client)
+    from_zip = evaluate_protocols(lab.gt, zip_store, PROTOCOLS, ks=KS, client=client)
     for protocol in PROTOCOLS.split(","):
         assert comparable(from_method[protocol]) == comparable(from_zip[protocol]), protocol
     assert from_method["singlempo"].metrics["R@50"] > 0.2  # the data has real hits
@@ -314,7 +314,7 @@ def test_evaluate_with_method_is_convert_then_evaluate(lab, client, tmp_path, ca
     folder = npz_folder(fam, tmp_path / "npz")
     store = str(tmp_path / "converted")
     convert_results(str(folder), store, lab.gt, "2stage", cluster=client)
-    expected = evaluate_protocols(lab.gt, store, PROTOCOLS, KS, client=client)
+    expected = evaluate_protocols(lab.gt, store, PROTOCOLS, ks=KS, client=client)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
@@ -356,8 +356,8 @@ def test_results_decoded_in_the_tasks_score_as_their_store(form, family, lab, cl
                else str(npz_folder(family, tmp_path / "npz")))
     store = str(tmp_path / "store")
     convert_results(results, store, lab.gt, family.method, cluster=client)
-    literal = evaluate_protocols(lab.gt, store, PROTOCOLS, KS, client=client)
-    in_tasks = evaluate_protocols(lab.gt, results, PROTOCOLS, KS, client=client,
+    literal = evaluate_protocols(lab.gt, store, PROTOCOLS, ks=KS, client=client)
+    in_tasks = evaluate_protocols(lab.gt, results, PROTOCOLS, ks=KS, client=client,
                                   method=ResultsMethod(family.method))
     for protocol in PROTOCOLS.split(","):
         assert comparable(in_tasks[protocol]) == comparable(literal[protocol]), protocol
@@ -372,8 +372,8 @@ def test_results_decoded_in_small_tasks_with_instance_scores(small, lab, client,
     folder = str(npz_folder(small, tmp_path / "npz"))
     store = str(tmp_path / "store")
     convert_results(folder, store, lab.gt, "psgtr", instance_scores=True)
-    literal = evaluate_protocols(lab.gt, store, PROTOCOLS, KS, client=client)
-    in_tasks = evaluate_protocols(lab.gt, folder, PROTOCOLS, KS, partition_size=1,
+    literal = evaluate_protocols(lab.gt, store, PROTOCOLS, ks=KS, client=client)
+    in_tasks = evaluate_protocols(lab.gt, folder, PROTOCOLS, ks=KS, partition_size=1,
                                   client=client, method=ResultsMethod("psgtr", True))
     for protocol in PROTOCOLS.split(","):
         assert comparable(in_tasks[protocol]) == comparable(literal[protocol]), protocol
@@ -424,8 +424,8 @@ def test_instance_scores_order_the_merge(small, lab, client, tmp_path):
     scored = literal_zip(family.method, family.results, family.ids, tmp_path / "s.zip",
                          annotation=True, scores=True)
     convert_submission(str(scored), zip_store, lab.gt)
-    ours = evaluate(lab.gt, store, "singlempo", KS, client=client)
-    theirs = evaluate(lab.gt, zip_store, "singlempo", KS, client=client)
+    ours = evaluate(lab.gt, store, "singlempo", ks=KS, client=client)
+    theirs = evaluate(lab.gt, zip_store, "singlempo", ks=KS, client=client)
     assert comparable(ours) == comparable(theirs)
     assert ours.provenance["submission"] == {
         "source": str(family.pickle), "content_hash": StoreReader(store).manifest[
@@ -452,7 +452,7 @@ def test_version_2_box_file_scores_as_sgbench(dataset, stores, client, tmp_path)
                                       workers=0)
     store = str(tmp_path / "store")
     convert_submission(str(v2), store, stores.gt_boxes)
-    report = evaluate(stores.gt_boxes, store, "sgbench", "20,50,100", client=client)
+    report = evaluate(stores.gt_boxes, store, "sgbench", ks="20,50,100", client=client)
     for metric in SGBENCH_METRICS:
         assert report.metrics[metric] == pytest.approx(float(reference[metric]), abs=1e-9)
 

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sgdask.accum import Accumulator
+from sgdask.core.settings import Settings
 from sgdask.errors import InstanceMismatch
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.terms import evaluate_image, missing_image_result
@@ -51,8 +52,8 @@ def fast_report(images: list[literal.VGImage], protocol: Protocol, ks: str,
                                     legacy=legacy)
         acc.update(result)
     names = {"predicate_classes": [f"p{i}" for i in range(n_predicates)]}
-    settings_ = EvalSettings(protocol, "per_predicate", k_specs, True, seen is not None,
-                             legacy, 0.5)
+    settings_ = EvalSettings(protocol, Settings(ks=ks, legacy=legacy), True,
+                             seen is not None)
     return build_report(acc, [], settings_, None, names, {}, {})
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sgdask import __version__
-from sgdask.core.settings import Options
+from sgdask.core.settings import Settings
 from sgdask.errors import SgdaskError, SgdaskWarning
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.store import (
@@ -48,7 +48,7 @@ Log = Callable[[str], None]
 
 
 def cache_key(gt_manifest: dict[str, Any], sub_manifest: dict[str, Any], protocol: Protocol,
-              options: Options, stats_hash: str | None = None) -> str:
+              options: Settings, stats_hash: str | None = None) -> str:
     """Hex digest naming one cached evaluation: every input by content (``stats_hash``: the
     content hash of ``options.stats``), every option that can change a number."""
     fields = {"gt": gt_manifest["content_hash"], "submission": sub_manifest["content_hash"],

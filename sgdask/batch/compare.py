@@ -17,7 +17,7 @@ from distributed import Client
 
 from sgdask.batch.cache import ResultCache, cache_key
 from sgdask.batch.registry import Registry
-from sgdask.core.settings import Options
+from sgdask.core.settings import Settings
 from sgdask.errors import SgdaskError
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.sources import is_store
@@ -42,7 +42,7 @@ class CompareJob:
     gt: str
     models: list[tuple[str, list[str]]]
     protocol: str = DEFAULT_PROTOCOL
-    options: Options = field(default_factory=Options)
+    options: Settings = field(default_factory=Settings)
     all_pairs: bool = False
     level: float = 0.95
     resamples: int = 1000
@@ -64,7 +64,7 @@ class CompareJob:
             raise SgdaskError(f"--level: {self.level} is not between 0 and 1")
         if self.resamples < 1 or self.permutations < 1:
             raise SgdaskError("--resamples and --permutations: at least 1")
-        self.options.check()
+        self.options.checked()
 
     @property
     def pairs(self) -> list[tuple[int, int]]:

@@ -6,8 +6,9 @@ Manifest (YAML or JSON; schema in ``schemas/evaluate-many.schema.json``)::
     gt: s3://bucket/gt                  # GT store
     out: results/                       # optional: reports per submission and protocol
     cache: results/cache                # optional (default: OUT/cache)
-    ks: "20,50,100,x1,x10"              # optional evaluation options
+    ks: "20,50,100,x1,x10"              # optional: any field of sgdask.core.settings.Settings
     aggregation: per_predicate
+    protocols: [singlempo]              # the default of submissions naming none
     storage_options: {endpoint_url: ...}
     submissions:
       - {name: model-a, url: stores/model-a, protocols: [singlempo, multimpo]}
@@ -24,13 +25,13 @@ import yaml
 from distributed import Client
 
 from sgdask.batch.cache import ResultCache, cache_key
-from sgdask.core.settings import Options
+from sgdask.core.settings import Settings
 from sgdask.errors import InputError
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.stats import gt_training_stats, stats_digest
 from sgdask.io.store import StoreReader
 from sgdask.pipeline import evaluate_many
-from sgdask.protocols import DEFAULT_PROTOCOL, get_protocols
+from sgdask.protocols import get_protocols
 from sgdask.report import Report
 from sgdask.report.intervals import add_intervals
 from sgdask.report.writers import write_reports
@@ -44,16 +45,12 @@ class ManyJob:
 
     gt: str
     submissions: list[tuple[str, str, str]]
-    options: Options = field(default_factory=Options)
+    options: Settings = field(default_factory=Settings)
     out: str | None = None
     cache: str | None = None
     storage_options: StorageOptions | None = None
     #: verify every submission store completely before its first evaluation (rerank)
     verify: bool = False
-
-
-OPTION_FIELDS = ("ks", "aggregation", "partition_size", "stats", "legacy", "tau",
-                 "match_labels", "ci", "resamples", "seed", "ci_metrics")
 
 
 def parse_manifest(doc: Any, label: str) -> ManyJob:
@@ -66,16 +63,16 @@ def parse_manifest(doc: Any, label: str) -> ManyJob:
     subs = doc["submissions"]
     if not isinstance(subs, list) or not subs:
         raise InputError(label, "not a non-empty list", field="submissions")
+    options = Settings.from_mapping(doc)
     parsed = []
     for i, sub in enumerate(subs):
         if not isinstance(sub, dict) or not {"name", "url"} <= set(sub):
             raise InputError(label, "needs name and url", field=f"submissions[{i}]")
-        protocols = sub.get("protocols", DEFAULT_PROTOCOL)
+        protocols = sub.get("protocols", options.protocols)
         if isinstance(protocols, list):
             protocols = ",".join(str(p) for p in protocols)
         get_protocols(protocols)
         parsed.append((str(sub["name"]), str(sub["url"]), protocols))
-    options = Options(**{k: doc[k] for k in OPTION_FIELDS if k in doc})
     return ManyJob(str(doc["gt"]), parsed, options, doc.get("out"), doc.get("cache"),
                    doc.get("storage_options"))
 

@@ -32,7 +32,7 @@ from sgdask import __version__
 from sgdask.batch.leaderboard_html import render_leaderboard
 from sgdask.batch.many import Log, ManyJob, ManyOutcome, run_many
 from sgdask.batch.registry import Entry, Registry
-from sgdask.core.settings import Options
+from sgdask.core.settings import Settings
 from sgdask.io.fs import StorageOptions, filesystem, is_local, join
 from sgdask.io.lock import DEFAULT_LEASE, exclusive_lock
 from sgdask.io.stats import gt_training_stats
@@ -184,7 +184,7 @@ class RerankOutcome:
     board: list[dict[str, Any]]
 
 
-def inputs_digest(entries: list[Entry], options: Options, ci: BoardCI | None = None) -> str:
+def inputs_digest(entries: list[Entry], options: Settings, ci: BoardCI | None = None) -> str:
     """What a board depends on: the entries, the evaluation and interval settings."""
     payload = [(e.submission_id, e.content_hash, e.approved) for e in entries]
     text = json.dumps([payload, BOARD_PROTOCOLS, options.__dict__, protocol_versions(),
@@ -198,7 +198,7 @@ def protocol_versions() -> dict[str, str]:
     return {**{p: PROTOCOLS[p].version for p in BOARD_PROTOCOLS}, "metrics": METRICS_VERSION}
 
 
-def board_job(registry_url: str, gt: str, entries: list[Entry], options: Options,
+def board_job(registry_url: str, gt: str, entries: list[Entry], options: Settings,
               storage_options: StorageOptions | None) -> ManyJob:
     """The evaluation a board needs, through the registry's result cache (the service's
     worker scores new entries with the same job, so rerank finds them cached); a store
@@ -208,7 +208,7 @@ def board_job(registry_url: str, gt: str, entries: list[Entry], options: Options
                    verify=True)
 
 
-def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
+def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None,
            storage_options: StorageOptions | None = None, client: Client | None = None,
            scheduler: str | None = None, dry_run: bool = False, progress: bool = False,
            log: Log = print, lease: float = DEFAULT_LEASE,
@@ -217,7 +217,7 @@ def rerank(registry_url: str, gt: str, out: str, options: Options | None = None,
     model's ranking metric with its bootstrap interval and rank range, ``ci``), holding
     ``OUT/lock.json`` meanwhile (``sgdask.io.lock``: taken over from a dead holder at once,
     from a silent one after ``lease`` seconds)."""
-    options = options or Options()
+    options = options or Settings()
     entries = Registry(registry_url, storage_options).rankable()
     job = board_job(registry_url, gt, entries, options, storage_options)
     fs, root = filesystem(out, storage_options)

@@ -3,7 +3,7 @@
 Everything between "these images' ground truth and predictions, in memory" and "a
 partition result the fold merges" lives here, with no I/O and no Dask:
 
-- ``settings``: what an evaluation is asked (``Options``), which submission is scored under
+- ``settings``: what an evaluation is asked (``Settings``), which submission is scored under
   which protocols (``Submission``) and what decides the numbers of every image
   (``ScoringSettings``);
 - ``image``: one image's hits under one protocol (``hits_under``);

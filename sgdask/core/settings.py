@@ -1,15 +1,18 @@
-"""The records of an evaluation: its options, its submissions and what decides the numbers."""
+"""The records of an evaluation: its settings, its submissions and what decides the numbers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from sgdask.accum import AGGREGATIONS
 from sgdask.errors import SgdaskError
-from sgdask.kernels.selection import DEFAULT_KS, KSpec
+from sgdask.kernels.selection import DEFAULT_KS, KSpec, parse_ks
 from sgdask.metrics.base import Family
-from sgdask.protocols import Protocol
+from sgdask.protocols import DEFAULT_PROTOCOL, PROTOCOLS, Protocol, get_protocols
 from sgdask.types import ZeroShot
 
 if TYPE_CHECKING:
@@ -31,30 +34,90 @@ class Submission:
 
 @dataclass(frozen=True)
 class ScoringSettings:
-    """What decides every image's numbers besides its protocol (small and picklable)."""
+    """What decides every image's numbers besides its protocol: the settings record, the
+    training statistics and the metric families (small and picklable: sent to every task)."""
 
-    ks: tuple[KSpec, ...]
+    settings: Settings
     zero_shot: ZeroShot | None = None
-    legacy: bool = False
-    match_labels: bool = True
     families: tuple[Family, ...] = ()
+
+    @cached_property
+    def ks(self) -> tuple[KSpec, ...]:
+        return self.settings.k_specs
+
+    @property
+    def legacy(self) -> bool:
+        return self.settings.legacy
+
+    @property
+    def match_labels(self) -> bool:
+        return self.settings.match_labels
 
 
 @dataclass(frozen=True)
-class Options:
-    """How to evaluate (the same for every submission of a job)."""
+class Settings:
+    """How to evaluate: every knob with its default, like pycocotools' ``Params`` (the same
+    for every submission of a job).
 
-    ks: str = DEFAULT_KS
-    aggregation: str = "per_predicate"
-    partition_size: int | None = DEFAULT_PARTITION_SIZE
-    stats: str | None = None
-    legacy: bool = False
-    tau: float = 0.5
-    match_labels: bool = True
-    ci: float | None = None
-    resamples: int = 1000
-    seed: int = 0
-    ci_metrics: str | None = None
+    The one record of an evaluation's settings: the CLI builds it once from its options, an
+    ``evaluate-many`` manifest from its top-level keys (``from_mapping``), Python callers
+    with keywords; ``checked()`` validates every field. Each field's CLI option is the
+    ``flag`` of its metadata; ``docs/reference/api.md`` lists them (``tests/test_settings``
+    keeps the three in step).
+    """
+
+    #: protocols to score under, comma separated (``singlempo,multimpo``); in a manifest,
+    #: the default of submissions naming none
+    protocols: str = field(default=DEFAULT_PROTOCOL, metadata={"flag": "--protocol"})
+    #: the ks: integers and relative ``xF`` (F times the image's GT relations)
+    ks: str = field(default=DEFAULT_KS, metadata={"flag": "--k"})
+    #: how per-predicate means aggregate: ``per_predicate``, ``pooled`` or ``image``
+    aggregation: str = field(default="per_predicate", metadata={"flag": "--aggregation"})
+    #: images per Dask task (None: whole GT store parts, grouped to about 256 images)
+    partition_size: int | None = field(default=DEFAULT_PARTITION_SIZE,
+                                       metadata={"flag": "--partition-size"})
+    #: training statistics from ``sgdask stats`` (None: the GT store's)
+    stats: str | None = field(default=None, metadata={"flag": "--stats"})
+    #: also compute the legacy pair accuracy A@k
+    legacy: bool = field(default=False, metadata={"flag": "--legacy-metrics"})
+    #: wIMR's weight exponent
+    tau: float = field(default=0.5, metadata={"flag": "--tau"})
+    #: match predictions only to GT instances of the same category (SPEC section 4)
+    match_labels: bool = field(default=True, metadata={"flag": "--match-labels"})
+    #: bootstrap intervals at this level (e.g. 0.95); None: no intervals
+    ci: float | None = field(default=None, metadata={"flag": "--ci"})
+    #: with ``ci``: bootstrap resamples
+    resamples: int = field(default=1000, metadata={"flag": "--resamples"})
+    #: with ``ci``: seed of the resamples (the same for every protocol)
+    seed: int = field(default=0, metadata={"flag": "--seed"})
+    #: with ``ci``: only these metrics, comma separated (``mR@50`` or families like ``mR``)
+    ci_metrics: str | None = field(default=None, metadata={"flag": "--ci-metrics"})
+
+    @classmethod
+    def from_mapping(cls, doc: Mapping[str, Any]) -> Settings:
+        """The settings a manifest's top-level keys give (the other keys are ignored),
+        checked; a ``protocols`` list is joined."""
+        given = {f.name: doc[f.name] for f in fields(cls) if f.name in doc}
+        if isinstance(given.get("protocols"), list):
+            given["protocols"] = ",".join(str(p) for p in given["protocols"])
+        return cls(**given).checked()
+
+    def with_fields(self, **overrides: Any) -> Settings:
+        """These settings with some fields replaced, checked (``TypeError`` naming an unknown
+        field, with the nearest one)."""
+        names = [f.name for f in fields(self)]
+        for name in overrides:
+            if name not in names:
+                raise TypeError(f"unknown setting {name!r}{_suggestion(name, names)}")
+        return replace(self, **overrides).checked()
+
+    @property
+    def protocol_list(self) -> tuple[Protocol, ...]:
+        return get_protocols(self.protocols)
+
+    @property
+    def k_specs(self) -> tuple[KSpec, ...]:
+        return parse_ks(self.ks)
 
     @property
     def intervals(self) -> CISettings | None:
@@ -66,9 +129,20 @@ class Options:
 
         return CISettings(self.ci, self.resamples, self.seed, self.ci_metrics)
 
-    def check(self) -> None:
+    def checked(self) -> Settings:
+        """These settings, or a one-line ``SgdaskError`` naming the first bad field's CLI
+        option."""
+        _check_types(self)
+        for name in self.protocols.split(","):
+            if name.strip() and name.strip().lower() not in PROTOCOLS:
+                raise SgdaskError(f"--protocol: unknown protocol {name.strip()!r}"
+                                  f"{_suggestion(name.strip().lower(), list(PROTOCOLS))} "
+                                  f"(expected one of: {', '.join(sorted(PROTOCOLS))})")
+        get_protocols(self.protocols)  # raises on an empty list
+        parse_ks(self.ks)  # raises on a malformed k
         if self.aggregation not in AGGREGATIONS:
-            raise SgdaskError(f"--aggregation: unknown mode {self.aggregation!r} "
+            raise SgdaskError(f"--aggregation: unknown mode {self.aggregation!r}"
+                              f"{_suggestion(self.aggregation, list(AGGREGATIONS))} "
                               f"(expected one of: {', '.join(AGGREGATIONS)})")
         if self.partition_size is not None and self.partition_size < 1:
             raise SgdaskError("--partition-size: must be at least 1")
@@ -76,3 +150,31 @@ class Options:
             raise SgdaskError(f"--tau: {self.tau} must be a number >= 0")
         if self.intervals is not None:
             self.intervals.check()
+        elif self.ci_metrics is not None:
+            raise SgdaskError("--ci-metrics: only with --ci LEVEL")
+        return self
+
+
+def _check_types(settings: Settings) -> None:
+    """A one-line error for a field of the wrong type (manifests and keywords give any)."""
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        kinds = _kinds(str(f.type))
+        if isinstance(value, bool) != (bool in kinds) or not isinstance(value, kinds):
+            expected = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
+            raise SgdaskError(f"{f.metadata['flag']}: {value!r} is not {expected}")
+
+
+_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "bool": (bool,),
+                                        "float": (float, int), "None": (type(None),)}
+
+
+def _kinds(annotation: str) -> tuple[type, ...]:
+    """The types a field's annotation (``int | None``) admits (an int is a float too)."""
+    return tuple(t for name in annotation.split(" | ") for t in _TYPES[name])
+
+
+def _suggestion(name: str, known: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for a near name, else nothing."""
+    near = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""

@@ -33,6 +33,7 @@ from sgdask.stats.table import TermTable
 from sgdask.versions import dependency_versions
 
 if TYPE_CHECKING:
+    from sgdask.core.settings import Settings
     from sgdask.io.fs import StorageOptions
 
 TABLES = ("per_predicate", "per_image", "terms")
@@ -191,28 +192,41 @@ def as_float(value: Fraction | float | None) -> float | None:
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """What an evaluation was asked to compute (decides what is reported or left out)."""
+    """What one report was asked to compute: the run's settings record under one of its
+    protocols (decides what is reported or left out; the report's provenance)."""
 
     protocol: Protocol
-    aggregation: str
-    ks: tuple[KSpec, ...]
+    settings: Settings
     with_ng: bool
     has_stats: bool
-    legacy: bool
-    tau: float
-    match_labels: bool = True
 
     def options(self) -> dict[str, Any]:
         """The evaluation options a report records next to its protocol."""
         return {"match_labels": self.match_labels, "legacy_metrics": self.legacy,
-                "tau": self.tau}
+                "tau": self.settings.tau}
+
+    @property
+    def aggregation(self) -> str:
+        return self.settings.aggregation
+
+    @property
+    def ks(self) -> tuple[KSpec, ...]:
+        return self.settings.k_specs
+
+    @property
+    def legacy(self) -> bool:
+        return self.settings.legacy
+
+    @property
+    def match_labels(self) -> bool:
+        return self.settings.match_labels
 
     @property
     def inputs(self) -> set[str]:
         return inputs_of(self.protocol, self.with_ng, self.has_stats, self.legacy)
 
     def context(self, composition: dict[int, int] | None = None) -> Context:
-        return Context(self.ks, self.aggregation, self.tau, composition)
+        return Context(self.ks, self.aggregation, self.settings.tau, composition)
 
 
 def final_metrics(acc: Accumulator, settings: EvalSettings) -> dict[str, float]:

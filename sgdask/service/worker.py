@@ -30,7 +30,7 @@ from sgdask.batch.rerank import (
     report_pages,
     rerank,
 )
-from sgdask.core.settings import Options
+from sgdask.core.settings import Settings
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.formats import submission_format
@@ -72,6 +72,8 @@ class WorkerConfig:
     limits: Limits = field(default_factory=Limits)
     open_uploads: bool = False
     archive_limits: ArchiveLimits | None = None
+    #: how the board's submissions are evaluated (rerank's, so rerank finds them cached)
+    settings: Settings = field(default_factory=Settings)
 
 
 class LostClaim(Exception):
@@ -321,7 +323,7 @@ class Worker:
         if not claims:
             return
         job = board_job(self.config.registry, self.config.gt, [c.sub.entry for c in claims],
-                        Options(), self.config.storage_options)
+                        self.config.settings, self.config.storage_options)
         start = time.perf_counter()
         log = lambda line: self.log(f"worker {self.id}: {line}")  # noqa: E731
         outcome = run_many(job, client=self.client, log=log)
@@ -355,12 +357,12 @@ class Worker:
         fs, root = filesystem(self.config.out, self.config.storage_options)
         fs.invalidate_cache(root)
         current = read_json(fs, join(root, "current.json"))
-        digest = inputs_digest(rankable, Options())
+        digest = inputs_digest(rankable, self.config.settings)
         up_to_date = current.get("inputs") == digest if current else not rankable
         if not waiting and up_to_date:
             return False
         try:
-            rerank(self.config.registry, self.config.gt, self.config.out, Options(),
+            rerank(self.config.registry, self.config.gt, self.config.out, self.config.settings,
                    self.config.storage_options, client=self.client, log=self.log,
                    lease=self.config.lease)
         except LockHeld:
