@@ -124,8 +124,8 @@ def category_vector(obj: Any, image_id: str, where: str, n_classes: int) -> np.n
     return cats
 
 
-def triplet_rows(obj: Any, name: str, image_id: str, where: str, n: int, n_predicates: int,
-                 required: bool, pred: bool) -> np.ndarray | None:
+def _checked_triplets(obj: Any, name: str, image_id: str, where: str, n: int,
+                      n_predicates: int, required: bool, pred: bool) -> np.ndarray | None:
     """An (R, 3) integer field with subject and object in 0..n-1 (and different, in a
     prediction: the submission format forbids a triplet on one instance) and predicates in
     range."""
@@ -166,8 +166,8 @@ def gt_image(image_id: str, gt: Any, n_classes: int, n_predicates: int) -> Image
         raise fail(image_id, "gt", "missing")
     cats = category_vector(gt, image_id, "gt.categories", n_classes)
     n = len(cats)
-    relations = triplet_rows(gt, "relations", image_id, "gt.relations", n, n_predicates,
-                             required=True, pred=False)
+    relations = _checked_triplets(gt, "relations", image_id, "gt.relations", n, n_predicates,
+                                  required=True, pred=False)
     boxes = box_rows(gt, image_id, "gt.boxes", n)
     label_image = None
     value = get_field(gt, "labels")
@@ -192,10 +192,10 @@ def pred_image(image_id: str, pred: Any, gt: ImageGT, n_classes: int, n_predicat
     """The ``ImagePred`` of an update's prediction and whether it has an NG list."""
     cats = category_vector(pred, image_id, "pred.categories", n_classes)
     n = len(cats)
-    graph = triplet_rows(pred, "triplets", image_id, "pred.triplets", n, n_predicates,
-                         required=True, pred=True)
-    ng = triplet_rows(pred, "ng_triplets", image_id, "pred.ng_triplets", n, n_predicates,
-                      required=False, pred=True)
+    graph = _checked_triplets(pred, "triplets", image_id, "pred.triplets", n, n_predicates,
+                              required=True, pred=True)
+    ng = _checked_triplets(pred, "ng_triplets", image_id, "pred.ng_triplets", n, n_predicates,
+                           required=False, pred=True)
     scores = vector(pred, "scores", image_id, "pred.scores", required=False)
     if scores is not None:
         if len(scores) != n or scores.dtype.kind not in "iuf" or not np.isfinite(scores).all():
@@ -252,8 +252,8 @@ def id_text(image_id: Any) -> str:
 # --------------------------------------------------------------------------- statistics
 
 
-def training_stats(stats: Any, n_classes: int, n_predicates: int
-                   ) -> tuple[ZeroShot | None, dict[int, int] | None]:
+def _zero_shot_and_composition(stats: Any, n_classes: int, n_predicates: int
+                               ) -> tuple[ZeroShot | None, dict[int, int] | None]:
     """Zero-shot look-up and wIMR composition counts from ``stats``: None, a statistics
     file URL (``sgdask stats``), its table (pyarrow), or a parsed psg.json (its
     ``train_image_ids``)."""
@@ -313,7 +313,7 @@ class Evaluator:
         self.protocol, self.ks = protocols[0], self.options.k_specs
         self.predicates = names_of(predicates, "predicates")
         self.classes = names_of(classes, "classes")
-        self.zero_shot, self.composition = training_stats(
+        self.zero_shot, self.composition = _zero_shot_and_composition(
             self.options.stats if stats is None else stats, len(self.classes),
             len(self.predicates))
         self.reset()

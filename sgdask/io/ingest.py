@@ -30,9 +30,9 @@ from sgdask.io.store import (
     PartTables,
     StoreReader,
     StoreWriter,
-    instance_rows,
+    add_instance_rows,
+    add_triplet_rows,
     part_name,
-    triplet_rows,
     write_part,
 )
 from sgdask.io.validate import GTInfo, checked_submission
@@ -218,9 +218,9 @@ def add_gt_rows(tables: PartTables, record: GTRecord, part: str, masks: BitMasks
                         ("mask_array", None if masks is None else part),
                         ("mask_offset", None), ("source_file", record.pan_seg_file_name)):
         cols[name].append(value)
-    instance_rows(tables, record.image_id, record.categories, record.boxes, None, masks,
-                  None if masks is None else masks.areas())
-    triplet_rows(tables, record.image_id, "gt", relations, None)
+    add_instance_rows(tables, record.image_id, record.categories, record.boxes, None, masks,
+                      None if masks is None else masks.areas())
+    add_triplet_rows(tables, record.image_id, "gt", relations, None)
 
 
 def submission_parts(images: list[Item], gt: StoreReader | None,
@@ -389,9 +389,9 @@ def add_submission_rows(tables: PartTables, img: SubmissionImage, shape: tuple, 
                         ("mask_array", None if masks is None else part), ("mask_offset", None),
                         ("source_file", img.seg_filename)):
         cols[name].append(value)
-    instance_rows(tables, img.image_id, img.categories, img.boxes, img.scores, masks)
-    triplet_rows(tables, img.image_id, "graph", img.graph, img.graph_scores)
-    triplet_rows(tables, img.image_id, "ng", img.ng, None)
+    add_instance_rows(tables, img.image_id, img.categories, img.boxes, img.scores, masks)
+    add_triplet_rows(tables, img.image_id, "graph", img.graph, img.graph_scores)
+    add_triplet_rows(tables, img.image_id, "ng", img.ng, None)
 
 
 def convert_results(results: str, out: str, gt: str, method: str,

@@ -473,7 +473,7 @@ def checked_image(img: Any, index: int, file: str, masks: bool,
     """``images[index]`` (None when it has a problem) and every problem: its first schema
     violation, or else every semantic problem. Each triplet list is made an array once."""
     image, prefix = image_label(img, index)
-    rows = {key: triplet_rows(img.get(key)) for key in TRIPLET_LISTS} \
+    rows = {key: _plain_triplet_array(img.get(key)) for key in TRIPLET_LISTS} \
         if isinstance(img, dict) else {}
     plain = [key for key, value in rows.items() if value is not None]
     try:
@@ -490,7 +490,7 @@ TRIPLET_LISTS = ("triplets", "ng_triplets")
 INT32_MAX = 2**31 - 1
 
 
-def triplet_rows(values: Any) -> np.ndarray | None:
+def _plain_triplet_array(values: Any) -> np.ndarray | None:
     """``values`` as (n, 3) int64 rows when it is a non-empty list of [int, int, int] rows
     in 0..2^31-1, no booleans: exactly what the schema's triplet lists accept, checked in
     numpy (the generated validator walks each of the hundreds of rows in Python); else

@@ -139,9 +139,9 @@ def encoded_words(masks: BitMasks) -> tuple[np.ndarray, np.ndarray]:
     return words, offsets
 
 
-def instance_rows(tables: PartTables, image_id: str, categories: np.ndarray,
-                  boxes: np.ndarray | None, scores: np.ndarray | None,
-                  masks: BitMasks | None = None, areas: np.ndarray | None = None) -> None:
+def add_instance_rows(tables: PartTables, image_id: str, categories: np.ndarray,
+                      boxes: np.ndarray | None, scores: np.ndarray | None,
+                      masks: BitMasks | None = None, areas: np.ndarray | None = None) -> None:
     """Instance rows; with ``masks``, each mask goes into the part's mask array;
     ``areas``: GT mask areas in pixels."""
     n = len(categories)
@@ -163,8 +163,9 @@ def instance_rows(tables: PartTables, image_id: str, categories: np.ndarray,
     cols["score"].extend([None] * n if scores is None else scores.tolist())
 
 
-def triplet_rows(tables: PartTables, image_id: str, list_name: str, triplets: np.ndarray,
-                 scores: np.ndarray | None) -> None:
+def add_triplet_rows(tables: PartTables, image_id: str, list_name: str, triplets: np.ndarray,
+                     scores: np.ndarray | None) -> None:
+    """Triplet rows of one list ('gt', 'graph' or 'ng'), ranked in order."""
     n = len(triplets)
     cols = tables.triplets
     cols["image_id"].extend([image_id] * n)

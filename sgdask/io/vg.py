@@ -140,7 +140,7 @@ def read_vg(h5_file: IO[bytes], dicts: bytes, image_data: bytes, files: VGFiles,
     check_indices(arrays, used, info, files.h5, len(classes), len(predicates))
     records = image_records(arrays, info, evaluated)
     return VGGroundTruth(sorted(records, key=lambda r: r.image_id),
-                         training_stats(arrays, train),
+                         _training_triplet_counts(arrays, train),
                          {"thing_classes": classes, "stuff_classes": [],
                           "predicate_classes": predicates}, dropped)
 
@@ -481,7 +481,7 @@ def image_records(arrays: VGArrays, info: ImageInfo, images: np.ndarray) -> list
                 np.split(relations, rel_cuts), strict=True)]
 
 
-def training_stats(arrays: VGArrays, images: np.ndarray) -> pa.Table:
+def _training_triplet_counts(arrays: VGArrays, images: np.ndarray) -> pa.Table:
     """(subject category, object category, predicate) counts over the images' relations,
     0-based, sorted."""
     rows, _ = ranges(arrays.first_rel[images], arrays.last_rel[images])
