@@ -16,8 +16,8 @@ from typing import Any
 
 from distributed import Client, LocalCluster
 
-from sgdask.io.stats import gt_training_stats
 from sgdask.io.store import StoreReader
+from sgdask.io.training_stats import gt_training_stats
 from sgdask.pipeline import cluster_mapper, evaluate
 from sgdask.report.intervals import CISettings, add_intervals
 

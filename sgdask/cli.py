@@ -396,7 +396,7 @@ def stats(psg_json: Annotated[str, typer.Argument(help="psg.json (path or URL)")
     """Training-split triplet statistics (zero-shot types, wIMR weights) as Parquet."""
     from sgdask.io.ingest import read_bytes
     from sgdask.io.sgbench import load_json
-    from sgdask.io.stats import train_stats, write_stats
+    from sgdask.io.training_stats import train_stats, write_stats
 
     options = storage_options(storage_option)
     table = train_stats(load_json(read_bytes(psg_json, options, "psg.json"), psg_json),

@@ -259,7 +259,7 @@ def _zero_shot_and_composition(stats: Any, n_classes: int, n_predicates: int
     ``train_image_ids``)."""
     if stats is None:
         return None, None
-    from sgdask.io.stats import composition_counts, read_stats, train_stats, zero_shot_from
+    from sgdask.io.training_stats import composition_counts, read_stats, train_stats, zero_shot_from
 
     if isinstance(stats, str):
         table = read_stats(stats)

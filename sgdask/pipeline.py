@@ -35,8 +35,8 @@ from sgdask.io.fs import StorageOptions
 from sgdask.io.partition import load_gt_images
 from sgdask.io.results import ResultsMethod
 from sgdask.io.sources import PredSlice, StoreInput, SubmissionInput
-from sgdask.io.stats import gt_training_stats
 from sgdask.io.store import StoreReader
+from sgdask.io.training_stats import gt_training_stats
 from sgdask.io.validate import GTInfo
 from sgdask.metrics import FAMILIES
 from sgdask.protocols import get_protocols

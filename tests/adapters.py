@@ -34,7 +34,7 @@ from sgdask.accum import Accumulator
 from sgdask.core.result import image_diagnostics, image_rows
 from sgdask.core.settings import Settings
 from sgdask.io.ingest import convert_submission, ingest_gt
-from sgdask.io.stats import composition_counts, train_stats, zero_shot_from
+from sgdask.io.training_stats import composition_counts, train_stats, zero_shot_from
 from sgdask.kernels.image import image_hits, missing_image_hits
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.base import Context

@@ -17,8 +17,8 @@ from sgdask.batch.many import ManyJob, run_many
 from sgdask.cli import main
 from sgdask.core.settings import Settings
 from sgdask.io.ingest import convert_submission
-from sgdask.io.stats import gt_training_stats
 from sgdask.io.store import StoreReader
+from sgdask.io.training_stats import gt_training_stats
 from sgdask.pipeline import cluster_mapper, evaluate, evaluate_protocols
 from sgdask.report import TERMS_FILE, Report
 from sgdask.report.intervals import CISettings, scoring_of

@@ -312,7 +312,7 @@ def test_tensor_image_ids_are_their_values():
 def test_statistics_as_file_table_or_psg_json(tmp_path):
     """stats: a `sgdask stats` file, its table or a parsed psg.json: the same zero-shot
     metrics."""
-    from sgdask.io.stats import train_stats, write_stats
+    from sgdask.io.training_stats import train_stats, write_stats
 
     chooser = scenes.RandomChooser(31)
     images = scenes.dataset(chooser, 6, boxes=False, min_pred=1)

@@ -38,9 +38,9 @@ from sgdask.cli import main
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.ingest import ingest_gt
 from sgdask.io.scores import read_score_rows
-from sgdask.io.stats import read_stats
 from sgdask.io.store import SELF_HASH, StoreReader, file_entry, manifest_digest, parquet_bytes
 from sgdask.io.tiff import read_layered_tiff, read_tiff_masks
+from sgdask.io.training_stats import read_stats
 from sgdask.io.verify import verify_store
 from sgdask.synth import write_dataset
 

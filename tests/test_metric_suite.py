@@ -15,7 +15,7 @@ import pytest
 
 from sgdask.accum import Accumulator
 from sgdask.core.settings import Settings
-from sgdask.io.stats import composition_counts, train_stats, zero_shot_from
+from sgdask.io.training_stats import composition_counts, train_stats, zero_shot_from
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.terms import evaluate_image, missing_image_result
 from sgdask.protocols import MULTIMPO, SGBENCH, SINGLEMPO, Protocol

@@ -21,8 +21,8 @@ from sgdask.core.settings import Settings
 from sgdask.errors import SgdaskError
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.sources import is_store
-from sgdask.io.stats import gt_training_stats, stats_digest
 from sgdask.io.store import StoreReader
+from sgdask.io.training_stats import gt_training_stats, stats_digest
 from sgdask.metrics import metric_of
 from sgdask.pipeline import evaluate_many
 from sgdask.protocols import DEFAULT_PROTOCOL, get_protocols

@@ -28,8 +28,8 @@ from sgdask.batch.cache import ResultCache, cache_key
 from sgdask.core.settings import Settings
 from sgdask.errors import InputError
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.io.stats import gt_training_stats, stats_digest
 from sgdask.io.store import StoreReader
+from sgdask.io.training_stats import gt_training_stats, stats_digest
 from sgdask.pipeline import evaluate_many
 from sgdask.protocols import get_protocols
 from sgdask.report import Report

@@ -35,8 +35,8 @@ from sgdask.batch.registry import Entry, Registry
 from sgdask.core.settings import Settings
 from sgdask.io.fs import StorageOptions, filesystem, is_local, join
 from sgdask.io.lock import DEFAULT_LEASE, exclusive_lock
-from sgdask.io.stats import gt_training_stats
 from sgdask.io.store import StoreReader
+from sgdask.io.training_stats import gt_training_stats
 from sgdask.metrics import RANK_BY, TIE_BREAK, board_columns, metric_of
 from sgdask.report import Report
 from sgdask.report.html import render_html

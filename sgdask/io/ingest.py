@@ -25,7 +25,6 @@ from sgdask.io.results import ResultEntry, ResultSource, loaded_pickle
 from sgdask.io.scores import SubmissionInstances, load_score_lists
 from sgdask.io.sgbench import ClassCounts, SubmissionImage, SubmissionSource, load_json
 from sgdask.io.sources import Decoded, decoded_images, evaluated_order
-from sgdask.io.stats import STATS_FILE, train_stats, write_stats
 from sgdask.io.store import (
     PartTables,
     StoreReader,
@@ -35,6 +34,7 @@ from sgdask.io.store import (
     part_name,
     write_part,
 )
+from sgdask.io.training_stats import STATS_FILE, train_stats, write_stats
 from sgdask.io.validate import GTInfo, checked_submission
 from sgdask.io.vg import VAL_IMAGES, VGFiles, read_vg
 from sgdask.kernels.scores import PREDICATE, DerivedLists

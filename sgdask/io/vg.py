@@ -47,7 +47,7 @@ import pyarrow as pa
 from sgdask.errors import InputError
 from sgdask.io.archive import ArchiveLimits, limit_hint, printable
 from sgdask.io.psg import GTRecord
-from sgdask.io.stats import STATS_SCHEMA
+from sgdask.io.training_stats import STATS_SCHEMA
 
 H5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 BOX_SCALE = 1024
