@@ -5,19 +5,13 @@ Each test runs the `sgdask` command on real files."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-
-def sgdask(*args: str, env: dict[str, str] | None = None, timeout: float = 300
-           ) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sgdask", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+from tests.processes import run_sgdask as sgdask
 
 
 def score_file(dataset, path: Path, seed: int) -> Path:

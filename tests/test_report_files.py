@@ -5,8 +5,6 @@ written. Each test runs the `sgdask` command on real files."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -15,15 +13,10 @@ import pytest
 from sgdask.pipeline import evaluate
 from sgdask.report import Report
 from tests.conftest import rewrite_zip
+from tests.processes import run_sgdask as sgdask
 
 DIAGNOSTICS = ("masks_merged", "masks_dropped", "graph_triplets_removed", "ng_triplets_removed",
                "pred_instances", "pred_unmatched", "gt_instances", "gt_unmatched")
-
-def sgdask(*args: str, env: dict[str, str] | None = None, timeout: float = 300
-           ) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sgdask", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env)
-
 
 def evaluated_ids(psg_json: Path) -> list[str]:
     """Test images with relations, sorted as the report sorts them."""

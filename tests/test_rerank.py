@@ -4,14 +4,8 @@ board are repaired on the next rerank."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
-
-def sgdask(*args: str, env: dict[str, str] | None = None, timeout: float = 300
-           ) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sgdask", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+from tests.processes import run_sgdask as sgdask
 
 
 def test_stale_top_level_copies_are_repaired(dataset, stores, tmp_path):
