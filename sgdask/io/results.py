@@ -283,7 +283,7 @@ def check_shapes(f: dict[str, np.ndarray], where: Where, shape: tuple[int, int] 
     wanted = {
         "labels": ((n,), f"({n},): one label per mask"),
         "refine_bboxes": ((n, columns), (f"({n}, {columns}+): x1, y1, x2, y2",
-                                         *((", score (", Option("instance_scores"), ")")
+                                         *((", score (", Option("instance_scores", True), ")")
                                            if instance_scores else ()))),
         "rel_pair_idxes": ((None, 2), "(R, 2): subject and object per row"),
         "rel_dists": ((len(f["rel_pair_idxes"]), n_pred),
@@ -339,7 +339,7 @@ def check_values(f: dict[str, np.ndarray], where: Where, classes: ClassCounts | 
         bad = first_bad(~np.isfinite(f["refine_bboxes"][:, 4].astype(np.float64)))
         if bad is not None:
             raise where.error(f"refine_bboxes[{bad}][4]", "not a finite score",
-                              ("a finite instance score (", Option("instance_scores"), ")"))
+                              ("a finite instance score (", Option("instance_scores", True), ")"))
     for name in ("rel_dists", "refine_scores"):
         if name in f:
             bad = first_bad(~np.isfinite(f[name]).all(axis=1))
