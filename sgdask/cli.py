@@ -281,7 +281,7 @@ def convert(submission: Annotated[str, typer.Argument(
     if not from_scores and (rank_by != "predicate" or ng_limit is not None):
         raise SgdaskError("--rank-by and --ng-limit apply to lists derived --from-scores")
     limits = ArchiveLimits.from_pairs(limit)
-    check_method_options(method, gt, from_scores, instance_scores)
+    check_method_options(method, from_scores, instance_scores)
     cluster = cluster_choice(scheduler, in_process, workers)
     options = storage_options(storage_option)
     fmt = submission_format(submission, options, method)
@@ -297,17 +297,15 @@ def convert(submission: Annotated[str, typer.Argument(
                       f"{manifest['instances']}{ranked}, {manifest['content_hash']}")
 
 
-def check_method_options(method: str | None, gt: str | None, from_scores: str | None,
+def check_method_options(method: str | None, from_scores: str | None,
                          instance_scores: bool) -> None:
-    """The option combinations ``convert`` accepts."""
+    """The option combinations ``convert`` accepts (``--method`` without ``--gt``: the
+    format's conversion says)."""
     if method is None:
         if instance_scores:
             raise SgdaskError("--instance-scores: only with --method (SGBench files carry "
                               "their own instance scores)")
         return
-    if gt is None:
-        raise SgdaskError("--method needs --gt: results are paired with the GT store's test "
-                          "images, in psg.json's order")
     if from_scores is not None:
         raise SgdaskError("--from-scores and --method: choose one way to derive the lists")
 
@@ -332,7 +330,7 @@ def validate(submission: Annotated[str, typer.Argument(
     problems = fmt.validate(submission, gt, options, ArchiveLimits.from_pairs(limit),
                             max_problems)
     for problem in problems:
-        print(problem)
+        print(problem.render("cli"))
     errors = sum(p.is_error for p in problems)
     more = " (stopped at --max-problems)" if len(problems) >= max_problems else ""
     print(f"sgdask: {submission}: {errors} error(s), {len(problems) - errors} warning(s)"
@@ -953,7 +951,7 @@ def run_command(args: list[str]) -> None:
     except SgdaskError as err:
         if debug:
             raise
-        exit_with(f"sgdask: error: {err}", EXIT_ERROR)
+        exit_with(f"sgdask: error: {err.render('cli')}", EXIT_ERROR)
     except Exception as err:  # a bug in sgdask: never reported as bad input
         if debug:
             raise

@@ -20,7 +20,7 @@ from typing import Any
 import dask.config
 from distributed import Client, LocalCluster, as_completed
 
-from sgdask.errors import SgdaskError
+from sgdask.errors import SettingError, SgdaskError
 
 LOCAL = "local"
 LOCAL_PROCESSES = False  # threads (see the module docstring); processes=True for isolation
@@ -86,7 +86,7 @@ def worker_environ() -> dict[str, Any]:
 def local_cluster(spec: Local) -> Iterator[Client]:
     workers = spec.workers or usable_cores()
     if workers < 1:
-        raise SgdaskError(f"--workers: {workers} must be at least 1")
+        raise SettingError("workers", f"{workers} must be at least 1")
     if spec.processes:
         with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,

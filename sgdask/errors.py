@@ -1,14 +1,158 @@
-"""The one exception users see: a clear, one-line message naming file, image and field."""
+"""The one exception users see: a one-line message naming file, image and field, and how to
+fix it, kept as data and rendered for whoever reads it.
+
+An error's message is text and ``Option`` pieces (a setting or argument by its Python API
+name: ``ks``, ``gt``); its ``fix`` is a ``Fix`` record (raise a limit, choose among names).
+``render`` writes them for one audience:
+
+- ``"cli"``: options as the command line's flags (``--k``, ``--limit max_entries=N``), what
+  the ``sgdask`` command prints;
+- ``"api"``: options as the Python API's argument names (``ks``,
+  ``limits=ArchiveLimits(max_entries=N)``); ``str(err)`` is this rendering;
+- ``"http"``: what the benchmarking service shows: argument names, a limit as the server's
+  (no flag), and no host path: storage locations by the names in ``names``, other files by
+  their basename.
+
+Adding a hint is one keyword at the raise site (``fix=Choose(given, known)``; an input
+error's ``expected=limit_hint(limits, "max_entries")``); a new kind of hint is one small
+``Fix`` class.
+"""
 
 from __future__ import annotations
 
+import copy
+import difflib
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Literal
+
+Audience = Literal["cli", "api", "http"]
+#: API names whose command line option is not ``--`` and the name with dashes (besides the
+#: settings record's fields, whose option is their ``flag``)
+_FLAGS = {"limits": "--limit"}
+
+
+@dataclass(frozen=True)
+class Option:
+    """A setting or argument named in a message, by its Python API name (a ``Settings``
+    field, a keyword argument); ``value``, if any, is shown with it (``--ci LEVEL`` on the
+    command line, ``ci=LEVEL`` in Python; ``True``: a switch, ``--overwrite``)."""
+
+    name: str
+    value: object = None
+
+    def render(self, audience: Audience) -> str:
+        if audience == "cli":
+            flag = _cli_flag(self.name)
+            return flag if self.value is None or self.value is True else f"{flag} {self.value}"
+        return self.name if self.value is None else f"{self.name}={self.value}"
+
+
+#: text that may name options: ``("only with ", Option("ci", "LEVEL"))``
+Text = str | tuple[str | Option, ...]
+
+
+class Fix:
+    """How to fix an error, as data: ``render`` is its clause for one audience, written after
+    the message (in parentheses)."""
+
+    def render(self, audience: Audience) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class RaiseLimit(Fix):
+    """A limit on untrusted input was exceeded: ``name`` is its ``ArchiveLimits`` field,
+    ``value`` its value now."""
+
+    name: str
+    value: int | float
+
+    def render(self, audience: Audience) -> str:
+        shown = f"{self.value:g}" if isinstance(self.value, float) else str(self.value)
+        how = {"cli": f"; raise with --limit {self.name}=N",
+               "api": f"; raise with limits=ArchiveLimits({self.name}=N)",
+               "http": f", the server's limit {self.name}; ask the maintainers to raise it"}
+        return f"(expected at most {shown}{how[audience]})"
+
+
+@dataclass(frozen=True)
+class Choose(Fix):
+    """``given`` is not one of the names ``choices``: the nearest one, if any, and all."""
+
+    given: str
+    choices: tuple[str, ...]
+
+    def render(self, audience: Audience) -> str:
+        near = difflib.get_close_matches(self.given, self.choices, n=1)
+        mean = f"(did you mean {near[0]!r}?) " if near else ""
+        return f"{mean}(expected one of: {', '.join(self.choices)})"
+
 
 class SgdaskError(Exception):
-    """A problem a user can act on. ``str(err)`` is the whole user-facing message."""
+    """A problem a user can act on: ``parts`` (text, ``Option`` and ``SgdaskError``
+    pieces) and ``fix``. ``str(err)`` is the Python API's rendering; ``render`` gives the
+    others. Picklable with all of it, so errors raised on Dask workers arrive whole."""
+
+    def __init__(self, *parts: str | Option | SgdaskError, fix: Fix | None = None) -> None:
+        super().__init__(*parts)
+        self.parts, self.fix = parts, fix
+
+    def pieces(self) -> tuple[str | Option | SgdaskError, ...]:
+        """The message's pieces, before the fix."""
+        return self.parts
+
+    def render(self, audience: Audience = "api", names: Mapping[str, str] | None = None
+               ) -> str:
+        """The one-line message for ``audience``; ``names`` maps storage locations to what
+        to show instead (the service: the uploaded file's name, a submission id)."""
+        text = "".join(_rendered(piece, audience, names) for piece in self.pieces())
+        return f"{text} {self.fix.render(audience)}" if self.fix is not None else text
+
+    def __str__(self) -> str:
+        return self.render("api")
+
+    def renamed(self, names: Mapping[str, str]) -> SgdaskError:
+        """This error with the options in ``names`` called by their new names (a function
+        whose argument is called otherwise than the setting: ``protocol`` for
+        ``protocols``)."""
+        err = copy.copy(self)
+        err.parts = tuple(Option(names.get(p.name, p.name), p.value)
+                          if isinstance(p, Option) else p for p in self.parts)
+        return err
+
+    def __reduce__(self) -> tuple:
+        return (_rebuilt, (type(self), self.__dict__))
+
+
+def _rebuilt(cls: type[SgdaskError], state: dict) -> SgdaskError:
+    err = cls.__new__(cls)
+    err.__dict__.update(state)
+    err.args = state.get("parts", ())
+    return err
+
+
+class SettingError(SgdaskError, ValueError):
+    """A setting or argument with a bad value: ``SETTING: what``. A ``ValueError`` to Python
+    callers, its message naming the argument (``ks: ...``); the command line names the
+    option (``--k: ...``)."""
+
+    def __init__(self, setting: str, *what: str | Option, fix: Fix | None = None) -> None:
+        super().__init__(Option(setting), ": ", *what, fix=fix)
+
+    @property
+    def setting(self) -> str:
+        """The API name of the setting (``ks``)."""
+        option = self.parts[0]
+        assert isinstance(option, Option)
+        return option.name
 
 
 class InputError(SgdaskError):
-    """Malformed input: says which file, which image, which field, and what was expected."""
+    """Malformed input: says which file, which image, which field, and what was expected:
+    text (which may name options), or a ``Fix`` that says it and how to get there
+    (``RaiseLimit``: at most N, and how to raise the limit), kept as the error's ``fix``."""
 
     def __init__(
         self,
@@ -16,35 +160,24 @@ class InputError(SgdaskError):
         what: str,
         *,
         image: object | None = None,
-        field: str | None = None,
-        expected: str | None = None,
+        field: str | Option | None = None,
+        expected: Text | Fix | None = None,
     ) -> None:
-        self.file, self.image, self.field, self.what, self.expected = (
-            file,
-            image,
-            field,
-            what,
-            expected,
-        )
-        parts = [str(file)]
-        if image is not None:
-            parts.append(f"image {image}")
-        if field is not None:
-            parts.append(field)
-        message = ": ".join([*parts, what])
-        if expected is not None:
-            message += f" (expected {expected})"
-        super().__init__(message)
+        fix = expected if isinstance(expected, Fix) else None
+        self.file, self.image, self.field, self.what = file, image, field, what
+        self.expected = None if fix is not None else expected
+        super().__init__(what, fix=fix)
 
-    def __reduce__(self) -> tuple:
-        """Picklable with its keyword fields, so errors raised on Dask workers arrive whole."""
-        return (_rebuild_input_error, (self.file, self.what, self.image, self.field,
-                                       self.expected))
-
-
-def _rebuild_input_error(file: str, what: str, image: object, field: str | None,
-                         expected: str | None) -> InputError:
-    return InputError(file, what, image=image, field=field, expected=expected)
+    def pieces(self) -> tuple[str | Option | SgdaskError, ...]:
+        parts: list[str | Option] = [_Location(self.file)]
+        if self.image is not None:
+            parts.append(f"image {self.image}")
+        if self.field is not None:
+            parts.append(self.field)
+        expected = () if self.expected is None else (
+            " (expected ", *((self.expected,) if isinstance(self.expected, str)
+                             else self.expected), ")")
+        return (*_joined(parts, ": "), ": ", self.what, *expected)
 
 
 class InstanceMismatch(ValueError):
@@ -59,3 +192,49 @@ class SgdaskWarning(UserWarning):
 
 class StoreError(SgdaskError):
     """A canonical store is missing, incomplete, of the wrong kind or would be overwritten."""
+
+
+class _Location(str):
+    """The file an ``InputError`` names: for the service, by its name in ``names`` (an
+    entry of an archive, ``URL:member``, or a file under a directory, ``URL/name``, by the
+    name of the archive or directory), else by its basename."""
+
+    def public(self, names: Mapping[str, str]) -> str:
+        for location in sorted(names, key=len, reverse=True):
+            if self == location or (self.startswith(location)
+                                    and self[len(location)] in ":/"):
+                return names[location] + self[len(location):]
+        path, colon, member = self.rpartition("://")[2].partition(":")
+        return posixpath.basename(path.rstrip("/")) + colon + member
+
+
+def _joined(parts: list[str | Option], separator: str) -> list[str | Option]:
+    joined: list[str | Option] = []
+    for part in parts:
+        joined += [separator, part] if joined else [part]
+    return joined
+
+
+def _rendered(piece: str | Option | SgdaskError, audience: Audience,
+              names: Mapping[str, str] | None) -> str:
+    """One piece of a message; in text, the storage locations of ``names`` by their names
+    (longest first: a file under a directory before the directory)."""
+    if isinstance(piece, Option):
+        return piece.render(audience)
+    if isinstance(piece, SgdaskError):
+        return piece.render(audience, names)
+    names = names or {}
+    if audience == "http" and isinstance(piece, _Location):
+        return piece.public(names)
+    for location in sorted(names, key=len, reverse=True):
+        piece = piece.replace(location, names[location])
+    return piece
+
+
+def _cli_flag(name: str) -> str:
+    """The command line's option for the API name ``name``: a settings field's ``flag``
+    (``ks``: ``--k``), ``--limit`` for ``limits``, else ``--`` and the name with dashes."""
+    from sgdask.core.settings import Settings  # here: the record imports this module
+
+    flags = {f.name: f.metadata["flag"] for f in fields(Settings)}
+    return flags.get(name) or _FLAGS.get(name) or "--" + name.replace("_", "-")

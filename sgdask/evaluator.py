@@ -38,8 +38,8 @@ from sgdask.core.finalize import report_of
 from sgdask.core.image import hits_under
 from sgdask.core.partition import term_blocks
 from sgdask.core.result import PartitionResult
-from sgdask.core.settings import ScoringSettings, Settings, Submission
-from sgdask.errors import InputError, SgdaskError
+from sgdask.core.settings import ONE_PROTOCOL, ScoringSettings, Settings, Submission
+from sgdask.errors import InputError, SettingError, SgdaskError
 from sgdask.io.triplets import EVALUATOR, row_problems
 from sgdask.metrics import FAMILIES, available, metric_of
 from sgdask.metrics.state import rows_of_plain
@@ -305,8 +305,14 @@ class Evaluator:
                  **fields: Any) -> None:
         given = {"protocols": protocol,
                  "ks": ks if ks is None or isinstance(ks, str) else ",".join(map(str, ks))}
-        self.options = (settings or Settings()).with_fields(
-            **{name: value for name, value in given.items() if value is not None}, **fields)
+        try:
+            self.options = (settings or Settings()).with_fields(
+                **{name: value for name, value in given.items() if value is not None},
+                **fields)
+        except SettingError as err:
+            if protocol is None:
+                raise
+            raise err.renamed(ONE_PROTOCOL) from None  # named as this call's argument
         protocols = self.options.protocol_list
         if len(protocols) != 1:
             raise SgdaskError(f"Evaluator: one protocol, not {self.options.protocols!r}")

@@ -26,8 +26,8 @@ from sgdask.cluster import dask_client
 from sgdask.core.finalize import report_of
 from sgdask.core.partition import scored_partition
 from sgdask.core.result import PartitionResult
-from sgdask.core.settings import ScoringSettings, Settings, Submission
-from sgdask.errors import InputError, SgdaskError
+from sgdask.core.settings import ONE_PROTOCOL, ScoringSettings, Settings, Submission
+from sgdask.errors import InputError, SettingError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.consistency import check_against_gt
 from sgdask.io.formats import opened
@@ -372,9 +372,14 @@ def evaluate(gt: str, pred: str, protocol: str | None = None, *,
              progress: bool = False, **fields: Any) -> Report:
     """Score the submission ``pred`` against the GT store ``gt`` under one ``protocol``
     (``settings`` and ``fields``: as ``evaluate_protocols``)."""
-    reports = evaluate_protocols(gt, pred, protocol, settings=settings, client=client,
-                                 scheduler=scheduler, storage_options=storage_options,
-                                 progress=progress, **fields)
+    try:
+        reports = evaluate_protocols(gt, pred, protocol, settings=settings, client=client,
+                                     scheduler=scheduler, storage_options=storage_options,
+                                     progress=progress, **fields)
+    except SettingError as err:
+        if protocol is None:
+            raise
+        raise err.renamed(ONE_PROTOCOL) from None  # named as this call's argument
     if len(reports) != 1:
         raise SgdaskError("evaluate() takes one protocol; use evaluate_protocols() for several")
     return next(iter(reports.values()))

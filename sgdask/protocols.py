@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from sgdask.errors import SgdaskError
+from sgdask.errors import Choose, SettingError
 
 # Version of the metric definitions shared by all protocols (kernels, accumulators,
 # aggregation). Cached results carry it: bump it when any number could change.
@@ -131,15 +131,15 @@ def get_protocols(names: str) -> tuple[Protocol, ...]:
     """Protocols of a comma-separated list (``singlempo,multimpo``), order kept."""
     found = tuple(dict.fromkeys(get_protocol(n) for n in names.split(",") if n.strip()))
     if not found:
-        raise SgdaskError("--protocol: no protocol given")
+        raise SettingError("protocols", "no protocol given")
     return found
 
 
 def get_protocol(name: str) -> Protocol:
-    """The protocol called ``name``, or a clear error listing the known ones."""
+    """The protocol called ``name``, or a clear error listing the known ones (and the
+    nearest, for a misspelt name)."""
     try:
         return PROTOCOLS[name.strip().lower()]
     except KeyError:
-        known = ", ".join(sorted(PROTOCOLS))
-        raise SgdaskError(f"--protocol: unknown protocol {name!r} (expected one of: {known})") \
-            from None
+        raise SettingError("protocols", f"unknown protocol {name.strip()!r}",
+                           fix=Choose(name.strip().lower(), tuple(sorted(PROTOCOLS)))) from None

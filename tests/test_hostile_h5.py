@@ -174,7 +174,9 @@ def test_refused_before_reading_through_the_function(vg, tmp_path, secret, case)
     with pytest.raises(InputError) as err:
         ingest_vg(str(bad), str(out), str(vg.dicts), str(vg.image_data))
     assert time.perf_counter() - start < 0.5
-    assert_clean(str(err.value), bad, key, what)
+    assert_clean(err.value.render("cli"), bad, key, what)  # the message the CLI prints
+    assert_clean(str(err.value), bad, key, what.partition("; raise with --limit")[0])
+    assert "--limit" not in str(err.value)
     assert not out.exists()
 
 

@@ -141,8 +141,9 @@ def test_negative_scores_cannot_rank_by_triplet(tmp_path, scores, inst, field):
 def test_unknown_rank_by(tmp_path):
     from sgdask.errors import SgdaskError
 
-    with pytest.raises(SgdaskError, match="--rank-by: 'pair'"):
+    with pytest.raises(SgdaskError, match=r"^rank_by: 'pair'") as err:
         load_score_lists(write_scores(tmp_path / "s.parquet", ["a"]), rank_by="pair")
+    assert err.value.render("cli").startswith("--rank-by: 'pair'")
 
 
 # --- convert ------------------------------------------------------------------------------

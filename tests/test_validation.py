@@ -288,9 +288,10 @@ def test_validate_reports_broken_input(name, dataset, stores, tmp_path):
     case = CORPUS[name]
     bad = case.build(dataset, tmp_path)
     problems = validate_submission(str(bad), stores.gt if case.with_gt else None)
-    errors = [str(p) for p in problems if p.is_error]
+    errors = [p.render("cli") for p in problems if p.is_error]  # as `sgdask validate` prints
     assert errors, problems
     assert all(f in errors[0] for f in case.fragments), errors
+    assert not any("--limit" in str(p) for p in problems)  # Python's rendering: no flags
 
 
 def test_validate_lists_every_problem(dataset, stores, tmp_path):

@@ -45,6 +45,7 @@ API_MODULES: dict[str, dict[str, Any]] = {
     "sgdask.io.ingest": {},
     "sgdask.batch": {"show_submodules": True},
     "sgdask.kernels": {},
+    "sgdask.errors": {},
 }
 
 CLI_MARKER = "<!-- generated: command help -->"

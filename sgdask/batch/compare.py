@@ -18,7 +18,7 @@ from distributed import Client
 from sgdask.batch.cache import ResultCache, cache_key
 from sgdask.batch.registry import Registry
 from sgdask.core.settings import Settings
-from sgdask.errors import SgdaskError
+from sgdask.errors import Option, SettingError, SgdaskError
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.sources import is_store
 from sgdask.io.store import StoreReader
@@ -59,11 +59,12 @@ class CompareJob:
         if len(set(names)) != len(names):
             raise SgdaskError(f"compare: model names must be unique ({', '.join(names)})")
         if len(get_protocols(self.protocol)) != 1:
-            raise SgdaskError("--protocol: compare takes one protocol")
+            raise SettingError("protocol", "compare takes one protocol")
         if not 0 < self.level < 1:
-            raise SgdaskError(f"--level: {self.level} is not between 0 and 1")
+            raise SettingError("level", f"{self.level} is not between 0 and 1")
         if self.resamples < 1 or self.permutations < 1:
-            raise SgdaskError("--resamples and --permutations: at least 1")
+            raise SgdaskError(Option("resamples"), " and ", Option("permutations"),
+                              ": at least 1")
         self.options.checked()
 
     @property
@@ -86,7 +87,7 @@ def parse_group(text: str) -> tuple[str, list[str]]:
     name, sep, members = text.partition("=")
     inputs = [m.strip() for m in members.split(",") if m.strip()]
     if not sep or not name.strip() or not inputs:
-        raise SgdaskError(f"--group: {text!r} is not NAME=RUN1,RUN2,...")
+        raise SettingError("group", f"{text!r} is not NAME=RUN1,RUN2,...")
     return name.strip(), inputs
 
 
@@ -154,12 +155,12 @@ def checked_report(text: str, where: str, protocol: str, gt_manifest: dict[str, 
     """A report directory's report, checked: its protocol, its GT, its per-image terms."""
     report = Report.read(where, job.storage_options)
     if report.protocol.get("name") != protocol:
-        raise SgdaskError(f"{text}: a {report.protocol.get('name')} report, not {protocol} "
-                          "(--protocol)")
+        raise SgdaskError(f"{text}: a {report.protocol.get('name')} report, not {protocol} (",
+                          Option("protocol"), ")")
     gt_hash = (report.provenance.get("gt") or {}).get("content_hash")
     if gt_hash != gt_manifest.get("content_hash"):
-        raise SgdaskError(f"{text}: evaluated against another ground truth ({gt_hash}, "
-                          f"--gt has {gt_manifest.get('content_hash')})")
+        raise SgdaskError(f"{text}: evaluated against another ground truth ({gt_hash}, ",
+                          Option("gt"), f" has {gt_manifest.get('content_hash')})")
     if report.terms is None:
         raise SgdaskError(f"{text}: {REEVALUATE}")
     return report

@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from sgdask.accum import AGGREGATIONS
-from sgdask.errors import SgdaskError
+from sgdask.errors import Choose, Option, SettingError
 from sgdask.kernels.selection import DEFAULT_KS, KSpec, parse_ks
 from sgdask.metrics.base import Family
-from sgdask.protocols import DEFAULT_PROTOCOL, PROTOCOLS, Protocol, get_protocols
+from sgdask.protocols import DEFAULT_PROTOCOL, Protocol, get_protocols
 from sgdask.types import ZeroShot
 
 if TYPE_CHECKING:
     from sgdask.report.intervals import CISettings
 
 DEFAULT_PARTITION_SIZE: int | None = None  # whole GT store parts per task (task_count)
+#: what the calls that take one protocol (``Evaluator``, ``evaluate``) call ``protocols``
+#: (their errors name it so: ``SgdaskError.renamed``)
+ONE_PROTOCOL = {"protocols": "protocol"}
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,8 @@ class Settings:
         names = [f.name for f in fields(self)]
         for name in overrides:
             if name not in names:
-                raise TypeError(f"unknown setting {name!r}{_suggestion(name, names)}")
+                raise TypeError(f"unknown setting {name!r} "
+                                f"{Choose(name, tuple(names)).render('api')}")
         return replace(self, **overrides).checked()
 
     @property
@@ -130,28 +133,22 @@ class Settings:
         return CISettings(self.ci, self.resamples, self.seed, self.ci_metrics)
 
     def checked(self) -> Settings:
-        """These settings, or a one-line ``SgdaskError`` naming the first bad field's CLI
-        option."""
+        """These settings, or a one-line ``SettingError`` naming the first bad field (its
+        CLI option on the command line)."""
         _check_types(self)
-        for name in self.protocols.split(","):
-            if name.strip() and name.strip().lower() not in PROTOCOLS:
-                raise SgdaskError(f"--protocol: unknown protocol {name.strip()!r}"
-                                  f"{_suggestion(name.strip().lower(), list(PROTOCOLS))} "
-                                  f"(expected one of: {', '.join(sorted(PROTOCOLS))})")
-        get_protocols(self.protocols)  # raises on an empty list
+        get_protocols(self.protocols)  # raises on an unknown name or an empty list
         parse_ks(self.ks)  # raises on a malformed k
         if self.aggregation not in AGGREGATIONS:
-            raise SgdaskError(f"--aggregation: unknown mode {self.aggregation!r}"
-                              f"{_suggestion(self.aggregation, list(AGGREGATIONS))} "
-                              f"(expected one of: {', '.join(AGGREGATIONS)})")
+            raise SettingError("aggregation", f"unknown mode {self.aggregation!r}",
+                               fix=Choose(self.aggregation, tuple(AGGREGATIONS)))
         if self.partition_size is not None and self.partition_size < 1:
-            raise SgdaskError("--partition-size: must be at least 1")
+            raise SettingError("partition_size", "must be at least 1")
         if not self.tau >= 0:
-            raise SgdaskError(f"--tau: {self.tau} must be a number >= 0")
+            raise SettingError("tau", f"{self.tau} must be a number >= 0")
         if self.intervals is not None:
             self.intervals.check()
         elif self.ci_metrics is not None:
-            raise SgdaskError("--ci-metrics: only with --ci LEVEL")
+            raise SettingError("ci_metrics", "only with ", Option("ci", "LEVEL"))
         return self
 
 
@@ -162,7 +159,7 @@ def _check_types(settings: Settings) -> None:
         kinds = _kinds(str(f.type))
         if isinstance(value, bool) != (bool in kinds) or not isinstance(value, kinds):
             expected = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
-            raise SgdaskError(f"{f.metadata['flag']}: {value!r} is not {expected}")
+            raise SettingError(f.name, f"{value!r} is not {expected}")
 
 
 _TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "bool": (bool,),
@@ -172,9 +169,3 @@ _TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "bool": (bo
 def _kinds(annotation: str) -> tuple[type, ...]:
     """The types a field's annotation (``int | None``) admits (an int is a float too)."""
     return tuple(t for name in annotation.split(" | ") for t in _TYPES[name])
-
-
-def _suggestion(name: str, known: list[str]) -> str:
-    """`` (did you mean 'x'?)`` for a near name, else nothing."""
-    near = difflib.get_close_matches(name, known, n=1)
-    return f" (did you mean {near[0]!r}?)" if near else ""

@@ -27,7 +27,7 @@ from typing import BinaryIO
 
 import imagecodecs
 
-from sgdask.errors import InputError, SgdaskError
+from sgdask.errors import Choose, InputError, RaiseLimit, SettingError, SgdaskError
 from sgdask.io.fs import fault_detail, is_storage_fault
 from sgdask.io.unpickle import MAX_DEPTH as PICKLE_DEPTH
 from sgdask.io.unpickle import MAX_OBJECTS as PICKLE_OBJECTS
@@ -74,8 +74,8 @@ class ArchiveLimits:
             name, _, text = pair.partition("=")
             name = name.strip().replace("-", "_")
             if name not in fields:
-                raise SgdaskError(f"--limit: unknown limit {name!r} (expected one of: "
-                                  f"{', '.join(fields)})")
+                raise SettingError("limits", f"unknown limit {name!r}",
+                                   fix=Choose(name, tuple(fields)))
             values[name] = parse_limit(text, type(fields[name].default), name)
         return cls(**values)
 
@@ -85,13 +85,13 @@ def parse_limit(text: str, kind: type, name: str) -> int | float:
     KiB/MiB/GiB/TiB (powers of 1024)."""
     match = SIZE.match(text)
     if match is None:
-        raise SgdaskError(f"--limit: {name}={text!r} is not a number (e.g. {name}=1000, "
-                          "sizes also 4GiB or 500MB)")
+        raise SettingError("limits", f"{name}={text!r} is not a number (e.g. {name}=1000, "
+                           "sizes also 4GiB or 500MB)")
     number, prefix, binary = match.groups()
     scale = (1024 if binary else 1000) ** "_kmgt".index(prefix.lower() or "_")
     value = float(number) * scale
     if value <= 0:
-        raise SgdaskError(f"--limit: {name} must be positive")
+        raise SettingError("limits", f"{name} must be positive")
     return kind(value)
 
 
@@ -100,11 +100,10 @@ def limits_help() -> str:
     return ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(ArchiveLimits))
 
 
-def limit_hint(limits: ArchiveLimits, name: str) -> str:
-    """The ``expected`` text of a limit: its value and how to raise it."""
-    value = getattr(limits, name)
-    shown = f"{value:g}" if isinstance(value, float) else str(value)
-    return f"at most {shown}; raise with --limit {name}=N"
+def limit_hint(limits: ArchiveLimits, name: str) -> RaiseLimit:
+    """The ``expected`` of an input past the limit ``name``: its value and how to raise it
+    (``--limit NAME=N`` on the command line)."""
+    return RaiseLimit(name, getattr(limits, name))
 
 
 def printable(text: str) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sgdask.errors import SgdaskError
+from sgdask.errors import Option, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, filesystem
 from sgdask.io.results import ResultsMethod
@@ -164,8 +164,8 @@ def _convert_results(url: str, out: str, gt: str | None, options: StorageOptions
     from sgdask.io.ingest import convert_results
 
     if gt is None:
-        raise SgdaskError("--method needs --gt: results are paired with the GT store's test "
-                          "images, in psg.json's order")
+        raise SgdaskError(Option("method"), " needs ", Option("gt"), ": results are paired "
+                          "with the GT store's test images, in psg.json's order")
     return convert_results(url, out, gt, method, options, **kwargs)
 
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from sgdask import __version__
 from sgdask.cluster import ClusterSpec, map_tasks
-from sgdask.errors import InputError, SgdaskError
+from sgdask.errors import InputError, Option, SgdaskError
 from sgdask.io.archive import ArchiveLimits, limit_hint
 from sgdask.io.fs import StorageOptions, combined_digest, file_digest, filesystem, join
 from sgdask.io.psg import GTRecord, class_lists, evaluation_records, panoptic_masks
@@ -60,7 +60,7 @@ def chunks(items: list, size: int) -> Iterator[list]:
         yield items[start:start + size]
 
 
-def read_bytes(url: str, options: StorageOptions | None, what: str,
+def read_bytes(url: str, options: StorageOptions | None, what: str | Option,
                cap: tuple[ArchiveLimits, str] | None = None) -> bytes:
     """A file's bytes; with ``cap`` (limits, name of a size limit), refused past that
     size before it is read."""
@@ -145,8 +145,8 @@ def ingest_vg(h5: str, out: str, dicts: str, image_data: str, split: str = "test
     ``limits``: the h5 datasets' declared sizes (``max_h5_dataset_size``,
     ``max_h5_total_size``)."""
     files = VGFiles(str(h5), str(dicts), str(image_data))
-    dict_bytes = read_bytes(dicts, storage_options, "--dicts")
-    image_bytes = read_bytes(image_data, storage_options, "--image-data")
+    dict_bytes = read_bytes(dicts, storage_options, Option("dicts"))
+    image_bytes = read_bytes(image_data, storage_options, Option("image_data"))
     digest = hashlib.sha256()
     fs, path = filesystem(h5, storage_options)
     try:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from sgdask.errors import InputError, SgdaskError
+from sgdask.errors import Choose, Fix, InputError, Option, SettingError, SgdaskError, Text
 from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.methods import METHODS, fields_of, lists_for
@@ -109,7 +109,7 @@ class Where:
     prefix: str
     label: str
 
-    def error(self, field: str, what: str, expected: str | None = None) -> InputError:
+    def error(self, field: str, what: str, expected: Text | Fix | None = None) -> InputError:
         return InputError(self.file, what, image=self.image, field=self.prefix + field,
                           expected=expected)
 
@@ -251,7 +251,8 @@ def field_arrays(fields: dict[str, Any], method: str, where: Where) -> dict[str,
     for name in fields_of(method):
         value = fields.get(name)
         if value is None:
-            raise where.error(name, "missing", f"a numpy array: --method {method} reads it")
+            raise where.error(name, "missing", ("a numpy array: ", Option("method", method),
+                                                " reads it"))
         if not isinstance(value, np.ndarray):
             raise where.error(name, f"a {type(value).__name__}", "a numpy array")
         if value.dtype.kind not in KINDS[name]:
@@ -281,8 +282,9 @@ def check_shapes(f: dict[str, np.ndarray], where: Where, shape: tuple[int, int] 
     n_pred = None if classes is None else classes.predicates + 1
     wanted = {
         "labels": ((n,), f"({n},): one label per mask"),
-        "refine_bboxes": ((n, columns), f"({n}, {columns}+): x1, y1, x2, y2"
-                          + (", score (--instance-scores)" if instance_scores else "")),
+        "refine_bboxes": ((n, columns), (f"({n}, {columns}+): x1, y1, x2, y2",
+                                         *((", score (", Option("instance_scores", True), ")")
+                                           if instance_scores else ()))),
         "rel_pair_idxes": ((None, 2), "(R, 2): subject and object per row"),
         "rel_dists": ((len(f["rel_pair_idxes"]), n_pred),
                       f"({len(f['rel_pair_idxes'])}, {n_pred or 'P + 1'}): per row of "
@@ -337,7 +339,7 @@ def check_values(f: dict[str, np.ndarray], where: Where, classes: ClassCounts | 
         bad = first_bad(~np.isfinite(f["refine_bboxes"][:, 4].astype(np.float64)))
         if bad is not None:
             raise where.error(f"refine_bboxes[{bad}][4]", "not a finite score",
-                              "a finite instance score (--instance-scores)")
+                              ("a finite instance score (", Option("instance_scores", True), ")"))
     for name in ("rel_dists", "refine_scores"):
         if name in f:
             bad = first_bad(~np.isfinite(f[name]).all(axis=1))
@@ -402,8 +404,8 @@ class ResultSource:
     def __init__(self, url: str, method: str, storage_options: StorageOptions | None = None,
                  limits: ArchiveLimits | None = None, instance_scores: bool = False) -> None:
         if method not in METHODS:
-            raise SgdaskError(f"--method: {method!r} is not a method (expected one of: "
-                              f"{', '.join(METHODS)})")
+            raise SettingError("method", f"{method!r} is not a method",
+                               fix=Choose(method, tuple(METHODS)))
         self.url, self.method, self.options = str(url).rstrip("/"), method, storage_options
         self.limits = limits or DEFAULT_LIMITS
         self.instance_scores = instance_scores

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sgdask.errors import InputError, SgdaskError, SgdaskWarning
+from sgdask.errors import Choose, InputError, SettingError, SgdaskError, SgdaskWarning
 from sgdask.io.archive import ZIP_ERRORS, ArchiveLimits, archive_problems, printable
 from sgdask.io.fs import StorageOptions, filesystem
 from sgdask.kernels.scores import (
@@ -77,7 +77,8 @@ def load_score_lists(url: str, storage_options: StorageOptions | None = None,
     warning).
     """
     if rank_by not in RANK_BY:
-        raise SgdaskError(f"--rank-by: {rank_by!r} is not one of {', '.join(RANK_BY)}")
+        raise SettingError("rank_by", f"{rank_by!r} is not a ranking",
+                           fix=Choose(rank_by, tuple(RANK_BY)))
     if rank_by == TRIPLET and instances is None:
         raise ValueError("rank_by='triplet' needs the submission's instances")
     rows = read_score_rows(url, storage_options, limits)

@@ -44,7 +44,7 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import MemoryStore
 
-from sgdask.errors import SgdaskError, SgdaskWarning, StoreError
+from sgdask.errors import Option, SgdaskError, SgdaskWarning, StoreError
 from sgdask.io.archive import printable
 from sgdask.io.codecs.words import pack_sparse, xor_rows
 from sgdask.io.fs import (
@@ -271,8 +271,8 @@ class StoreWriter:
         self.fs, self.path = filesystem(self.url, storage_options)
         self.overwrite = overwrite
         if self.fs.exists(self.path) and not overwrite:
-            raise StoreError(f"{self.url}: already exists (choose another --out, "
-                             "or pass --overwrite to replace it)")
+            raise StoreError(f"{self.url}: already exists (choose another ", Option("out"),
+                             ", or pass ", Option("overwrite", True), " to replace it)")
         aside = overwrite and is_local(self.fs)
         suffix = f".tmp-{uuid.uuid4().hex}" if aside else ""
         #: where the store's files are written until ``finish`` (tasks write here)
@@ -313,9 +313,10 @@ class StoreWriter:
             # the storage that failed the writing fails the clean-up too: the files left
             # have no manifest, which every reader refuses; say so with the first error
             if isinstance(exc, SgdaskError):
-                raise SgdaskError(f"{exc}; {self.write_url}: the unfinished store could not "
+                raise SgdaskError(exc, f"; {self.write_url}: the unfinished store could not "
                                   "be removed (readers refuse it: no manifest.json; remove "
-                                  "it, or write it again with --overwrite)") from exc
+                                  "it, or write it again with ", Option("overwrite", True), ")"
+                                  ) from exc
 
     def finish(self, parts: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
         """Write the manifest (the store's commit point) and return it.

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 import tifffile
 
-from sgdask.errors import InputError
+from sgdask.errors import Fix, InputError
 from sgdask.io.archive import ArchiveLimits, limit_hint, printable
 from sgdask.types import BitMasks
 
@@ -42,7 +42,7 @@ DEFAULT_LIMITS = ArchiveLimits()
 
 
 def tiff_layout(tif: tifffile.TiffFile, limits: ArchiveLimits,
-                fail: Callable[[str, str], InputError]) -> tuple[int, int, int]:
+                fail: Callable[[str, str | Fix], InputError]) -> tuple[int, int, int]:
     """(layers, height, width) of a layered TIFF, from its headers, within the limits."""
     if len(tif.pages) > limits.max_tiff_layers:  # walks the page chain, parses no tags
         raise fail(f"TIFF has more than {limits.max_tiff_layers} pages",
@@ -92,7 +92,7 @@ def read_layered_tiff(data: bytes, file: str, image_id: str, n_instances: int,
     so series that name other files (OME-TIFF ``UUID FileName``, Micro-Manager and NDTiff
     multi-file stacks) never open one (a missing OME plane reads as zeros); sub-IFDs are
     refused (``tiff_layout``)."""
-    def fail(what: str, expected: str | None = None) -> InputError:
+    def fail(what: str, expected: str | Fix | None = None) -> InputError:
         return InputError(file, what, image=image_id, field="seg_filename", expected=expected)
 
     try:

@@ -8,12 +8,12 @@ TIFF), duplicate ids; last, as a warning, the GT images the submission has no pr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from sgdask.errors import InputError
+from sgdask.errors import Audience, InputError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions
 from sgdask.io.sgbench import (
@@ -35,7 +35,8 @@ SHOWN_MISSING = 5
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with a submission: an ``error`` (conversion refuses the submission)
-    or a ``warning``. ``str()`` is ``severity: file: image ID: field: what (expected ...)``."""
+    or a ``warning``. ``str()`` is ``severity: file: image ID: field: what (expected ...)``,
+    ``render`` the same for another audience (``sgdask.errors``)."""
 
     error: InputError
     severity: str = "error"
@@ -44,8 +45,12 @@ class Problem:
     def is_error(self) -> bool:
         return self.severity == "error"
 
+    def render(self, audience: Audience = "api", names: Mapping[str, str] | None = None
+               ) -> str:
+        return f"{self.severity}: {self.error.render(audience, names)}"
+
     def __str__(self) -> str:
-        return f"{self.severity}: {self.error}"
+        return self.render()
 
 
 @dataclass(frozen=True)

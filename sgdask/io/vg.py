@@ -44,7 +44,7 @@ import h5py
 import numpy as np
 import pyarrow as pa
 
-from sgdask.errors import InputError
+from sgdask.errors import InputError, Option
 from sgdask.io.archive import ArchiveLimits, limit_hint, printable
 from sgdask.io.psg import GTRecord
 from sgdask.io.training_stats import STATS_SCHEMA
@@ -128,7 +128,7 @@ def read_vg(h5_file: IO[bytes], dicts: bytes, image_data: bytes, files: VGFiles,
     ``limits``: the h5 datasets' declared sizes (``max_h5_dataset_size``,
     ``max_h5_total_size``)."""
     if split not in SPLITS:
-        raise InputError(files.h5, f"unknown split {split!r}", field="--split",
+        raise InputError(files.h5, f"unknown split {split!r}", field=Option("split"),
                          expected=" or ".join(SPLITS))
     classes = names_of(dicts, files.dicts, "label_to_idx")
     predicates = names_of(dicts, files.dicts, "predicate_to_idx")

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from sgdask.errors import SgdaskError
+from sgdask.errors import SettingError
 
 DEFAULT_KS = "20,50,100,x1,x10"
 
@@ -41,10 +41,8 @@ def parse_k(text: str) -> KSpec:
             raise ValueError
         return KSpec(label=str(value), absolute=value)
     except ValueError:
-        raise SgdaskError(
-            f"--k: {token!r} is not a k (expected a positive integer like 50 "
-            "or a relative k like x1, x10, x0.5)"
-        ) from None
+        raise SettingError("ks", f"{token!r} is not a k (expected a positive integer like 50 "
+                           "or a relative k like x1, x10, x0.5)") from None
 
 
 def parse_ks(text: str | list[str] | tuple[str, ...]) -> tuple[KSpec, ...]:
@@ -52,5 +50,5 @@ def parse_ks(text: str | list[str] | tuple[str, ...]) -> tuple[KSpec, ...]:
     tokens = text.split(",") if isinstance(text, str) else list(text)
     specs = [parse_k(t) for t in tokens if t.strip()]
     if not specs:
-        raise SgdaskError("--k: no k given (expected e.g. 20,50,100,x1,x10)")
+        raise SettingError("ks", "no k given (expected e.g. 20,50,100,x1,x10)")
     return tuple(dict.fromkeys(specs))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sgdask.errors import SgdaskError
+from sgdask.errors import SettingError, SgdaskError
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import FAMILIES, metric_of
 from sgdask.metrics.base import DERIVED, Context, Family, FinalColumns, Finals
@@ -37,16 +37,15 @@ class CISettings:
 
     def check(self) -> None:
         if not 0 < self.level < 1:
-            raise SgdaskError(f"--ci: {self.level} is not a level between 0 and 1 "
-                              "(e.g. 0.95)")
+            raise SettingError("ci", f"{self.level} is not a level between 0 and 1 (e.g. 0.95)")
         if self.resamples < 1:
-            raise SgdaskError("--resamples: must be at least 1")
+            raise SettingError("resamples", "must be at least 1")
         if self.seed < 0:
-            raise SgdaskError("--seed: must be >= 0")
+            raise SettingError("seed", "must be >= 0")
         for token in tokens(self.metrics):
             if metric_of(token) is None:
-                raise SgdaskError(f"--ci-metrics: {token!r} is not a metric name (expected "
-                                  "e.g. mR@50 or mR)")
+                raise SettingError("ci_metrics", f"{token!r} is not a metric name (expected "
+                                   "e.g. mR@50 or mR)")
 
 
 def tokens(spec: str | None) -> list[str]:
@@ -135,8 +134,8 @@ def selected(report: Report, spec: str | None) -> list[str] | None:
     for token in tokens(spec):
         found = [n for n in report.metrics if n == token or n.partition("@")[0] == token]
         if not found:
-            raise SgdaskError(f"--ci-metrics: {token!r} is not a metric of this evaluation "
-                              f"(it has {', '.join(report.metrics)})")
+            raise SettingError("ci_metrics", f"{token!r} is not a metric of this evaluation "
+                               f"(it has {', '.join(report.metrics)})")
         names += [n for n in found if n not in names]
     return names
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from sgdask.errors import SgdaskError
+from sgdask.errors import Option, SgdaskError
 from sgdask.service.queue import FINAL
 
 POLL_SECONDS = 2.0
@@ -64,8 +64,8 @@ def _check_before_sending(server: str, client: httpx.Client, headers: dict[str, 
     if answer.status_code == 404:
         return
     if answer.status_code == 401 and "Authorization" not in headers:
-        raise SgdaskError(f"{server}: HTTP 401: token: missing (give --token or set "
-                          "$SGDASK_TOKEN)")
+        raise SgdaskError(f"{server}: HTTP 401: token: missing (give ", Option("token"),
+                          " or set $SGDASK_TOKEN)")
     if answer.status_code != 200:
         raise api_error(server, answer)
     who = answer.json()

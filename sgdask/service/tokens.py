@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sgdask.batch.registry import utc_now
-from sgdask.errors import InputError, SgdaskError
+from sgdask.errors import InputError, Option, SgdaskError
 
 ROLES = ("participant", "maintainer")
 PREFIX = "sgd_"
@@ -49,8 +49,8 @@ def new_token() -> str:
 def checked_team(team: str) -> str:
     """A team name: printable, no surrounding spaces, at most 64 characters."""
     if not team or team != team.strip() or len(team) > TEAM_MAX or not team.isprintable():
-        raise SgdaskError(f"--team {team!r}: expected 1-{TEAM_MAX} printable characters "
-                          "without leading or trailing spaces")
+        raise SgdaskError(Option("team"), f" {team!r}: expected 1-{TEAM_MAX} printable "
+                          "characters without leading or trailing spaces")
     return team
 
 
@@ -83,7 +83,7 @@ def write_tokens(path: Path, records: list[dict[str, Any]]) -> None:
 def add_token(path: Path, team: str, role: str) -> str:
     """Create a token for ``team`` in ``role``; returns the token (shown once)."""
     if role not in ROLES:
-        raise SgdaskError(f"--role {role!r}: expected one of {', '.join(ROLES)}")
+        raise SgdaskError(Option("role"), f" {role!r}: expected one of {', '.join(ROLES)}")
     token = new_token()
     records = read_tokens(path)
     records.append({"team": checked_team(team), "role": role, "sha256": token_hash(token),

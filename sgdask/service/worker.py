@@ -11,7 +11,6 @@ cache entry last), so a retried entry resumes where the dead worker stopped.
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 import time
 import traceback
@@ -37,6 +36,7 @@ from sgdask.io.formats import submission_format
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.lock import DEFAULT_LEASE, LockHeld
 from sgdask.io.store import StoreReader
+from sgdask.io.validate import Problem
 from sgdask.metrics import RANK_BY
 from sgdask.service.inbox import pick_inbox
 from sgdask.service.limits import Limits
@@ -54,7 +54,6 @@ from sgdask.service.tokens import TokenBook
 
 Log = Callable[[str], None]
 DEFAULT_MAX_ERRORS = 20
-LIMIT_HINT = re.compile(r"; raise with --limit (\w+)=N")
 
 
 @dataclass
@@ -97,25 +96,15 @@ class Claim:
         self.seq += 1
 
 
-def validation_messages(upload: str, gt: str, options: StorageOptions | None,
+def validation_problems(upload: str, gt: str, options: StorageOptions | None,
                         limits: ArchiveLimits | None, max_errors: int, shown_as: str
-                        ) -> tuple[list[str], list[str]]:
-    """(errors, warnings) as ``sgdask validate`` prints them, the upload's storage URL
-    replaced by the name the user uploaded (a Dask task)."""
+                        ) -> list[Problem]:
+    """What ``sgdask validate`` finds in the upload (a Dask task; the problems arrive
+    whole, the worker renders them for the service)."""
     fmt = submission_format(upload, options)
     if fmt.validate is None:
         raise SgdaskError(f"{shown_as}: {fmt.name} files are not accepted here")
-    problems = fmt.validate(upload, gt, options, limits, max_errors)
-    lines = [(p.is_error, str(p).replace(upload, shown_as)) for p in problems]
-    return [t for e, t in lines if e], [t for e, t in lines if not e]
-
-
-def _public_message(text: str, names: dict[str, str]) -> str:
-    """A message as the service shows it: every storage location in ``names`` replaced by
-    its name (longest first), and a limit's hint without the CLI's ``--limit`` flag."""
-    for location in sorted(names, key=len, reverse=True):
-        text = text.replace(location, names[location])
-    return LIMIT_HINT.sub(r", the server's limit \1; ask the maintainers to raise it", text)
+    return fmt.validate(upload, gt, options, limits, max_errors)
 
 
 def report_metrics(reports: dict[str, Any]) -> dict[str, Any]:
@@ -249,11 +238,13 @@ class Worker:
         entry = claim.sub.entry
         try:
             if not self.store_complete(entry.url):
-                errors, warnings = self.client.submit(
-                    validation_messages, upload_url(self.registry, claim.id), self.config.gt,
+                problems = self.client.submit(
+                    validation_problems, upload_url(self.registry, claim.id), self.config.gt,
                     self.config.storage_options, self.config.archive_limits,
                     self.config.max_errors, entry.filename or "upload", pure=False).result()
-                errors, warnings = self.public(errors, claim), self.public(warnings, claim)
+                names = self.public_names(claim)
+                errors = [p.render("http", names) for p in problems if p.is_error]
+                warnings = [p.render("http", names) for p in problems if not p.is_error]
                 if errors:
                     claim.step("rejected", errors=errors, warnings=warnings)
                     self.log(f"worker {self.id}: {claim.id}: rejected ({errors[0]})")
@@ -267,15 +258,16 @@ class Worker:
         except LostClaim:
             raise
         except InputError as err:
-            claim.step("rejected", errors=self.public([f"error: {err}"], claim))
+            claim.step("rejected", errors=[self.shown(err, claim)])
             return False
         except Exception as err:
             self.retry_or_fail(claim, err)
             return False
 
-    def public(self, lines: list[str], claim: Claim) -> list[str]:
-        """``lines`` without host paths: the upload by the name it was uploaded under,
-        the converted store by the submission id, the GT and the registry by name."""
+    def public_names(self, claim: Claim) -> dict[str, str]:
+        """What the service shows for the storage locations of an entry (its errors name no
+        host path): the upload by the name it was uploaded under, the converted store by
+        the submission id, the GT and the registry by name."""
         names = {}
         for url, name in ((self.registry.url, "REGISTRY"),
                           (upload_url(self.registry, claim.id), claim.sub.entry.filename
@@ -284,7 +276,11 @@ class Worker:
                           (self.config.gt.rstrip("/"), "the GT store")):
             path = filesystem(url, self.config.storage_options)[1]
             names.update({url: name, path: name})
-        return [_public_message(line, names) for line in lines]
+        return names
+
+    def shown(self, err: InputError, claim: Claim) -> str:
+        """The error line the service shows for ``err``."""
+        return f"error: {err.render('http', self.public_names(claim))}"
 
     def store_complete(self, url: str) -> bool:
         """A store left complete by an earlier attempt (its manifest is written last)."""
@@ -343,7 +339,7 @@ class Worker:
 
     def reject(self, claim: Claim, err: InputError) -> None:
         with contextlib.suppress(LostClaim):
-            claim.step("rejected", errors=self.public([f"error: {err}"], claim))
+            claim.step("rejected", errors=[self.shown(err, claim)])
 
     # --- publish -------------------------------------------------------------------------
 
