@@ -9,7 +9,7 @@ import argparse
 import time
 from pathlib import Path
 
-from sgdask.cli import err_console, print_delta, print_report, progress_bar
+from sgdask.cli.console import err_console, print_delta, print_report, progress_bar
 from sgdask.cluster import dask_client
 from sgdask.io.ingest import convert_submission, ingest_gt
 from sgdask.pipeline import evaluate_protocols

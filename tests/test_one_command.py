@@ -9,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
+from sgdask.errors import SgdaskError
+from sgdask.io.gtcache import gt_store
 from sgdask.pipeline import evaluate
 
 
@@ -50,3 +53,20 @@ def test_raw_files_to_the_score_with_the_gt_store_cached(dataset, stores, client
     assert "GT store cached" in edited.stderr
     assert len(list(cache.glob("gt-*"))) == 2
     assert metrics(tmp_path / "edited") == from_stores
+
+
+def test_the_api_takes_a_psg_json_or_a_store_as_the_command_does(dataset, stores, client,
+                                                                 tmp_path):
+    cache = tmp_path / "cache"
+    psg, masks = str(dataset.psg_json), str(dataset.masks_dir)
+    cached = gt_store(psg, masks, cache, cluster=client)
+    assert Path(cached).parent == cache and (Path(cached) / "manifest.json").is_file()
+    assert gt_store(psg, masks, cache) == cached  # from the cache: nothing ingested again
+    assert len(list(cache.glob("gt-*"))) == 1
+    assert gt_store(stores.gt, cache_dir=cache) == stores.gt
+    assert (evaluate(cached, stores.pred, protocol="sgbench", client=client).metrics
+            == evaluate(stores.gt, stores.pred, protocol="sgbench", client=client).metrics)
+    with pytest.raises(SgdaskError, match=r"--gt-masks: .* is a GT store already"):
+        gt_store(stores.gt, masks)
+    with pytest.raises(SgdaskError, match="not a complete sgdask store"):
+        gt_store(str(tmp_path / "cache"))

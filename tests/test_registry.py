@@ -147,7 +147,7 @@ def toy_registered():
 def test_toy_metric_reaches_every_output(toy_registered, dataset, stores, client, tmp_path):
     from sgdask.batch.registry import submit
     from sgdask.batch.rerank import rerank
-    from sgdask.cli import print_report
+    from sgdask.cli.console import print_report
     from sgdask.pipeline import evaluate_protocols
     from sgdask.report.html import render_html
     from sgdask.report.writers import write_reports

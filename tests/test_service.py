@@ -297,6 +297,13 @@ def test_submit_cli_waits_for_the_result(server, tiny, tmp_path):
     assert both.returncode == 2
     assert both.stderr.strip() == ("sgdask: error: submit: give exactly one of --registry "
                                    "URL or --server URL")
+    rejected = cli(str(tiny.broken()), "--server", base, "--name", "broken cli model",
+                   "--wait")
+    assert rejected.returncode == 2, rejected.stdout + rejected.stderr
+    submission_id = re.match(r"uploaded (\S+): ", rejected.stdout).group(1)
+    *before, verdict = rejected.stderr.strip().splitlines()
+    assert verdict == f"sgdask: error: {submission_id}: rejected"
+    assert "error: broken.zip:" in before[-1]  # the submission's errors, before the verdict
 
 
 # --- crashes -----------------------------------------------------------------------------------

@@ -9,6 +9,9 @@ runs filling the same entry never leave half of one. Beside the entries, the PNG
 of each psg.json (keyed by its digest) are kept, so a warm run does not parse it. The
 cache is a local directory (``--cache-dir``, default ``$XDG_CACHE_HOME/sgdask``, i.e.
 ``~/.cache/sgdask``).
+
+``gt_store`` is what ``--gt`` means to ``evaluate`` and ``compare``: a GT store, or a
+psg.json whose store comes from this cache.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ from pathlib import Path
 
 from sgdask import __version__
 from sgdask.cluster import ClusterSpec
+from sgdask.errors import SgdaskError
 from sgdask.io.archive import ArchiveLimits
-from sgdask.io.fs import StorageOptions, join
+from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.ingest import Progress, gt_records, ingest_gt, read_bytes
-from sgdask.io.store import FORMAT_VERSION
+from sgdask.io.sources import is_store
+from sgdask.io.store import FORMAT_VERSION, missing_manifest
 
 
 def default_cache_dir() -> Path:
@@ -98,3 +103,27 @@ def cached_gt_store(psg_json: str, masks_dir: str | None, cache_dir: str | Path 
     if callable(log):
         log(f"GT store cached: {entry}")
     return str(entry)
+
+
+def given_store(gt: str, masks_dir: str | None,
+                storage_options: StorageOptions | None = None) -> str | None:
+    """``gt`` when it is a GT store (its masks come with it: no ``masks_dir``); None when it
+    is a file to ingest (a psg.json). A directory without a manifest is neither."""
+    if is_store(gt, storage_options):
+        if masks_dir:
+            raise SgdaskError(f"--gt-masks: {gt} is a GT store already (masks come with it)")
+        return gt
+    fs, path = filesystem(gt, storage_options)
+    if fs.isdir(path):
+        raise missing_manifest(gt)
+    return None
+
+
+def gt_store(gt: str, masks_dir: str | None = None, cache_dir: str | Path | None = None,
+             storage_options: StorageOptions | None = None, cluster: ClusterSpec = None,
+             progress: Progress = None, log: object = None,
+             limits: ArchiveLimits | None = None) -> str:
+    """The GT store to evaluate against: ``gt`` itself when it is a store, else the cached
+    store of the psg.json at ``gt`` (+ ``masks_dir``), ingested on a miss."""
+    return given_store(gt, masks_dir, storage_options) or cached_gt_store(
+        gt, masks_dir, cache_dir, storage_options, cluster, progress, log, limits)

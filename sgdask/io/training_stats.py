@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sgdask.errors import InputError, StoreError
+from sgdask.errors import InputError, SgdaskError, StoreError
 from sgdask.io.fs import StorageOptions, file_digest, filesystem, join
 from sgdask.types import ZeroShot
 
@@ -44,6 +44,19 @@ def train_stats(doc: Any, file: str) -> pa.Table:
                      "object_category": [r[0][1] for r in rows],
                      "predicate": [r[0][2] for r in rows],
                      "count": [r[1] for r in rows]}, schema=STATS_SCHEMA)
+
+
+def psg_train_stats(psg_json: str, storage_options: StorageOptions | None = None) -> pa.Table:
+    """Triplet-type counts over the training split of the psg.json at ``psg_json`` (path or
+    URL), as ``sgdask stats`` writes them; an error when that split holds no relation."""
+    from sgdask.io.ingest import read_bytes
+    from sgdask.io.sgbench import load_json
+
+    table = train_stats(load_json(read_bytes(psg_json, storage_options, "psg.json"), psg_json),
+                        psg_json)
+    if not len(table):
+        raise SgdaskError(f"{psg_json}: train_image_ids: no training relation found")
+    return table
 
 
 def write_stats(table: pa.Table, url: str, storage_options: StorageOptions | None = None

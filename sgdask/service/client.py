@@ -1,4 +1,5 @@
-"""``sgdask submit --server URL``: upload through the JSON API, optionally wait for the result.
+"""``sgdask submit --server URL``: upload through the JSON API, optionally wait until the
+submission is ranked.
 
 httpx sends the file from disk in chunks (multipart fields first, then the file), so a large
 ZIP is never read whole into memory. Before that, ``GET /api/whoami`` checks the token, the
@@ -103,3 +104,17 @@ def wait(server: str, token: str | None, submission_id: str, timeout: float,
                 raise SgdaskError(f"{server}: {submission_id} still {seen} after {timeout:g} s "
                                   "(the server keeps working on it)")
             time.sleep(POLL_SECONDS)
+
+
+def ranked(server: str, token: str | None, submission_id: str, timeout: float,
+           log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Wait until the submission is final (as ``wait``); its status document when it is
+    ranked. Every step it goes through and every error line it carries go to ``log``; a
+    submission rejected or failed raises SgdaskError."""
+    doc = wait(server, token, submission_id, timeout,
+               lambda status: log(f"{submission_id}: {status}"))
+    for line in doc.get("errors", []):
+        log(line)
+    if doc["status"] != "ranked":
+        raise SgdaskError(f"{submission_id}: {doc['status']}")
+    return doc

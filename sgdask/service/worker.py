@@ -16,7 +16,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distributed import Client
 
@@ -52,6 +52,9 @@ from sgdask.service.queue import (
 )
 from sgdask.service.tokens import TokenBook
 
+if TYPE_CHECKING:
+    from sgdask.service.app import ServiceConfig
+
 Log = Callable[[str], None]
 DEFAULT_MAX_ERRORS = 20
 
@@ -73,6 +76,15 @@ class WorkerConfig:
     archive_limits: ArchiveLimits | None = None
     #: how the board's submissions are evaluated (rerank's, so rerank finds them cached)
     settings: Settings = field(default_factory=Settings)
+
+    @classmethod
+    def beside(cls, service: ServiceConfig, gt: str, poll: float, max_attempts: int,
+               archive_limits: ArchiveLimits | None) -> WorkerConfig:
+        """The worker of ``sgdask serve``: the service's registry, board, storage options,
+        tokens, limits and lease."""
+        return cls(service.registry, gt, service.out, service.storage_options, poll,
+                   service.lease, max_attempts, tokens=service.tokens, limits=service.limits,
+                   open_uploads=service.open_uploads, archive_limits=archive_limits)
 
 
 class LostClaim(Exception):

@@ -1,0 +1,129 @@
+"""What the commands print: reports, protocol deltas and comparisons as tables on stdout,
+progress bars and notes on stderr (``sgdask.demo`` prints through it too)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from sgdask.metrics import board_columns, format_value, units_note
+from sgdask.report import Report, interval_caption
+
+if TYPE_CHECKING:
+    from sgdask.batch.many import ManyOutcome
+    from sgdask.stats.paired import Comparison
+
+err_console = Console(stderr=True)
+out_console = Console()
+
+
+@contextmanager
+def progress_bar(description: str, total: int | None) -> Iterator[Any]:
+    """A rich progress bar on stderr; yields the ``advance(n)`` callback."""
+    with Progress(console=err_console, transient=False) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n=1: bar.advance(task, n)
+
+
+def print_report(report: Report, console: Console = out_console) -> None:
+    header, rows = report.grid(sep="\n", template="{lo}–{hi}")
+    title = (f"protocol {report.protocol['name']} v{report.protocol['version']} · "
+             f"aggregation {report.aggregation} · "
+             f"{report.diagnostics.get('evaluated_images', 0)} images")
+    table = Table(title=title, caption=units_note())
+    for i, name in enumerate(header):
+        table.add_column(name, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print("  ".join(f"{name} {value}" for name, value in report.scalars()))
+    for metric, why in report.left_out.items():
+        console.print(f"left out {metric}: {why}")
+    for note in report.notes:
+        console.print(f"note: {note}")
+    if report.ci:
+        console.print(f"intervals: {interval_caption(report.ci)}")
+    missing = report.diagnostics.get("images_missing", 0)
+    if missing:
+        console.print(f"{missing} evaluated image(s) have no prediction (scored 0)")
+
+
+def print_delta(reports: dict[str, Report], console: Console = out_console) -> None:
+    """Metrics of every protocol side by side, with the difference to the first one."""
+    from sgdask.report.writers import protocol_delta
+
+    names = list(reports)
+    table = Table(title=f"protocol delta (percentage points, vs {names[0]})")
+    table.add_column("metric")
+    for name in names:
+        table.add_column(name, justify="right")
+    for name in names[1:]:
+        table.add_column(f"{name} − {names[0]}", justify="right")
+    for row in protocol_delta(reports):
+        table.add_row(row["metric"], *[_fmt(row[n]) for n in names],
+                      *[_fmt(row[f"delta_{n}"], signed=True) for n in names[1:]])
+    console.print(table)
+
+
+def _fmt(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{100 * value:+.2f}" if signed else f"{100 * value:.2f}"
+
+
+def print_comparison(comparison: Comparison, metrics: str | None,
+                     console: Console = out_console) -> None:
+    """The models and the differences of the leaderboard's columns (every metric with
+    ``--metrics``; all of them are in comparison.json)."""
+    from sgdask.report.compare_html import model_rows, p_text, points
+
+    rows = comparison.rows
+    names = list(dict.fromkeys(r["metric"] for r in rows))
+    shown = names if metrics else [c for c in board_columns() if c in names] or names
+    settings = comparison.settings
+    models = Table(title=f"{len(comparison.models)} models · protocol "
+                   f"{settings['protocol']} · {settings['images']} images · "
+                   f"{100 * settings['level']:g}% intervals")
+    for name in ("model", "runs", *shown):
+        models.add_column(name, justify="left" if name == "model" else "right")
+    for row in model_rows(comparison, shown, sep="\n", template="{lo}–{hi}"):
+        models.add_row(*row)
+    console.print(models)
+    diffs = Table(title="b − a (percentage points; PRank in ranks, lower is better)",
+                  caption=f"interval: paired bootstrap, {settings['resamples']} resamples; "
+                  f"p: paired approximate randomization, {settings['permutations']} "
+                  "permutations; Holm over all pairs; W/T/L: images b wins/ties/loses")
+    for name in ("metric", "a", "b", "Δ", "low", "high", "p", "p Holm", "W/T/L"):
+        diffs.add_column(name, justify="left" if name in ("metric", "a", "b") else "right")
+    for r in rows:
+        if r["metric"] in shown:
+            diffs.add_row(r["metric"], r["a"], r["b"], points(r["metric"], r["delta"]),
+                          points(r["metric"], r["ci_low"]), points(r["metric"], r["ci_high"]),
+                          p_text(r["p_value"]), p_text(r["p_holm"]),
+                          "-" if r["wins"] is None
+                          else f"{r['wins']}/{r['ties']}/{r['losses']}")
+    console.print(diffs)
+
+
+def print_many(outcome: ManyOutcome, console: Console = out_console) -> None:
+    """``evaluate-many``'s table: one row per submission and protocol, the leaderboard's
+    columns (no table without reports)."""
+    from sgdask.batch.many import summary_rows
+
+    rows = summary_rows(outcome.reports)
+    if rows:
+        table = Table(title=f"{len(outcome.reports)} submissions "
+                      f"({len(outcome.cached)} cached, {len(outcome.evaluated)} evaluated)")
+        columns = [c for c in board_columns() if any(c in r for r in rows)]
+        for name in ("submission", "protocol", *columns):
+            table.add_column(name, justify="left" if name in ("submission", "protocol")
+                             else "right")
+        for r in rows:
+            table.add_row(r["submission"], r["protocol"],
+                          *[format_value(c, r.get(c)) for c in columns])
+        console.print(table)

@@ -1,0 +1,65 @@
+"""The options several commands share, and the parsers of their values."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from sgdask.cluster import LOCAL, Local
+from sgdask.errors import SgdaskError
+from sgdask.io.archive import limits_help
+
+StorageOpt = Annotated[list[str] | None, typer.Option(
+    "--storage-option", "-S", help="fsspec storage option KEY=VALUE (repeatable), "
+    "e.g. endpoint_url=http://127.0.0.1:5000")]
+Scheduler = Annotated[str | None, typer.Option(
+    help="address of an existing Dask scheduler (default: Dask's scheduler-address setting, "
+    "e.g. DASK_SCHEDULER_ADDRESS, else an in-process LocalCluster)")]
+InProcess = Annotated[bool, typer.Option(
+    "--in-process", help="convert in this process, without Dask (small inputs)")]
+Workers = Annotated[int | None, typer.Option(
+    "--workers", min=1, help="workers of the local Dask cluster (default: the cores this "
+    "process may use)")]
+Limits = Annotated[list[str] | None, typer.Option(
+    "--limit", help="raise a limit on untrusted input, NAME=VALUE (repeatable; sizes in bytes "
+    f"or e.g. 4GiB); defaults: {limits_help()}")]
+
+
+def cluster_choice(scheduler: str | None, in_process: bool = False,
+                   workers: int | None = None) -> str | Local | None:
+    """What work runs on: nothing (in process), a scheduler, or a LocalCluster."""
+    if in_process:
+        return None
+    if scheduler and workers:
+        raise SgdaskError("--workers: only for the local cluster (not with --scheduler)")
+    return scheduler or (Local(workers) if workers else LOCAL)
+
+
+def _parse_value(text: str) -> Any:
+    """'true'/'false' -> bool, integers -> int, anything else stays a string."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def storage_options(pairs: list[str] | None) -> dict[str, Any] | None:
+    """``["key=value", "config_kwargs.connect_timeout=2", ...]`` -> fsspec storage options
+    (dotted keys build nested dicts; None when empty)."""
+    options: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or "" in key.split("."):
+            raise SgdaskError(f"--storage-option: {pair!r} is not KEY=VALUE")
+        *parents, leaf = key.split(".")
+        target = options
+        for name in parents:
+            target = target.setdefault(name, {})
+            if not isinstance(target, dict):
+                raise SgdaskError(f"--storage-option: {pair!r} conflicts with an earlier option")
+        target[leaf] = _parse_value(value)
+    return options or None

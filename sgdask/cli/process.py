@@ -1,0 +1,92 @@
+"""The ``sgdask`` process around the commands: one-line errors and their exit codes,
+warnings as lines, Dask's logs kept quiet, and ending the process without the tear-down."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from sgdask.errors import SgdaskError, SgdaskWarning
+
+if TYPE_CHECKING:
+    import typer
+
+EXIT_ERROR = 2
+EXIT_BUG = 1
+EXIT_INTERRUPTED = 130
+
+
+def _quiet_dask_logs() -> None:
+    """Task failures are reported once, as sgdask's one-line error: keep Dask's own logs
+    (with their tracebacks) out of the terminal, here and in worker processes we start.
+    asyncio's and tornado's loggers too: a comm close that times out on a loaded machine
+    while the cluster shuts down after a failure would otherwise print its traceback
+    ("TimeoutError: Timeout") after sgdask's own message."""
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
+    for name in ("distributed", "asyncio", "tornado"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _show_warnings_as_lines() -> None:
+    """``SgdaskWarning``s print as one ``sgdask: warning: ...`` line on stderr; others as
+    Python prints them."""
+    default = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        if issubclass(category, SgdaskWarning):
+            print(f"sgdask: warning: {message}", file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
+def end_process(code: int | str | None) -> NoReturn:
+    """Exit now with ``code`` as ``sys.exit`` would (None: 0; a message: printed, 1), after
+    flushing the standard streams and the logs, without the interpreter's tear-down."""
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
+
+
+def run_command(app: typer.Typer, args: list[str]) -> None:
+    """The app on ``args``: ends in ``SystemExit`` with the exit code (under ``--debug``, an
+    error propagates with its traceback)."""
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
+    _show_warnings_as_lines()
+    if not debug:
+        _quiet_dask_logs()
+    try:
+        app(args, prog_name="sgdask", standalone_mode=True)
+    except SgdaskError as err:
+        if debug:
+            raise
+        _exit_with(f"sgdask: error: {err.render('cli')}", EXIT_ERROR)
+    except Exception as err:  # a bug in sgdask: never reported as bad input
+        if debug:
+            raise
+        _exit_with(f"sgdask: internal error: {type(err).__name__}: {one_line(str(err))} "
+                   "(a bug in sgdask; run again with --debug for the traceback)", EXIT_BUG)
+    except KeyboardInterrupt:
+        _exit_with("sgdask: interrupted", EXIT_INTERRUPTED)
+
+
+def _exit_with(message: str, code: int) -> NoReturn:
+    """Print the one-line message and exit; nothing logged while the interpreter shuts down
+    (a Dask comm closing late, an asyncio task collected) comes after it."""
+    print(message, file=sys.stderr)
+    logging.disable(logging.CRITICAL)
+    sys.exit(code)
