@@ -31,7 +31,7 @@ from sgdask.kernels.normalize import normalize_prediction
 from sgdask.kernels.selection import DEFAULT_KS, parse_ks
 from sgdask.metrics.base import Context
 from sgdask.metrics.terms import batch_blocks, inputs_of
-from sgdask.protocols import get_protocol
+from sgdask.protocols import Protocol, get_protocol
 
 PHASES = ("read GT", "read submission", "normalize (merge, dedup)", "IoU", "matching",
           "hit positions", "metric terms", "accumulate")
@@ -55,15 +55,15 @@ def gt_images(reader: StoreReader, part: str, ids: list[str]) -> list:
 
 
 def hit_positions(relations: np.ndarray, norm: Any, iou: np.ndarray, n_gt: int,
-                  matching: str, clock: Clock) -> tuple:
-    if matching == "triplet":
+                  protocol: Protocol, clock: Clock) -> tuple:
+    if protocol.matching == "triplet":
         hit = iou >= IOU_THRESHOLD
         return clock.timed("hit positions", triplet_level_hits, relations, norm.graph,
                            norm.ng, hit, n_gt, True)
-    match = match_one_to_one if matching == "one_to_one" else match_many_to_one
+    match = match_one_to_one if protocol.matching == "one_to_one" else match_many_to_one
     mapping = clock.timed("matching", match, iou, IOU_THRESHOLD)
     return clock.timed("hit positions", mapped_hits, relations, norm.graph, norm.ng, mapping,
-                       n_gt, True)
+                       n_gt, True, protocol.first_triplet_per_remapped_pair)
 
 
 def measure(gt_url: str, pred_url: str, protocol_name: str) -> tuple[dict[str, float], int]:
@@ -88,8 +88,7 @@ def measure(gt_url: str, pred_url: str, protocol_name: str) -> tuple[dict[str, f
                                protocol.normalization)
             iou = clock.timed("IoU", instance_iou, gt, norm, True,
                               protocol.zero_area_boxes_match)
-            stepwise = hit_positions(relations, norm, iou, gt.n_instances, protocol.matching,
-                                     clock)
+            stepwise = hit_positions(relations, norm, iou, gt.n_instances, protocol, clock)
             reference = image_hits(gt, pred, protocol)
             if not np.array_equal(stepwise[0], reference.graph_first):
                 raise SystemExit(f"{gt.image_id}: stepwise hits differ from image_hits")

@@ -289,11 +289,12 @@ class Evaluator:
     """Scores images held in memory: ``update`` per image, ``compute`` the Report,
     ``merge`` other evaluators (data-parallel ranks), ``state`` / ``from_state`` to send it.
 
-    ``protocol``: one protocol name (``singlempo``, ``sgbench``, ``multimpo``); ``ks``: as
-    ``--k`` (a string like ``"20,50,100,x1"`` or a list); ``predicates`` and ``classes``:
-    the names (or the number) of predicate and instance classes; ``stats``: training
-    statistics for the zero-shot metrics and wIMR (a statistics file URL from ``sgdask
-    stats``, its pyarrow table, or a parsed psg.json with ``train_image_ids``).
+    ``protocol``: one protocol name (``singlempo``, ``sgbench``, ``sgbench2``, ``multimpo``,
+    ``sgbpytorch``); ``ks``: as ``--k`` (a string like ``"20,50,100,x1"`` or a list);
+    ``predicates`` and ``classes``: the names (or the number) of predicate and instance
+    classes; ``stats``: training statistics for the zero-shot metrics and wIMR (a
+    statistics file URL from ``sgdask stats``, its pyarrow table, or a parsed psg.json with
+    ``train_image_ids``).
     ``settings``: the settings record (``sgdask.core.settings.Settings``) the rest
     defaults to; other keywords override its fields, as ``evaluate``'s (``aggregation``,
     ``tau``, ``legacy``, ``match_labels``; partition and interval fields do not apply).

@@ -41,6 +41,13 @@ class Protocol:
     every image's predicted boxes are its GT boxes in the same order; ``ng_zero_shot``:
     report ngzR@k (zero-shot recall of the NG list); ``match_boxes``: instances are matched
     by their boxes even when both sides also have masks (a box protocol).
+
+    ``first_triplet_per_remapped_pair`` (SGBench 2.0.0's ``deduplicate_pairs``): after the
+    top k of the graph list are remapped through the instance mapping, only the first
+    triplet of each remapped (subject, object) pair counts, a side without a match taking
+    part as -1; the cut at k comes first, so the rule never pulls later triplets in. It
+    changes every metric read from the graph list's top k (R@k, mR@k, zR@k, mzR@k), not
+    PR@k (the pairs stay the same), the NG list or A@k (which selects its own entries).
     """
 
     name: str
@@ -60,6 +67,7 @@ class Protocol:
     pair_accuracy_by_index: bool = False
     ng_zero_shot: bool = False
     match_boxes: bool = False
+    first_triplet_per_remapped_pair: bool = False
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -84,6 +92,19 @@ SGBENCH = Protocol(
     prank_over_cells=True,
     description="reproduces sgbench==1.0.0: exact-duplicate removal, many-to-one matching",
     zero_area_boxes_match=True,
+)
+
+SGBENCH2 = Protocol(
+    name="sgbench2",
+    version="2.0.0",
+    normalization="dedup",
+    matching="many_to_one",
+    missing_counts_in_means=False,
+    prank_over_cells=True,
+    description="reproduces SGBench 2.0.0 (lorjul/sgbench v2, 26bf50e): sgbench's rules, "
+                "and inside the top k only the first triplet of each remapped pair counts",
+    zero_area_boxes_match=True,
+    first_triplet_per_remapped_pair=True,
 )
 
 MULTIMPO = Protocol(
@@ -122,7 +143,7 @@ SGBPYTORCH = Protocol(
     match_boxes=True,
 )
 
-PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (SINGLEMPO, SGBENCH, MULTIMPO,
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (SINGLEMPO, SGBENCH, SGBENCH2, MULTIMPO,
                                                       SGBPYTORCH)}
 DEFAULT_PROTOCOL = SINGLEMPO.name
 

@@ -17,7 +17,11 @@ where the specification is silent") are
 followed:
 
 - IoU of two empty instances (union 0) is 0, for masks and boxes; except that the
-  ``sgbench`` protocol reproduces sgbench 1.0.0's NaN for two zero-area boxes.
+  ``sgbench`` and ``sgbench2`` protocols reproduce sgbench's NaN for two zero-area boxes.
+- ``sgbench2`` (SPEC 5.5) is ``sgbench`` except that X_k keeps, of the first k graph
+  triplets, only the first of each remapped (subject, object) pair (an unmatched side
+  taking part as -1): every metric read from X_k follows (R, mR, PR, zR, mzR); the NG
+  list and A@k (its own selection) do not.
 - singlempo drops every triplet whose subject and object are the same instance after the
   merge (the submission format allows no triplet on one instance before it).
 - multimpo normalizes nothing (not even exact duplicates), has no instance mapping (no
@@ -110,11 +114,14 @@ class Protocol:
     missing_in_means: bool  # an image without prediction counts 0 in the mean metrics
     prank_over_cells: bool  # PRank = mean over all (image, predicate) cells
     vocabulary_means: bool = False  # mR@k, mNgR@k over every predicate of the vocabulary
+    first_per_remapped_pair: bool = False  # X_k: one triplet per remapped pair (sgbench2)
 
 
 PROTOCOLS = {
     "singlempo": Protocol("singlempo", "singlempo", "one_to_one", True, False),
     "sgbench": Protocol("sgbench", "dedup", "many_to_one", False, True),
+    "sgbench2": Protocol("sgbench2", "dedup", "many_to_one", False, True,
+                         first_per_remapped_pair=True),
     "multimpo": Protocol("multimpo", "none", "triplet", True, False, vocabulary_means=True),
 }
 
@@ -346,7 +353,7 @@ def matcher(norm: Normalized, kind: str, gt_shapes: list[Shape], gt_cats: list[i
                 None)
     match = match_one_to_one if protocol.matching == "one_to_one" else match_many_to_one
     mapping = match(table, norm.categories, gt_cats)
-    if protocol.name == "sgbench" and kind == "boxes":
+    if protocol.name in ("sgbench", "sgbench2") and kind == "boxes":
         mapping = with_sgbench_zero_area_boxes(mapping, norm.shapes, gt_shapes,
                                                norm.categories, gt_cats)
     return (lambda m, g: mapping[m] == g), mapping
@@ -363,6 +370,17 @@ def resolve(k: str, n_gt: int) -> int:
 def gt_set(relations: list[Triplet]) -> list[Triplet]:
     """GT triplets as a set (SPEC 2), in order of first occurrence."""
     return first_of_each([tuple(t) for t in relations])
+
+
+def top_k(graph: list[Triplet], k: int, mapping: list[int] | None, protocol: Protocol
+          ) -> list[Triplet]:
+    """X_k before remapping: the first k graph triplets; under sgbench2 (SPEC 5.5) only
+    the first of each remapped (subject, object) pair among them, an unmatched side
+    taking part as -1 (the cut at k comes first)."""
+    top = graph[:k]
+    if protocol.first_per_remapped_pair:
+        top = first_of_each(top, key=lambda t: (mapping[t[0]], mapping[t[1]]))
+    return top
 
 
 def hits(entry: Triplet, t: Triplet, same: Callable[[int, int], bool]) -> bool:
@@ -447,11 +465,11 @@ def per_predicate_counts(G: list[Triplet]) -> dict[int, int]:
 
 def score(out: ImageTerms, G: list[Triplet], gt: GT, norm: Normalized, same,
           mapping: list[int] | None, ks: list[str], with_ng: bool, training: Training | None,
-          legacy: bool) -> None:
+          legacy: bool, protocol: Protocol) -> None:
     """Every metric of SPEC 6 for one image (``mapping`` None: no instance mapping)."""
     n = len(G)
     for k in ks:
-        top = norm.graph[:resolve(k, n)]
+        top = top_k(norm.graph, resolve(k, n), mapping, protocol)
         out.scalars[f"R@{k}"], out.per_predicate[f"mR@{k}"] = recall(G, top, same)
         out.scalars[f"PR@{k}"] = pair_recall(G, top, same)
     n_instances = len(gt.categories)
@@ -463,7 +481,7 @@ def score(out: ImageTerms, G: list[Triplet], gt: GT, norm: Normalized, same,
     if unseen:
         for k in ks:
             out.scalars[f"zR@{k}"], out.per_predicate[f"mzR@{k}"] = recall(
-                unseen, norm.graph[:resolve(k, n)], same)
+                unseen, top_k(norm.graph, resolve(k, n), mapping, protocol), same)
     if with_ng:
         for k in ks:
             out.scalars[f"ngR@{k}"], out.per_predicate[f"mNgR@{k}"] = recall(
@@ -499,7 +517,8 @@ def image_terms(gt: GT, pred: Pred | None, protocol: str, ks: list[str], *,
     if pred is None:  # nothing stands for anything: every recall and InstR are 0
         nothing = Normalized([], [], [], [], [])
         mapping = None if proto.matching == "triplet" else []
-        score(out, G, gt, nothing, lambda m, g: False, mapping, ks, with_ng, training, legacy)
+        score(out, G, gt, nothing, lambda m, g: False, mapping, ks, with_ng, training, legacy,
+              proto)
         out.per_predicate.pop("PRank", None)  # no PRank without a prediction
         if not proto.missing_in_means:
             out.per_predicate = {}
@@ -508,7 +527,7 @@ def image_terms(gt: GT, pred: Pred | None, protocol: str, ks: list[str], *,
     kind, pred_shapes, gt_shapes = shapes_of(gt, pred)
     norm = normalize(pred, kind, pred_shapes, proto)
     same, mapping = matcher(norm, kind, gt_shapes, gt.categories, proto)
-    score(out, G, gt, norm, same, mapping, ks, with_ng, training, legacy)
+    score(out, G, gt, norm, same, mapping, ks, with_ng, training, legacy, proto)
     out.diagnostics = {
         "masks_merged": norm.masks_merged,
         "masks_dropped": norm.masks_dropped,

@@ -12,7 +12,7 @@ def comparable(report):
     return report.metrics, report.per_predicate, report.per_image, report.diagnostics
 
 
-@pytest.mark.parametrize("protocol", ["singlempo", "sgbench"])
+@pytest.mark.parametrize("protocol", ["singlempo", "sgbench", "sgbench2"])
 def test_partition_sizes_give_identical_reports(stores, client, protocol):
     reports = [evaluate(stores.gt, stores.pred, protocol=protocol, partition_size=size,
                         client=client) for size in (1, 7, 64)]

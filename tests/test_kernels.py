@@ -26,7 +26,7 @@ from sgdask.kernels import (
     normalize_prediction,
     pairwise_mask_iou,
 )
-from sgdask.kernels.lists import clipped_to_image, same_boxes
+from sgdask.kernels.lists import clipped_to_image, first_of_remapped_pair_only, same_boxes
 from sgdask.kernels.matching import hit_coverage
 from sgdask.kernels.selection import KSpec, parse_ks
 from sgdask.metrics.terms import (
@@ -701,6 +701,25 @@ def test_hit_coverage_equals_numpy(hit):
     matched, unmatched = hit_coverage(hit)
     assert matched.tolist() == hit.any(axis=0).tolist()
     assert unmatched == int((~hit.any(axis=1)).sum())
+
+
+@settings(deadline=None)
+@given(st.integers(1, 5).flatmap(lambda n: st.tuples(
+    st.lists(st.integers(-1, 3), min_size=n, max_size=n),
+    st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1), st.integers(0, 4)),
+             max_size=12))))
+def test_first_of_remapped_pair_equals_a_loop(case):
+    """The compiled sgbench2 rule equals SPEC 5.5 read literally: walking the graph list,
+    a triplet whose remapped (subject, object) pair (-1 for an unmatched side) was seen
+    before gets predicate -1 (never hits); the others and every position stay."""
+    mapping, graph = case
+    seen, expected = set(), []
+    for s, o, p in graph:
+        pair = (mapping[s], mapping[o])
+        expected.append([s, o, p if pair not in seen else -1])
+        seen.add(pair)
+    got = first_of_remapped_pair_only(as_triplets(graph), ints(mapping))
+    assert got.tolist() == expected
 
 
 @settings(deadline=None)

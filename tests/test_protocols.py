@@ -12,7 +12,7 @@ import pytest
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.terms import evaluate_image
 from sgdask.pipeline import evaluate, evaluate_protocols
-from sgdask.protocols import MULTIMPO, SGBENCH, SINGLEMPO, get_protocols
+from sgdask.protocols import MULTIMPO, SGBENCH, SGBENCH2, SINGLEMPO, get_protocols
 from sgdask.types import ImageGT, ImagePred, as_triplets
 
 KS = parse_ks("1,2,3")
@@ -58,6 +58,24 @@ def test_duplicate_masks_inflate_multimpo_over_singlempo():
     assert multi.image_terms["InstR"] == single.image_terms["InstR"] == (2, 2)
 
 
+def test_sgbench2_counts_one_triplet_per_remapped_pair():
+    """SPEC 5.5 on the same image. Many-to-one maps a0 and a1 to A, so the remapped graph
+    list is (A,B,p2) (A,B,p0) (B,A,p1): under sgbench2 only the first triplet of pair (A,B)
+    counts, and A-p0-B, recalled at k = 2 under sgbench, is never recalled. The cut at k
+    comes first: the top 2 keep one triplet after the dedup, and (B,A,p1) is not pulled in.
+    Pairs, the NG list, InstR and R@inf are those of sgbench."""
+    gt, pred = duplicate_mask_image()
+    sgb, sgb2 = evaluate_image(gt, pred, SGBENCH, KS), evaluate_image(gt, pred, SGBENCH2, KS)
+    assert [sgb.image_terms[f"R@{k}"] for k in (1, 2, 3)] == [(0, 2), (1, 2), (2, 2)]
+    assert [sgb2.image_terms[f"R@{k}"] for k in (1, 2, 3)] == [(0, 2), (0, 2), (1, 2)]
+    assert sgb.predicate_terms["mR@3"] == {0: (1, 1), 1: (1, 1)}
+    assert sgb2.predicate_terms["mR@3"] == {0: (0, 1), 1: (1, 1)}
+    for name in ("PR@1", "PR@2", "PR@3", "ngR@3", "InstR", "R@inf"):
+        assert sgb2.image_terms[name] == sgb.image_terms[name], name
+    assert sgb2.image_terms["ngR@3"] == sgb2.image_terms["R@inf"] == (2, 2)
+    assert sgb2.predicate_terms["PRank"] == sgb.predicate_terms["PRank"]
+
+
 def test_protocol_list_parsing():
     assert get_protocols("singlempo, multimpo") == (SINGLEMPO, MULTIMPO)
     assert get_protocols("sgbench,sgbench") == (SGBENCH,)
@@ -65,7 +83,7 @@ def test_protocol_list_parsing():
 
 @pytest.mark.parametrize("aggregation", ["per_predicate", "pooled", "image"])
 def test_several_protocols_in_one_pass_equal_separate_runs(stores, client, aggregation):
-    together = evaluate_protocols(stores.gt, stores.pred, "singlempo,multimpo,sgbench",
+    together = evaluate_protocols(stores.gt, stores.pred, "singlempo,multimpo,sgbench,sgbench2",
                                   aggregation=aggregation, client=client)
     for name, report in together.items():
         alone = evaluate(stores.gt, stores.pred, protocol=name, aggregation=aggregation,

@@ -158,7 +158,8 @@ def image_hits(gt: ImageGT, pred: ImagePred, protocol: Protocol, with_ng: bool =
         match = match_one_to_one if protocol.matching == "one_to_one" else match_many_to_one
         mapping = match(iou, IOU_THRESHOLD)
         graph_first, pair_first, legacy_first, ng_first, imr_first, prank = mapped_hits(
-            relations, norm.graph, norm.ng, mapping, n_gt, with_ng)
+            relations, norm.graph, norm.ng, mapping, n_gt, with_ng,
+            protocol.first_triplet_per_remapped_pair)
         matched = np.zeros(n_gt, dtype=bool)
         matched[mapping[mapping >= 0]] = True
         unmatched = int((mapping < 0).sum())

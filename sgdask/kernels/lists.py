@@ -92,15 +92,39 @@ def normalized_lists(graph: np.ndarray, ng: np.ndarray, instance_map: np.ndarray
 
 
 @njit(**JIT)
+def first_of_remapped_pair_only(graph: np.ndarray, mapping: np.ndarray) -> np.ndarray:
+    """The graph list in which every triplet that is not the first of its remapped
+    (subject, object) pair (an unmatched side taking part as -1) has predicate -1, so that
+    it never hits. Positions are kept: the cut at k still counts it, and the rule never
+    pulls a later triplet into the top k (SGBench 2.0.0's ``deduplicate_pairs``)."""
+    n = graph.shape[0]
+    out = graph.copy()
+    if n == 0:
+        return out
+    pairs = np.empty((n, 2), dtype=np.int64)
+    for j in range(n):
+        pairs[j, 0], pairs[j, 1] = mapping[graph[j, 0]], mapping[graph[j, 1]]
+    first = first_occurrence(pairs)
+    for j in range(n):
+        if not first[j]:
+            out[j, 2] = -1
+    return out
+
+
+@njit(**JIT)
 def mapped_hits(relations: np.ndarray, graph: np.ndarray, ng: np.ndarray,
-                mapping: np.ndarray, n_gt: int, with_ng: bool
+                mapping: np.ndarray, n_gt: int, with_ng: bool, first_per_remapped_pair: bool
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                            np.ndarray]:
     """(graph_first, pair_first, legacy_first, ng_first, imr_first, prank) through an
-    instance mapping (the NG arrays are empty without ``with_ng``)."""
+    instance mapping (the NG arrays are empty without ``with_ng``);
+    ``first_per_remapped_pair``: graph_first counts only the first triplet of each
+    remapped pair (``first_of_remapped_pair_only``)."""
     n_p = max_predicate(relations) + 1
     pairs = relations[gt_pair_rows(relations, n_gt)]
-    graph_first = first_hits_mapped(relations, graph, mapping, n_gt, n_p, True)
+    counted = first_of_remapped_pair_only(graph, mapping) if first_per_remapped_pair \
+        else graph
+    graph_first = first_hits_mapped(relations, counted, mapping, n_gt, n_p, True)
     pair_first = first_hits_mapped(pairs, graph, mapping, n_gt, 1, False)
     on_pair = graph[on_gt_pair(graph, mapping, relations, n_gt)]
     legacy_first = first_hits_mapped(relations, on_pair, mapping, n_gt, n_p, True)

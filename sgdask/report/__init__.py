@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from sgdask.core.settings import Settings
     from sgdask.io.fs import StorageOptions
 
+# What the reference tool prints when a predicate of the vocabulary is absent.
+_NAN_WHEN_ABSENT = {"sgbench": "sgbench 1.0.0 prints NaN for mR@k",
+                    "sgbench2": "SGBench 2.0.0 prints NaN for mR@k and mR@inf"}
 TABLES = ("per_predicate", "per_image", "terms")
 TERMS_FILE = "per_image_terms.parquet"
 
@@ -336,9 +339,9 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
         reasons["A@k"] = (f"the predicted boxes of {not_gt} image(s) are not their GT boxes "
                           "in the same order (sgdet): the pair accuracy of "
                           "Scene-Graph-Benchmark.pytorch assumes they are (predcls, sgcls)")
-    if protocol.name == "sgbench" and absent > 0:
+    if protocol.name in _NAN_WHEN_ABSENT and absent > 0:
         notes.append(f"{absent} predicate class(es) never occur in the evaluated GT: "
-                     "sgbench 1.0.0 prints NaN for mR@k then; sgdask averages over the "
+                     f"{_NAN_WHEN_ABSENT[protocol.name]} then; sgdask averages over the "
                      "predicates that occur")
     if not settings.match_labels:
         notes.append("--no-match-labels: predictions matched GT instances of any category "
