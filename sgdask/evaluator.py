@@ -42,6 +42,7 @@ from sgdask.core.settings import ONE_PROTOCOL, ScoringSettings, Settings, Submis
 from sgdask.errors import InputError, SettingError, SgdaskError
 from sgdask.io.triplets import EVALUATOR, row_problems
 from sgdask.metrics import FAMILIES, available, metric_of
+from sgdask.metrics.groups import PredicateGroups, default_groups
 from sgdask.metrics.state import rows_of_plain
 from sgdask.metrics.terms import inputs_of, with_zero_shot
 from sgdask.protocols import get_protocol
@@ -252,14 +253,12 @@ def id_text(image_id: Any) -> str:
 # --------------------------------------------------------------------------- statistics
 
 
-def _zero_shot_and_composition(stats: Any, n_classes: int, n_predicates: int
-                               ) -> tuple[ZeroShot | None, dict[int, int] | None]:
-    """Zero-shot look-up and wIMR composition counts from ``stats``: None, a statistics
-    file URL (``sgdask stats``), its table (pyarrow), or a parsed psg.json (its
-    ``train_image_ids``)."""
+def _stats_table(stats: Any) -> Any:
+    """The training statistics table (pyarrow) of ``stats``: None, a statistics file URL
+    (``sgdask stats``), its table, or a parsed psg.json (its ``train_image_ids``)."""
     if stats is None:
-        return None, None
-    from sgdask.io.training_stats import composition_counts, read_stats, train_stats, zero_shot_from
+        return None
+    from sgdask.io.training_stats import read_stats, train_stats
 
     if isinstance(stats, str):
         table = read_stats(stats)
@@ -270,7 +269,33 @@ def _zero_shot_and_composition(stats: Any, n_classes: int, n_predicates: int
     else:
         raise SgdaskError(f"stats: {type(stats).__name__} (expected a statistics file URL, "
                           "its pyarrow table or a parsed psg.json)")
+    return table
+
+
+def _zero_shot_and_composition(table: Any, n_classes: int, n_predicates: int
+                               ) -> tuple[ZeroShot | None, dict[int, int] | None]:
+    """Zero-shot look-up and wIMR composition counts from a statistics table (None
+    without one)."""
+    if table is None:
+        return None, None
+    from sgdask.io.training_stats import composition_counts, zero_shot_from
+
     return zero_shot_from(table, n_classes, n_predicates), composition_counts(table)
+
+
+def _predicate_groups(settings: Settings, predicates: list[str], table: Any
+                      ) -> PredicateGroups | None:
+    """The groups of mR@k[G]: the settings' groups file, else the default split (VG150's,
+    else the statistics ``table``'s training frequency in thirds), else None."""
+    if settings.predicate_groups is not None:
+        from sgdask.io.predicate_groups import read_groups
+
+        return read_groups(settings.predicate_groups, predicates)
+    if table is None:
+        return default_groups(predicates, None)
+    from sgdask.io.training_stats import predicate_counts
+
+    return default_groups(predicates, predicate_counts(table))
 
 
 def names_of(value: Sequence[str] | int, what: str) -> list[str]:
@@ -320,9 +345,10 @@ class Evaluator:
         self.protocol, self.ks = protocols[0], self.options.k_specs
         self.predicates = names_of(predicates, "predicates")
         self.classes = names_of(classes, "classes")
+        table = _stats_table(self.options.stats if stats is None else stats)
         self.zero_shot, self.composition = _zero_shot_and_composition(
-            self.options.stats if stats is None else stats, len(self.classes),
-            len(self.predicates))
+            table, len(self.classes), len(self.predicates))
+        self.groups = _predicate_groups(self.options, self.predicates, table)
         self.reset()
 
     def reset(self) -> None:
@@ -420,7 +446,7 @@ class Evaluator:
         result = (self._result if self._any_ng else
                   without_ng(self._result, self.protocol, self.options.legacy))
         settings = EvalSettings(self.protocol, self.options, self._any_ng,
-                                self.zero_shot is not None)
+                                self.zero_shot is not None, self.groups)
         manifest = {"source": SOURCE, "content_hash": None,
                     "predicate_classes": list(self.predicates)}
         return report_of(result, KEY, settings, self.composition, manifest,
@@ -439,7 +465,8 @@ class Evaluator:
                 "ks": ",".join(k.label for k in self.ks),
                 **{name: getattr(self.options, name) for name in _STATE_FIELDS},
                 "predicates": list(self.predicates), "classes": list(self.classes),
-                "stats": stats}
+                "stats": stats,
+                "groups": None if self.groups is None else self.groups.as_dict()}
 
     def state(self) -> dict[str, Any]:
         """Everything this evaluator holds as plain data: dicts, lists, strings, numbers
@@ -470,6 +497,7 @@ class Evaluator:
             out.zero_shot = ZeroShot(np.asarray(s["stats"]["seen"], dtype=np.int64),
                                      len(out.classes), len(out.predicates))
             out.composition = {int(p): int(n) for p, n in s["stats"]["composition"]}
+        out.groups = PredicateGroups.from_dict(s.get("groups") or {})
         out._counts = {key: int(state["counts"][key]) for key in COUNTS}
         out._any_ng = bool(state["any_ng"])
         out._ids = {str(i) for i in state["image_ids"]}

@@ -33,12 +33,14 @@ from sgdask.io.consistency import check_against_gt
 from sgdask.io.formats import opened
 from sgdask.io.fs import StorageOptions
 from sgdask.io.partition import load_gt_images
+from sgdask.io.predicate_groups import evaluation_groups
 from sgdask.io.results import ResultsMethod
 from sgdask.io.sources import PredSlice, StoreInput, SubmissionInput
 from sgdask.io.store import StoreReader
 from sgdask.io.training_stats import gt_training_stats
 from sgdask.io.validate import GTInfo
 from sgdask.metrics import FAMILIES
+from sgdask.metrics.groups import PredicateGroups
 from sgdask.protocols import get_protocols
 from sgdask.report import EvalSettings, Report
 from sgdask.report.intervals import add_intervals
@@ -276,6 +278,7 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
     inputs = checked_inputs(gt_reader, submissions, storage_options, limits, methods or {})
     specs, counts, pred_counts = plan_partitions(gt_reader, inputs, options.partition_size)
     zero_shot, composition = gt_training_stats(gt_reader, options.stats, storage_options)
+    groups = evaluation_groups(gt_reader, options, storage_options)
     subs = tuple(Submission(name, url, get_protocols(protocols),
                             bool(sub.manifest.get("has_ng")))
                  for (name, url, protocols), sub in zip(submissions, inputs, strict=True))
@@ -298,7 +301,7 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
         for sub, given in zip(subs, inputs, strict=True):
             given.finish(result.digests.get(sub.name, []))
         reports = many_reports(result, subs, inputs, pred_counts, job, options, composition,
-                               gt_reader.manifest, counts)
+                               groups, gt_reader.manifest, counts)
         if options.intervals is not None:
             for by_protocol in reports.values():
                 for report in by_protocol.values():
@@ -310,14 +313,14 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
 def many_reports(result: PartitionResult, subs: tuple[Submission, ...],
                  inputs: list[SubmissionInput], pred_counts: list[dict[str, int]], job: Job,
                  options: Settings, composition: dict[int, int] | None,
-                 gt_manifest: dict[str, Any], counts: dict[str, int]
-                 ) -> dict[str, dict[str, Report]]:
+                 groups: PredicateGroups | None, gt_manifest: dict[str, Any],
+                 counts: dict[str, int]) -> dict[str, dict[str, Report]]:
     """Per submission and protocol, the report of the folded results."""
     scoring = job.scoring
     return {
         sub.name: {p.name: report_of(
             result, (sub.name, p.name),
-            EvalSettings(p, options, sub.with_ng, scoring.zero_shot is not None),
+            EvalSettings(p, options, sub.with_ng, scoring.zero_shot is not None, groups),
             composition, gt_manifest, given.manifest, {**counts, **pred_count})
             for p in sub.protocols}
         for sub, given, pred_count in zip(subs, inputs, pred_counts, strict=True)}

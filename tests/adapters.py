@@ -22,7 +22,7 @@ import io
 import json
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +34,16 @@ from sgdask.accum import Accumulator
 from sgdask.core.result import image_diagnostics, image_rows
 from sgdask.core.settings import Settings
 from sgdask.io.ingest import convert_submission, ingest_gt
-from sgdask.io.training_stats import composition_counts, train_stats, zero_shot_from
+from sgdask.io.training_stats import (
+    composition_counts,
+    predicate_counts,
+    train_stats,
+    zero_shot_from,
+)
 from sgdask.kernels.image import image_hits, missing_image_hits
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.base import Context
+from sgdask.metrics.groups import PredicateGroups, default_groups
 from sgdask.metrics.terms import batch_blocks, image_result, inputs_of, with_zero_shot
 from sgdask.pipeline import evaluate_protocols
 from sgdask.protocols import Protocol, get_protocol
@@ -70,6 +76,7 @@ class DatasetView:
     diagnostics: dict[str, int]
     per_image: dict[str, dict[str, Any]]
     notes: list[str]
+    groups: dict[int, str | None] = field(default_factory=dict)  # the `group` column
 
 
 # --------------------------------------------------------------------------- inputs
@@ -114,6 +121,15 @@ def zero_shot_of(training: Training | None, n_classes: int, n_predicates: int
     return zero_shot_from(table, n_classes, n_predicates), composition_counts(table)
 
 
+def groups_of(training: Training | None, n_predicates: int) -> PredicateGroups | None:
+    """sgdask's default predicate groups of the literal vocabulary (``manifest``: not
+    VG150), from the training split."""
+    if training is None:
+        return None
+    counts = predicate_counts(train_stats(training_doc(training), "train.json"))
+    return default_groups(manifest(n_predicates)["predicate_classes"], counts)
+
+
 # --------------------------------------------------------------------------- per image
 
 
@@ -156,14 +172,17 @@ def manifest(n_predicates: int) -> dict[str, Any]:
 
 
 def view_of(report: Report) -> DatasetView:
-    table = {}
+    table, groups = {}, {}
     for row in report.per_predicate:
         row = dict(row)
         p = row.pop("predicate")
         row.pop("name")
+        if "group" in row:
+            groups[p] = row.pop("group")
         table[p] = row
     return DatasetView(dict(report.metrics), table, dict(report.diagnostics),
-                       {row["image_id"]: row for row in report.per_image}, list(report.notes))
+                       {row["image_id"]: row for row in report.per_image}, list(report.notes),
+                       groups)
 
 
 def accumulated(groups: Sequence[Sequence[Scored]]) -> Accumulator:
@@ -197,7 +216,8 @@ def report_view(scored: Sequence[Scored], protocol: str, aggregation: str, ks: S
     _, composition = zero_shot_of(training, 64, n_predicates)
     settings = EvalSettings(get_protocol(protocol),
                             Settings(ks=",".join(ks), aggregation=aggregation, legacy=legacy,
-                                     tau=tau), with_ng, training is not None)
+                                     tau=tau), with_ng, training is not None,
+                            groups_of(training, n_predicates))
     hits = [s.hits for s in scored]
     rows = image_rows(hits, batch_blocks(hits, Context(parse_ks(list(ks))),
                                          get_protocol(protocol), scored[0].inputs))

@@ -40,6 +40,11 @@ followed:
   per-predicate means of ``per_predicate``.
 - wIMR@k weights ``n_c ** tau`` are normalized over the predicates that have an IMR@k
   value; a predicate never seen in training weighs 0; no weight at all: no wIMR.
+- F@k (ngF@k) is computed from the printed floats of R@k and mR@k (ngR@k, mNgR@k), as
+  SGG-Benchmark computes it from its printed numbers: a float, 0 when both are 0.
+- Predicate groups (mR@k[G], mNgR@k[G]) are, with a training split, the thirds of the
+  predicates by training relation count; not under the ``image`` aggregation; a group's
+  value is the mean over its predicates with a value, or (multimpo) its sum over |G|.
 """
 
 from __future__ import annotations
@@ -553,6 +558,7 @@ class Dataset:
     metrics: dict[str, Fraction | float]
     per_predicate: dict[int, dict[str, Fraction | int | None]]
     diagnostics: dict[str, int]
+    groups: dict[int, str | None] = field(default_factory=dict)  # predicate -> its group
 
 
 def mean(values: list[Fraction]) -> Fraction:
@@ -597,6 +603,26 @@ def weighted_imr(images: list[ImageTerms], k: str, aggregation: str, composition
     return math.fsum(weights[c] * float(values[c]) for c in values) / total
 
 
+def frequency_groups(training: Training, n_predicates: int) -> dict[str, list[int]]:
+    """head / body / tail: the predicates sorted by their number of training relations
+    (descending, ties by index), cut into ceil(n/3), ceil(rest/2) and the rest."""
+    counts = dict.fromkeys(range(n_predicates), 0)
+    for _, relations in training.images:
+        for _, _, p in relations:
+            counts[p] += 1
+    ranked = sorted(range(n_predicates), key=lambda p: (-counts[p], p))
+    head = math.ceil(n_predicates / 3)
+    body = math.ceil((n_predicates - head) / 2)
+    parts = {"head": ranked[:head], "body": ranked[head:head + body],
+             "tail": ranked[head + body:]}
+    return {name: sorted(ps) for name, ps in parts.items() if ps}
+
+
+def harmonic(r: float, m: float) -> float:
+    """F = 2 r m / (r + m), 0 when r = m = 0."""
+    return 0.0 if r == 0 and m == 0 else 2 * r * m / (r + m)
+
+
 def aggregate(images: list[ImageTerms], protocol: str, aggregation: str, ks: list[str], *,
               training: Training | None = None, tau: float = 0.5,
               n_predicates: int | None = None) -> Dataset:
@@ -626,6 +652,25 @@ def aggregate(images: list[ImageTerms], protocol: str, aggregation: str, ks: lis
             value = weighted_imr(images, k, aggregation, composition, tau)
             if value is not None:
                 metrics[f"wIMR@{k}"] = value
+    for f, r, m in (("F", "R", "mR"), ("ngF", "ngR", "mNgR")):
+        for k in ks:
+            if f"{r}@{k}" in metrics and f"{m}@{k}" in metrics:
+                metrics[f"{f}@{k}"] = harmonic(float(metrics[f"{r}@{k}"]),
+                                               float(metrics[f"{m}@{k}"]))
+    groups = {}
+    if training is not None and aggregation != "image":
+        assert n_predicates, "the vocabulary size is needed"
+        groups = frequency_groups(training, n_predicates)
+    for name in mean_names:
+        if name.split("@")[0] not in ("mR", "mNgR") or name.endswith("@inf") or not groups:
+            continue
+        values = predicate_values(images, name, aggregation)
+        for group, members in groups.items():
+            found = [values[p] for p in members if p in values]
+            if proto.vocabulary_means:
+                metrics[f"{name}[{group}]"] = sum(found, Fraction(0)) / len(members)
+            elif found:
+                metrics[f"{name}[{group}]"] = mean(found)
     table: dict[int, dict[str, Fraction | int | None]] = {}
     for image in images:
         for p, count in image.gt_per_predicate.items():
@@ -639,4 +684,6 @@ def aggregate(images: list[ImageTerms], protocol: str, aggregation: str, ks: lis
     for image in images:
         for key, value in image.diagnostics.items():
             diagnostics[key] = diagnostics.get(key, 0) + value
-    return Dataset(metrics, table, diagnostics)
+    group_of = {p: group for group, members in groups.items() for p in members}
+    return Dataset(metrics, table, diagnostics,
+                   {p: group_of.get(p) for p in table} if groups else {})

@@ -23,7 +23,10 @@ Conventions (SPEC 5.4), 0-based classes and predicates (the background removed):
   it occurs of hits / count, then the sum over *every* predicate of the vocabulary divided
   by its size; A@k (predcls / sgcls only: every image's predicted boxes are its GT boxes):
   only predictions whose (subject, object) indices are a GT pair, their matches in the
-  first k, summed over images, over the summed GT counts.
+  first k, summed over images, over the summed GT counts;
+- mR@k[head|body|tail], mNgR@k[...] (with ``longtail_part_dict``): PySGG's
+  ``longtail_part_eval`` (``pysgg/data/datasets/evaluation/vg/vg_eval.py``), the mean of
+  the per-predicate list (0 for an absent predicate) over the predicates of each part.
 """
 
 from __future__ import annotations
@@ -34,6 +37,14 @@ import numpy as np
 
 NG_LIMIT = 100
 THRESHOLD = 0.5
+# PySGG's LONGTAIL_PART_DICT of configs/e2e_relBGNN_vg.yaml (SHTUPLUS/PySGG at
+# a63942a076932b3756a477cf8919c3b74cd36207), as printed there: entry i is the part of
+# VG150 predicate i (1-based; 0 is the background).
+PYSGG_VG150 = [None, "b", "t", "t", "t", "b", "b", "b", "h", "b", "t", "b", "t", "t", "t",
+               "t", "b", "t", "t", "b", "h", "b", "h", "b", "t", "b", "t", "t", "t", "h",
+               "h", "h", "t", "b", "t", "b", "t", "t", "b", "t", "b", "b", "t", "b", "t",
+               "t", "b", "b", "h", "b", "b"]
+PARTS = {"h": "head", "b": "body", "t": "tail"}
 
 
 @dataclass
@@ -125,9 +136,11 @@ class Result:
 
 
 def evaluate(images: list[VGImage], ks: list[int], n_predicates: int,
-             seen_types: set[tuple[int, int, int]] | None) -> Result:
+             seen_types: set[tuple[int, int, int]] | None,
+             longtail_part_dict: list[str | None] | None = None) -> Result:
     """Every relation metric of the dataset (``seen_types``: (subject class, object class,
-    predicate) types of the training split; None: no zero-shot metrics)."""
+    predicate) types of the training split; None: no zero-shot metrics;
+    ``longtail_part_dict``: PySGG's part of each predicate, for the long-tail means)."""
     recall = {k: [] for k in ks}
     recall_ng = {k: [] for k in ks}
     zero = {k: [] for k in ks}
@@ -203,6 +216,12 @@ def evaluate(images: list[VGImage], ks: list[int], n_predicates: int,
         for name, coll in ((f"mR@{k}", collect[k]), (f"mNgR@{k}", collect_ng[k])):
             values = [float(np.mean(c)) if c else 0.0 for c in coll]
             metrics[name] = sum(values) / n_predicates
+            if longtail_part_dict is not None:  # PySGG's longtail_part_eval
+                part_recall: dict[str, list[float]] = {"h": [], "b": [], "t": []}
+                for idx, each_cat_recall in enumerate(values):
+                    part_recall[longtail_part_dict[idx + 1]].append(each_cat_recall)
+                for part, recalls in part_recall.items():
+                    metrics[f"{name}[{PARTS[part]}]"] = float(np.mean(recalls))
             present = sum(1 for c in coll if c)
             occurring[name] = sum(values) / present
         if all_gt_boxes:

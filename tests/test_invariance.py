@@ -17,6 +17,7 @@ def test_partition_sizes_give_identical_reports(stores, client, protocol):
     reports = [evaluate(stores.gt, stores.pred, protocol=protocol, partition_size=size,
                         client=client) for size in (1, 7, 64)]
     first = comparable(reports[0])
+    assert {"F@50", "ngF@x1", "mR@50[head]", "mNgR@20[tail]"} <= set(first[0])  # derived
     for other in reports[1:]:
         assert comparable(other) == first
 
@@ -28,6 +29,7 @@ def test_one_or_two_workers_give_identical_reports(stores, client):
             Client(cluster) as one_worker:
         one = evaluate(stores.gt, stores.pred, partition_size=5, client=one_worker)
     assert comparable(one) == comparable(two)
+    assert "F@50" in one.metrics and "mR@50[tail]" in one.metrics
 
 
 def test_rerun_is_bit_identical(stores, client):

@@ -71,7 +71,7 @@ def as_float(value) -> float | None:
 def assert_same_dataset(expected: literal.Dataset, images: list[literal.ImageTerms],
                         view: DatasetView, what: str) -> None:
     """Every metric (exact: float of the same rational; wIMR to 1e-12), the per-predicate
-    table, the diagnostic totals and the per-image table."""
+    table (with its predicate groups), the diagnostic totals and the per-image table."""
     assert set(view.metrics) == set(expected.metrics), what
     for name, value in expected.metrics.items():
         if name.startswith("wIMR@"):
@@ -79,6 +79,7 @@ def assert_same_dataset(expected: literal.Dataset, images: list[literal.ImageTer
         else:
             assert view.metrics[name] == float(value), (what, name)
     assert set(view.per_predicate) == set(expected.per_predicate), what
+    assert view.groups == expected.groups, what
     for p, row in expected.per_predicate.items():
         assert {k: as_float(v) for k, v in row.items()} == view.per_predicate[p], (what, p)
     for key, value in expected.diagnostics.items():

@@ -1,6 +1,6 @@
 """The metric registry: the fast (vectorized) path equals every family's plain per-image
-function, a toy metric and a toy derived metric added in a test reach every output (the
-derived one with its bootstrap interval and paired test), and the kernels import alone."""
+function, a toy metric added in a test and the derived F@k reach every output (F with its
+bootstrap interval and paired test), and the kernels import alone."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from sgdask.accum import Accumulator
 from sgdask.kernels.hits import NEVER
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import FAMILIES, register, unregister
-from sgdask.metrics.base import DERIVED, IMAGE, Context, Family, Finals, Metric, Terms
+from sgdask.metrics.base import IMAGE, Context, Family, Metric, Terms
 from sgdask.metrics.terms import batch_blocks, image_result
 from sgdask.protocols import MULTIMPO, SGBENCH, SINGLEMPO
 from sgdask.types import ImageHits
@@ -121,27 +121,11 @@ def toy_terms(hits: ImageHits, ctx: Context) -> Terms:
 TOY = Family("toy", (Metric("Toy", IMAGE, "a toy metric", board=("50",)),), toy_terms)
 
 
-def f_measure(finals: Finals, ctx: Context) -> dict[str, float]:
-    """F@k: the harmonic mean of the dataset values R@k and mR@k."""
-    out = {}
-    for k in ctx.ks:
-        r, m = finals.value(f"R@{k.label}"), finals.value(f"mR@{k.label}")
-        if r is not None and m is not None and r + m > 0:
-            out[f"F@{k.label}"] = 2 * r * m / (r + m)
-    return out
-
-
-TOY_F = Family("toy_f", (Metric("F", DERIVED, "harmonic mean of R@k and mR@k",
-                                board=("50",)),), lambda hits, ctx: Terms(), derive=f_measure)
-
-
 @pytest.fixture
 def toy_registered():
     register(TOY)
-    register(TOY_F)
     yield
     unregister("toy")
-    unregister("toy_f")
 
 
 def test_toy_metric_reaches_every_output(toy_registered, dataset, stores, client, tmp_path):

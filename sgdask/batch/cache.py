@@ -48,14 +48,17 @@ Log = Callable[[str], None]
 
 
 def cache_key(gt_manifest: dict[str, Any], sub_manifest: dict[str, Any], protocol: Protocol,
-              options: Settings, stats_hash: str | None = None) -> str:
+              options: Settings, stats_hash: str | None = None,
+              groups_hash: str | None = None) -> str:
     """Hex digest naming one cached evaluation: every input by content (``stats_hash``: the
-    content hash of ``options.stats``), every option that can change a number."""
+    content hash of ``options.stats``, ``groups_hash`` that of ``options.predicate_groups``),
+    every option that can change a number."""
     fields = {"gt": gt_manifest["content_hash"], "submission": sub_manifest["content_hash"],
               "protocol": protocol.name, "protocol_version": protocol.version,
               "metrics_version": METRICS_VERSION, "aggregation": options.aggregation,
-              "ks": options.ks, "stats": stats_hash, "legacy": options.legacy,
-              "tau": options.tau, "match_labels": options.match_labels}
+              "ks": options.ks, "stats": stats_hash, "predicate_groups": groups_hash,
+              "legacy": options.legacy, "tau": options.tau,
+              "match_labels": options.match_labels}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
 
 

@@ -20,6 +20,7 @@ from sgdask.batch.registry import Registry
 from sgdask.core.settings import Settings
 from sgdask.errors import Option, SettingError, SgdaskError
 from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.io.predicate_groups import groups_digest
 from sgdask.io.sources import is_store
 from sgdask.io.store import StoreReader
 from sgdask.io.training_stats import gt_training_stats, stats_digest
@@ -119,6 +120,8 @@ def resolve(job: CompareJob, gt_manifest: dict[str, Any], cache: ResultCache | N
     registry = Registry(job.registry, job.storage_options) if job.registry else None
     stats_hash = (stats_digest(job.options.stats, job.storage_options) if job.options.stats
                   else None)
+    groups_hash = (groups_digest(job.options.predicate_groups, job.storage_options)
+                   if job.options.predicate_groups else None)
     for text in dict.fromkeys(i for _, inputs in job.models for i in inputs):
         where = report_dir(text, protocol.name, job.storage_options)
         if where is not None:
@@ -128,7 +131,8 @@ def resolve(job: CompareJob, gt_manifest: dict[str, Any], cache: ResultCache | N
         elif registry is not None:
             url = registry_store(registry, text)
             manifest = StoreReader(url, job.storage_options, "submission").manifest
-            key = cache_key(gt_manifest, manifest, protocol, job.options, stats_hash)
+            key = cache_key(gt_manifest, manifest, protocol, job.options, stats_hash,
+                            groups_hash)
             hit = cache.get(key) if cache else None
             if hit is not None:
                 found.reports[text] = hit

@@ -28,6 +28,7 @@ from sgdask.batch.cache import ResultCache, cache_key
 from sgdask.core.settings import Settings
 from sgdask.errors import InputError
 from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.io.predicate_groups import groups_digest
 from sgdask.io.store import StoreReader
 from sgdask.io.training_stats import gt_training_stats, stats_digest
 from sgdask.pipeline import evaluate_many
@@ -110,11 +111,14 @@ def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print
     gt_manifest = StoreReader(job.gt, job.storage_options, "gt").manifest
     stats_hash = (stats_digest(job.options.stats, job.storage_options) if job.options.stats
                   else None)
+    groups_hash = (groups_digest(job.options.predicate_groups, job.storage_options)
+                   if job.options.predicate_groups else None)
     keys, hits = {}, {}
     for name, url, protocols in job.submissions:
         sub_manifest = StoreReader(url, job.storage_options, "submission").manifest
         for protocol in get_protocols(protocols):
-            key = cache_key(gt_manifest, sub_manifest, protocol, job.options, stats_hash)
+            key = cache_key(gt_manifest, sub_manifest, protocol, job.options, stats_hash,
+                            groups_hash)
             keys[(name, protocol.name)] = key
             found = cache.get(key, log) if cache else None
             if found is not None:

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -38,14 +39,14 @@ def print_report(report: Report, console: Console = out_console) -> None:
     table = Table(title=title, caption=units_note())
     for i, name in enumerate(header):
         table.add_column(name, justify="left" if i == 0 else "right")
-    for row in rows:
-        table.add_row(*row)
+    for row in rows:  # as text, not markup: a grouped metric's row is mR[head]
+        table.add_row(*(escape(cell) for cell in row))
     console.print(table)
     console.print("  ".join(f"{name} {value}" for name, value in report.scalars()))
     for metric, why in report.left_out.items():
-        console.print(f"left out {metric}: {why}")
+        console.print(escape(f"left out {metric}: {why}"))
     for note in report.notes:
-        console.print(f"note: {note}")
+        console.print(escape(f"note: {note}"))
     if report.ci:
         console.print(f"intervals: {interval_caption(report.ci)}")
     missing = report.diagnostics.get("images_missing", 0)
@@ -90,9 +91,9 @@ def print_comparison(comparison: Comparison, metrics: str | None,
                    f"{settings['protocol']} · {settings['images']} images · "
                    f"{100 * settings['level']:g}% intervals")
     for name in ("model", "runs", *shown):
-        models.add_column(name, justify="left" if name == "model" else "right")
+        models.add_column(escape(name), justify="left" if name == "model" else "right")
     for row in model_rows(comparison, shown, sep="\n", template="{lo}–{hi}"):
-        models.add_row(*row)
+        models.add_row(*(escape(cell) for cell in row))
     console.print(models)
     diffs = Table(title="b − a (percentage points; PRank in ranks, lower is better)",
                   caption=f"interval: paired bootstrap, {settings['resamples']} resamples; "
@@ -102,7 +103,8 @@ def print_comparison(comparison: Comparison, metrics: str | None,
         diffs.add_column(name, justify="left" if name in ("metric", "a", "b") else "right")
     for r in rows:
         if r["metric"] in shown:
-            diffs.add_row(r["metric"], r["a"], r["b"], points(r["metric"], r["delta"]),
+            diffs.add_row(escape(r["metric"]), escape(r["a"]), escape(r["b"]),
+                          points(r["metric"], r["delta"]),
                           points(r["metric"], r["ci_low"]), points(r["metric"], r["ci_high"]),
                           p_text(r["p_value"]), p_text(r["p_holm"]),
                           "-" if r["wins"] is None

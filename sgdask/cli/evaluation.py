@@ -77,6 +77,10 @@ def evaluate(gt: Annotated[str, typer.Option(
              stats: Annotated[str | None, typer.Option(
                  help="training statistics from `sgdask stats` (default: the GT store's)")]
              = None,
+             predicate_groups: Annotated[str | None, typer.Option(
+                 "--predicate-groups", help="predicate groups of mR@k[G]: a JSON file, group "
+                 "name -> predicate names (default: VG150's head/body/tail split, else the "
+                 "training frequency in thirds)")] = None,
              legacy_metrics: Annotated[bool, typer.Option(
                  "--legacy-metrics", help="also compute the legacy pair accuracy A@k")]
              = False,
@@ -105,9 +109,10 @@ def evaluate(gt: Annotated[str, typer.Option(
     from sgdask.report.writers import write_reports
 
     settings = Settings(protocols=protocol, ks=k, aggregation=aggregation,
-                        partition_size=partition_size, stats=stats, legacy=legacy_metrics,
-                        tau=tau, match_labels=match_labels, ci=ci, resamples=resamples,
-                        seed=seed, ci_metrics=ci_metrics).checked()
+                        partition_size=partition_size, stats=stats,
+                        predicate_groups=predicate_groups, legacy=legacy_metrics, tau=tau,
+                        match_labels=match_labels, ci=ci, resamples=resamples, seed=seed,
+                        ci_metrics=ci_metrics).checked()
     options = storage_options(storage_option)
     if instance_scores and method is None:
         raise SgdaskError("--instance-scores: only with --method")

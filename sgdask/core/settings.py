@@ -80,6 +80,9 @@ class Settings:
                                        metadata={"flag": "--partition-size"})
     #: training statistics from ``sgdask stats`` (None: the GT store's)
     stats: str | None = field(default=None, metadata={"flag": "--stats"})
+    #: predicate groups of mR@k[G] (JSON: group name -> predicate names; None: VG150's
+    #: head/body/tail, else the training frequency in thirds)
+    predicate_groups: str | None = field(default=None, metadata={"flag": "--predicate-groups"})
     #: also compute the legacy pair accuracy A@k
     legacy: bool = field(default=False, metadata={"flag": "--legacy-metrics"})
     #: wIMR's weight exponent
@@ -143,6 +146,9 @@ class Settings:
                                fix=Choose(self.aggregation, tuple(AGGREGATIONS)))
         if self.partition_size is not None and self.partition_size < 1:
             raise SettingError("partition_size", "must be at least 1")
+        if self.predicate_groups is not None and not self.predicate_groups.strip():
+            raise SettingError("predicate_groups", "an empty path (give a JSON file: group "
+                               "name -> predicate names)")
         if not self.tau >= 0:
             raise SettingError("tau", f"{self.tau} must be a number >= 0")
         if self.intervals is not None:

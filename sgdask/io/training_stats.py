@@ -1,6 +1,7 @@
 """Training-split statistics: how often each (subject category, object category, predicate)
-occurs in ``train_image_ids``. They define zero-shot triplets (zR@k) and the compositional
-diversity weights of wIMR@k. Stored as ``train_stats.parquet`` in the GT store, or wherever
+occurs in ``train_image_ids``. They define zero-shot triplets (zR@k), the compositional
+diversity weights of wIMR@k and the default predicate groups (mR@k[G]) of a GT other than
+VG150. Stored as ``train_stats.parquet`` in the GT store, or wherever
 ``sgdask stats`` writes them."""
 
 from __future__ import annotations
@@ -113,16 +114,34 @@ def composition_counts(table: pa.Table) -> dict[int, int]:
     return dict(zip(values.tolist(), counts.tolist(), strict=True))
 
 
+def predicate_counts(table: pa.Table) -> dict[int, int]:
+    """Predicate -> training triplets (the frequency the default predicate groups split)."""
+    pred, count = table["predicate"].to_numpy(), table["count"].to_numpy()
+    values, inverse = np.unique(pred, return_inverse=True)
+    totals = np.zeros(len(values), dtype=np.int64)
+    np.add.at(totals, inverse.reshape(-1), count)
+    return dict(zip(values.tolist(), totals.tolist(), strict=True))
+
+
+def gt_stats_table(gt: StoreReader, stats: str | None, options: StorageOptions | None
+                   ) -> pa.Table | None:
+    """The training statistics of an evaluation against the GT store ``gt``: ``stats`` when
+    given, else the GT store's own; None without either."""
+    own = gt.manifest.get("train_stats")
+    url = stats or (join(gt.url, own) if own else None)
+    if url is None:
+        return None
+    return read_stats(url, options, None if stats else gt.read_file(own))
+
+
 def gt_training_stats(gt: StoreReader, stats: str | None, options: StorageOptions | None
                       ) -> tuple[ZeroShot | None, dict[int, int] | None]:
     """Zero-shot look-up and wIMR composition counts of an evaluation against the GT store
     ``gt``: from ``stats`` when given, else from the GT store's own; (None, None) without
     either."""
-    own = gt.manifest.get("train_stats")
-    url = stats or (join(gt.url, own) if own else None)
-    if url is None:
+    table = gt_stats_table(gt, stats, options)
+    if table is None:
         return None, None
-    table = read_stats(url, options, None if stats else gt.read_file(own))
     n_classes = len(gt.manifest["thing_classes"]) + len(gt.manifest["stuff_classes"])
     n_predicates = len(gt.manifest["predicate_classes"])
     return zero_shot_from(table, n_classes, n_predicates), composition_counts(table)

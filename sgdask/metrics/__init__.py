@@ -1,10 +1,14 @@
 """The metric registry: one module per metric family, and everything that asks about metrics.
 
-A family module (``recall``, ``pair``, ``zeroshot``, ``imr``, ``instances``, ``prank``,
-``legacy``) declares its metrics (names, kind, inputs, display rule, board columns, the
-reason it is left out) and computes their per-image terms. The report, the console table,
-the leaderboard and the left-out lines read this registry; no metric name is spelled
-outside its family module (and the tests).
+A family module (``recall``, ``fmeasure``, ``groups``, ``pair``, ``zeroshot``, ``imr``,
+``instances``, ``prank``, ``legacy``) declares its metrics (names, kind, inputs, display
+rule, board columns, the reason it is left out) and computes their per-image terms, or
+derives them from other metrics' values. The report, the console table, the leaderboard
+and the left-out lines read this registry; no metric name is spelled outside its family
+module (and the tests).
+
+A metric name is ``PREFIX``, ``PREFIX@K`` or, for a grouped metric, ``PREFIX@K[GROUP]``
+(``InstR``, ``mR@50``, ``mR@50[head]``); ``split_name`` reads one.
 
 To add a metric, write a module with a ``FAMILY`` and add it to ``FAMILIES`` (or call
 ``register`` at run time); docs/development.md "Add a metric" walks through it.
@@ -12,14 +16,27 @@ To add a metric, write a module with a ``FAMILY`` and add it to ``FAMILIES`` (or
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 from sgdask.kernels.selection import KSpec
-from sgdask.metrics import imr, instances, legacy, pair, prank, recall, zeroshot
+from sgdask.metrics import (
+    fmeasure,
+    groups,
+    imr,
+    instances,
+    legacy,
+    pair,
+    prank,
+    recall,
+    zeroshot,
+)
 from sgdask.metrics.base import NEEDS, NOT_LISTED, RANK, Family, Metric
 
-FAMILIES: list[Family] = [recall.FAMILY, pair.FAMILY, zeroshot.FAMILY, imr.FAMILY,
-                          legacy.FAMILY, instances.FAMILY, prank.FAMILY]
+FAMILIES: list[Family] = [recall.FAMILY, fmeasure.FAMILY, groups.FAMILY, pair.FAMILY,
+                          zeroshot.FAMILY, imr.FAMILY, legacy.FAMILY, instances.FAMILY,
+                          prank.FAMILY]
+_NAME = re.compile(r"(?P<prefix>[^@\[\]]+)(?:@(?P<k>[^@\[\]]+))?(?:\[(?P<group>[^\[\]]+)\])?")
 
 
 def register(family: Family) -> None:
@@ -42,26 +59,51 @@ def metrics() -> list[Metric]:
     return [m for f in FAMILIES for m in f.metrics]
 
 
+def split_name(name: str) -> tuple[str, str, str | None]:
+    """(prefix, k, group) of a metric name: ``mR@50[head]`` -> (``mR``, ``50``, ``head``),
+    ``mR@50`` -> (``mR``, ``50``, None), ``InstR`` -> (``InstR``, ``""``, None)."""
+    found = _NAME.fullmatch(name)
+    if found is None:
+        return name, "", None
+    return found["prefix"], found["k"] or "", found["group"]
+
+
+def row_label(name: str) -> str:
+    """The row a metric is printed in, one column per k: its prefix, with its group
+    (``mR@50[head]`` -> ``mR[head]``)."""
+    prefix, _, group = split_name(name)
+    return prefix if group is None else f"{prefix}[{group}]"
+
+
+def name_at(label: str, k: str) -> str:
+    """The metric of a row (``row_label``) at k: (``mR[head]``, ``50``) -> ``mR@50[head]``."""
+    prefix, _, group = split_name(label)
+    return f"{prefix}@{k}" if group is None else f"{prefix}@{k}[{group}]"
+
+
 def metric_of(name: str) -> Metric | None:
-    """The registered metric a name belongs to (``mR@x10`` -> mR, ``R@inf`` -> R@inf)."""
+    """The registered metric a name (or a row label) belongs to (``mR@x10`` -> mR,
+    ``R@inf`` -> R@inf, ``mR@50[head]`` and ``mR[head]`` -> the grouped mR)."""
     exact = {m.prefix: m for m in metrics() if not m.per_k}
     if name in exact:
         return exact[name]
-    prefix = name.partition("@")[0]
-    return next((m for m in metrics() if m.per_k and m.prefix == prefix), None)
+    prefix, _, group = split_name(name)
+    return next((m for m in metrics()
+                 if m.per_k and m.prefix == prefix and m.grouped == (group is not None)), None)
 
 
 def order() -> list[str]:
-    """Metric prefixes in report order (``R@inf`` sorts with ``R``)."""
-    return list(dict.fromkeys(m.prefix.partition("@")[0] for m in metrics()))
+    """Metric keys (``Metric.key``) in report order (``R@inf`` sorts with ``R``)."""
+    return list(dict.fromkeys(m.key.partition("@")[0] for m in metrics()))
 
 
 def sort_key(name: str) -> tuple:
-    """Report order: registry order of the prefix, then absolute k ascending, then
-    relative k ascending, ``@inf`` last."""
+    """Report order: registry order of the metric, then absolute k ascending, then
+    relative k ascending, ``@inf`` last (a grouped metric's groups in name order)."""
     prefixes = order()
-    family, _, k = name.partition("@")
-    rank = prefixes.index(family) if family in prefixes else len(prefixes)
+    family, k, group = split_name(name)
+    key = family if group is None else f"{family}[G]"
+    rank = prefixes.index(key) if key in prefixes else len(prefixes)
     if not k:
         return (rank, 0, Fraction(0), name)
     if k == "inf":
@@ -118,12 +160,12 @@ def computed_names(inputs: set[str], ks: tuple[KSpec, ...]) -> list[str]:
 def left_out(inputs: set[str], values: dict[str, object]) -> dict[str, str]:
     """Metric -> reason, for every registered metric without a value."""
     reasons = {}
+    valued = {metric_of(name) for name in values}
     for m in metrics():
         if any(need in m.needs and need not in inputs for need in NOT_LISTED):
             continue
         why = available(m, inputs)
-        if why is None and m.empty_reason and not any(
-                name.partition("@")[0] == m.prefix for name in values):
+        if why is None and m.empty_reason and m not in valued:
             why = m.empty_reason
         if why is not None:
             reasons[m.left_out_key] = why
@@ -144,9 +186,12 @@ __all__ = [
     "left_out",
     "metric_of",
     "metrics",
+    "name_at",
     "order",
     "register",
+    "row_label",
     "sort_key",
+    "split_name",
     "units_note",
     "unregister",
 ]

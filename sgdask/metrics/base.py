@@ -44,6 +44,11 @@ NEEDS = {
     "ngz": "not part of this protocol (sgbpytorch reports it)",
     "stats": "no training statistics (the GT has no train_image_ids; give --stats from "
              "`sgdask stats`)",
+    "groups": "no predicate groups: the GT is not VG150 and has no training statistics to "
+              "split its predicates by frequency (give --stats from `sgdask stats`, or "
+              "--predicate-groups FILE)",
+    "predicate_means": "--aggregation image averages each image's predicates: a group's mean "
+                       "needs per-predicate values (--aggregation per_predicate or pooled)",
 }
 
 
@@ -61,6 +66,7 @@ class Metric:
     or DERIVED (computed by the family's ``derive`` from other metrics' final values or
     from the family's declared state).
     ``display``: PERCENT (recalls) or RANK (a mean rank, lower is better).
+    ``grouped``: one value per predicate group G (``mR@50[head]``; ``Context.groups``).
     ``board``: the ks (or ``("",)`` for a metric without k) shown on the leaderboard.
     ``empty_reason``: why the metric is left out when its inputs exist but no image has a
     value (zero-shot recall without zero-shot GT triplets). ``note``: a line every report
@@ -79,13 +85,27 @@ class Metric:
     empty_reason: str | None = None
     note: str | None = None
     over_cells_flag: str | None = None
+    grouped: bool = False
 
     def names(self, ks: tuple[KSpec, ...]) -> list[str]:
+        """Its names for these ks (none for a grouped metric: its names depend on an
+        evaluation's groups)."""
+        if self.grouped:
+            return []
         return [f"{self.prefix}@{k.label}" for k in ks] if self.per_k else [self.prefix]
 
     @property
+    def key(self) -> str:
+        """What tells the metric from the others of its prefix (``mR[G]`` for the grouped
+        mR, ``R@inf``, ``mR``)."""
+        return f"{self.prefix}[G]" if self.grouped else self.prefix
+
+    @property
     def left_out_key(self) -> str:
-        """How the report names the whole metric when it is left out (``ngR@k``)."""
+        """How the report names the whole metric when it is left out (``ngR@k``,
+        ``mR@k[G]``)."""
+        if self.grouped:
+            return f"{self.prefix}@k[G]"
         return f"{self.prefix}@k" if self.per_k else self.prefix
 
     @property
@@ -95,12 +115,21 @@ class Metric:
 
 @dataclass
 class Context:
-    """What an evaluation asks for, as the term functions see it."""
+    """What an evaluation asks for, as the term and derive functions see it.
+
+    ``groups``: predicate groups (name -> predicate ids) the grouped metrics run over;
+    ``occurring``: under a protocol whose mean metrics run over the whole predicate
+    vocabulary (an absent predicate counting 0), per such metric (``mR@50``) the predicates
+    with a value on the evaluated data (not on a resample); None when means run over the
+    predicates with a value.
+    """
 
     ks: tuple[KSpec, ...]
     aggregation: str = "per_predicate"
     tau: float = 0.5
     composition: dict[int, int] | None = None
+    groups: dict[str, tuple[int, ...]] | None = None
+    occurring: dict[str, frozenset[int]] | None = None
 
 
 @dataclass
@@ -168,7 +197,9 @@ PredicateColumns = Callable[[str], tuple[np.ndarray, np.ndarray]]
 class Family:
     """A metric family: its metrics and how their terms are computed.
 
-    ``image_terms(hits, ctx)``: the terms of one image (the literal path);
+    ``image_terms(hits, ctx)``: the terms of one image (the literal path; None for a
+    family whose metrics are all DERIVED from other metrics' values: it computes no terms,
+    so it costs nothing per image);
     ``batch_terms(batch, ctx)``: the same for every image of a partition at once (optional);
     ``derive(finals, ctx)``: values of the family's DERIVED metrics from ``Finals``
     (optional; the bootstrap and the paired tests call it on every resample, with or
@@ -183,7 +214,7 @@ class Family:
 
     name: str
     metrics: tuple[Metric, ...]
-    image_terms: Callable[[ImageHits, Context], Terms]
+    image_terms: Callable[[ImageHits, Context], Terms] | None = None
     batch_terms: Callable[[HitsBatch, Context], list[Block | StateRows]] | None = None
     derive: Callable[[Finals, Context], dict[str, Fraction | float]] | None = None
     derive_columns: Callable[[FinalColumns, Context], dict[str, np.ndarray]] | None = None

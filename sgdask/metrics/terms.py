@@ -41,10 +41,13 @@ def inputs_of(protocol: Protocol, with_ng: bool, has_stats: bool, legacy: bool) 
 
 def active(inputs: set[str], families: Sequence[Family] | None = None
            ) -> list[tuple[Family, set[str]]]:
-    """Families (default: the registry's) with at least one computable metric, with the
-    prefixes of those metrics."""
+    """Families (default: the registry's) that compute terms and have at least one
+    computable metric, with the prefixes of those metrics (a family of DERIVED metrics only
+    computes no terms: it reads the others' finals)."""
     out = []
     for family in FAMILIES if families is None else families:
+        if family.image_terms is None:
+            continue
         prefixes = {m.prefix for m in family.metrics if available(m, inputs) is None}
         if prefixes:
             out.append((family, prefixes))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from itertools import chain
@@ -19,13 +19,17 @@ from sgdask.metrics import (
     format_value,
     left_out,
     metric_of,
+    name_at,
+    row_label,
     sort_key,
+    split_name,
     units_note,
 )
 from sgdask.metrics import (
     metrics as registered,
 )
 from sgdask.metrics.base import DERIVED, Context, Finals
+from sgdask.metrics.groups import PredicateGroups
 from sgdask.metrics.recall import VOCABULARY_MEANS
 from sgdask.metrics.terms import inputs_of
 from sgdask.protocols import Protocol
@@ -53,7 +57,9 @@ class Report:
     ``intervals``: metric -> [low, high] bootstrap interval, with ``ci`` its settings
     (``evaluate --ci``; None without). ``mean_over_occurring``: under a protocol that prints
     mR@k / mNgR@k over every predicate of the vocabulary, their means over the predicates
-    that occur in the evaluated GT (a diagnostic; empty otherwise).
+    that occur in the evaluated GT (a diagnostic; empty otherwise). ``predicate_groups``:
+    the predicate groups of the grouped metrics (``mR@50[head]``), their ``source`` and
+    ``members`` (group -> predicate ids); empty without groups.
     """
 
     protocol: dict[str, Any]
@@ -70,6 +76,7 @@ class Report:
     intervals: dict[str, list[float]] | None = None
     ci: dict[str, Any] | None = None
     mean_over_occurring: dict[str, float] = field(default_factory=dict)
+    predicate_groups: dict[str, Any] = field(default_factory=dict)
     terms: TermTable | None = field(default=None, compare=False, repr=False)
 
     def summary(self) -> dict[str, Any]:
@@ -140,12 +147,14 @@ class Report:
 
     def grid(self, sep: str = " ", template: str = "[{lo}, {hi}]"
              ) -> tuple[list[str], list[list[str]]]:
-        """(header, rows) of the overall table: metric families x ks (cells with their
-        interval, see ``cell``, when the report has intervals)."""
+        """(header, rows) of the overall table: metric families (a grouped metric's groups
+        in the report's group order) x ks (cells with their interval, see ``cell``, when
+        the report has intervals)."""
         header = ["metric", *self.ks]
         rows = []
-        for family in families_with_k(self.metrics):
-            cells = [self.cell(f"{family}@{k}", sep, template) for k in self.ks]
+        groups = list((self.predicate_groups or {}).get("members", {}))
+        for family in families_with_k(self.metrics, groups):
+            cells = [self.cell(name_at(family, k), sep, template) for k in self.ks]
             if any(c != "-" for c in cells):
                 rows.append([family, *cells])
         return header, rows
@@ -178,15 +187,24 @@ def interval_caption(ci: dict[str, Any]) -> str:
 
 
 def k_of(name: str, ks: list[str]) -> str | None:
-    """The k label of a metric name (``mR@x10`` -> ``x10``), None for metrics without k."""
-    _, _, k = name.partition("@")
+    """The k label of a metric name (``mR@x10``, ``mR@x10[head]`` -> ``x10``), None for
+    metrics without k."""
+    k = split_name(name)[1]
     return k if k in ks else None
 
 
-def families_with_k(metrics: dict[str, float]) -> list[str]:
-    """Metric families (``R``, ``mR``...) that have a k, in report order."""
-    return list(dict.fromkeys(name.partition("@")[0] for name in metrics if "@" in name
-                              and not name.endswith("@inf")))
+def families_with_k(metrics: dict[str, float], groups: list[str] | None = None) -> list[str]:
+    """Metric rows (``R``, ``mR``, ``mR[head]``...) that have a k, in report order, a
+    grouped metric's rows in ``groups`` order."""
+    labels = list(dict.fromkeys(row_label(name) for name in metrics
+                                if split_name(name)[1] not in ("", "inf")))
+    family = {label: (split_name(label)[0], split_name(label)[2] is None) for label in labels}
+    first: dict[tuple[str, bool], int] = {}
+    for f in family.values():
+        first.setdefault(f, len(first))
+    rank = {group: i for i, group in enumerate(groups or [])}
+    return sorted(labels, key=lambda label: (first[family[label]],
+                                             rank.get(split_name(label)[2] or "", len(rank))))
 
 
 def as_float(value: Fraction | float | None) -> float | None:
@@ -202,6 +220,7 @@ class EvalSettings:
     settings: Settings
     with_ng: bool
     has_stats: bool
+    groups: PredicateGroups | None = None
 
     def options(self) -> dict[str, Any]:
         """The evaluation options a report records next to its protocol."""
@@ -226,10 +245,27 @@ class EvalSettings:
 
     @property
     def inputs(self) -> set[str]:
-        return inputs_of(self.protocol, self.with_ng, self.has_stats, self.legacy)
+        """What the report's metrics may need (``sgdask.metrics.base.NEEDS``): the terms'
+        inputs, predicate groups, per-predicate values that make a mean (not under the
+        ``image`` aggregation)."""
+        inputs = inputs_of(self.protocol, self.with_ng, self.has_stats, self.legacy)
+        if self.groups is not None:
+            inputs.add("groups")
+        if self.aggregation != "image":
+            inputs.add("predicate_means")
+        return inputs
 
-    def context(self, composition: dict[int, int] | None = None) -> Context:
-        return Context(self.ks, self.aggregation, self.settings.tau, composition)
+    def context(self, composition: dict[int, int] | None = None,
+                valued: Callable[[str], Iterable[int]] | None = None,
+                names: Iterable[str] = ()) -> Context:
+        """The derive functions' view (``valued(name)``: the predicates with a value of the
+        mean metric ``name`` of ``names``, read under a protocol whose means run over the
+        vocabulary)."""
+        return Context(self.ks, self.aggregation, self.settings.tau, composition,
+                       None if self.groups is None else self.groups.members,
+                       vocabulary_sets(self.protocol.mean_over_vocabulary and
+                                       self.groups is not None, self.aggregation, valued,
+                                       names))
 
 
 def final_metrics(acc: Accumulator, settings: EvalSettings) -> dict[str, float]:
@@ -264,24 +300,44 @@ def derived_metrics(acc: Accumulator, settings: EvalSettings,
     known = final_metrics(acc, settings) if values is None else values
     finals = Finals(lambda name: acc.predicate_values(name, settings.aggregation),
                     known.get, acc.state_final)
+    inputs = settings.inputs
+    ctx = settings.context(composition, lambda name: acc.predicate_values(
+        name, settings.aggregation), acc.mean_metric_names())
     out: dict[str, Fraction | float] = {}
     for family in FAMILIES:
         derivable = [m for m in family.metrics if m.kind == DERIVED
-                     and available(m, settings.inputs) is None]
+                     and available(m, inputs) is None]
         if family.derive and derivable:
-            out.update(family.derive(finals, settings.context(composition)))
+            out.update({name: value for name, value in family.derive(finals, ctx).items()
+                        if metric_of(name) in derivable})
     return out
 
 
-def predicate_table(acc: Accumulator, names: list[str], aggregation: str
-                    ) -> list[dict[str, Any]]:
-    """One row per predicate occurring in the evaluated GT: GT count and every mean metric."""
+def vocabulary_sets(over_vocabulary: bool, aggregation: str,
+                    valued: Callable[[str], Iterable[int]] | None, names: Iterable[str]
+                    ) -> dict[str, frozenset[int]] | None:
+    """``Context.occurring``: when the protocol's mean metrics run over the vocabulary (not
+    under the ``image`` aggregation), per such metric of ``names`` the predicates with a
+    value on the data (``valued``); else None."""
+    if not over_vocabulary or aggregation == "image" or valued is None:
+        return None
+    return {name: frozenset(valued(name)) for name in names
+            if split_name(name)[0] in VOCABULARY_MEANS and split_name(name)[1] != "inf"}
+
+
+def predicate_table(acc: Accumulator, names: list[str], aggregation: str,
+                    groups: PredicateGroups | None = None) -> list[dict[str, Any]]:
+    """One row per predicate occurring in the evaluated GT: GT count, its group (with
+    predicate groups; None in none) and every mean metric."""
     values = {m: acc.predicate_values(m, aggregation) for m in acc.mean_metric_names()}
     counts = acc.gt_per_predicate
+    group_of = None if groups is None else groups.group_of()
     rows = []
     for p in sorted(counts):
         row: dict[str, Any] = {"predicate": p, "name": names[p] if p < len(names) else str(p),
                                "gt_count": counts[p]}
+        if group_of is not None:
+            row["group"] = group_of.get(p)
         row.update({m: as_float(v.get(p)) for m, v in values.items()})
         rows.append(row)
     return rows
@@ -348,6 +404,10 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                      "(SPEC section 4); not comparable with category-matched results")
     notes += [m.note for m in registered() if m.note and any(
         metric_of(name) is m for name in metrics)]
+    groups = settings.groups if any(
+        (m := metric_of(name)) is not None and m.grouped for name in metrics) else None
+    if groups is not None:
+        notes.append(groups.note())
     diagnostics = {**counts, **{k: v for k, v in acc.diagnostics.items() if k != "images"}}
     if protocol.mean_over_vocabulary and names:
         diagnostics["predicates_absent"] = max(absent, 0)
@@ -358,11 +418,13 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                   "packages": dependency_versions()}
     return Report(protocol=protocol.as_dict(), aggregation=settings.aggregation,
                   ks=[k.label for k in settings.ks], metrics=metrics,
-                  per_predicate=predicate_table(acc, names, settings.aggregation),
+                  per_predicate=predicate_table(acc, names, settings.aggregation,
+                                                groups),
                   per_image=uniform_rows(images, acc.image_metric_names()),
                   diagnostics=diagnostics, left_out=reasons,
                   notes=notes, provenance=provenance, options=settings.options(),
-                  mean_over_occurring=occurring, terms=terms)
+                  mean_over_occurring=occurring,
+                  predicate_groups={} if groups is None else groups.as_dict(), terms=terms)
 
 
 def vocabulary_means(acc: Accumulator, metrics: dict[str, float], settings: EvalSettings,

@@ -26,7 +26,7 @@ from sgdask.report import Report, interval_caption
 from sgdask.report.intervals import is_interval_column
 from sgdask.report.page import esc, page
 
-ROW_KEYS = ("predicate", "name", "gt_count")
+ROW_KEYS = ("predicate", "name", "gt_count", "group")
 CURVE_FAMILIES = tuple(m.prefix for m in RECALL_METRICS)
 LINE_STYLES = ("-", "--", ":", "-.")
 
@@ -342,9 +342,10 @@ def recall_curve_figure(reports: dict[str, Report]) -> Figure:
 def details_section(reports: dict[str, Report]) -> str:
     parts = ["<h2>Per protocol details</h2>"]
     for name, report in reports.items():
+        grouped = ["group"] if report.predicate_groups else []
         parts += [f"<h3>{esc(name)}: per predicate</h3>",
                   paragraph("Predicates by GT frequency; recalls in percent, PRank a mean rank."),
-                  table(["name", "gt_count", *mean_columns(report)],
+                  table(["name", "gt_count", *grouped, *mean_columns(report)],
                         predicate_rows(report)),
                   f"<h3>{esc(name)}: diagnostics</h3>",
                   table(["diagnostic", "value"],
@@ -358,7 +359,10 @@ def details_section(reports: dict[str, Report]) -> str:
 
 
 def predicate_rows(report: Report) -> list[list[str]]:
+    """Per predicate: name, GT count, its group (with predicate groups; ``-`` in none) and
+    every mean metric."""
     columns = mean_columns(report)
     return [[str(row["name"]), str(row["gt_count"]),
+             *([str(row.get("group") or "-")] if report.predicate_groups else []),
              *(format_value(c, row.get(c)) for c in columns)]
             for row in by_frequency(report.per_predicate)]

@@ -3,10 +3,10 @@ an interval (``--ci-metrics``), and putting the intervals into the report.
 
 The resampling itself is ``sgdask.stats.bootstrap`` (pure numpy, runs on the client: the
 per-image terms are small). Everything needed is in the report (its terms, protocol,
-aggregation, ks, options) except the training compositions wIMR is weighted by, which come
-from the GT. Every derived metric of the report is derived again on each resample, with
-or without training statistics (a family that needs them, as wIMR, derives nothing
-without).
+aggregation, ks, options, predicate groups) except the training compositions wIMR is
+weighted by, which come from the GT. Every derived metric of the report is derived again
+on each resample, with or without training statistics (a family that needs them, as
+wIMR, derives nothing without).
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import numpy as np
 
 from sgdask.errors import SettingError, SgdaskError
 from sgdask.kernels.selection import parse_ks
-from sgdask.metrics import FAMILIES, metric_of
+from sgdask.metrics import FAMILIES, metric_of, row_label
 from sgdask.metrics.base import DERIVED, Context, Family, FinalColumns, Finals
+from sgdask.metrics.groups import PredicateGroups
 from sgdask.metrics.recall import VOCABULARY_MEANS
-from sgdask.report import Report
+from sgdask.report import Report, vocabulary_sets
 from sgdask.stats.bootstrap import ColumnDerive, Derive, Mapper, Scoring, bootstrap
 
 INTERVAL_SUFFIXES = ("_lo", "_hi")
@@ -85,8 +86,20 @@ def deriving_families(report: Report) -> list[Family]:
 
 
 def derive_context(report: Report, composition: dict[int, int] | None) -> Context:
+    """The derive functions' view of a report: its ks, aggregation, tau, predicate groups
+    and, under a vocabulary-wide mean, its occurring predicates."""
+    groups = PredicateGroups.from_dict(report.predicate_groups)
+    names = report.terms.names if report.terms is not None else list(report.metrics)
+
+    def valued(name: str) -> set[int]:
+        return {int(row["predicate"]) for row in report.per_predicate
+                if row.get(name) is not None}
+
     return Context(parse_ks(report.ks), report.aggregation,
-                   float(report.options.get("tau", 0.5)), composition)
+                   float(report.options.get("tau", 0.5)), composition,
+                   None if groups is None else groups.members,
+                   vocabulary_sets(bool(report.protocol.get("mean_over_vocabulary"))
+                                   and groups is not None, report.aggregation, valued, names))
 
 
 def column_derivation(report: Report, composition: dict[int, int] | None
@@ -126,13 +139,13 @@ def derivation(report: Report, composition: dict[int, int] | None) -> Derive | N
 
 
 def selected(report: Report, spec: str | None) -> list[str] | None:
-    """Metric names of ``--ci-metrics`` (names like ``mR@50`` or prefixes like ``mR``, comma
-    separated) among the report's metrics; None: every metric."""
+    """Metric names of ``--ci-metrics`` (names like ``mR@50``, rows like ``mR`` or
+    ``mR[head]``, comma separated) among the report's metrics; None: every metric."""
     if spec is None:
         return None
     names: list[str] = []
     for token in tokens(spec):
-        found = [n for n in report.metrics if n == token or n.partition("@")[0] == token]
+        found = [n for n in report.metrics if n == token or row_label(n) == token]
         if not found:
             raise SettingError("ci_metrics", f"{token!r} is not a metric of this evaluation "
                                f"(it has {', '.join(report.metrics)})")

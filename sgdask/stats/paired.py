@@ -177,7 +177,8 @@ def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: 
     image_ids = same_images(models)
     tables = [run for m in models for run in m.runs]
     plan = plan_for(tables, names, scoring)
-    compared = metric_names(plan)
+    # (the plan also holds what derived metrics read: R@k for F@k; only ``names`` compare)
+    compared = [n for n in metric_names(plan) if names is None or n in names]
     matrices = [[term_matrix(plan.layout, run) for run in m.runs] for m in models]
     ones = np.ones((1, len(image_ids)))
     points = [[plan.values(mx, ones) for mx in runs] for runs in matrices]
