@@ -16,6 +16,7 @@ from sgdask.errors import Choose, InputError, Option, RaiseLimit, SettingError, 
 from sgdask.evaluator import Evaluator
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.ingest import read_bytes
+from sgdask.protocols import PROTOCOLS
 from tests.processes import run_sgdask as sgdask
 
 BUG = '''
@@ -107,7 +108,7 @@ def test_a_bad_evaluator_argument_is_a_value_error_naming_the_argument():
         Evaluator("singlmpo", predicates=3, classes=4)
     assert str(bad_protocol.value) == (
         "protocol: unknown protocol 'singlmpo' (did you mean 'singlempo'?) (expected one of: "
-        "multimpo, sgbench, sgbpytorch, singlempo)")
+        f"{', '.join(sorted(PROTOCOLS))})")
     assert bad_protocol.value.render("cli").startswith("--protocol: unknown protocol")
     with pytest.raises(ValueError, match=r"^tau: -1 must be a number >= 0$"):
         Evaluator("singlempo", predicates=3, classes=4, tau=-1)
