@@ -1,10 +1,10 @@
 """The metric registry: one module per metric family, and everything that asks about metrics.
 
 A family module (``recall``, ``pair``, ``zeroshot``, ``imr``, ``instances``, ``prank``,
-``legacy``) declares its metrics (names, kind, inputs, display rule, board columns, the
-reason it is left out) and computes their per-image terms. The report, the console table,
-the leaderboard and the left-out lines read this registry; no metric name is spelled
-outside its family module (and the tests).
+``legacy``, ``panoptic``) declares its metrics (names, kind, inputs, display rule, board
+columns, the reason it is left out) and computes their per-image terms. The report, the
+console table, the leaderboard and the left-out lines read this registry; no metric name is
+spelled outside its family module (and the tests).
 
 To add a metric, write a module with a ``FAMILY`` and add it to ``FAMILIES`` (or call
 ``register`` at run time); docs/development.md "Add a metric" walks through it.
@@ -15,11 +15,11 @@ from __future__ import annotations
 from fractions import Fraction
 
 from sgdask.kernels.selection import KSpec
-from sgdask.metrics import imr, instances, legacy, pair, prank, recall, zeroshot
+from sgdask.metrics import imr, instances, legacy, pair, panoptic, prank, recall, zeroshot
 from sgdask.metrics.base import NEEDS, NOT_LISTED, RANK, Family, Metric
 
 FAMILIES: list[Family] = [recall.FAMILY, pair.FAMILY, zeroshot.FAMILY, imr.FAMILY,
-                          legacy.FAMILY, instances.FAMILY, prank.FAMILY]
+                          legacy.FAMILY, instances.FAMILY, prank.FAMILY, panoptic.FAMILY]
 
 
 def register(family: Family) -> None:

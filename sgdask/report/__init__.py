@@ -36,8 +36,9 @@ if TYPE_CHECKING:
     from sgdask.core.settings import Settings
     from sgdask.io.fs import StorageOptions
 
-TABLES = ("per_predicate", "per_image", "terms")
+TABLES = ("per_predicate", "per_image", "per_category", "terms")
 TERMS_FILE = "per_image_terms.parquet"
+CATEGORY_FILE = "per_category.parquet"
 
 
 @dataclass
@@ -50,7 +51,9 @@ class Report:
     ``intervals``: metric -> [low, high] bootstrap interval, with ``ci`` its settings
     (``evaluate --ci``; None without). ``mean_over_occurring``: under a protocol that prints
     mR@k / mNgR@k over every predicate of the vocabulary, their means over the predicates
-    that occur in the evaluated GT (a diagnostic; empty otherwise).
+    that occur in the evaluated GT (a diagnostic; empty otherwise). ``per_category``: one
+    row per category of the vocabulary when a metric family reports per category
+    (panoptic quality), else empty.
     """
 
     protocol: dict[str, Any]
@@ -67,6 +70,7 @@ class Report:
     intervals: dict[str, list[float]] | None = None
     ci: dict[str, Any] | None = None
     mean_over_occurring: dict[str, float] = field(default_factory=dict)
+    per_category: list[dict[str, Any]] = field(default_factory=list)
     terms: TermTable | None = field(default=None, compare=False, repr=False)
 
     def summary(self) -> dict[str, Any]:
@@ -80,8 +84,8 @@ class Report:
         return json.dumps(self.summary(), indent=2, sort_keys=False)
 
     def write(self, out: str, storage_options: StorageOptions | None = None) -> list[str]:
-        """Write metrics.json, per_predicate.parquet, per_image.parquet, report.md and (with
-        terms) per_image_terms.parquet."""
+        """Write metrics.json, per_predicate.parquet, per_image.parquet, report.md, (with
+        rows) per_category.parquet and (with terms) per_image_terms.parquet."""
         # imported here: building a report (the in-memory Evaluator) needs no pyarrow or zarr
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -99,6 +103,10 @@ class Report:
             with fs.open(join(path, f"{name}.parquet"), "wb") as f:
                 pq.write_table(pa.Table.from_pylist(rows), f)
             written.append(join(out, f"{name}.parquet"))
+        if self.per_category:
+            with fs.open(join(path, CATEGORY_FILE), "wb") as f:
+                pq.write_table(pa.Table.from_pylist(self.per_category), f)
+            written.append(join(out, CATEGORY_FILE))
         if self.terms is not None:
             with fs.open(join(path, TERMS_FILE), "wb") as f:
                 pq.write_table(self.terms.to_arrow(), f, compression="zstd")
@@ -108,7 +116,8 @@ class Report:
     @classmethod
     def read(cls, url: str, storage_options: StorageOptions | None = None) -> Report:
         """A report written by ``write`` (tables come back with the union of their columns;
-        ``terms`` is None for a report written before per-image terms were kept)."""
+        ``terms`` is None for a report written before per-image terms were kept, and
+        ``per_category`` empty without per_category.parquet)."""
         import pyarrow.parquet as pq
 
         from sgdask.io.fs import filesystem, join
@@ -120,6 +129,9 @@ class Report:
         for name in ("per_predicate", "per_image"):
             with fs.open(join(path, f"{name}.parquet"), "rb") as f:
                 tables[name] = pq.read_table(f).to_pylist()
+        if fs.exists(join(path, CATEGORY_FILE)):
+            with fs.open(join(path, CATEGORY_FILE), "rb") as f:
+                tables["per_category"] = pq.read_table(f).to_pylist()
         if fs.exists(join(path, TERMS_FILE)):
             with fs.open(join(path, TERMS_FILE), "rb") as f:
                 tables["terms"] = TermTable.from_arrow(pq.read_table(f))
@@ -193,12 +205,17 @@ def as_float(value: Fraction | float | None) -> float | None:
 @dataclass(frozen=True)
 class EvalSettings:
     """What one report was asked to compute: the run's settings record under one of its
-    protocols (decides what is reported or left out; the report's provenance)."""
+    protocols (decides what is reported or left out; the report's provenance). ``data``:
+    what the data hold beyond lists (``sgdask.metrics.terms.inputs_of``); ``categories``:
+    the category names; ``things``: the thing categories (None: the split is unknown)."""
 
     protocol: Protocol
     settings: Settings
     with_ng: bool
     has_stats: bool
+    data: frozenset[str] = frozenset()
+    categories: tuple[str, ...] = ()
+    things: frozenset[int] | None = None
 
     def options(self) -> dict[str, Any]:
         """The evaluation options a report records next to its protocol."""
@@ -223,10 +240,10 @@ class EvalSettings:
 
     @property
     def inputs(self) -> set[str]:
-        return inputs_of(self.protocol, self.with_ng, self.has_stats, self.legacy)
+        return inputs_of(self.protocol, self.with_ng, self.has_stats, self.legacy, self.data)
 
     def context(self, composition: dict[int, int] | None = None) -> Context:
-        return Context(self.ks, self.aggregation, self.settings.tau, composition)
+        return Context(self.ks, self.aggregation, self.settings.tau, composition, self.things)
 
 
 def final_metrics(acc: Accumulator, settings: EvalSettings) -> dict[str, float]:
@@ -259,8 +276,7 @@ def derived_metrics(acc: Accumulator, settings: EvalSettings,
     as reported (``build_report`` passes them after a protocol's vocabulary means, as the
     bootstrap derives; default: ``final_metrics``)."""
     known = final_metrics(acc, settings) if values is None else values
-    finals = Finals(lambda name: acc.predicate_values(name, settings.aggregation),
-                    known.get, acc.state_final)
+    finals = _finals_of(acc, settings, known)
     out: dict[str, Fraction | float] = {}
     for family in FAMILIES:
         derivable = [m for m in family.metrics if m.kind == DERIVED
@@ -268,6 +284,37 @@ def derived_metrics(acc: Accumulator, settings: EvalSettings,
         if family.derive and derivable:
             out.update(family.derive(finals, settings.context(composition)))
     return out
+
+
+def _finals_of(acc: Accumulator, settings: EvalSettings, values: Mapping[str, float]
+              ) -> Finals:
+    """The finals derived metrics and per-category rows read."""
+    return Finals(lambda name: acc.predicate_values(name, settings.aggregation), values.get,
+                  acc.state_final)
+
+
+def _category_table(acc: Accumulator, settings: EvalSettings,
+                   composition: dict[int, int] | None, values: Mapping[str, float]
+                   ) -> list[dict[str, Any]]:
+    """The per-category table: when a family reports per category (panoptic quality), one
+    row per category of the vocabulary and every other one it reports, with its name,
+    whether it is a thing (None: unknown) and the families' columns (None where a
+    category has no value); else empty."""
+    finals, ctx = _finals_of(acc, settings, values), settings.context(composition)
+    found: dict[int, dict[str, Any]] = {}
+    for family in FAMILIES:
+        if family.category_rows and any(available(m, settings.inputs) is None
+                                        for m in family.metrics):
+            for row in family.category_rows(finals, ctx):
+                found.setdefault(row["category"], {}).update(row)
+    if not found:
+        return []
+    names, things = settings.categories, settings.things
+    columns = list(dict.fromkeys(k for row in found.values() for k in row if k != "category"))
+    return [{"category": c, "name": names[c] if c < len(names) else str(c),
+             "isthing": None if things is None else c in things,
+             **{k: found.get(c, {}).get(k) for k in columns}}
+            for c in sorted(set(found) | set(range(len(names))))]
 
 
 def predicate_table(acc: Accumulator, names: list[str], aggregation: str
@@ -345,6 +392,9 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                      "(SPEC section 4); not comparable with category-matched results")
     notes += [m.note for m in registered() if m.note and any(
         metric_of(name) is m for name in metrics)]
+    notes += [line for family in FAMILIES if family.notes and any(
+        metric_of(name) in family.metrics for name in metrics)
+        for line in family.notes(acc.diagnostics)]
     diagnostics = {**counts, **{k: v for k, v in acc.diagnostics.items() if k != "images"}}
     if protocol.mean_over_vocabulary and names:
         diagnostics["predicates_absent"] = max(absent, 0)
@@ -359,7 +409,9 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                   per_image=uniform_rows(images, acc.image_metric_names()),
                   diagnostics=diagnostics, left_out=reasons,
                   notes=notes, provenance=provenance, options=settings.options(),
-                  mean_over_occurring=occurring, terms=terms)
+                  mean_over_occurring=occurring,
+                  per_category=_category_table(acc, settings, composition, metrics),
+                  terms=terms)
 
 
 def vocabulary_means(acc: Accumulator, metrics: dict[str, float], settings: EvalSettings,

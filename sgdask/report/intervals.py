@@ -86,8 +86,12 @@ def deriving_families(report: Report) -> list[Family]:
 
 
 def derive_context(report: Report, composition: dict[int, int] | None) -> Context:
+    """The context the report's derived metrics were derived in (the thing categories from
+    its per-category table)."""
+    split = [row for row in report.per_category if row.get("isthing") is not None]
+    things = frozenset(row["category"] for row in split if row["isthing"]) if split else None
     return Context(parse_ks(report.ks), report.aggregation,
-                   float(report.options.get("tau", 0.5)), composition)
+                   float(report.options.get("tau", 0.5)), composition, things)
 
 
 def column_derivation(report: Report, composition: dict[int, int] | None
