@@ -5,7 +5,8 @@ panopticapi compares two panoptic PNGs (one segment id per pixel, 0 = VOID). Her
 segments are the GT instances (disjoint: one label image), the predicted segments the
 singlempo merge of the predicted masks (disjoint; the masks themselves when they do not
 overlap: the merge then keeps every non-empty mask as it is), and VOID the pixels of no GT
-segment. Per image:
+segment (the GT segments are disjoint, so a GT whose segments' areas add up to the
+image's has none). Per image:
 
 - a predicted and a GT segment of the same category that share a pixel, the GT one not a
   crowd region, are a true positive when IoU > 1/2, the union leaving VOID out:
@@ -32,16 +33,24 @@ NOTHING = np.empty(0, dtype=np.int64)
 
 
 @njit(**JIT)
-def _quality_counts(inter: np.ndarray, labels: np.ndarray, area: np.ndarray, void: np.ndarray,
-                   gt_labels: np.ndarray, gt_area: np.ndarray, crowd: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(true positives' predicted index, GT index and union; false positive flag per
-    prediction; false negative flag per GT segment) from the pixels each same-category
-    pair shares (``inter``), the predictions' areas and VOID pixels, the GT areas and
-    crowd flags."""
+def _counts(inter: np.ndarray, labels: np.ndarray, area: np.ndarray, boxes: np.ndarray,
+            starts: np.ndarray, words: np.ndarray, gt_labels: np.ndarray, gt_area: np.ndarray,
+            crowd: np.ndarray, gt_boxes: np.ndarray, gt_starts: np.ndarray,
+            gt_words: np.ndarray, height: int, width: int
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(true positives' category, intersection and union; false positives' categories;
+    false negatives' categories) from the pixels each same-category (prediction, GT) pair
+    shares (``inter``), the predicted masks and areas, the GT masks, areas and crowd
+    flags. A GT whose disjoint segments cover every pixel has no VOID; else a prediction's
+    VOID pixels are those no GT segment covers."""
     n_pred, n_gt = inter.shape
-    tp_pred = np.empty(n_pred * n_gt, dtype=np.int64)
-    tp_gt = np.empty(n_pred * n_gt, dtype=np.int64)
+    if gt_area.sum() == height * width:
+        void = np.zeros(n_pred, dtype=np.int64)
+    else:
+        void = area - covered_pixels(boxes, starts, words, gt_boxes, gt_starts, gt_words,
+                                     height, width)
+    tp_category = np.empty(n_pred * n_gt, dtype=np.int64)
+    tp_inter = np.empty(n_pred * n_gt, dtype=np.int64)
     tp_union = np.empty(n_pred * n_gt, dtype=np.int64)
     pred_matched = np.zeros(n_pred, dtype=np.bool_)
     gt_matched = np.zeros(n_gt, dtype=np.bool_)
@@ -53,7 +62,7 @@ def _quality_counts(inter: np.ndarray, labels: np.ndarray, area: np.ndarray, voi
                 continue
             union = area[p] + gt_area[g] - shared - void[p]
             if 2 * shared > union:
-                tp_pred[k], tp_gt[k], tp_union[k] = p, g, union
+                tp_category[k], tp_inter[k], tp_union[k] = gt_labels[g], shared, union
                 pred_matched[p] = gt_matched[g] = True
                 k += 1
     n_categories = 1
@@ -62,21 +71,27 @@ def _quality_counts(inter: np.ndarray, labels: np.ndarray, area: np.ndarray, voi
     for c in gt_labels:
         n_categories = max(n_categories, c + 1)
     crowd_of = np.full(n_categories, -1, dtype=np.int64)
-    false_negative = np.zeros(n_gt, dtype=np.bool_)
+    fn_category = np.empty(n_gt, dtype=np.int64)
+    n_fn = 0
     for g in range(n_gt):
         if crowd[g]:
             crowd_of[gt_labels[g]] = g
         elif not gt_matched[g]:
-            false_negative[g] = True
-    false_positive = np.zeros(n_pred, dtype=np.bool_)
+            fn_category[n_fn] = gt_labels[g]
+            n_fn += 1
+    fp_category = np.empty(n_pred, dtype=np.int64)
+    n_fp = 0
     for p in range(n_pred):
         if pred_matched[p] or area[p] == 0:
             continue
         ignored = void[p]
         if crowd_of[labels[p]] >= 0:
             ignored += inter[p, crowd_of[labels[p]]]
-        false_positive[p] = not 2 * ignored > area[p]
-    return tp_pred[:k], tp_gt[:k], tp_union[:k], false_positive, false_negative
+        if not 2 * ignored > area[p]:
+            fp_category[n_fp] = labels[p]
+            n_fp += 1
+    return (tp_category[:k], tp_inter[:k], tp_union[:k], fp_category[:n_fp],
+            fn_category[:n_fn])
 
 
 def panoptic_hits(gt: ImageGT, masks: BitMasks, labels: np.ndarray, areas: np.ndarray,
@@ -95,14 +110,11 @@ def panoptic_hits(gt: ImageGT, masks: BitMasks, labels: np.ndarray, areas: np.nd
         intersections = cross_intersections(masks.boxes, masks.starts, masks.words, labels,
                                             gt_masks.boxes, gt_masks.starts, gt_masks.words,
                                             gt_labels, True)
-    areas = np.asarray(areas, dtype=np.int64)
-    void = areas - covered_pixels(masks.boxes, masks.starts, masks.words, gt_masks.boxes,
-                                  gt_masks.starts, gt_masks.words, *gt_masks.shape)
-    tp_pred, tp_gt, tp_union, fp, fn = _quality_counts(
-        intersections, labels, areas, void, gt_labels, gt_area,
-        np.asarray(gt.crowd, dtype=np.bool_))
-    return PanopticHits(gt_labels[tp_gt], intersections[tp_pred, tp_gt], tp_union,
-                        labels[fp], gt_labels[fn], overlap)
+    found = _counts(intersections, labels, np.asarray(areas, dtype=np.int64), masks.boxes,
+                    masks.starts, masks.words, gt_labels, gt_area,
+                    np.asarray(gt.crowd, dtype=np.bool_), gt_masks.boxes, gt_masks.starts,
+                    gt_masks.words, *gt_masks.shape)
+    return PanopticHits(*found, overlap)
 
 
 def missing_panoptic_hits(gt: ImageGT) -> PanopticHits:
