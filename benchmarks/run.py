@@ -27,7 +27,9 @@ process tree is sampled (wall time, CPU seconds, peak RSS per process):
   memory (``benchmarks._evaluator``);
 - the cost of trusting no store: the GT consistency check and the integrity checks
   (SHA-256, Parquet page checksums, CRC-32C) against B (singlempo)
-  (``benchmarks._trust_cost``).
+  (``benchmarks._trust_cost``);
+- the cost of panoptic quality: B (singlempo) against the GT store and against its copy
+  without crowd flags, which leaves PQ out (``benchmarks._pq_cost``).
 
 Prints the tables and writes ``benchmarks/results/<UTC date and time>-<images>.json`` and
 ``.md`` (e.g. ``2026-11-22T0452Z-2177.json``), ``benchmarks/results/latest.md`` and the
@@ -69,7 +71,7 @@ FLAT_LIMIT = 1.25
 TARGETS = {"B": 15.0, "B-cli": 8.0, "C": 3.0, "C-cold": 2.0, "convert": 1.5, "many": 20.0, "D": 5.0,
            "scaling": 1.85, "worker_gib": 1.0, "store": 0.5, "ci": 0.2,
            "kernel sgbench": 0.8, "kernel singlempo": 1.2, "floor": 0.8,
-           "consistency": 0.02, "integrity": 0.03}
+           "consistency": 0.02, "integrity": 0.03, "pq": 0.15}
 MODELS = 10
 _START = time.perf_counter()
 
@@ -281,6 +283,10 @@ def run_trust_cost(ds: Dataset, workers: int, interval: float) -> Measurement:
     return run_store_helper("_trust_cost", f"trust w{workers}", ds, workers, interval)
 
 
+def run_pq_cost(ds: Dataset, workers: int, interval: float) -> Measurement:
+    return run_store_helper("_pq_cost", f"pq w{workers}", ds, workers, interval)
+
+
 def run_store_helper(module: str, label: str, ds: Dataset, workers: int, interval: float
                      ) -> Measurement:
     """A ``benchmarks.<module>`` run on the two stores that evaluates, then measures its
@@ -379,6 +385,8 @@ def run_suite(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series])
             lambda: run_evaluator_cost(ds, iv))
     measure(rp.Series("trust", f"B singlempo + consistency and integrity checks, {ref_w} "
                       "worker(s)", n), 1, lambda: run_trust_cost(ds, ref_w, iv))
+    measure(rp.Series("pq", f"B singlempo with and without panoptic quality, {ref_w} "
+                      "worker(s)", n), 1, lambda: run_pq_cost(ds, ref_w, iv))
 
 
 def run_memory_check(args: argparse.Namespace, small: Dataset) -> rp.Series:
@@ -568,6 +576,16 @@ def trust_targets(runs: dict[str, rp.Series]) -> list[dict[str, Any]]:
     ]
 
 
+def pq_target(runs: dict[str, rp.Series]) -> dict[str, Any]:
+    """What panoptic quality adds to a singlempo evaluation (issue 26)."""
+    r = runs["pq"].runs[0].extra
+    return target(f"PQ adds <= {100 * TARGETS['pq']:g} % to the evaluation (singlempo)",
+                  f"{r['with_pq_cpu_s']:.2f} CPU s with, {r['without_pq_cpu_s']:.2f} without "
+                  f"({100 * r['pq_ratio']:+.1f} %; wall {r['with_pq_s']:.2f} s and "
+                  f"{r['without_pq_s']:.2f} s, {100 * r['pq_wall_ratio']:+.1f} %; least of "
+                  f"{len(r['runs']['with'])} each)", r["pq_ratio"] <= TARGETS["pq"])
+
+
 def size_target(size: dict[str, dict[str, int]]) -> dict[str, Any]:
     r = rp.ratio(size["submission store"]["bytes"], size["submission.zip"]["bytes"]) or 0.0
     return target(f"submission store <= {TARGETS['store']:g} x ZIP size", f"{r:.2f}x",
@@ -581,7 +599,7 @@ def summarize(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series],
     targets = [*speed_targets(runs, w), results_target(runs), *cpu_targets(runs),
                scaling_target(scale, args.workers),
                *memory_targets(runs, mem), size_target(size), ci_target(runs),
-               *trust_targets(runs)]
+               *trust_targets(runs), pq_target(runs)]
     return {"sizes": size, "scaling": scale, "memory": mem, "targets": targets,
             "agreement": agreement(runs, w), "results_agreement": results_agreement(runs),
             "evaluator": {k: v for k, v in runs["evaluator"].runs[0].extra.items()

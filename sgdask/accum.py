@@ -232,7 +232,8 @@ class Accumulator:
             self.add_image_means(image, codes, num, den)
 
     def add_state(self, rows: StateRows) -> None:
-        mine = self.states.get(rows.name)
+        """A declared state's rows (without their images: the sums forget images too)."""
+        mine, rows = self.states.get(rows.name), rows.unplaced()
         self.states[rows.name] = rows if mine is None else mine.merged(rows)
 
     def add_image_means(self, image: np.ndarray, metric: np.ndarray, num: np.ndarray,

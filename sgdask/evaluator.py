@@ -14,7 +14,8 @@ Inputs mirror what ``sgdask.io.partition`` reads from a store:
 
 - ``gt``: ``relations`` (R x 3: subject, object, predicate), ``categories`` (N), and
   ``labels`` (an H x W label image: -1 void, value i = instance i) or ``boxes`` (N x 4,
-  ``[x1, y1, x2, y2]``), or both;
+  ``[x1, y1, x2, y2]``), or both; optional ``iscrowd`` (N booleans: crowd regions, which
+  panoptic quality ignores; default none);
 - ``pred``: ``categories`` (M), ``triplets`` (the graph list, ranked), optional
   ``ng_triplets`` and ``scores`` (M instance scores), and ``masks`` (M x H x W booleans)
   or ``boxes`` (M x 4); ``None``: the model gave nothing for the image.
@@ -51,7 +52,7 @@ from sgdask.stats.table import TermTable
 from sgdask.types import ImageGT, ImageHits, ImagePred, ZeroShot
 
 SOURCE = "sgdask.Evaluator"
-STATE_FORMAT = "sgdask.Evaluator/1"
+STATE_FORMAT = "sgdask.Evaluator/2"  # 2: things, all_masks (panoptic quality)
 KEY = (SOURCE, "")  # the one (submission, protocol) key of the partition result
 BATCH = 64  # hits scored together (the families' vectorized terms)
 #: the settings an evaluator's state carries besides its protocol and ks
@@ -185,7 +186,20 @@ def gt_image(image_id: str, gt: Any, n_classes: int, n_predicates: int) -> Image
     if boxes is None and label_image is None:
         raise fail(image_id, "gt", "neither labels nor boxes",
                    "labels (H x W) or boxes (N x 4)")
-    return ImageGT(image_id, cats, relations, boxes, label_image)
+    return ImageGT(image_id, cats, relations, boxes, label_image,
+                   crowd=_crowd_flags(gt, image_id, n))
+
+
+def _crowd_flags(gt: Any, image_id: str, n: int) -> np.ndarray:
+    """The GT's ``iscrowd`` (N booleans or 0/1 integers; absent: no crowd region)."""
+    value = vector(gt, "iscrowd", image_id, "gt.iscrowd", required=False)
+    if value is None:
+        return np.zeros(n, dtype=bool)
+    if len(value) != n or not (value.dtype == bool or (value.dtype.kind in "iu" and (
+            value.size == 0 or (value.min() >= 0 and value.max() <= 1)))):
+        raise fail(image_id, "gt.iscrowd", f"{len(value)} values of dtype {value.dtype}",
+                   f"{n} booleans, one per instance")
+    return value.astype(bool)
 
 
 def pred_image(image_id: str, pred: Any, gt: ImageGT, n_classes: int, n_predicates: int
@@ -319,7 +333,9 @@ class Evaluator:
     ``predicates`` and ``classes``: the names (or the number) of predicate and instance
     classes; ``stats``: training statistics for the zero-shot metrics and wIMR (a
     statistics file URL from ``sgdask stats``, its pyarrow table, or a parsed psg.json with
-    ``train_image_ids``).
+    ``train_image_ids``); ``things``: the first ``things`` classes are things, the others
+    stuff (as psg.json numbers them), for PQ_th and PQ_st (None: unknown). Panoptic quality
+    is computed when every image has GT labels and predicted masks (or no prediction).
     ``settings``: the settings record (``sgdask.core.settings.Settings``) the rest
     defaults to; other keywords override its fields, as ``evaluate``'s (``aggregation``,
     ``tau``, ``legacy``, ``match_labels``; partition and interval fields do not apply).
@@ -328,7 +344,7 @@ class Evaluator:
     def __init__(self, protocol: str | None = None, ks: str | Sequence[Any] | None = None,
                  predicates: Sequence[str] | int = (), classes: Sequence[str] | int = (),
                  stats: Any = None, *, settings: Settings | None = None,
-                 **fields: Any) -> None:
+                 things: int | None = None, **fields: Any) -> None:
         given = {"protocols": protocol,
                  "ks": ks if ks is None or isinstance(ks, str) else ",".join(map(str, ks))}
         try:
@@ -345,6 +361,11 @@ class Evaluator:
         self.protocol, self.ks = protocols[0], self.options.k_specs
         self.predicates = names_of(predicates, "predicates")
         self.classes = names_of(classes, "classes")
+        if things is not None and not (isinstance(things, int) and not isinstance(things, bool)
+                                       and 0 <= things <= len(self.classes)):
+            raise SgdaskError(f"Evaluator: things={things!r} (expected the number of thing "
+                              f"classes, 0..{len(self.classes)})")
+        self.things = things
         table = _stats_table(self.options.stats if stats is None else stats)
         self.zero_shot, self.composition = _zero_shot_and_composition(
             table, len(self.classes), len(self.predicates))
@@ -358,6 +379,7 @@ class Evaluator:
         self._ids: set[str] = set()
         self._counts = dict.fromkeys(COUNTS, 0)
         self._any_ng = False
+        self._all_masks = True  # every image so far: GT labels, predicted masks or none
 
     @property
     def _scoring(self) -> ScoringSettings:
@@ -399,6 +421,8 @@ class Evaluator:
             self._pending.append(with_zero_shot(hits, self.zero_shot))
         self._ids.add(image_id)
         self._any_ng |= has_ng
+        self._all_masks &= image_gt.label_image is not None and (
+            image_pred is None or image_pred.masks is not None)
         counts = self._counts
         counts["gt_images"] += 1
         counts["evaluated_images" if evaluated else "gt_images_without_relations"] += 1
@@ -413,7 +437,14 @@ class Evaluator:
         if not self._pending:
             return
         hits, self._pending = self._pending, []
-        self._result.add(KEY, hits, term_blocks(hits, self.protocol, True, self._scoring))
+        self._result.add(KEY, hits, term_blocks(hits, self.protocol, True, self._scoring,
+                                                self._data(True)))
+
+    def _data(self, masks: bool) -> frozenset[str]:
+        """What the images hold beyond lists (``sgdask.metrics.terms.inputs_of``): the GT's
+        crowd flags (given or none), the thing split when known, masks when ``masks``."""
+        return frozenset({"crowd", *(("things",) if self.things is not None else ()),
+                          *(("masks",) if masks else ())})
 
     # ------------------------------------------------------------------ merge, compute
 
@@ -432,6 +463,7 @@ class Evaluator:
         self._result = self._result.merged(other._result)
         self._ids |= other._ids
         self._any_ng |= other._any_ng
+        self._all_masks &= other._all_masks
         for key in COUNTS:
             self._counts[key] += other._counts[key]
         return self
@@ -445,8 +477,10 @@ class Evaluator:
                               "nothing to evaluate")
         result = (self._result if self._any_ng else
                   without_ng(self._result, self.protocol, self.options.legacy))
-        settings = EvalSettings(self.protocol, self.options, self._any_ng,
-                                self.zero_shot is not None, self.groups)
+        settings = EvalSettings(
+            self.protocol, self.options, self._any_ng, self.zero_shot is not None,
+            self.groups, self._data(self._all_masks), tuple(self.classes),
+            None if self.things is None else frozenset(range(self.things)))
         manifest = {"source": SOURCE, "content_hash": None,
                     "predicate_classes": list(self.predicates)}
         return report_of(result, KEY, settings, self.composition, manifest,
@@ -465,7 +499,7 @@ class Evaluator:
                 "ks": ",".join(k.label for k in self.ks),
                 **{name: getattr(self.options, name) for name in _STATE_FIELDS},
                 "predicates": list(self.predicates), "classes": list(self.classes),
-                "stats": stats,
+                "things": self.things, "stats": stats,
                 "groups": None if self.groups is None else self.groups.as_dict()}
 
     def state(self) -> dict[str, Any]:
@@ -476,6 +510,7 @@ class Evaluator:
         tables = self._result.terms.get(KEY, [])
         return {"format": STATE_FORMAT, "settings": self.settings(),
                 "counts": dict(self._counts), "any_ng": self._any_ng,
+                "all_masks": self._all_masks,
                 "image_ids": sorted(self._ids), "accumulator": accumulator_state(acc),
                 "images": [plain(row) for row in self._result.images.get(KEY, [])],
                 "terms": terms_state(TermTable.concat(tables)) if tables else None}
@@ -492,7 +527,7 @@ class Evaluator:
             raise SgdaskError(f"Evaluator.from_state: protocol {protocol.name} version "
                               f"{s['protocol_version']} (this sgdask has {protocol.version})")
         out = cls(s["protocol"], s["ks"], s["predicates"], s["classes"], None,
-                  **{name: s[name] for name in _STATE_FIELDS})
+                  things=s["things"], **{name: s[name] for name in _STATE_FIELDS})
         if s["stats"] is not None:
             out.zero_shot = ZeroShot(np.asarray(s["stats"]["seen"], dtype=np.int64),
                                      len(out.classes), len(out.predicates))
@@ -500,6 +535,7 @@ class Evaluator:
         out.groups = PredicateGroups.from_dict(s.get("groups") or {})
         out._counts = {key: int(state["counts"][key]) for key in COUNTS}
         out._any_ng = bool(state["any_ng"])
+        out._all_masks = bool(state["all_masks"])
         out._ids = {str(i) for i in state["image_ids"]}
         if state["terms"] is not None:
             out._result = PartitionResult(

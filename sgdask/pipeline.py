@@ -36,7 +36,7 @@ from sgdask.io.partition import load_gt_images
 from sgdask.io.predicate_groups import evaluation_groups
 from sgdask.io.results import ResultsMethod
 from sgdask.io.sources import PredSlice, StoreInput, SubmissionInput
-from sgdask.io.store import StoreReader
+from sgdask.io.store import CROWD_VERSION, StoreReader
 from sgdask.io.training_stats import gt_training_stats
 from sgdask.io.validate import GTInfo
 from sgdask.metrics import FAMILIES
@@ -280,7 +280,8 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
     zero_shot, composition = gt_training_stats(gt_reader, options.stats, storage_options)
     groups = evaluation_groups(gt_reader, options, storage_options)
     subs = tuple(Submission(name, url, get_protocols(protocols),
-                            bool(sub.manifest.get("has_ng")))
+                            bool(sub.manifest.get("has_ng")),
+                            _data_of(gt_reader.manifest, sub.manifest))
                  for (name, url, protocols), sub in zip(submissions, inputs, strict=True))
     keep = tuple((keep_stores or {}).get(sub.name) if given.keeps else None
                  for sub, given in zip(subs, inputs, strict=True))
@@ -310,6 +311,21 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
     return ManyResult(reports, result.gt_parts_read)
 
 
+def _data_of(gt: dict[str, Any], pred: dict[str, Any]) -> frozenset[str]:
+    """What a submission and the GT hold beyond lists: masks on both sides, the GT's crowd
+    flags (stores from format version 4 on), the categories' thing/stuff split."""
+    masks = gt["instances"] == "masks" and pred["instances"] == "masks"
+    return frozenset({"things", *(("masks",) if masks else ()),
+                      *(("crowd",) if gt["format_version"] >= CROWD_VERSION else ())})
+
+
+def _categories_of(gt: dict[str, Any]) -> tuple[tuple[str, ...], frozenset[int]]:
+    """The GT's category names (thing classes, then stuff classes) and its thing
+    categories."""
+    things = list(gt.get("thing_classes", []))
+    return (*things, *gt.get("stuff_classes", [])), frozenset(range(len(things)))
+
+
 def many_reports(result: PartitionResult, subs: tuple[Submission, ...],
                  inputs: list[SubmissionInput], pred_counts: list[dict[str, int]], job: Job,
                  options: Settings, composition: dict[int, int] | None,
@@ -317,10 +333,12 @@ def many_reports(result: PartitionResult, subs: tuple[Submission, ...],
                  counts: dict[str, int]) -> dict[str, dict[str, Report]]:
     """Per submission and protocol, the report of the folded results."""
     scoring = job.scoring
+    categories, things = _categories_of(gt_manifest)
     return {
         sub.name: {p.name: report_of(
             result, (sub.name, p.name),
-            EvalSettings(p, options, sub.with_ng, scoring.zero_shot is not None, groups),
+            EvalSettings(p, options, sub.with_ng, scoring.zero_shot is not None, groups,
+                         sub.data, categories, things),
             composition, gt_manifest, given.manifest, {**counts, **pred_count})
             for p in sub.protocols}
         for sub, given, pred_count in zip(subs, inputs, pred_counts, strict=True)}

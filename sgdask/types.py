@@ -107,7 +107,9 @@ class ImageGT:
     ``label_image`` (instance index + 1 per pixel, 0 = none); ``boxes`` are
     ``[x1, y1, x2, y2]``. ``areas`` (optional) are the masks' pixel counts, stored at ingest
     so that no evaluation counts them again. ``size``: (height, width) of the image, when
-    known (protocols that clip GT boxes to the image need it).
+    known (protocols that clip GT boxes to the image need it). ``crowd``: per instance,
+    whether it is a crowd region (psg.json's ``iscrowd``; panoptic quality ignores it);
+    None where not recorded (GT stores before format version 4): no panoptic quality then.
     """
 
     image_id: str
@@ -118,6 +120,7 @@ class ImageGT:
     areas: np.ndarray | None = None
     masks: BitMasks | None = None
     size: tuple[int, int] | None = None
+    crowd: np.ndarray | None = None
 
     @property
     def n_instances(self) -> int:
@@ -188,6 +191,22 @@ class ZeroShot:
 
 
 @dataclass
+class PanopticHits:
+    """Panoptic quality's counts of one image (SPEC section 6, as COCO panopticapi's
+    ``pq_compute_single_core`` counts them): per true positive its category and the
+    (intersection, union) of its pair; the category of every false positive and of every
+    false negative. ``overlap``: the predicted masks overlapped, so these count their
+    singlempo merge (SPEC 5.1)."""
+
+    tp_category: np.ndarray
+    tp_intersection: np.ndarray
+    tp_union: np.ndarray
+    fp_category: np.ndarray
+    fn_category: np.ndarray
+    overlap: bool = False
+
+
+@dataclass
 class ImageHits:
     """What one image under one protocol gives the metric families.
 
@@ -204,7 +223,9 @@ class ImageHits:
       found;
     - ``legacy_first``: first hit among graph entries on GT pairs (legacy A@k);
     - ``matched_gt``: GT instances some prediction matched;
-    - ``zero_shot``: GT triplets of a type never seen in training (None without statistics).
+    - ``zero_shot``: GT triplets of a type never seen in training (None without statistics);
+    - ``panoptic``: panoptic quality's counts (None without masks on both sides, or a GT
+      that does not record ``iscrowd``); the same under every protocol.
     """
 
     image_id: str
@@ -220,6 +241,7 @@ class ImageHits:
     legacy_first: np.ndarray | None = None
     zero_shot: np.ndarray | None = None
     diagnostics: dict[str, int] = field(default_factory=dict)
+    panoptic: PanopticHits | None = None
 
     @property
     def n_gt_triplets(self) -> int:

@@ -89,8 +89,18 @@ def ints(values) -> np.ndarray:
 def sgdask_gt(gt: GT) -> ImageGT:
     boxes = None if gt.boxes is None else np.asarray(gt.boxes, dtype=np.float64).reshape(-1, 4)
     label = None if gt.label_image is None else np.asarray(gt.label_image, dtype=np.int64)
+    crowd = None if label is None else np.asarray(gt.crowd or [False] * len(gt.categories),
+                                                  dtype=bool)
     return ImageGT(gt.image_id, ints(gt.categories), as_triplets(gt.relations), boxes=boxes,
-                   label_image=label)
+                   label_image=label, crowd=crowd)
+
+
+def data_of(image: Image) -> frozenset[str]:
+    """What an image holds beyond lists (``inputs_of``): masks and crowd flags with a GT
+    label image and predicted masks (or no prediction)."""
+    masks = image.gt.label_image is not None and (image.pred is None
+                                                  or image.pred.masks is not None)
+    return frozenset({"masks", "crowd"}) if masks else frozenset()
 
 
 def sgdask_pred(image_id: str, pred: Pred) -> ImagePred:
@@ -134,7 +144,19 @@ def groups_of(training: Training | None, n_predicates: int) -> PredicateGroups |
 
 
 def terms_of(result: ImageResult) -> ImageTerms:
-    """sgdask's per-image result in the literal format (metrics without terms dropped)."""
+    """sgdask's per-image result in the literal format (metrics without terms dropped;
+    panoptic quality's state rows as per-category lists)."""
+    states = {rows.name: rows for rows in result.states}
+    matches: dict[int, list[tuple[int, int]]] = {}
+    if "pq_matches" in states:
+        rows = states["pq_matches"]
+        for key, (num, den) in zip(rows.keys.tolist(), rows.values.tolist(), strict=True):
+            matches.setdefault(key, []).append((int(num), int(den)))
+    errors = {}
+    if "pq_errors" in states:
+        rows = states["pq_errors"]
+        errors = {key: (int(fp), int(fn)) for key, (fp, fn) in
+                  zip(rows.keys.tolist(), rows.values.tolist(), strict=True)}
     return ImageTerms(
         image_id=result.image_id, missing=result.missing,
         n_gt_triplets=result.n_gt_triplets, gt_per_predicate=dict(result.gt_per_predicate),
@@ -142,7 +164,8 @@ def terms_of(result: ImageResult) -> ImageTerms:
         per_predicate={k: {int(p): (int(n), int(d)) for p, (n, d) in v.items()}
                        for k, v in result.predicate_terms.items() if v},
         pooled={k: (int(n), int(d)) for k, (n, d) in result.ratio_terms.items()},
-        diagnostics={k: int(v) for k, v in result.diagnostics.items()})
+        diagnostics={k: int(v) for k, v in result.diagnostics.items()},
+        pq_matches={c: sorted(v) for c, v in matches.items()}, pq_errors=errors)
 
 
 def score_image(image: Image, protocol: str, ks: Sequence[str], *, with_ng: bool = True,
@@ -158,7 +181,7 @@ def score_image(image: Image, protocol: str, ks: Sequence[str], *, with_ng: bool
     else:
         hits = image_hits(gt, sgdask_pred(image.gt.image_id, image.pred), proto, with_ng)
     hits = with_zero_shot(hits, zero_shot)
-    inputs = inputs_of(proto, with_ng, zero_shot is not None, legacy)
+    inputs = inputs_of(proto, with_ng, zero_shot is not None, legacy, data_of(image))
     result = image_result(hits, Context(kspecs), proto, inputs)
     return Scored(hits, proto, ",".join(ks), inputs, result, terms_of(result))
 
@@ -217,7 +240,8 @@ def report_view(scored: Sequence[Scored], protocol: str, aggregation: str, ks: S
     settings = EvalSettings(get_protocol(protocol),
                             Settings(ks=",".join(ks), aggregation=aggregation, legacy=legacy,
                                      tau=tau), with_ng, training is not None,
-                            groups_of(training, n_predicates))
+                            groups_of(training, n_predicates),
+                            frozenset(scored[0].inputs & {"masks", "crowd"}))
     hits = [s.hits for s in scored]
     rows = image_rows(hits, batch_blocks(hits, Context(parse_ks(list(ks))),
                                          get_protocol(protocol), scored[0].inputs))

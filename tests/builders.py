@@ -36,4 +36,7 @@ def snapshot(acc: Accumulator) -> dict:
     out["gt_per_predicate"] = dict(acc.gt_per_predicate)
     out["diagnostics"] = dict(acc.diagnostics)
     out["ratios"] = {name: acc.ratio_value(name) for name in acc.ratio_metric_names()}
+    out["states"] = {name: {k: v.tolist() if isinstance(v, np.ndarray) else v
+                            for k, v in rows.final().items()}
+                     for name, rows in acc.states.items()}
     return out

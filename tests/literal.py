@@ -45,6 +45,12 @@ followed:
 - Predicate groups (mR@k[G], mNgR@k[G]) are, with a training split, the thirds of the
   predicates by training relation count; not under the ``image`` aggregation; a group's
   value is the mean over its predicates with a value, or (multimpo) its sum over |G|.
+- Panoptic quality (SPEC 6, as COCO panopticapi counts it) is computed for every image with
+  a GT label image and predicted masks or no prediction, the same under every protocol, on
+  the SPEC 5.1 merge of the predicted masks; VOID = pixels of no GT instance; the crowd
+  region of a category is its last crowd instance (panopticapi keeps one per category);
+  ``masks_overlap`` (a diagnostic of images with masks on both sides) says whether two
+  predicted masks share a pixel.
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ class GT:
     relations: list[Triplet]
     label_image: np.ndarray | None = None
     boxes: list[list[float]] | None = None
+    crowd: list[bool] | None = None  # per instance: a crowd region (None: none is)
 
 
 @dataclass
@@ -139,7 +146,10 @@ class ImageTerms:
     """What one image contributes: exact terms, never rounded.
 
     ``scalars``: image-level metrics; ``per_predicate``: mean metrics, predicate -> term
-    (a metric with no term is absent); ``pooled``: summed before dividing (A@k).
+    (a metric with no term is absent); ``pooled``: summed before dividing (A@k);
+    ``pq_matches``: per category, the sorted (intersection, union) of its panoptic true
+    positives; ``pq_errors``: per category with any, its (false positives, false
+    negatives).
     """
 
     image_id: str
@@ -150,6 +160,8 @@ class ImageTerms:
     per_predicate: dict[str, dict[int, Term]] = field(default_factory=dict)
     pooled: dict[str, Term] = field(default_factory=dict)
     diagnostics: dict[str, int] = field(default_factory=dict)
+    pq_matches: dict[int, list[Term]] = field(default_factory=dict)
+    pq_errors: dict[int, Term] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- IoU (SPEC 4)
@@ -500,6 +512,87 @@ def score(out: ImageTerms, G: list[Triplet], gt: GT, norm: Normalized, same,
     out.per_predicate = {m: v for m, v in out.per_predicate.items() if v}
 
 
+def panoptic(out: ImageTerms, gt: GT, pred: Pred | None) -> None:
+    """SPEC 6's panoptic quality counts of one image, as panopticapi's
+    ``pq_compute_single_core`` counts them: GT segments = GT instances, predicted segments
+    = the SPEC 5.1 merge of the predicted masks (none without prediction)."""
+    if gt.label_image is None or (pred is not None and pred.masks is None):
+        return
+    n_gt = len(gt.categories)
+    crowd = gt.crowd or [False] * n_gt
+    gt_segments = [gt_pixels(gt.label_image, g) for g in range(n_gt)]
+    covered = frozenset().union(*gt_segments)
+    segments: list[tuple[int, frozenset]] = []
+    if pred is not None:
+        masks = [mask_pixels(m) for m in pred.masks]
+        merge = merge_masks(masks, pred.scores)
+        segments = [(pred.categories[m], new) for m, new in zip(merge.kept, merge.new_masks,
+                                                               strict=True)]
+        out.diagnostics["masks_overlap"] = int(any(
+            masks[i] & masks[j] for i in range(len(masks)) for j in range(i + 1, len(masks))))
+    matched_pred, matched_gt = set(), set()
+    for p, (category, segment) in enumerate(segments):
+        void = len(segment - covered)
+        for g, gt_segment in enumerate(gt_segments):
+            inter = len(segment & gt_segment)
+            if inter == 0 or crowd[g] or gt.categories[g] != category:
+                continue
+            union = len(segment) + len(gt_segment) - inter - void
+            if Fraction(inter, union) > THRESHOLD:
+                out.pq_matches.setdefault(category, []).append((inter, union))
+                matched_pred.add(p)
+                matched_gt.add(g)
+    crowd_of = {}
+    errors: dict[int, list[int]] = {}
+    for g in range(n_gt):
+        if crowd[g]:
+            crowd_of[gt.categories[g]] = g  # the last one of its category stays
+        elif g not in matched_gt:
+            errors.setdefault(gt.categories[g], [0, 0])[1] += 1
+    for p, (category, segment) in enumerate(segments):
+        if p in matched_pred:
+            continue
+        ignored = len(segment - covered)
+        if category in crowd_of:
+            ignored += len(segment & gt_segments[crowd_of[category]])
+        if not Fraction(ignored, len(segment)) > THRESHOLD:
+            errors.setdefault(category, [0, 0])[0] += 1
+    out.pq_matches = {c: sorted(v) for c, v in out.pq_matches.items()}
+    out.pq_errors = {c: (fp, fn) for c, (fp, fn) in errors.items()}
+
+
+def panoptic_values(images: list[ImageTerms], things: set[int] | None
+                    ) -> dict[str, Fraction]:
+    """PQ, SQ, RQ (and with ``things``, ``_th`` and ``_st``): per category over the images
+    ``PQ_c = Σ IoU / (TP + FP/2 + FN/2)``, ``SQ_c = Σ IoU / TP`` (0 without TP),
+    ``RQ_c = TP / (TP + FP/2 + FN/2)``, means over the categories with TP + FP + FN > 0."""
+    iou: dict[int, Fraction] = {}
+    counts: dict[int, list[int]] = {}
+    for image in images:
+        for c, pairs in image.pq_matches.items():
+            iou[c] = iou.get(c, Fraction(0)) + sum(Fraction(i, u) for i, u in pairs)
+            counts.setdefault(c, [0, 0, 0])[0] += len(pairs)
+        for c, (fp, fn) in image.pq_errors.items():
+            row = counts.setdefault(c, [0, 0, 0])
+            row[1] += fp
+            row[2] += fn
+    per_category = {}
+    for c, (tp, fp, fn) in counts.items():
+        if tp + fp + fn:
+            d = tp + Fraction(fp + fn, 2)
+            total = iou.get(c, Fraction(0))
+            per_category[c] = (total / d, total / tp if tp else Fraction(0), tp / d)
+    groups = {"": set(per_category)}
+    if things is not None:
+        groups.update(_th=set(per_category) & things, _st=set(per_category) - things)
+    out = {}
+    for suffix, chosen in groups.items():
+        for i, name in enumerate(("PQ", "SQ", "RQ")):
+            if chosen:
+                out[name + suffix] = mean([per_category[c][i] for c in chosen])
+    return out
+
+
 def instance_mapping(gt: GT, pred: Pred, protocol: str) -> tuple[Normalized, list[int]]:
     """The normalized prediction and L (normalized instance -> GT index or -1) of a
     protocol with an instance mapping (SPEC 3 steps 1-2)."""
@@ -528,6 +621,7 @@ def image_terms(gt: GT, pred: Pred | None, protocol: str, ks: list[str], *,
         if not proto.missing_in_means:
             out.per_predicate = {}
         out.diagnostics = {"gt_instances": n_gt, "gt_unmatched": n_gt}
+        panoptic(out, gt, None)
         return out
     kind, pred_shapes, gt_shapes = shapes_of(gt, pred)
     norm = normalize(pred, kind, pred_shapes, proto)
@@ -544,6 +638,7 @@ def image_terms(gt: GT, pred: Pred | None, protocol: str, ks: list[str], *,
         "gt_instances": n_gt,
         "gt_unmatched": n_gt - out.scalars["InstR"][0],
     }
+    panoptic(out, gt, pred)
     return out
 
 
@@ -625,10 +720,11 @@ def harmonic(r: float, m: float) -> float:
 
 def aggregate(images: list[ImageTerms], protocol: str, aggregation: str, ks: list[str], *,
               training: Training | None = None, tau: float = 0.5,
-              n_predicates: int | None = None) -> Dataset:
+              n_predicates: int | None = None, things: set[int] | None = None) -> Dataset:
     """Dataset scores of per-image terms under an aggregation mode (SPEC 7);
     ``n_predicates``: the size of the predicate vocabulary (protocols that print mR over
-    the vocabulary need it)."""
+    the vocabulary need it); ``things``: the thing categories (None: unknown, no PQ_th,
+    PQ_st)."""
     proto = PROTOCOLS[protocol]
     metrics: dict[str, Fraction | float] = {}
     for name in sorted({n for image in images for n in image.scalars}):
@@ -646,6 +742,7 @@ def aggregate(images: list[ImageTerms], protocol: str, aggregation: str, ks: lis
     for name in sorted({n for image in images for n in image.pooled}):
         metrics[name] = Fraction(sum(i.pooled[name][0] for i in images if name in i.pooled),
                                  sum(i.pooled[name][1] for i in images if name in i.pooled))
+    metrics.update(panoptic_values(images, things))
     composition = training.composition() if training is not None else {}
     if composition:
         for k in ks:

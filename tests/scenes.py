@@ -267,10 +267,11 @@ def mask_instances(c: Chooser, gt: GT, n_pred: int, tie_prone: bool
 
 
 def image(c: Chooser, image_id: str = "img", boxes: bool = False, missing: bool = True,
-          min_pred: int = 0) -> Image:
+          min_pred: int = 0, crowd: bool = False) -> Image:
     """One random image: GT (1-8 instances) and a prediction (``min_pred``-8 instances),
     or none (when ``missing`` allows it). A third of the images are tie-prone: every
-    prediction has its source's category, predictions often tie, lists mostly hit."""
+    prediction has its source's category, predictions often tie, lists mostly hit.
+    ``crowd``: some GT instances are crowd regions (panoptic quality)."""
     tie_prone = c.integer(0, 2) == 0
     n_gt = c.integer(1, 8)
     gt_cats = [c.integer(0, N_CATEGORIES - 1) for _ in range(n_gt)]
@@ -278,6 +279,8 @@ def image(c: Chooser, image_id: str = "img", boxes: bool = False, missing: bool 
     n_pred = c.integer(min_pred, 8)
     instances = box_instances if boxes else mask_instances
     shapes, sources = instances(c, gt, n_pred, tie_prone)
+    if crowd:
+        gt.crowd = [c.integer(0, 3) == 0 for _ in range(n_gt)]
     if missing and c.integer(0, 5) == 0:
         return Image(gt, None)
     cats = [category(c, gt_cats[g] if g is not None else None, tie_prone) for g in sources]

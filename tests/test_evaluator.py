@@ -99,7 +99,7 @@ def evaluator(protocol: str, ks: list[str], training=None, aggregation: str = "p
     stats = None if training is None else training_doc(training)
     return sgdask.Evaluator(protocol=protocol, ks=",".join(ks), predicates=PREDICATES,
                             classes=CLASSES, stats=stats, aggregation=aggregation,
-                            legacy=legacy)
+                            legacy=legacy, things=len(CLASSES))  # as write_files: all things
 
 
 def fed(ev: sgdask.Evaluator, images: list[scenes.Image], style: str = "dict", ng: bool = True
@@ -113,7 +113,8 @@ def fed(ev: sgdask.Evaluator, images: list[scenes.Image], style: str = "dict", n
 def comparable(report: sgdask.Report) -> dict:
     """Everything a report computes (not its provenance)."""
     return {"metrics": report.metrics, "per_predicate": report.per_predicate,
-            "per_image": report.per_image, "diagnostics": report.diagnostics,
+            "per_image": report.per_image, "per_category": report.per_category,
+            "diagnostics": report.diagnostics,
             "left_out": report.left_out, "notes": report.notes, "ks": report.ks,
             "protocol": report.protocol, "aggregation": report.aggregation,
             "options": report.options}

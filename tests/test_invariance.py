@@ -1,4 +1,5 @@
-"""Partitioning and worker count change nothing: bit-identical reports."""
+"""Partitioning and worker count change nothing: bit-identical reports (panoptic quality's
+per-category table included)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from sgdask.pipeline import evaluate
 
 
 def comparable(report):
-    return report.metrics, report.per_predicate, report.per_image, report.diagnostics
+    return (report.metrics, report.per_predicate, report.per_image, report.diagnostics,
+            report.per_category)
 
 
 @pytest.mark.parametrize("protocol", ["singlempo", "sgbench", "sgbench2"])
@@ -20,6 +22,7 @@ def test_partition_sizes_give_identical_reports(stores, client, protocol):
     assert {"F@50", "ngF@x1", "mR@50[head]", "mNgR@20[tail]"} <= set(first[0])  # derived
     for other in reports[1:]:
         assert comparable(other) == first
+    assert "PQ" in reports[0].metrics and reports[0].per_category  # the stores have masks
 
 
 def test_one_or_two_workers_give_identical_reports(stores, client):

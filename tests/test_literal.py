@@ -70,11 +70,12 @@ def as_float(value) -> float | None:
 
 def assert_same_dataset(expected: literal.Dataset, images: list[literal.ImageTerms],
                         view: DatasetView, what: str) -> None:
-    """Every metric (exact: float of the same rational; wIMR to 1e-12), the per-predicate
-    table (with its predicate groups), the diagnostic totals and the per-image table."""
+    """Every metric (exact: float of the same rational; wIMR and panoptic quality, whose
+    IoU sums are float sums, to 1e-12), the per-predicate table (with its predicate groups),
+    the diagnostic totals and the per-image table."""
     assert set(view.metrics) == set(expected.metrics), what
     for name, value in expected.metrics.items():
-        if name.startswith("wIMR@"):
+        if name.startswith("wIMR@") or name.partition("_")[0] in ("PQ", "SQ", "RQ"):
             assert view.metrics[name] == pytest.approx(value, abs=1e-12), (what, name)
         else:
             assert view.metrics[name] == float(value), (what, name)
@@ -145,10 +146,11 @@ def test_pipeline_scores_equal_the_literal_aggregation(client, tmp_path):
             assert view.diagnostics["evaluated_images"] == len(images)
             assert view.diagnostics["gt_images_without_relations"] == 1
             expected = literal.aggregate(terms, protocol, aggregation, ks, training=training,
-                                         n_predicates=scenes.N_PREDICATES)
+                                         n_predicates=scenes.N_PREDICATES,
+                                         things=set(range(scenes.N_CATEGORIES)))
             assert_same_dataset(expected, terms, view, f"{protocol}/{aggregation}")
     single = views[("singlempo", "per_predicate")]
-    for name in ("R@3", "ngR@3", "zR@20", "IMR@3", "wIMR@3", "PRank", "A@3"):
+    for name in ("R@3", "ngR@3", "zR@20", "IMR@3", "wIMR@3", "PRank", "A@3", "PQ"):
         assert single.metrics[name] > 0, name  # the data exercise every family
     assert single.diagnostics["images_missing"] > 0 and single.diagnostics["masks_merged"] > 0
 

@@ -22,7 +22,7 @@ from sgdask.metrics import FAMILIES, register, unregister
 from sgdask.metrics.base import IMAGE, Context, Family, Metric, Terms
 from sgdask.metrics.terms import batch_blocks, image_result
 from sgdask.protocols import MULTIMPO, SGBENCH, SINGLEMPO
-from sgdask.types import ImageHits
+from sgdask.types import ImageHits, PanopticHits
 from tests.builders import snapshot
 
 KS = parse_ks("1,2,5,x1,x2")
@@ -30,7 +30,21 @@ N_PREDICATES = 4
 
 
 @st.composite
-def image_hits(draw, mapped: bool, with_ng: bool, stats: bool, image_id: str) -> ImageHits:
+def panoptic_hits(draw) -> PanopticHits:
+    """Random panoptic counts: true positives (category, intersection <= union), false
+    positives and negatives by category."""
+    categories = st.lists(st.integers(0, 3), max_size=4)
+    tp = draw(categories)
+    unions = [draw(st.integers(1, 50)) for _ in tp]
+    return PanopticHits(
+        np.array(tp, np.int64), np.array([draw(st.integers(1, u)) for u in unions], np.int64),
+        np.array(unions, np.int64), np.array(draw(categories), np.int64),
+        np.array(draw(categories), np.int64), draw(st.booleans()))
+
+
+@st.composite
+def image_hits(draw, mapped: bool, with_ng: bool, stats: bool, image_id: str,
+               panoptic: bool = False) -> ImageHits:
     n = draw(st.integers(2, 5))
     pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)),
                           min_size=1, max_size=6))
@@ -54,18 +68,20 @@ def image_hits(draw, mapped: bool, with_ng: bool, stats: bool, image_id: str) ->
         legacy_first=firsts(t) if mapped else None,
         zero_shot=(np.array(draw(st.lists(st.booleans(), min_size=t, max_size=t)), bool)
                    if stats else None),
-        diagnostics={"gt_instances": n})
+        diagnostics={"gt_instances": n},
+        panoptic=draw(st.none() | panoptic_hits()) if panoptic else None)
 
 
 @st.composite
 def datasets(draw):
     protocol = draw(st.sampled_from([SINGLEMPO, SGBENCH, MULTIMPO]))
     mapped = protocol.matching != "triplet"
-    with_ng, stats = draw(st.booleans()), draw(st.booleans())
-    images = [draw(image_hits(mapped, with_ng, stats, f"img{i}"))
+    with_ng, stats, masks = draw(st.booleans()), draw(st.booleans()), draw(st.booleans())
+    images = [draw(image_hits(mapped, with_ng, stats, f"img{i}", masks))
               for i in range(draw(st.integers(1, 6)))]
     inputs = {"graph", "legacy"} | ({"ng"} if with_ng else set()) | \
-        ({"mapping"} if mapped else set()) | ({"stats"} if stats else set())
+        ({"mapping"} if mapped else set()) | ({"stats"} if stats else set()) | \
+        ({"masks", "crowd"} if masks else set())
     return protocol, inputs, images
 
 
@@ -100,7 +116,8 @@ def test_generic_path_equals_the_vectorized_one(data):
     """Every family run through its plain function inside the batch path (as a family
     without ``batch_terms`` is) gives the vectorized numbers."""
     protocol, inputs, images = data
-    generic = [Family(f.name, f.metrics, f.image_terms, None, f.derive) for f in FAMILIES]
+    generic = [Family(f.name, f.metrics, f.image_terms, None, f.derive, states=f.states)
+               for f in FAMILIES]
     assert snapshot(fast(images, protocol, inputs, generic)) == \
         snapshot(fast(images, protocol, inputs))
 

@@ -20,7 +20,7 @@ from sgdask.kernels.hits import NEVER
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import register, unregister
 from sgdask.metrics.base import DERIVED, Context, Family, Finals, HitsBatch, Metric, Terms
-from sgdask.metrics.state import FloatRows, FloatSum, Runs, StateRows
+from sgdask.metrics.state import Counts, FloatRows, FloatSum, Ratios, Runs, StateRows
 from sgdask.metrics.terms import batch_blocks, image_result
 from sgdask.protocols import SINGLEMPO
 from sgdask.types import ImageHits
@@ -188,6 +188,45 @@ def test_runs_and_float_rows_merge_to_one_canonical_final(rows, rng):
         values = [a for k, a, _ in rows if k == key]
         assert ious[key] == FloatSum(float(sum(map(Fraction, values), Fraction(0))),
                                      len(values))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 10**9), st.integers(1, 10**9)),
+                max_size=30), st.randoms(use_true_random=False))
+def test_ratios_and_counts_merge_to_one_exact_final(rows, rng):
+    """Any split of integer rows, merged in any order: a Ratios key's total is the
+    correctly rounded sum of its rows' correctly rounded quotients (math.fsum), a Counts
+    key's sums are exact; the images ride along, in row order."""
+    ratios, counts = Ratios("r"), Counts("c")
+    image = list(range(len(rows)))
+
+    def merged(spec) -> StateRows:
+        cuts = sorted(rng.sample(range(len(rows) + 1), k=min(3, len(rows) + 1)))
+        bounds = list(zip([0, *cuts], [*cuts, len(rows)], strict=True))
+        parts = [spec.rows([r[0] for r in rows[a:b]], [r[1:] for r in rows[a:b]],
+                           image[a:b]) for a, b in bounds]
+        total = parts[0]
+        for part in parts[1:]:
+            total = total.merged(part)
+        assert total.image.tolist() == image
+        return total
+
+    keys = sorted({k for k, _, _ in rows})
+    got_ratios, got_counts = merged(ratios).final(), merged(counts).final()
+    for key in keys:
+        mine = [(n, d) for k, n, d in rows if k == key]
+        exact = sum((Fraction(float(Fraction(n, d))) for n, d in mine), Fraction(0))
+        assert got_ratios[key] == FloatSum(float(exact), len(mine))
+        assert got_counts[key] == (sum(n for n, _ in mine), sum(d for _, d in mine))
+    assert list(got_ratios) == keys == list(got_counts)
+
+
+def test_ratios_and_counts_refuse_what_is_not_an_integer():
+    for bad in ([[1.5, 2]], [[1, 0]], [[2.0**53, 1]]):
+        with pytest.raises(ValueError, match=r"integer|denominator"):
+            Ratios("r").rows([0], bad)
+    with pytest.raises(ValueError, match="integer"):
+        Counts("c").rows([0], [[0.5, 1]])
 
 
 def test_float_rows_total_is_the_correctly_rounded_sum():

@@ -30,6 +30,7 @@ from sgdask.pipeline import evaluate_protocols
 from sgdask.synth import write_dataset
 
 FIXTURE_V1 = Path(__file__).resolve().parent / "fixtures" / "store-v1"
+FIXTURE_V3 = Path(__file__).resolve().parent / "fixtures" / "store-v3"
 
 
 @pytest.fixture(scope="module")
@@ -420,6 +421,20 @@ def test_v1_fixture_warns_and_gives_the_recorded_numbers(client, capsys, recwarn
                 assert got[name] == pytest.approx(value, abs=1e-12), (kind, protocol, name)
     messages = [str(w.message) for w in recwarn]
     assert any("carries no checksums" in m for m in messages)
+
+
+def test_v3_fixture_gives_the_recorded_numbers_without_panoptic_quality(client):
+    """A version-3 store pair (no iscrowd; tests/fixtures/store-v3/README.md says how it was
+    written): every number the sgdask that wrote it printed, and PQ left out with why."""
+    expected = json.loads((FIXTURE_V3 / "expected_metrics.json").read_text())
+    reports = evaluate_protocols(str(FIXTURE_V3 / "gt"), str(FIXTURE_V3 / "pred"),
+                                 ",".join(expected), client=client)
+    for protocol, metrics in expected.items():
+        got = reports[protocol].metrics
+        assert set(got) == set(metrics), protocol
+        for name, value in metrics.items():
+            assert got[name] == pytest.approx(value, abs=1e-12), (protocol, name)
+        assert "ingest the GT again" in reports[protocol].left_out["PQ"]
 
 
 # ------------------------------------------------------------------- property: flip a byte

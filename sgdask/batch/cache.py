@@ -35,7 +35,7 @@ from sgdask.io.store import (
     parquet_table,
 )
 from sgdask.protocols import METRICS_VERSION, Protocol
-from sgdask.report import TERMS_FILE, Report
+from sgdask.report import CATEGORY_FILE, TERMS_FILE, Report
 from sgdask.stats.table import TermTable
 
 ENTRY = "entry.json"
@@ -206,6 +206,8 @@ def _report_of(key: str, files: dict[str, bytes]) -> Report:
     folder, parsed from the bytes already in hand)."""
     tables: dict[str, Any] = {name: _parsed(key, f"{name}.parquet", files).to_pylist()
                               for name in ("per_predicate", "per_image")}
+    if CATEGORY_FILE in files:  # with panoptic quality
+        tables["per_category"] = _parsed(key, CATEGORY_FILE, files).to_pylist()
     tables["terms"] = _parsed(key, TERMS_FILE, files, TermTable.from_arrow)
     summary = _parsed(key, "metrics.json", files)
     try:

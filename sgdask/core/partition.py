@@ -9,6 +9,7 @@ from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ScoringSettings, Submission
 from sgdask.kernels.image import without_proposals
 from sgdask.metrics.base import Block, Context
+from sgdask.metrics.state import StateRows
 from sgdask.metrics.terms import batch_blocks, inputs_of, skipped_diagnostics, with_zero_shot_all
 from sgdask.protocols import Protocol
 from sgdask.types import ImageGT, ImageHits, ImagePred
@@ -37,14 +38,16 @@ def scored_partition(gts: Sequence[ImageGT],
                     continue
                 hits.append(hits_under(gt, pred, protocol, sub, scoring, cache))
             with_zero_shot_all(hits, scoring.zero_shot)
-            blocks = term_blocks(hits, protocol, sub.with_ng, scoring) if hits else []
+            blocks = term_blocks(hits, protocol, sub.with_ng, scoring, sub.data) if hits \
+                else []
             out.add((sub.name, protocol.name), hits, blocks, skipped)
     return out
 
 
 def term_blocks(hits: list[ImageHits], protocol: Protocol, with_ng: bool,
-                scoring: ScoringSettings) -> list[Block]:
-    """The term blocks of a batch of hits (zero-shot flags already set): every active
-    family's vectorized terms."""
-    inputs = inputs_of(protocol, with_ng, scoring.zero_shot is not None, scoring.legacy)
+                scoring: ScoringSettings, data: frozenset[str] = frozenset()
+                ) -> list[Block | StateRows]:
+    """The term blocks (and declared states' rows) of a batch of hits (zero-shot flags
+    already set): every active family's vectorized terms; ``data``: as ``inputs_of``."""
+    inputs = inputs_of(protocol, with_ng, scoring.zero_shot is not None, scoring.legacy, data)
     return batch_blocks(hits, Context(scoring.ks), protocol, inputs, scoring.families)

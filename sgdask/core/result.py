@@ -9,6 +9,7 @@ import numpy as np
 
 from sgdask.accum import Accumulator
 from sgdask.metrics.base import IMAGE, Block
+from sgdask.metrics.state import StateRows
 from sgdask.stats.table import TermTable
 from sgdask.types import ImageHits
 
@@ -35,7 +36,7 @@ class PartitionResult:
     terms: dict[Key, list[TermTable]] = field(default_factory=dict)
     digests: dict[str, list[Digest]] = field(default_factory=dict)
 
-    def add(self, key: Key, hits: list[ImageHits], blocks: list[Block],
+    def add(self, key: Key, hits: list[ImageHits], blocks: list[Block | StateRows],
             skipped: dict[str, int] | None = None) -> None:
         """Add the hits of a partition's images and their term blocks (``skipped``: the
         diagnostics of the images the protocol left out)."""
@@ -80,12 +81,13 @@ def image_diagnostics(hits: list[ImageHits]) -> dict[str, int]:
     return out
 
 
-def image_rows(hits: list[ImageHits], blocks: list[Block]) -> list[dict[str, Any]]:
+def image_rows(hits: list[ImageHits], blocks: list[Block | StateRows]
+               ) -> list[dict[str, Any]]:
     """Rows of the per-image table: image-level values and diagnostics."""
     rows: list[dict[str, Any]] = [{"image_id": h.image_id, "missing": h.missing,
                                    "gt_triplets": h.n_gt_triplets} for h in hits]
     for block in blocks:
-        if block.kind != IMAGE:
+        if not isinstance(block, Block) or block.kind != IMAGE:
             continue
         values = np.divide(block.num, block.den, out=np.full(len(block.num), np.nan),
                            where=block.den > 0)

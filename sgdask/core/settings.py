@@ -26,12 +26,14 @@ ONE_PROTOCOL = {"protocols": "protocol"}
 @dataclass(frozen=True)
 class Submission:
     """A submission to score and the protocols to score it under (``url`` names it in
-    input errors)."""
+    input errors); ``data``: what it and the GT hold beyond lists (``masks`` on both
+    sides, the GT's ``crowd`` flags, the ``things`` split: ``sgdask.metrics.terms``)."""
 
     name: str
     url: str
     protocols: tuple[Protocol, ...]
     with_ng: bool = True
+    data: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

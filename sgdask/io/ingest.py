@@ -219,7 +219,8 @@ def add_gt_rows(tables: PartTables, record: GTRecord, part: str, masks: BitMasks
                         ("mask_offset", None), ("source_file", record.pan_seg_file_name)):
         cols[name].append(value)
     add_instance_rows(tables, record.image_id, record.categories, record.boxes, None, masks,
-                      None if masks is None else masks.areas())
+                      None if masks is None else masks.areas(),
+                      None if masks is None else record.crowd)
     add_triplet_rows(tables, record.image_id, "gt", relations, None)
 
 

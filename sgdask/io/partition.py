@@ -6,7 +6,8 @@ order, graph list before NG list), so no string column of the large tables is to
 part's masks are one contiguous read, decoded once for all its images (one compiled pass
 undoing the row XOR), and an image's masks are views into that buffer.
 
-Stores of format version 1 (GT label images, byte-packed crops) are converted on read.
+Stores of format version 1 (GT label images, byte-packed crops) are converted on read;
+stores before version 4 have no crowd flags (``ImageGT.crowd`` None).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from sgdask.io.codecs.words import sparse_problem, unpack_sparse, v1_crop_words, xor_rows
-from sgdask.io.store import Corrupt, StoreReader
+from sgdask.io.store import CROWD_VERSION, Corrupt, StoreReader
 from sgdask.kernels.bits import word_layout
 from sgdask.types import BitMasks, ImageGT, ImagePred
 
@@ -63,6 +64,8 @@ class PartRows:
     has_boxes: np.ndarray  # per image: every instance has a box
     has_scores: np.ndarray  # per image: instances, each with a score
     has_areas: np.ndarray  # per image: every instance has an area
+    crowd: np.ndarray | None  # per instance, iscrowd (version 4 on; null read as false)
+    has_crowd: np.ndarray  # per image: every instance has its iscrowd
 
 
 def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
@@ -73,7 +76,9 @@ def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
     n_trip = column(images, "n_graph") + column(images, "n_ng")
     inst_all, trip_all = starts_of(n_inst), starts_of(n_trip)
     keep = np.array([i in wanted for i in ids], dtype=bool)
-    instances = reader.table("instances", [part], columns=INSTANCE_COLUMNS)
+    with_crowd = reader.version >= CROWD_VERSION
+    instances = reader.table("instances", [part], columns=INSTANCE_COLUMNS
+                             + (["iscrowd"] if with_crowd else []))
     triplets = reader.table("triplets", [part], columns=TRIPLET_COLUMNS)
     for name, table, starts in (("instances", instances, inst_all),
                                 ("triplets", triplets, trip_all)):
@@ -89,6 +94,8 @@ def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
         if n else np.empty((0, 4))
     score = column(inst, "score", np.float64)
     area = column(inst, "area", np.float64)
+    crowd = (inst["iscrowd"].cast(pa.float64()).to_numpy(zero_copy_only=False) if with_crowd
+             else np.full(n, np.nan))  # null (a submission's): NaN
     return PartRows(
         ids=[i for i, k in zip(ids, keep, strict=True) if k],
         height=column(images, "height")[keep], width=column(images, "width")[keep],
@@ -107,7 +114,9 @@ def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
         else np.empty((0, 3), dtype=np.int64),
         has_boxes=~any_per_image(np.isnan(boxes).any(axis=1), inst_starts),
         has_scores=~any_per_image(np.isnan(score), inst_starts) & (np.diff(inst_starts) > 0),
-        has_areas=~any_per_image(np.isnan(area), inst_starts))
+        has_areas=~any_per_image(np.isnan(area), inst_starts),
+        crowd=np.nan_to_num(crowd).astype(bool) if with_crowd else None,
+        has_crowd=~any_per_image(np.isnan(crowd), inst_starts))
 
 
 def kept_rows(table: pa.Table, starts: np.ndarray, keep: np.ndarray) -> pa.Table:
@@ -220,14 +229,15 @@ def load_gt_images(reader: StoreReader, parts: list[str], ids: list[str]) -> Ite
             if not rows.has_masks[i]:
                 yield ImageGT(image_id, labels, relations, boxes, size=shape)
                 continue
-            areas = rows.area[rows.inst[i]:rows.inst[i + 1]].astype(np.int64) \
-                if rows.has_areas[i] else None
+            a, b = rows.inst[i], rows.inst[i + 1]
+            areas = rows.area[a:b].astype(np.int64) if rows.has_areas[i] else None
+            crowd = rows.crowd[a:b] if rows.crowd is not None and rows.has_crowd[i] else None
             if reader.version == 1:
                 yield ImageGT(image_id, labels, relations, boxes, masks.label_image(i), areas,
                               size=shape)
             else:
                 yield ImageGT(image_id, labels, relations, boxes, areas=areas,
-                              masks=masks.of(i, shape), size=shape)
+                              masks=masks.of(i, shape), size=shape, crowd=crowd)
 
 
 def load_predictions(reader: StoreReader, parts: list[str], ids: list[str]

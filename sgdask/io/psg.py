@@ -27,6 +27,7 @@ class GTRecord:
     segment_ids: np.ndarray | None
     relations: np.ndarray
     pan_seg_file_name: str | None
+    crowd: np.ndarray | None = None  # with masks: each segment's iscrowd (absent: false)
 
 
 def class_lists(doc: Any, file: str) -> dict[str, list[str]]:
@@ -76,10 +77,21 @@ def _record(entry: Any, index: int, file: str, masks: bool, n_classes: int,
     if n and (categories.min() < 0 or categories.max() >= n_classes):
         raise InputError(file, "category out of range", image=image_id, field="category_id",
                          expected=f"0..{n_classes - 1}")
-    seg_ids = (np.asarray([int(s["id"]) for s in segments], dtype=np.int64)
-               if masks and segments is not None else None)
+    seg_ids, crowd = None, None
+    if masks and segments is not None:
+        seg_ids = np.asarray([int(s["id"]) for s in segments], dtype=np.int64)
+        crowd = np.asarray([_crowd_flag(s, file, image_id) for s in segments], dtype=bool)
     return GTRecord(image_id, height, width, categories, boxes, seg_ids, relations,
-                    entry.get("pan_seg_file_name") if masks else None)
+                    entry.get("pan_seg_file_name") if masks else None, crowd)
+
+
+def _crowd_flag(segment: dict[str, Any], file: str, image_id: str) -> bool:
+    """A segment's ``iscrowd`` (0 or 1, as COCO writes it; absent: not a crowd region)."""
+    value = segment.get("iscrowd", 0)
+    if value not in (0, 1) or isinstance(value, float):
+        raise InputError(file, f"iscrowd {value!r}", image=image_id,
+                         field="segments_info[*].iscrowd", expected="0 or 1")
+    return bool(value)
 
 
 def evaluation_records(doc: Any, file: str, masks: bool) -> list[GTRecord]:

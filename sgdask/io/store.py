@@ -20,6 +20,10 @@ SHA-256 (``files``); a reader checks the bytes it reads against it, Parquet page
 checksums (written and verified by pyarrow) and every mask chunk ends with a CRC-32C
 (Zarr v3's ``crc32c`` codec). Any mismatch is ``URL/relative/path: corrupt (...)``.
 Versions 1 and 2 carry no checksums: they are read with a one-line warning.
+
+Version 4 adds the instances' ``iscrowd`` (GT from psg.json: its ``segments_info``'s
+``iscrowd``; null elsewhere), which panoptic quality needs; older stores are read as they
+are, without crowd flags (no panoptic quality then, with the reason in the report).
 """
 
 from __future__ import annotations
@@ -67,10 +71,12 @@ from sgdask.types import BitMasks
 zarr.config.set({"threading.max_workers": 1})
 
 FORMAT = "sgdask-store"
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 #: the first version whose manifest lists every file with its size and hash
 CHECKSUMMED_VERSION = 3
+#: the first version whose instances table has ``iscrowd``
+CROWD_VERSION = 4
 TABLES = ("images", "instances", "triplets")
 MASK_CODEC = ZstdCodec(level=7)
 MASK_CODECS = (MASK_CODEC, Crc32cCodec())
@@ -90,6 +96,7 @@ INSTANCE_SCHEMA = pa.schema([
     ("score", pa.float64()),
     ("mask_y0", pa.int32()), ("mask_x0", pa.int32()), ("mask_y1", pa.int32()),
     ("mask_x1", pa.int32()), ("mask_offset", pa.int64()), ("area", pa.int64()),
+    ("iscrowd", pa.bool_()),
 ])
 TRIPLET_SCHEMA = pa.schema([
     ("image_id", pa.string()), ("list", pa.dictionary(pa.int8(), pa.string())),
@@ -101,6 +108,13 @@ SCHEMAS = {"images": IMAGE_SCHEMA, "instances": INSTANCE_SCHEMA, "triplets": TRI
 
 def part_name(index: int) -> str:
     return f"part-{index:05d}"
+
+
+def table_columns(name: str, version: int) -> list[str]:
+    """The columns of table ``name`` in a store of format ``version`` (before version 4,
+    the instances table has no ``iscrowd``)."""
+    names = SCHEMAS[name].names
+    return [c for c in names if c != "iscrowd"] if version < CROWD_VERSION else names
 
 
 @dataclass
@@ -141,12 +155,14 @@ def encoded_words(masks: BitMasks) -> tuple[np.ndarray, np.ndarray]:
 
 def add_instance_rows(tables: PartTables, image_id: str, categories: np.ndarray,
                       boxes: np.ndarray | None, scores: np.ndarray | None,
-                      masks: BitMasks | None = None, areas: np.ndarray | None = None) -> None:
+                      masks: BitMasks | None = None, areas: np.ndarray | None = None,
+                      crowd: np.ndarray | None = None) -> None:
     """Instance rows; with ``masks``, each mask goes into the part's mask array;
-    ``areas``: GT mask areas in pixels."""
+    ``areas``: GT mask areas in pixels; ``crowd``: GT crowd flags."""
     n = len(categories)
     cols = tables.instances
     cols["area"].extend([None] * n if areas is None else areas.tolist())
+    cols["iscrowd"].extend([None] * n if crowd is None else crowd.astype(bool).tolist())
     if masks is None:
         for name in ("mask_y0", "mask_x0", "mask_y1", "mask_x1", "mask_offset"):
             cols[name].extend([None] * n)
@@ -603,16 +619,16 @@ class StoreReader:
         ``columns`` must include ``image_id``), only ``columns`` when given."""
         tables = []
         for part in parts:
-            table = self.read_table(f"{name}/{part}.parquet",
-                                    columns if columns is not None else SCHEMAS[name].names)
+            table = self.read_table(f"{name}/{part}.parquet", columns if columns is not None
+                                    else table_columns(name, self.version))
             if ids is not None:
                 table = table.filter(pa.compute.is_in(table["image_id"],
                                                       value_set=pa.array(ids, pa.string())))
             tables.append(table)
         if not tables:
             schema = SCHEMAS[name]
-            return (schema if columns is None else pa.schema(
-                [schema.field(c) for c in columns])).empty_table()
+            return pa.schema([schema.field(c) for c in columns or table_columns(
+                name, self.version)]).empty_table()
         try:
             return pa.concat_tables(tables)
         except pa.ArrowInvalid as err:

@@ -22,7 +22,15 @@ from sgdask.errors import SgdaskError
 from sgdask.io.consistency import check_contents
 from sgdask.io.fs import StorageOptions, filesystem
 from sgdask.io.partition import PartMasks, part_rows
-from sgdask.io.store import MANIFEST, SCHEMAS, TABLES, Corrupt, StoreError, StoreReader
+from sgdask.io.store import (
+    MANIFEST,
+    SCHEMAS,
+    TABLES,
+    Corrupt,
+    StoreError,
+    StoreReader,
+    table_columns,
+)
 
 
 class Attempts:
@@ -134,7 +142,7 @@ def check_part_tables(reader: StoreReader, part: dict[str, Any]) -> bool:
                               + np.sum(images["n_ng"].to_numpy()))}
     for table in TABLES[1:]:
         rel = f"{table}/{name}.parquet"
-        rows = reader.read_table(rel, SCHEMAS[table].names)
+        rows = reader.read_table(rel, table_columns(table, reader.version))
         if len(rows) != counts[table]:
             raise Corrupt(reader.url, rel, f"corrupt ({len(rows)} rows, the images table "
                           f"counts {counts[table]})")

@@ -101,20 +101,70 @@ def iou_value(inter: int, area_a: int, area_b: int) -> float:
 
 
 @njit(**JIT)
+def cross_intersections(boxes_a: np.ndarray, off_a: np.ndarray, words_a: np.ndarray,
+                        labels_a: np.ndarray, boxes_b: np.ndarray, off_b: np.ndarray,
+                        words_b: np.ndarray, labels_b: np.ndarray, match_labels: bool
+                        ) -> np.ndarray:
+    """Pixels shared (n_a, n_b) by two mask sets, 0 for pairs of different labels when
+    ``match_labels`` (those are never computed)."""
+    n_a, n_b = boxes_a.shape[0], boxes_b.shape[0]
+    out = np.zeros((n_a, n_b), dtype=np.int64)
+    for i in range(n_a):
+        for j in range(n_b):
+            if match_labels and labels_a[i] != labels_b[j]:
+                continue
+            out[i, j] = intersection(boxes_a[i], off_a[i], words_a, boxes_b[j], off_b[j],
+                                     words_b)
+    return out
+
+
+@njit(**JIT)
+def iou_of_intersections(inter: np.ndarray, area_a: np.ndarray, area_b: np.ndarray
+                         ) -> np.ndarray:
+    """IoU (n_a, n_b) from pixels shared and the masks' areas (``iou_value``)."""
+    n_a, n_b = inter.shape
+    out = np.zeros((n_a, n_b), dtype=np.float64)
+    for i in range(n_a):
+        for j in range(n_b):
+            out[i, j] = iou_value(inter[i, j], area_a[i], area_b[j])
+    return out
+
+
+@njit(**JIT)
 def cross_iou(boxes_a: np.ndarray, off_a: np.ndarray, words_a: np.ndarray,
                      area_a: np.ndarray, labels_a: np.ndarray, boxes_b: np.ndarray,
                      off_b: np.ndarray, words_b: np.ndarray, area_b: np.ndarray,
                      labels_b: np.ndarray, match_labels: bool) -> np.ndarray:
     """IoU (n_a, n_b) of two mask sets, 0 for pairs of different labels when
     ``match_labels`` (those are never computed)."""
-    n_a, n_b = boxes_a.shape[0], boxes_b.shape[0]
-    out = np.zeros((n_a, n_b), dtype=np.float64)
-    for i in range(n_a):
-        for j in range(n_b):
-            if match_labels and labels_a[i] != labels_b[j]:
-                continue
-            inter = intersection(boxes_a[i], off_a[i], words_a, boxes_b[j], off_b[j], words_b)
-            out[i, j] = iou_value(inter, area_a[i], area_b[j])
+    return iou_of_intersections(
+        cross_intersections(boxes_a, off_a, words_a, labels_a, boxes_b, off_b, words_b,
+                            labels_b, match_labels), area_a, area_b)
+
+
+@njit(**JIT)
+def covered_pixels(boxes_a: np.ndarray, off_a: np.ndarray, words_a: np.ndarray,
+                   boxes_b: np.ndarray, off_b: np.ndarray, words_b: np.ndarray,
+                   height: int, width: int) -> np.ndarray:
+    """Per mask of set a, its pixels that some mask of set b covers (the union of b is
+    painted once into image-sized word rows)."""
+    n_words = (width + 63) >> 6
+    union = np.zeros((height, max(n_words, 1)), dtype=np.uint64)
+    for j in range(boxes_b.shape[0]):
+        w0, w1 = word_span(boxes_b[j, 1], boxes_b[j, 3])
+        for y in range(boxes_b[j, 0], boxes_b[j, 2]):
+            row = off_b[j] + (y - boxes_b[j, 0]) * (w1 - w0) - w0
+            for w in range(w0, w1):
+                union[y, w] |= words_b[row + w]
+    out = np.zeros(boxes_a.shape[0], dtype=np.int64)
+    for i in range(boxes_a.shape[0]):
+        w0, w1 = word_span(boxes_a[i, 1], boxes_a[i, 3])
+        total = np.uint64(0)
+        for y in range(boxes_a[i, 0], boxes_a[i, 2]):
+            row = off_a[i] + (y - boxes_a[i, 0]) * (w1 - w0) - w0
+            for w in range(w0, w1):
+                total += popcount(words_a[row + w] & union[y, w])
+        out[i] = total
     return out
 
 
@@ -188,11 +238,13 @@ def merge_kernel(boxes: np.ndarray, starts: np.ndarray, words: np.ndarray,
 @njit(**JIT)
 def merged_masks(boxes: np.ndarray, starts: np.ndarray, words: np.ndarray, order: np.ndarray,
                  height: int, width: int, threshold: float
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int,
+                            np.ndarray]:
     """The whole singlempo merge of one image in one call: areas, self IoU and
     ``merge_kernel`` on the image's own words (a store part's masks share one buffer; the
     merge writes an image-sized one). Returns (instance_map, kept, the kept masks' starts in
-    the new words, the new words, the kept masks' new areas, n_merged, n_dropped)."""
+    the new words, the new words, the kept masks' new areas, n_merged, n_dropped, every
+    mask's own area)."""
     sizes = np.diff(word_layout(boxes))
     used = sizes > 0  # masks with words (an empty mask's start is never read)
     lo = starts[used].min() if used.any() else 0
@@ -205,7 +257,7 @@ def merged_masks(boxes: np.ndarray, starts: np.ndarray, words: np.ndarray, order
         boxes, local_starts, local, iou, order, height, width, threshold)
     kept_starts = local_starts[kept]
     kept_areas = areas(boxes[kept], kept_starts, new_words)
-    return instance_map, kept, kept_starts, new_words, kept_areas, n_merged, n_dropped
+    return instance_map, kept, kept_starts, new_words, kept_areas, n_merged, n_dropped, area
 
 
 def row_words(masks: np.ndarray) -> np.ndarray:

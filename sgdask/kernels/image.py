@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from sgdask.errors import InstanceMismatch
-from sgdask.kernels.bits import cross_iou
+from sgdask.kernels.bits import cross_intersections, iou_of_intersections
 from sgdask.kernels.hits import NEVER, first_hits_triplet, gt_pair_rows, on_gt_pair
 from sgdask.kernels.lists import (
     box_iou,
@@ -29,9 +29,10 @@ from sgdask.kernels.matching import (
     match_many_to_one,
     match_one_to_one,
 )
-from sgdask.kernels.normalize import NormalizedPred, normalize_prediction
+from sgdask.kernels.normalize import NormalizedPred, merge_masks, normalize_prediction
+from sgdask.kernels.panoptic import missing_panoptic_hits, panoptic_hits
 from sgdask.protocols import Protocol
-from sgdask.types import ImageGT, ImageHits, ImagePred
+from sgdask.types import ImageGT, ImageHits, ImagePred, PanopticHits
 
 
 def as_float32(boxes: np.ndarray) -> np.ndarray:
@@ -77,7 +78,8 @@ def instance_iou(gt: ImageGT, pred: NormalizedPred, match_labels: bool,
                  zero_area_nan: bool = False, protocol: Protocol | None = None) -> np.ndarray:
     """IoU of predicted vs GT instances, 0 for pairs of different categories when
     ``match_labels``: masks when both sides have them (unless the protocol matches
-    boxes), else boxes (``zero_area_nan``:
+    boxes; the pixels each pair shares are kept in ``pred.intersections``, which panoptic
+    quality reuses), else boxes (``zero_area_nan``:
     sgbench 1.0.0's NaN for two zero-area boxes, which its argmax then takes; a
     ``protocol`` with ``box_iou_inclusive`` / ``clip_gt_boxes``: maskrcnn_benchmark's box
     IoU against the clipped GT boxes)."""
@@ -93,9 +95,11 @@ def instance_iou(gt: ImageGT, pred: NormalizedPred, match_labels: bool,
         masks = pred.masks
         gt_area = gt.areas if gt.areas is not None else gt_masks.areas()
         pred_area = masks.areas() if pred.areas is None else pred.areas
-        return cross_iou(masks.boxes, masks.starts, masks.words, pred_area,
-                                pred_labels, gt_masks.boxes, gt_masks.starts, gt_masks.words,
-                                np.asarray(gt_area, dtype=np.int64), gt_labels, match_labels)
+        pred.intersections = cross_intersections(
+            masks.boxes, masks.starts, masks.words, pred_labels, gt_masks.boxes,
+            gt_masks.starts, gt_masks.words, gt_labels, match_labels)
+        return iou_of_intersections(pred.intersections, pred_area,
+                                    np.asarray(gt_area, dtype=np.int64))
     if pred.boxes is not None and gt.boxes is not None:
         if protocol is not None and (protocol.box_iou_inclusive or protocol.clip_gt_boxes):
             gt_boxes = gt_boxes_of(gt, protocol)
@@ -163,13 +167,40 @@ def image_hits(gt: ImageGT, pred: ImagePred, protocol: Protocol, with_ng: bool =
         matched = np.zeros(n_gt, dtype=bool)
         matched[mapping[mapping >= 0]] = True
         unmatched = int((mapping < 0).sum())
+    panoptic = _panoptic_of(gt, pred, norm, shared)
+    if panoptic is not None:
+        extra["masks_overlap"] = int(panoptic.overlap)
     diagnostics = {**norm.diagnostics, "pred_instances": pred.n_instances,
                    "pred_unmatched": unmatched, "gt_instances": n_gt,
                    "gt_unmatched": n_gt - int(matched.sum()), **extra}
     return ImageHits(gt.image_id, False, relations, np.asarray(gt.labels), matched,
                      graph_first, pair_first, ng_first if with_ng else None,
                      imr_first if with_ng else None, prank if with_ng else None,
-                     legacy_first, diagnostics=diagnostics)
+                     legacy_first, diagnostics=diagnostics, panoptic=panoptic)
+
+
+def _has_panoptic(gt: ImageGT) -> bool:
+    """Whether the GT allows panoptic quality: masks and the crowd flags."""
+    return gt.has_masks and gt.crowd is not None
+
+
+def _panoptic_of(gt: ImageGT, pred: ImagePred, norm: NormalizedPred, shared: dict | None
+                ) -> PanopticHits | None:
+    """Panoptic quality's counts of the image (None without masks on both sides or crowd
+    flags). The same under every protocol, so computed once per image with ``shared``:
+    from the singlempo merge this protocol made and the pixels its matching counted,
+    else from a merge of its own."""
+    if pred.masks is None or not _has_panoptic(gt):
+        return None
+    if shared is not None and "panoptic" in shared:
+        return shared["panoptic"]
+    merge = norm.merge if norm.merge is not None else merge_masks(pred.masks, pred.scores)
+    inter = norm.intersections if norm.merge is not None else None
+    found = panoptic_hits(gt, merge.masks, np.asarray(pred.labels)[merge.kept], merge.areas,
+                          inter, merge.overlap)
+    if shared is not None:
+        shared["panoptic"] = found
+    return found
 
 
 def pairs_by_index_first(relations: np.ndarray, graph: np.ndarray, hit: np.ndarray,
@@ -195,4 +226,5 @@ def missing_image_hits(gt: ImageGT, protocol: Protocol, with_ng: bool = True) ->
         graph_first=never, pair_first=np.full(len(pairs), NEVER, dtype=np.int64),
         ng_first=never if with_ng else None, imr_first=never if with_ng else None,
         legacy_first=never if mapped else None,
-        diagnostics={"gt_instances": n_gt, "gt_unmatched": n_gt})
+        diagnostics={"gt_instances": n_gt, "gt_unmatched": n_gt},
+        panoptic=missing_panoptic_hits(gt) if _has_panoptic(gt) else None)

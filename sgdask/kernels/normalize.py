@@ -29,7 +29,10 @@ class MaskMerge:
 
     ``instance_map[i]`` is the kept index original instance i now belongs to (-1: dropped);
     ``kept`` lists, per kept instance, the original index that defined it; ``masks`` are the
-    kept instances' new (non-overlapping) masks, ``areas`` their pixel counts.
+    kept instances' new (non-overlapping) masks, ``areas`` their pixel counts. ``overlap``:
+    the original masks overlapped (then, and only then, the kept masks hold fewer pixels
+    than the original ones together: a pixel of two masks is kept once, merged-away masks
+    are not kept at all).
     """
 
     masks: BitMasks
@@ -38,6 +41,7 @@ class MaskMerge:
     n_merged: int
     n_dropped: int
     areas: np.ndarray
+    overlap: bool = False
 
 
 def merge_order(n: int, scores: np.ndarray | None) -> np.ndarray:
@@ -50,11 +54,12 @@ def merge_order(n: int, scores: np.ndarray | None) -> np.ndarray:
 def merge_masks(masks: np.ndarray | BitMasks, scores: np.ndarray | None = None) -> MaskMerge:
     """NMS-like merge of duplicate masks into non-overlapping kept masks (SPEC 5.1)."""
     bits = as_bit_masks(masks)
-    instance_map, kept, starts, words, areas, n_merged, n_dropped = merged_masks(
+    instance_map, kept, starts, words, areas, n_merged, n_dropped, original = merged_masks(
         bits.boxes, bits.starts, bits.words, merge_order(len(bits), scores),
         bits.shape[0], bits.shape[1], MERGE_IOU)
     return MaskMerge(BitMasks(bits.shape, bits.boxes[kept], starts, words), kept,
-                     instance_map, n_merged, n_dropped, areas)
+                     instance_map, n_merged, n_dropped, areas,
+                     int(original.sum()) > int(areas.sum()))
 
 
 @dataclass
@@ -68,6 +73,8 @@ class NormalizedPred:
     masks: BitMasks | None
     diagnostics: dict[str, int] = field(default_factory=dict)
     areas: np.ndarray | None = None  # the masks' pixel counts, when normalization has them
+    merge: MaskMerge | None = None  # the singlempo mask merge that made ``masks``
+    intersections: np.ndarray | None = None  # pixels each (instance, GT) pair shares
 
 
 def bit_masks_of(pred: ImagePred) -> BitMasks | None:
@@ -91,7 +98,7 @@ def normalize_singlempo(pred: ImagePred) -> NormalizedPred:
     """Mask merge + relation dedup + graph constraint (the fair protocol)."""
     merged, dropped, masks, boxes, labels = 0, 0, bit_masks_of(pred), pred.boxes, pred.labels
     instance_map = np.arange(pred.n_instances, dtype=np.int64)
-    areas = None
+    areas, merge = None, None
     if masks is not None:
         merge = merge_masks(masks, pred.scores)
         instance_map, masks, areas = merge.instance_map, merge.masks, merge.areas
@@ -100,7 +107,7 @@ def normalize_singlempo(pred: ImagePred) -> NormalizedPred:
         boxes = None if pred.boxes is None else pred.boxes[merge.kept]
     graph, ng = lists_of(pred, instance_map, SINGLEMPO)
     return NormalizedPred(labels, graph, ng, boxes, masks,
-                          removal_counts(pred, graph, ng, merged, dropped), areas)
+                          removal_counts(pred, graph, ng, merged, dropped), areas, merge)
 
 
 def normalize_dedup(pred: ImagePred) -> NormalizedPred:

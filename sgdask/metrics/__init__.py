@@ -1,11 +1,11 @@
 """The metric registry: one module per metric family, and everything that asks about metrics.
 
 A family module (``recall``, ``fmeasure``, ``groups``, ``pair``, ``zeroshot``, ``imr``,
-``instances``, ``prank``, ``legacy``) declares its metrics (names, kind, inputs, display
-rule, board columns, the reason it is left out) and computes their per-image terms, or
-derives them from other metrics' values. The report, the console table, the leaderboard
-and the left-out lines read this registry; no metric name is spelled outside its family
-module (and the tests).
+``instances``, ``prank``, ``legacy``, ``panoptic``) declares its metrics (names, kind,
+inputs, display rule, board columns, the reason it is left out) and computes their
+per-image terms, or derives them from other metrics' values. The report, the console
+table, the leaderboard and the left-out lines read this registry; no metric name is spelled
+outside its family module (and the tests).
 
 A metric name is ``PREFIX``, ``PREFIX@K`` or, for a grouped metric, ``PREFIX@K[GROUP]``
 (``InstR``, ``mR@50``, ``mR@50[head]``); ``split_name`` reads one.
@@ -27,6 +27,7 @@ from sgdask.metrics import (
     instances,
     legacy,
     pair,
+    panoptic,
     prank,
     recall,
     zeroshot,
@@ -35,7 +36,7 @@ from sgdask.metrics.base import NEEDS, NOT_LISTED, RANK, Family, Metric
 
 FAMILIES: list[Family] = [recall.FAMILY, fmeasure.FAMILY, groups.FAMILY, pair.FAMILY,
                           zeroshot.FAMILY, imr.FAMILY, legacy.FAMILY, instances.FAMILY,
-                          prank.FAMILY]
+                          prank.FAMILY, panoptic.FAMILY]
 _NAME = re.compile(r"(?P<prefix>[^@\[\]]+)(?:@(?P<k>[^@\[\]]+))?(?:\[(?P<group>[^\[\]]+)\])?")
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from sgdask.kernels.hits import NEVER
 from sgdask.kernels.selection import KSpec
 from sgdask.metrics.state import StateRows, StateSpec
-from sgdask.types import ImageHits, Term
+from sgdask.types import ImageHits, PanopticHits, Term
 
 IMAGE, MEAN, RATIO, DERIVED = "image", "mean", "ratio", "derived"
 PERCENT, RANK = "percent", "rank"
@@ -49,12 +49,16 @@ NEEDS = {
               "--predicate-groups FILE)",
     "predicate_means": "--aggregation image averages each image's predicates: a group's mean "
                        "needs per-predicate values (--aggregation per_predicate or pooled)",
+    "masks": "needs masks on both sides (boxes have no panoptic segmentation)",
+    "crowd": "the GT store does not record iscrowd (store format version < 4: ingest the GT "
+             "again with this sgdask)",
+    "things": "the categories' thing/stuff split is unknown (Evaluator(things=N))",
 }
 
 
-# Inputs whose absence means the metric is not part of the protocol at all: such a metric
-# is not listed under "left out".
-NOT_LISTED = frozenset({"ngz"})
+# Inputs whose absence means the metric is not part of the evaluation at all: such a
+# metric is not listed under "left out" (a box evaluation has no panoptic quality).
+NOT_LISTED = frozenset({"ngz", "masks"})
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,8 @@ class Context:
     ``occurring``: under a protocol whose mean metrics run over the whole predicate
     vocabulary (an absent predicate counting 0), per such metric (``mR@50``) the predicates
     with a value on the evaluated data (not on a resample); None when means run over the
-    predicates with a value.
+    predicates with a value; ``things``: the thing categories (the others are stuff; None:
+    the split is unknown).
     """
 
     ks: tuple[KSpec, ...]
@@ -130,6 +135,7 @@ class Context:
     composition: dict[int, int] | None = None
     groups: dict[str, tuple[int, ...]] | None = None
     occurring: dict[str, frozenset[int]] | None = None
+    things: frozenset[int] | None = None
 
 
 @dataclass
@@ -165,9 +171,11 @@ class Finals:
     ``predicate_values(name)``: a mean metric's per-predicate values (predicates with a
     value); ``value(name)``: any non-derived metric's dataset value as reported (``R@50``,
     ``mR@50``; None without one); ``state(name)``: a declared state's final form
-    (``StateSpec.final``; None where there is none: the bootstrap resamples terms, not
-    state, so a metric derived from state gets no interval). In the report per-predicate
-    values are exact Fractions and dataset values floats; in the bootstrap all are floats.
+    (``StateSpec.final``; None where there is none: the bootstrap gives a resampled
+    state's (``Ratios``, ``Counts``) from its weighted sums, keys whose sums are all 0
+    left out, and no other state's, so a metric derived from those gets no interval).
+    In the report per-predicate values are exact Fractions and dataset values floats; in
+    the bootstrap all are floats.
     """
 
     def __init__(self, predicate_values: Callable[[str], dict[int, Any]],
@@ -182,15 +190,19 @@ class FinalColumns:
     """``Finals`` for many weightings of the images at once (``derive_columns``):
     ``predicate_values(name)``: a mean metric's predicate ids and values (predicates x
     weightings, NaN: no value); ``value(name)``: any non-derived metric's values per
-    weighting (NaN: none; None where not given)."""
+    weighting (NaN: none; None where not given); ``state(name)``: a resampled state's keys
+    and its two weighted sums (keys x weightings each; None where there is none)."""
 
     def __init__(self, predicate_values: PredicateColumns,
-                 value: Callable[[str], np.ndarray | None] = _nothing) -> None:
+                 value: Callable[[str], np.ndarray | None] = _nothing,
+                 state: Callable[[str], StateColumns | None] = _nothing) -> None:
         self.predicate_values = predicate_values
         self.value = value
+        self.state = state
 
 
 PredicateColumns = Callable[[str], tuple[np.ndarray, np.ndarray]]
+StateColumns = tuple[np.ndarray, np.ndarray, np.ndarray]  # keys, first sums, second sums
 
 
 @dataclass(frozen=True)
@@ -209,7 +221,11 @@ class Family:
     ``FinalColumns``, the result one array of values per derived metric, equal to
     ``derive`` on each column;
     ``states``: the family's declared states (``sgdask.metrics.state``), their rows emitted
-    by ``image_terms`` (``Terms.states``) and ``batch_terms`` (next to its blocks).
+    by ``image_terms`` (``Terms.states``) and ``batch_terms`` (next to its blocks; a
+    resampled state's rows with their images);
+    ``category_rows(finals, ctx)``: the family's columns of the report's per-category table
+    (one dict per category, with its ``category``; optional);
+    ``notes(diagnostics)``: lines the report carries, from its diagnostic totals (optional).
     """
 
     name: str
@@ -219,6 +235,8 @@ class Family:
     derive: Callable[[Finals, Context], dict[str, Fraction | float]] | None = None
     derive_columns: Callable[[FinalColumns, Context], dict[str, np.ndarray]] | None = None
     states: tuple[StateSpec, ...] = ()
+    category_rows: Callable[[Finals, Context], list[dict[str, Any]]] | None = None
+    notes: Callable[[dict[str, int]], list[str]] | None = None
 
 
 @dataclass
@@ -227,9 +245,10 @@ class HitsBatch:
 
     Per GT triplet: ``t_image`` (its image) and every hit array of ImageHits; per GT pair:
     ``q_image``, ``pair_first``; per image: ``n_gt_triplets``, ``n_instances``,
-    ``n_matched``, ``missing``; ``reachable``: GT triplets whose subject and object were
-    both matched. ``group`` numbers the (image, predicate) cells of the GT triplets in
-    order; ``group_image``, ``group_predicate``, ``group_count`` describe them.
+    ``n_matched``, ``missing``, ``panoptic`` (its ``PanopticHits`` or None);
+    ``reachable``: GT triplets whose subject and object were both matched. ``group``
+    numbers the (image, predicate) cells of the GT triplets in order; ``group_image``,
+    ``group_predicate``, ``group_count`` describe them.
     """
 
     image_ids: list[str]
@@ -252,6 +271,7 @@ class HitsBatch:
     group_image: np.ndarray
     group_predicate: np.ndarray
     group_count: np.ndarray
+    panoptic: list[PanopticHits | None] = field(default_factory=list)
 
     @property
     def n_images(self) -> int:
@@ -315,7 +335,8 @@ def batch_of(images: list[ImageHits]) -> HitsBatch:
         prank=optional(images, "prank"), legacy_first=optional(images, "legacy_first"),
         zero_shot=optional(images, "zero_shot"),
         group=group.reshape(-1), group_image=cells // top, group_predicate=cells % top,
-        group_count=np.bincount(group.reshape(-1), minlength=len(cells)).astype(np.int64))
+        group_count=np.bincount(group.reshape(-1), minlength=len(cells)).astype(np.int64),
+        panoptic=[h.panoptic for h in images])
 
 
 def recall_blocks(batch: HitsBatch, hit_first: np.ndarray, ks: tuple[KSpec, ...],

@@ -11,14 +11,27 @@ family declares its state once, as TorchMetrics' ``add_state(name, default, merg
   partitioning;
 - ``FloatRows(name)``: per key, one float per row (a true positive's IoU); its final form
   is, per key, ``FloatSum(total, count)`` with ``total = math.fsum`` of the key's values:
-  the correctly rounded sum of the exact values, which no order of adding changes.
+  the correctly rounded sum of the exact values, which no order of adding changes;
+- ``Ratios(name)``: per key, rows of two integers (numerator, denominator), e.g. a
+  panoptic true positive's (intersection, union); its final form is, per key,
+  ``FloatSum(math.fsum(num / den), count)``;
+- ``Counts(name)``: per key, rows of two integers summed, e.g. a category's false
+  positives and false negatives in one image; its final form is, per key, the two sums.
 
-Both merge by concatenation (``StateRows.merged``): associative, and commutative once
+All merge by concatenation (``StateRows.merged``): associative, and commutative once
 finalized. Rows are finite floats (NaN has no place in a canonical order, and fsum cannot
 add +inf and -inf); -0.0 is stored as 0.0 (they compare equal, so a sort could not place
 them canonically). The family emits ``StateRows`` from ``image_terms`` (in
 ``Terms.states``) or ``batch_terms`` (next to its term blocks); the accumulator keeps them
 per state name; the family's ``derive`` reads ``finals.state(name)``.
+
+``Ratios`` and ``Counts`` are *resampled*: their final form is a function of per-key sums
+that each image adds to (the count and sum of ratios, the two counts), so their rows,
+which carry the image they came from (``StateRows.image``, as term blocks do), are
+per-image terms too (``sgdask.stats.table``): the bootstrap and the paired tests weight
+them by image like any term, and a metric derived from them gets intervals. ``Runs`` and
+``FloatRows`` are not (a sort of rows, a float per row): a metric derived from them gets
+none.
 """
 
 from __future__ import annotations
@@ -48,20 +61,29 @@ class StateSpec(ABC):
     name: str
     width: int
     kind: ClassVar[str]
+    #: whether the rows are per-image terms the bootstrap resamples (see the module)
+    resampled: ClassVar[bool] = False
 
-    def rows(self, keys: Any, values: Any) -> StateRows:
+    def rows(self, keys: Any, values: Any, image: Any = None) -> StateRows:
         """State rows of this state: ``keys`` (n,) integers, ``values`` (n, width) or, for
-        width 1, (n,) floats."""
-        return StateRows(self, *_checked(self, keys, values))
+        width 1, (n,) floats; ``image`` (n,): each row's image (its index in the batch of
+        images, as ``Block.image``), None when not known (a resampled state's rows need
+        it to become per-image terms)."""
+        keys, values = _checked(self, keys, values)
+        placed = None if image is None else np.asarray(image, np.int64).reshape(len(keys))
+        return StateRows(self, keys, values, placed)
 
     def empty(self) -> StateRows:
         """The default: no row."""
         return self.rows(np.empty(0, np.int64), np.empty((0, self.width)))
 
     def merge(self, a: StateRows, b: StateRows) -> StateRows:
-        """Both states' rows (concatenation: both kinds merge so)."""
+        """Both states' rows (concatenation: every kind merges so); their images when both
+        carry them."""
+        image = None if a.image is None or b.image is None else \
+            np.concatenate([a.image, b.image])
         return StateRows(self, np.concatenate([a.keys, b.keys]),
-                         np.concatenate([a.values, b.values]))
+                         np.concatenate([a.values, b.values]), image)
 
     @abstractmethod
     def final(self, state: StateRows) -> dict[int, Any]:
@@ -95,7 +117,69 @@ class FloatRows(StateSpec):
                 for k, a, b in _groups(keys)}
 
 
-SPECS: dict[str, type[StateSpec]] = {"runs": Runs, "float_rows": FloatRows}
+@dataclass(frozen=True)
+class PairState(StateSpec):
+    """A resampled state: rows of two integers whose final form per key follows from two
+    per-key sums (``addends``, ``from_sums``), so that a weighting of the images (a
+    bootstrap resample) weights the sums."""
+
+    width: int = 2
+    resampled: ClassVar[bool] = True
+
+    @abstractmethod
+    def addends(self, first: np.ndarray, second: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Per row (its two integers), what it adds to the key's two sums."""
+
+    @abstractmethod
+    def from_sums(self, first: float, second: float) -> Any:
+        """A key's final form from its two (weighted) sums."""
+
+
+@dataclass(frozen=True)
+class Ratios(PairState):
+    """Per key, rows (numerator, denominator) of integers, e.g. a true positive's
+    (intersection, union); final per key ``FloatSum(math.fsum(num / den), count)``."""
+
+    kind: ClassVar[str] = "ratios"
+
+    def final(self, state: StateRows) -> dict[int, FloatSum]:
+        """Per key (ascending), ``math.fsum`` of its rows' ratios (each the correctly
+        rounded quotient of two integers) and their count."""
+        keys, values = state.canonical()
+        ratios = (values[:, 0] / values[:, 1]).tolist()
+        return {int(k): FloatSum(math.fsum(ratios[a:b]), b - a) for k, a, b in _groups(keys)}
+
+    def addends(self, first: np.ndarray, second: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        return first / second, np.ones(len(first))
+
+    def from_sums(self, first: float, second: float) -> FloatSum:
+        return FloatSum(first, second)
+
+
+@dataclass(frozen=True)
+class Counts(PairState):
+    """Per key, rows of two integer counts; final per key the two sums (exact)."""
+
+    kind: ClassVar[str] = "counts"
+
+    def final(self, state: StateRows) -> dict[int, tuple[int, int]]:
+        keys, values = state.canonical()
+        counts = values.astype(np.int64)
+        return {int(k): (int(counts[a:b, 0].sum()), int(counts[a:b, 1].sum()))
+                for k, a, b in _groups(keys)}
+
+    def addends(self, first: np.ndarray, second: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        return first.astype(np.float64), second.astype(np.float64)
+
+    def from_sums(self, first: float, second: float) -> tuple[float, float]:
+        return (first, second)
+
+
+SPECS: dict[str, type[StateSpec]] = {"runs": Runs, "float_rows": FloatRows, "ratios": Ratios,
+                                     "counts": Counts}
 
 
 @dataclass(frozen=True)
@@ -105,6 +189,7 @@ class StateRows:
     spec: StateSpec
     keys: np.ndarray
     values: np.ndarray
+    image: np.ndarray | None = None  # per row, its image's index in the batch (or None)
     kind: ClassVar[str] = STATE
 
     @property
@@ -120,8 +205,17 @@ class StateRows:
         return self.spec.merge(self, other)
 
     def final(self) -> dict[int, Any]:
-        """The declared final form (``Runs.final``, ``FloatRows.final``)."""
+        """The declared final form (``Runs.final``, ``FloatRows.final``...)."""
         return self.spec.final(self)
+
+    def at_image(self, index: int) -> StateRows:
+        """These rows, all of image ``index`` of a batch."""
+        return StateRows(self.spec, self.keys, self.values,
+                         np.full(len(self.keys), index, dtype=np.int64))
+
+    def unplaced(self) -> StateRows:
+        """These rows without their images (what the accumulator keeps)."""
+        return self if self.image is None else StateRows(self.spec, self.keys, self.values)
 
     def canonical(self) -> tuple[np.ndarray, np.ndarray]:
         """Keys and rows sorted by (key, column 0, column 1, ...): the same arrays for any
@@ -154,7 +248,16 @@ def _checked(spec: StateSpec, keys: Any, values: Any) -> tuple[np.ndarray, np.nd
     values = np.asarray(values, dtype=np.float64).reshape(len(keys), spec.width)
     if not np.isfinite(values).all():
         raise ValueError(f"state {spec.name}: a row holds a value that is not finite")
+    if isinstance(spec, PairState):
+        if (values != np.round(values)).any() or (np.abs(values) >= _EXACT).any():
+            raise ValueError(f"state {spec.name}: a row holds a value that is not an integer "
+                             f"below 2**53")
+        if isinstance(spec, Ratios) and (values[:, 1] <= 0).any():
+            raise ValueError(f"state {spec.name}: a row's denominator is not positive")
     return keys, values + 0.0  # -0.0 + 0.0 is 0.0
+
+
+_EXACT = float(1 << 53)  # integers held exactly in a float64
 
 
 def _groups(keys: np.ndarray) -> list[tuple[int, int, int]]:

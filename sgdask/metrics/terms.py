@@ -21,9 +21,12 @@ from sgdask.protocols import Protocol
 from sgdask.types import ImageGT, ImageHits, ImagePred, ImageResult, ZeroShot
 
 
-def inputs_of(protocol: Protocol, with_ng: bool, has_stats: bool, legacy: bool) -> set[str]:
-    """The inputs an evaluation has (what metrics may need: ``sgdask.metrics.base.NEEDS``)."""
-    inputs = {"graph"}
+def inputs_of(protocol: Protocol, with_ng: bool, has_stats: bool, legacy: bool,
+              data: frozenset[str] = frozenset()) -> set[str]:
+    """The inputs an evaluation has (what metrics may need: ``sgdask.metrics.base.NEEDS``);
+    ``data``: what its data hold beyond lists (``masks`` on both sides, the GT's ``crowd``
+    flags, the categories' ``things`` split)."""
+    inputs = {"graph", *data}
     if with_ng:
         inputs.add("ng")
     if protocol.matching != "triplet":
@@ -95,7 +98,7 @@ def plain_blocks(images: list[ImageHits], ctx: Context, protocol: Protocol, fami
     states: list[StateRows] = []
     for i, hits in enumerate(images):
         terms: Terms = family.image_terms(hits, ctx)
-        states += terms.states
+        states += [rows.at_image(i) for rows in terms.states]
         for name, (num, den) in terms.image.items():
             rows.setdefault((name, "image"), []).append((i, -1, num, den))
         for name, (num, den) in terms.ratio.items():

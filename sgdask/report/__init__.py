@@ -43,8 +43,9 @@ if TYPE_CHECKING:
 # What the reference tool prints when a predicate of the vocabulary is absent.
 _NAN_WHEN_ABSENT = {"sgbench": "sgbench 1.0.0 prints NaN for mR@k",
                     "sgbench2": "SGBench 2.0.0 prints NaN for mR@k and mR@inf"}
-TABLES = ("per_predicate", "per_image", "terms")
+TABLES = ("per_predicate", "per_image", "per_category", "terms")
 TERMS_FILE = "per_image_terms.parquet"
+CATEGORY_FILE = "per_category.parquet"
 
 
 @dataclass
@@ -59,7 +60,9 @@ class Report:
     mR@k / mNgR@k over every predicate of the vocabulary, their means over the predicates
     that occur in the evaluated GT (a diagnostic; empty otherwise). ``predicate_groups``:
     the predicate groups of the grouped metrics (``mR@50[head]``), their ``source`` and
-    ``members`` (group -> predicate ids); empty without groups.
+    ``members`` (group -> predicate ids); empty without groups. ``per_category``: one
+    row per category of the vocabulary when a metric family reports per category
+    (panoptic quality), else empty.
     """
 
     protocol: dict[str, Any]
@@ -77,6 +80,7 @@ class Report:
     ci: dict[str, Any] | None = None
     mean_over_occurring: dict[str, float] = field(default_factory=dict)
     predicate_groups: dict[str, Any] = field(default_factory=dict)
+    per_category: list[dict[str, Any]] = field(default_factory=list)
     terms: TermTable | None = field(default=None, compare=False, repr=False)
 
     def summary(self) -> dict[str, Any]:
@@ -90,8 +94,8 @@ class Report:
         return json.dumps(self.summary(), indent=2, sort_keys=False)
 
     def write(self, out: str, storage_options: StorageOptions | None = None) -> list[str]:
-        """Write metrics.json, per_predicate.parquet, per_image.parquet, report.md and (with
-        terms) per_image_terms.parquet."""
+        """Write metrics.json, per_predicate.parquet, per_image.parquet, report.md, (with
+        rows) per_category.parquet and (with terms) per_image_terms.parquet."""
         # imported here: building a report (the in-memory Evaluator) needs no pyarrow or zarr
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -109,6 +113,10 @@ class Report:
             with fs.open(join(path, f"{name}.parquet"), "wb") as f:
                 pq.write_table(pa.Table.from_pylist(rows), f)
             written.append(join(out, f"{name}.parquet"))
+        if self.per_category:
+            with fs.open(join(path, CATEGORY_FILE), "wb") as f:
+                pq.write_table(pa.Table.from_pylist(self.per_category), f)
+            written.append(join(out, CATEGORY_FILE))
         if self.terms is not None:
             with fs.open(join(path, TERMS_FILE), "wb") as f:
                 pq.write_table(self.terms.to_arrow(), f, compression="zstd")
@@ -118,7 +126,8 @@ class Report:
     @classmethod
     def read(cls, url: str, storage_options: StorageOptions | None = None) -> Report:
         """A report written by ``write`` (tables come back with the union of their columns;
-        ``terms`` is None for a report written before per-image terms were kept)."""
+        ``terms`` is None for a report written before per-image terms were kept, and
+        ``per_category`` empty without per_category.parquet)."""
         import pyarrow.parquet as pq
 
         from sgdask.io.fs import filesystem, join
@@ -130,6 +139,9 @@ class Report:
         for name in ("per_predicate", "per_image"):
             with fs.open(join(path, f"{name}.parquet"), "rb") as f:
                 tables[name] = pq.read_table(f).to_pylist()
+        if fs.exists(join(path, CATEGORY_FILE)):
+            with fs.open(join(path, CATEGORY_FILE), "rb") as f:
+                tables["per_category"] = pq.read_table(f).to_pylist()
         if fs.exists(join(path, TERMS_FILE)):
             with fs.open(join(path, TERMS_FILE), "rb") as f:
                 tables["terms"] = TermTable.from_arrow(pq.read_table(f))
@@ -214,13 +226,18 @@ def as_float(value: Fraction | float | None) -> float | None:
 @dataclass(frozen=True)
 class EvalSettings:
     """What one report was asked to compute: the run's settings record under one of its
-    protocols (decides what is reported or left out; the report's provenance)."""
+    protocols (decides what is reported or left out; the report's provenance). ``data``:
+    what the data hold beyond lists (``sgdask.metrics.terms.inputs_of``); ``categories``:
+    the category names; ``things``: the thing categories (None: the split is unknown)."""
 
     protocol: Protocol
     settings: Settings
     with_ng: bool
     has_stats: bool
     groups: PredicateGroups | None = None
+    data: frozenset[str] = frozenset()
+    categories: tuple[str, ...] = ()
+    things: frozenset[int] | None = None
 
     def options(self) -> dict[str, Any]:
         """The evaluation options a report records next to its protocol."""
@@ -246,9 +263,9 @@ class EvalSettings:
     @property
     def inputs(self) -> set[str]:
         """What the report's metrics may need (``sgdask.metrics.base.NEEDS``): the terms'
-        inputs, predicate groups, per-predicate values that make a mean (not under the
-        ``image`` aggregation)."""
-        inputs = inputs_of(self.protocol, self.with_ng, self.has_stats, self.legacy)
+        inputs (with what the data hold), predicate groups, per-predicate values that make a
+        mean (not under the ``image`` aggregation)."""
+        inputs = inputs_of(self.protocol, self.with_ng, self.has_stats, self.legacy, self.data)
         if self.groups is not None:
             inputs.add("groups")
         if self.aggregation != "image":
@@ -265,7 +282,7 @@ class EvalSettings:
                        None if self.groups is None else self.groups.members,
                        vocabulary_sets(self.protocol.mean_over_vocabulary and
                                        self.groups is not None, self.aggregation, valued,
-                                       names))
+                                       names), things=self.things)
 
 
 def final_metrics(acc: Accumulator, settings: EvalSettings) -> dict[str, float]:
@@ -298,8 +315,7 @@ def derived_metrics(acc: Accumulator, settings: EvalSettings,
     as reported (``build_report`` passes them after a protocol's vocabulary means, as the
     bootstrap derives; default: ``final_metrics``)."""
     known = final_metrics(acc, settings) if values is None else values
-    finals = Finals(lambda name: acc.predicate_values(name, settings.aggregation),
-                    known.get, acc.state_final)
+    finals = _finals_of(acc, settings, known)
     inputs = settings.inputs
     ctx = settings.context(composition, lambda name: acc.predicate_values(
         name, settings.aggregation), acc.mean_metric_names())
@@ -323,6 +339,37 @@ def vocabulary_sets(over_vocabulary: bool, aggregation: str,
         return None
     return {name: frozenset(valued(name)) for name in names
             if split_name(name)[0] in VOCABULARY_MEANS and split_name(name)[1] != "inf"}
+
+
+def _finals_of(acc: Accumulator, settings: EvalSettings, values: Mapping[str, float]
+              ) -> Finals:
+    """The finals derived metrics and per-category rows read."""
+    return Finals(lambda name: acc.predicate_values(name, settings.aggregation), values.get,
+                  acc.state_final)
+
+
+def _category_table(acc: Accumulator, settings: EvalSettings,
+                   composition: dict[int, int] | None, values: Mapping[str, float]
+                   ) -> list[dict[str, Any]]:
+    """The per-category table: when a family reports per category (panoptic quality), one
+    row per category of the vocabulary and every other one it reports, with its name,
+    whether it is a thing (None: unknown) and the families' columns (None where a
+    category has no value); else empty."""
+    finals, ctx = _finals_of(acc, settings, values), settings.context(composition)
+    found: dict[int, dict[str, Any]] = {}
+    for family in FAMILIES:
+        if family.category_rows and any(available(m, settings.inputs) is None
+                                        for m in family.metrics):
+            for row in family.category_rows(finals, ctx):
+                found.setdefault(row["category"], {}).update(row)
+    if not found:
+        return []
+    names, things = settings.categories, settings.things
+    columns = list(dict.fromkeys(k for row in found.values() for k in row if k != "category"))
+    return [{"category": c, "name": names[c] if c < len(names) else str(c),
+             "isthing": None if things is None else c in things,
+             **{k: found.get(c, {}).get(k) for k in columns}}
+            for c in sorted(set(found) | set(range(len(names))))]
 
 
 def predicate_table(acc: Accumulator, names: list[str], aggregation: str,
@@ -408,6 +455,9 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
         (m := metric_of(name)) is not None and m.grouped for name in metrics) else None
     if groups is not None:
         notes.append(groups.note())
+    notes += [line for family in FAMILIES if family.notes and any(
+        metric_of(name) in family.metrics for name in metrics)
+        for line in family.notes(acc.diagnostics)]
     diagnostics = {**counts, **{k: v for k, v in acc.diagnostics.items() if k != "images"}}
     if protocol.mean_over_vocabulary and names:
         diagnostics["predicates_absent"] = max(absent, 0)
@@ -424,7 +474,9 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                   diagnostics=diagnostics, left_out=reasons,
                   notes=notes, provenance=provenance, options=settings.options(),
                   mean_over_occurring=occurring,
-                  predicate_groups={} if groups is None else groups.as_dict(), terms=terms)
+                  predicate_groups={} if groups is None else groups.as_dict(),
+                  per_category=_category_table(acc, settings, composition, metrics),
+                  terms=terms)
 
 
 def vocabulary_means(acc: Accumulator, metrics: dict[str, float], settings: EvalSettings,

@@ -86,10 +86,13 @@ def deriving_families(report: Report) -> list[Family]:
 
 
 def derive_context(report: Report, composition: dict[int, int] | None) -> Context:
-    """The derive functions' view of a report: its ks, aggregation, tau, predicate groups
-    and, under a vocabulary-wide mean, its occurring predicates."""
+    """The derive functions' view of a report: its ks, aggregation, tau, predicate groups,
+    under a vocabulary-wide mean its occurring predicates, and the thing categories from its
+    per-category table."""
     groups = PredicateGroups.from_dict(report.predicate_groups)
     names = report.terms.names if report.terms is not None else list(report.metrics)
+    split = [row for row in report.per_category if row.get("isthing") is not None]
+    things = frozenset(row["category"] for row in split if row["isthing"]) if split else None
 
     def valued(name: str) -> set[int]:
         return {int(row["predicate"]) for row in report.per_predicate
@@ -99,7 +102,8 @@ def derive_context(report: Report, composition: dict[int, int] | None) -> Contex
                    float(report.options.get("tau", 0.5)), composition,
                    None if groups is None else groups.members,
                    vocabulary_sets(bool(report.protocol.get("mean_over_vocabulary"))
-                                   and groups is not None, report.aggregation, valued, names))
+                                   and groups is not None, report.aggregation, valued, names),
+                   things=things)
 
 
 def column_derivation(report: Report, composition: dict[int, int] | None

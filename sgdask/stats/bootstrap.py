@@ -15,9 +15,11 @@ predicates per image), so a chunk of resamples costs one sparse-dense product; t
   as section 7 leaves out predicates absent from the data);
 - mean metrics under ``image``: per image the mean over its predicates, then as an
   image-level metric; over all cells (sgbench's PRank): Σ w·Σ_p(num/den) / Σ w·cells;
+- resampled states (``Ratios``, ``Counts``: panoptic quality's): per key its two sums,
+  Σ w·addend; the state's final form under a weighting follows from them;
 - derived metrics: the family's ``derive`` on each resample's values (per-predicate and
-  dataset values: ``sgdask.metrics.base.Finals``), or its ``derive_columns`` on every
-  resample's at once.
+  dataset values, resampled states: ``sgdask.metrics.base.Finals``), or its
+  ``derive_columns`` on every resample's at once.
 
 Resample b draws ``rng.integers(0, n, n)`` (the b-th such draw of ``default_rng(seed)``)
 over the images in canonical order (sorted ids): the same indices for every metric,
@@ -36,8 +38,9 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from sgdask.metrics.base import IMAGE, MEAN, RATIO, FinalColumns, Finals
-from sgdask.stats.table import TermTable
+from sgdask.metrics.base import IMAGE, MEAN, RATIO, FinalColumns, Finals, StateColumns
+from sgdask.metrics.state import SPECS, PairState
+from sgdask.stats.table import TermTable, is_state
 
 # The derived metrics' values from one weighting's finals (floats).
 Derive = Callable[[Finals], dict[str, float]]
@@ -72,7 +75,8 @@ class Layout:
     mean metrics whose value is the mean of their per-predicate values; ``image_means``:
     mean metrics whose value is the mean over images of per-image means (``image`` mode);
     ``vocabulary``: averaged metrics printed over the predicate vocabulary, with the factor
-    (occurring predicates / vocabulary) their mean is scaled by.
+    (occurring predicates / vocabulary) their mean is scaled by. ``states[name] = (spec,
+    keys, firsts, seconds)``: a resampled state's two sums per key.
     """
 
     aggregation: str
@@ -83,6 +87,8 @@ class Layout:
     averaged: list[str] = field(default_factory=list)
     image_means: set[str] = field(default_factory=set)
     vocabulary: dict[str, float] = field(default_factory=dict)
+    states: dict[str, tuple[PairState, np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=dict)
 
     def columns(self, n: int) -> np.ndarray:
         first = self.n_columns
@@ -96,7 +102,13 @@ def layout_of(tables: Sequence[TermTable], names: Sequence[str], scoring: Scorin
     kinds = {n: k for t in tables for n, k in zip(t.names, t.kinds, strict=True)}
     for name in names:
         kind = kinds.get(name)
-        if kind in (IMAGE, RATIO):
+        if kind is not None and is_state(kind):
+            spec = SPECS[kind](name, 2)
+            assert isinstance(spec, PairState)
+            ids = np.unique(np.concatenate([t.predicate[t.rows_of(name)] for t in tables]))
+            cols = layout.columns(2 * len(ids))
+            layout.states[name] = (spec, ids, cols[0::2], cols[1::2])
+        elif kind in (IMAGE, RATIO):
             top, bottom = layout.columns(2)
             layout.scalar[name] = (int(top), int(bottom))
         elif kind == MEAN:
@@ -164,6 +176,12 @@ def term_matrix(layout: Layout, table: TermTable) -> TermMatrix:
         cols.append(np.broadcast_to(col, image.shape))
         data.append(values)
 
+    for name, (spec, ids, firsts, seconds) in layout.states.items():
+        sel = table.rows_of(name)
+        j = np.searchsorted(ids, table.predicate[sel])
+        first, second = spec.addends(table.num[sel], table.den[sel])
+        put(table.image[sel], firsts[j], first)
+        put(table.image[sel], seconds[j], second)
     for name in [*layout.scalar, *layout.predicates]:
         sel = table.rows_of(name)
         image, num, den = table.image[sel], table.num[sel], table.den[sel]
@@ -206,17 +224,23 @@ def group_sizes(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class Values:
-    """Values under B weightings: metric -> (B,), mean metric -> (predicate ids, (P, B))."""
+    """Values under B weightings: metric -> (B,), mean metric -> (predicate ids, (P, B));
+    ``states``: resampled state -> (spec, keys, first sums (K, B), second sums (K, B))."""
 
     metrics: dict[str, np.ndarray]
     predicates: dict[str, tuple[np.ndarray, np.ndarray]]
+    states: dict[str, tuple[PairState, np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=dict)
 
     @classmethod
     def joined(cls, parts: Sequence[Values]) -> Values:
         first = parts[0]
         return cls({n: np.concatenate([p.metrics[n] for p in parts]) for n in first.metrics},
                    {n: (ids, np.concatenate([p.predicates[n][1] for p in parts], axis=1))
-                    for n, (ids, _) in first.predicates.items()})
+                    for n, (ids, _) in first.predicates.items()},
+                   {n: (spec, ids, *(np.concatenate([p.states[n][i] for p in parts], axis=1)
+                                     for i in (2, 3)))
+                    for n, (spec, ids, _, _) in first.states.items()})
 
     def mean(self, others: Sequence[Values]) -> Values:
         """The element-wise mean of this and ``others`` (runs of one model)."""
@@ -224,7 +248,10 @@ class Values:
         return Values({n: np.mean([v.metrics[n] for v in every], axis=0)
                        for n in self.metrics},
                       {n: (ids, np.mean([v.predicates[n][1] for v in every], axis=0))
-                       for n, (ids, _) in self.predicates.items()})
+                       for n, (ids, _) in self.predicates.items()},
+                      {n: (spec, ids, *(np.mean([v.states[n][i] for v in every], axis=0)
+                                        for i in (2, 3)))
+                       for n, (spec, ids, _, _) in self.states.items()})
 
 
 def ratio(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
@@ -241,6 +268,8 @@ def finalize(layout: Layout, sums: np.ndarray, derive: Derive | None = None,
     weighting)."""
     per_predicate = {name: (ids, ratio(sums[tops], sums[bottoms]))
                      for name, (ids, tops, bottoms) in layout.predicates.items()}
+    states = {name: (spec, ids, sums[firsts], sums[seconds])
+              for name, (spec, ids, firsts, seconds) in layout.states.items()}
     metrics = {name: ratio(sums[top], sums[bottom])
                for name, (top, bottom) in layout.scalar.items()}
     with warnings.catch_warnings():
@@ -256,34 +285,61 @@ def finalize(layout: Layout, sums: np.ndarray, derive: Derive | None = None,
         empty = (np.empty(0, dtype=np.int64), np.empty((0, n)))
         nothing = np.full(n, np.nan)
         found = derive_columns(FinalColumns(lambda name: per_predicate.get(name, empty),
-                                            lambda name: metrics.get(name, nothing)))
+                                            lambda name: metrics.get(name, nothing),
+                                            lambda name: _state_columns(states, name)))
         metrics.update({name: found.get(name, nothing) for name in derived})
     elif derive is not None and derived:
-        metrics.update(derived_values(per_predicate, metrics, derive, derived, n))
-    return Values(metrics, per_predicate)
+        metrics.update(derived_values(per_predicate, metrics, states, derive, derived, n))
+    return Values(metrics, per_predicate, states)
+
+
+States = dict[str, tuple[PairState, np.ndarray, np.ndarray, np.ndarray]]
+
+
+def _state_columns(states: States, name: str) -> StateColumns | None:
+    """A resampled state's keys and two sums under every weighting (None: not computed)."""
+    if name not in states:
+        return None
+    _, ids, first, second = states[name]
+    return ids, first, second
 
 
 def derived_values(per_predicate: dict[str, tuple[np.ndarray, np.ndarray]],
-                   metrics: dict[str, np.ndarray], derive: Derive, names: Sequence[str],
-                   n: int) -> dict[str, np.ndarray]:
+                   metrics: dict[str, np.ndarray], states: States, derive: Derive,
+                   names: Sequence[str], n: int) -> dict[str, np.ndarray]:
     """Derived metrics per weighting: ``derive`` on that weighting's finals (predicates
     without a value left out; a metric without a value is None)."""
     out = {name: np.full(n, np.nan) for name in names}
     for b in range(n):
-        for name, value in derive(weighting_finals(per_predicate, metrics, b)).items():
+        finals = weighting_finals(per_predicate, metrics, b, states)
+        for name, value in derive(finals).items():
             if name in out:
                 out[name][b] = float(value)
     return out
 
 
 def weighting_finals(per_predicate: dict[str, tuple[np.ndarray, np.ndarray]],
-                     metrics: dict[str, np.ndarray], b: int) -> Finals:
+                     metrics: dict[str, np.ndarray], b: int, states: States | None = None
+                     ) -> Finals:
     """The finals of weighting b, as ``derive`` reads them."""
     def value(name: str) -> float | None:
         found = metrics[name][b] if name in metrics else np.nan
         return float(found) if np.isfinite(found) else None
 
-    return Finals(lambda name: predicate_dict(per_predicate, name, b), value)
+    return Finals(lambda name: predicate_dict(per_predicate, name, b), value,
+                  lambda name: _state_dict(states or {}, name, b))
+
+
+def _state_dict(states: States, name: str, b: int) -> dict[int, Any] | None:
+    """Key -> a resampled state's final form under weighting b (keys whose sums are both
+    0 left out: none of their rows was drawn); None for a state not computed."""
+    if name not in states:
+        return None
+    spec, ids, first, second = states[name]
+    a, c = first[:, b], second[:, b]
+    return {int(k): spec.from_sums(float(x), float(y))
+            for k, x, y in zip(ids.tolist(), a.tolist(), c.tolist(), strict=True)
+            if x != 0 or y != 0}
 
 
 def predicate_dict(per_predicate: dict[str, tuple[np.ndarray, np.ndarray]], name: str,
@@ -320,6 +376,8 @@ def plan_for(tables: Sequence[TermTable], names: Sequence[str] | None, scoring: 
     over ``tables``; the metrics a derived metric reads (per-predicate or dataset values)
     are found by running ``derive`` once on the data."""
     common = [n for n in tables[0].names if all(n in t.names for t in tables)]
+    common += sorted({n for t in tables for n, k in zip(t.names, t.kinds, strict=True)
+                      if is_state(k)} - set(common))  # a table without a state's rows: none
     wanted = list(common) if names is None else [n for n in names if n in common]
     derived: list[str] = []
     if scoring.derive is not None:
@@ -338,9 +396,9 @@ def plan_for(tables: Sequence[TermTable], names: Sequence[str] | None, scoring: 
 
 
 def recording(values: Values, read: set[str]) -> Finals:
-    """The finals of ``values`` (one weighting), noting in ``read`` every metric asked
-    for."""
-    finals = weighting_finals(values.predicates, values.metrics, 0)
+    """The finals of ``values`` (one weighting), noting in ``read`` every metric and state
+    asked for."""
+    finals = weighting_finals(values.predicates, values.metrics, 0, values.states)
 
     def predicate_values(name: str) -> dict[int, float]:
         read.add(name)
@@ -350,7 +408,11 @@ def recording(values: Values, read: set[str]) -> Finals:
         read.add(name)
         return finals.value(name)
 
-    return Finals(predicate_values, value)
+    def state(name: str) -> dict[int, Any] | None:
+        read.add(name)
+        return finals.state(name)
+
+    return Finals(predicate_values, value, state)
 
 
 def resample_indices(n_images: int, resamples: int, seed: int, start: int = 0

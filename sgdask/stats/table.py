@@ -4,7 +4,10 @@ The accumulator (``sgdask.accum``) sums terms over images and forgets which imag
 what; resampling images needs them per image. A ``TermTable`` holds every term block of
 every family as parallel numpy arrays, one row per (image, metric[, predicate]):
 ``image`` (index into ``image_ids``), ``metric`` (index into ``names``), ``predicate``
-(-1 for image-level and ratio metrics), ``num``, ``den``.
+(-1 for image-level and ratio metrics), ``num``, ``den``. A resampled state's rows
+(``sgdask.metrics.state``: ``Ratios``, ``Counts``) are rows too: ``metric`` the state's
+name, its kind the state's kind, ``predicate`` the row's key, ``num`` and ``den`` its two
+integers.
 
 Tables of partitions concatenate; ``canonical`` sorts images by id, metrics in report
 order and rows by (image, metric, predicate), so the merged table is the same for any
@@ -22,7 +25,7 @@ import numpy as np
 
 from sgdask.kernels.rows import lexsort_rows
 from sgdask.metrics.base import Block
-from sgdask.metrics.state import StateRows
+from sgdask.metrics.state import SPECS, StateRows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -64,8 +67,11 @@ class TermTable:
     def from_blocks(cls, image_ids: Sequence[str], blocks: list[Block | StateRows]
                     ) -> TermTable:
         """A partition's table: ``blocks`` number their images 0..n-1 in ``image_ids``
-        order (``sgdask.metrics.base.batch_of``); declared states' rows are not terms."""
+        order (``sgdask.metrics.base.batch_of``); a resampled state's rows are terms (they
+        must carry their images), other states' rows are not."""
         used = [b for b in blocks if isinstance(b, Block) and len(b.num)]
+        used += [_term_block(b) for b in blocks
+                 if isinstance(b, StateRows) and b.spec.resampled and len(b)]
         names = list(dict.fromkeys(b.name for b in used))
         kinds = {b.name: b.kind for b in used}
 
@@ -155,6 +161,21 @@ class TermTable:
                    image, metric, predicate.to_numpy().astype(np.int32),
                    table.column("num").to_numpy().astype(np.int64),
                    table.column("den").to_numpy().astype(np.int64)).canonical()
+
+
+def _term_block(rows: StateRows) -> Block:
+    """A resampled state's rows as a block of term rows (key as predicate, the two integers
+    as num and den)."""
+    if rows.image is None:
+        raise ValueError(f"state {rows.name}: rows without their images cannot be per-image "
+                         "terms (give StateSpec.rows its image argument)")
+    values = rows.values.astype(np.int64)
+    return Block(rows.name, rows.spec.kind, rows.image, values[:, 0], values[:, 1], rows.keys)
+
+
+def is_state(kind: str) -> bool:
+    """Whether rows of this kind are a resampled state's (not a metric's terms)."""
+    return kind in SPECS and SPECS[kind].resampled
 
 
 def dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:

@@ -1,0 +1,176 @@
+"""Differential test: sgdask's PQ, SQ, RQ (all, things, stuff, per category) against COCO
+panopticapi's own ``pq_compute``, from the ``panopticapi-lite`` package (it ships
+panopticapi's ``evaluation.py`` unchanged but for whitespace, a shebang, two unused imports
+and ``class X():`` written ``class X:``; docs/decisions.md).
+
+A generated PSG-shaped dataset (``sgdask.synth``: images without prediction, predictions
+with duplicate and overlapping masks) with some GT segments marked ``iscrowd`` is ingested
+and evaluated by sgdask under every protocol (PQ does not depend on it). panopticapi gets
+what the SPEC says PQ is computed on, written as its files in a temporary directory: the
+GT JSON and PNGs of the evaluated images (segment areas = their pixel counts) and, per
+image, the singlempo merge of the submission's masks (SPEC 5.1, written out below from
+the SPEC) as a panoptic PNG; an image without prediction gets an empty one (its GT segments
+are false negatives). panopticapi runs in its own process (its ``pq_compute`` forks a pool).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+import tifffile
+from PIL import Image
+
+from sgdask.io.ingest import convert_submission, ingest_gt
+from sgdask.pipeline import evaluate_protocols
+from sgdask.synth import write_dataset
+
+GROUPS = {"": "All", "_th": "Things", "_st": "Stuff"}
+RUN = ("import json, sys\n"
+       "from panopticapi.evaluation import pq_compute\n"
+       "print('RESULT ' + json.dumps(pq_compute(*sys.argv[1:5])))\n")
+
+
+def rgb2id(rgb: np.ndarray) -> np.ndarray:
+    rgb = rgb.astype(np.int64)
+    return rgb[..., 0] + 256 * rgb[..., 1] + 65536 * rgb[..., 2]
+
+
+def singlempo_merge(masks: np.ndarray, scores: list[float] | None) -> list[tuple[int, np.ndarray]]:
+    """SPEC 5.1's mask merge: (original index, new mask) of each kept instance, in order."""
+    n = len(masks)
+    order = sorted(range(n), key=lambda i: -scores[i]) if scores else list(range(n))
+    claimed = np.zeros(masks.shape[1:], dtype=bool)
+    owner: list[int | None] = [None] * n
+    merged = [False] * n
+    kept: list[tuple[int, np.ndarray]] = []
+    for position, m in enumerate(order):
+        if merged[m]:
+            continue
+        new = masks[m] & ~claimed
+        if not new.any():
+            continue
+        owner[m] = len(kept)
+        kept.append((m, new))
+        claimed |= new
+        for later in order[position + 1:]:
+            union = np.count_nonzero(masks[m] | masks[later])
+            if not merged[later] and owner[later] is None and union \
+                    and 2 * np.count_nonzero(masks[m] & masks[later]) >= union:
+                merged[later] = True
+                owner[later] = owner[m]
+    return kept
+
+
+def panopticapi_files(root, psg: dict, masks_dir, archive_path, evaluated: list[str]) -> list:
+    """panopticapi's four arguments: GT JSON and folder, prediction JSON and folder."""
+    entries = {str(e["image_id"]): e for e in psg["data"]}
+    n_things = len(psg["thing_classes"])
+    names = psg["thing_classes"] + psg["stuff_classes"]
+    gt_annotations, pred_annotations = [], []
+    pred_dir = root / "pred"
+    pred_dir.mkdir()
+    with zipfile.ZipFile(archive_path) as archive:
+        submitted = {str(i["id"]): i for i in json.loads(archive.read("triplets.json"))["images"]}
+        for image_id in evaluated:
+            entry = entries[image_id]
+            ids = rgb2id(np.asarray(Image.open(masks_dir / entry["pan_seg_file_name"])))
+            gt_annotations.append({"image_id": image_id, "file_name": entry["pan_seg_file_name"],
+                                   "segments_info": [
+                                       {"id": s["id"], "category_id": s["category_id"],
+                                        "iscrowd": s["iscrowd"],
+                                        "area": int(np.count_nonzero(ids == s["id"]))}
+                                       for s in entry["segments_info"]]})
+            label = np.zeros(ids.shape, dtype=np.uint8)
+            segments = []
+            if image_id in submitted:
+                image = submitted[image_id]
+                masks = tifffile.imread(archive.open(image["seg_filename"])).astype(bool)
+                masks = masks.reshape(-1, *ids.shape)
+                scores = [a.get("score") for a in image["annotation"]]
+                for j, (m, new) in enumerate(singlempo_merge(
+                        masks, scores if None not in scores else None)):
+                    label[new] = j + 1
+                    segments.append({"id": j + 1,
+                                     "category_id": image["annotation"][m]["category"]})
+            Image.fromarray(np.stack([label, 0 * label, 0 * label], -1)).save(
+                pred_dir / f"{image_id}.png")
+            pred_annotations.append({"image_id": image_id, "file_name": f"{image_id}.png",
+                                     "segments_info": segments})
+    categories = [{"id": i, "name": name, "isthing": int(i < n_things)}
+                  for i, name in enumerate(names)]
+    (root / "gt.json").write_text(json.dumps({"annotations": gt_annotations,
+                                              "categories": categories}))
+    (root / "pred.json").write_text(json.dumps({"annotations": pred_annotations}))
+    return [str(root / "gt.json"), str(root / "pred.json"), str(masks_dir), str(pred_dir)]
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory, client):
+    """sgdask's reports (every protocol) and panopticapi's results on one dataset."""
+    root = tmp_path_factory.mktemp("pq")
+    data = write_dataset(root / "src", n_images=36, seed=11, height=64, width=88,
+                         missing_fraction=0.15, no_relation_fraction=0.05)
+    psg = json.loads(data.psg_json.read_text())
+    rng = np.random.default_rng(5)
+    for entry in psg["data"]:
+        for segment in entry.get("segments_info", []):
+            segment["iscrowd"] = int(rng.random() < 0.15)
+    data.psg_json.write_text(json.dumps(psg))
+    gt, pred = str(root / "gt.store"), str(root / "pred.store")
+    ingest_gt(str(data.psg_json), gt, str(data.masks_dir), partition_size=8)
+    convert_submission(str(data.submission_zip), pred, gt, partition_size=8)
+    reports = evaluate_protocols(gt, pred, "singlempo,sgbench,multimpo", client=client)
+    evaluated = sorted(row["image_id"] for row in reports["singlempo"].per_image)
+    args = panopticapi_files(root, psg, data.masks_dir, data.submission_zip, evaluated)
+    proc = subprocess.run([sys.executable, "-c", RUN, *args], capture_output=True, text=True,
+                          check=True)
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return reports, json.loads(line[len("RESULT "):])
+
+
+def test_pq_equals_panopticapi(compared):
+    reports, reference = compared
+    report = reports["singlempo"]
+    for suffix, group in GROUPS.items():
+        for name in ("PQ", "SQ", "RQ"):
+            assert report.metrics[name + suffix] == pytest.approx(
+                reference[group][name.lower()], abs=1e-12), name + suffix
+    rows = {row["category"]: row for row in report.per_category}
+    assert set(rows) == {int(c) for c in reference["per_class"]}  # the whole vocabulary
+    counted = 0
+    for category, values in reference["per_class"].items():
+        row = rows[int(category)]
+        if row["PQ"] is None:  # no segment: panopticapi's 0.0, left out of its means
+            assert values == {"pq": 0.0, "sq": 0.0, "rq": 0.0}
+            continue
+        counted += 1
+        for name in ("PQ", "SQ", "RQ"):
+            assert row[name] == pytest.approx(values[name.lower()], abs=1e-12), (category, name)
+    assert counted == reference["All"]["n"]
+    assert reference["Things"]["n"] > 0 and reference["Stuff"]["n"] > 0
+
+
+def test_the_data_reach_every_case(compared):
+    """Crowd regions, images without prediction, overlapping masks, every kind of count."""
+    reports, _ = compared
+    report = reports["singlempo"]
+    assert report.diagnostics["images_missing"] > 0
+    assert report.diagnostics["masks_overlap"] > 0
+    assert any("overlap" in note and "singlempo merge" in note for note in report.notes)
+    totals = {k: sum(row[k] or 0 for row in report.per_category) for k in ("TP", "FP", "FN")}
+    assert min(totals.values()) > 0
+
+
+def test_pq_is_the_same_under_every_protocol(compared):
+    reports, _ = compared
+    first = reports["singlempo"]
+    names = [n for n in first.metrics if n.partition("_")[0] in ("PQ", "SQ", "RQ")]
+    assert len(names) == 9
+    for report in reports.values():
+        assert {n: report.metrics[n] for n in names} == {n: first.metrics[n] for n in names}
+        assert report.per_category == first.per_category
