@@ -431,7 +431,10 @@ def test_v3_fixture_gives_the_recorded_numbers_without_panoptic_quality(client):
                                  ",".join(expected), client=client)
     for protocol, metrics in expected.items():
         got = reports[protocol].metrics
-        assert set(got) == set(metrics), protocol
+        assert set(metrics) <= set(got), protocol
+        newer = {name for name in set(got) - set(metrics)  # metrics added since (issue 26)
+                 if name.split("@")[0] not in ("F", "ngF") and "[" not in name}
+        assert not newer, (protocol, newer)
         for name, value in metrics.items():
             assert got[name] == pytest.approx(value, abs=1e-12), (protocol, name)
         assert "ingest the GT again" in reports[protocol].left_out["PQ"]
