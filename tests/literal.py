@@ -782,5 +782,6 @@ def aggregate(images: list[ImageTerms], protocol: str, aggregation: str, ks: lis
         for key, value in image.diagnostics.items():
             diagnostics[key] = diagnostics.get(key, 0) + value
     group_of = {p: group for group, members in groups.items() for p in members}
+    grouped = any("[" in name for name in metrics)  # the report names groups it uses
     return Dataset(metrics, table, diagnostics,
-                   {p: group_of.get(p) for p in table} if groups else {})
+                   {p: group_of.get(p) for p in table} if grouped else {})

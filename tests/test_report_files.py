@@ -61,6 +61,7 @@ def test_per_image_parquet_keeps_every_column(first_images_missing, stores, tmp_
     metrics = json.loads((out / "metrics.json").read_text())
     dataset_level = ("m", "IMR", "wIMR", "PRank", "F@", "ngF@", "PQ", "SQ", "RQ")
     image_metrics = {m for m in metrics["metrics"] if not m.startswith(dataset_level)}
+    assert {"R@50", "ngR@x10", "PR@20", "InstR", "R@inf"} <= image_metrics
     assert image_metrics <= set(table.column_names)
 
 

@@ -170,25 +170,27 @@ def derive_columns(columns: FinalColumns, ctx: Context) -> dict[str, np.ndarray]
     out: dict[str, np.ndarray] = {}
     for mean in MEANS:
         for k in ctx.ks:
-            ids, values = columns.predicate_values(f"{mean}@{k.label}")
+            name = f"{mean}@{k.label}"
+            ids, values = columns.predicate_values(name)
             if not len(ids):
                 continue
-            some = ~np.isnan(values).all(axis=0)
+            order = np.argsort(ids, kind="stable")
+            ids, values = ids[order], values[order]
+            valid = ~np.isnan(values)
+            filled = np.where(valid, values, 0.0)
+            some = valid.any(axis=0)
             for group, members in (ctx.groups or {}).items():
-                share = _share(members, f"{mean}@{k.label}", ctx)
-                rows = np.flatnonzero(np.isin(ids, members))
-                rows = rows[np.argsort(ids[rows], kind="stable")]
-                picked = values[rows]
-                valid = ~np.isnan(picked)
-                count = valid.sum(axis=0)
-                total = np.add.accumulate(np.where(valid, picked, 0.0), axis=0)[-1] \
-                    if len(rows) else np.zeros(values.shape[1])
+                share = _share(members, name, ctx)
+                rows = np.flatnonzero(np.isin(ids, members))  # in predicate order
+                count = valid[rows].sum(axis=0)
+                total = np.add.accumulate(filled[rows], axis=0)[-1] if len(rows) \
+                    else np.zeros(values.shape[1])
                 value = np.where(count > 0, total / np.maximum(count, 1), np.nan)
                 if share == 0:
                     value = np.zeros(values.shape[1])
                 elif share is not None:
                     value = value * float(share)
-                out[f"{mean}@{k.label}[{group}]"] = np.where(some, value, np.nan)
+                out[f"{name}[{group}]"] = np.where(some, value, np.nan)
     return out
 
 
