@@ -1,11 +1,12 @@
 """The metric registry: the fast (vectorized) path equals every family's plain per-image
-function, a toy metric added in a test and the derived F@k reach every output (F with its
-bootstrap interval and paired test), and the kernels import alone."""
+function; a toy metric, a toy derived metric (Gm@k, registered here with its interval) and the
+derived F@k (with its interval and paired test) reach every output; the kernels import alone."""
 
 from __future__ import annotations
 
 import io
 import json
+import math
 import subprocess
 import sys
 
@@ -19,7 +20,7 @@ from sgdask.accum import Accumulator
 from sgdask.kernels.hits import NEVER
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import FAMILIES, register, unregister
-from sgdask.metrics.base import IMAGE, Context, Family, Metric, Terms
+from sgdask.metrics.base import DERIVED, IMAGE, Context, Family, Finals, Metric, Terms
 from sgdask.metrics.terms import batch_blocks, image_result
 from sgdask.protocols import MULTIMPO, SGBENCH, SINGLEMPO
 from sgdask.types import ImageHits, PanopticHits
@@ -138,11 +139,27 @@ def toy_terms(hits: ImageHits, ctx: Context) -> Terms:
 TOY = Family("toy", (Metric("Toy", IMAGE, "a toy metric", board=("50",)),), toy_terms)
 
 
+def geometric_mean(finals: Finals, ctx: Context) -> dict[str, float]:
+    """Gm@k, a toy derived metric: the geometric mean of the dataset values R@k and mR@k."""
+    out = {}
+    for k in ctx.ks:
+        r, m = finals.value(f"R@{k.label}"), finals.value(f"mR@{k.label}")
+        if r is not None and m is not None:
+            out[f"Gm@{k.label}"] = math.sqrt(r * m)
+    return out
+
+
+TOY_DERIVED = Family("toy_derived", (Metric("Gm", DERIVED, "geometric mean of R@k and mR@k"),),
+                     None, derive=geometric_mean)
+
+
 @pytest.fixture
 def toy_registered():
     register(TOY)
+    register(TOY_DERIVED)
     yield
     unregister("toy")
+    unregister("toy_derived")
 
 
 def test_toy_metric_reaches_every_output(toy_registered, dataset, stores, client, tmp_path):
@@ -159,9 +176,11 @@ def test_toy_metric_reaches_every_output(toy_registered, dataset, stores, client
     assert 0 < report.metrics["Toy@50"] <= report.metrics["R@50"]
     r, m = report.metrics["R@50"], report.metrics["mR@50"]
     assert report.metrics["F@50"] == pytest.approx(2 * r * m / (r + m), rel=1e-15)
+    assert report.metrics["Gm@50"] == pytest.approx(math.sqrt(r * m), rel=1e-15)
     write_reports(reports, str(tmp_path / "out"))
     written = json.loads((tmp_path / "out" / "metrics.json").read_text())["metrics"]
     assert "Toy@50" in written and written["F@50"] == report.metrics["F@50"]
+    assert written["Gm@50"] == report.metrics["Gm@50"]
     console = Console(file=io.StringIO(), width=200)
     print_report(report, console)
     table = console.file.getvalue()
@@ -202,6 +221,8 @@ def derived_metric_gets_interval_and_paired_test(report) -> None:
     r, m = samples["R@50"], samples["mR@50"]
     literal = percentile_interval(2 * r * m / (r + m), ci["level"])
     assert report.intervals["F@50"] == list(literal)
+    toy = percentile_interval(np.sqrt(r * m), ci["level"])  # the toy derived metric too
+    assert report.intervals["Gm@50"] == list(toy)
     low, high = report.intervals["F@50"]
     assert low < report.metrics["F@50"] < high
     found = compare([Model("a", [terms]), Model("b", [terms])], [(0, 1)],
