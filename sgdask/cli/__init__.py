@@ -8,10 +8,12 @@ record once, calls the API and prints."""
 
 from __future__ import annotations
 
+import inspect
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from sgdask import __version__
 from sgdask.cli import data, evaluation, hosting
@@ -19,8 +21,57 @@ from sgdask.cli.process import end_process, run_command
 from sgdask.errors import SgdaskError
 from sgdask.versions import dependency_versions
 
+
+def _rewrapped(text: str | None) -> str | None:
+    """A docstring's paragraphs each on one line, so the terminal wraps them (typer keeps the
+    source's line breaks inside every paragraph but the first)."""
+    if text is None:
+        return None
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n"))
+
+
+class _Argument(TyperArgument):
+    """An argument shown by its name alone (typer prints its Python type beside it)."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+def _without_types(params: list[Any]) -> None:
+    """Flags show no ``<bool>`` and arguments no Python type in ``--help``."""
+    for param in params:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+        elif isinstance(param, TyperArgument):
+            param.__class__ = _Argument
+
+
+class _ReadableHelp:
+    """``--help`` that reads well at 80 columns: see ``_rewrapped`` and ``_without_types``
+    (mixed into typer's command and group classes)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = _rewrapped(self.help)
+        _without_types(self.params)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            _without_types([option])
+        return option
+
+
+class _Command(_ReadableHelp, TyperCommand):
+    pass
+
+
+class _Group(_ReadableHelp, TyperGroup):
+    pass
+
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Distributed evaluation of scene graph generation models.")
+                  cls=_Group, help="Distributed evaluation of scene graph generation models.")
 
 
 @app.callback(invoke_without_command=True)
@@ -41,24 +92,22 @@ def _main_options(version: Annotated[bool, typer.Option(
         raise SgdaskError("--verbose applies to --version")
 
 
-app.command("synth")(data.synth)
-app.command("ingest-gt")(data.ingest_gt)
-app.command("convert")(data.convert)
-app.command("validate")(data.validate)
-app.command("verify")(data.verify)
-app.command("stats")(data.stats)
-app.command("evaluate")(evaluation.evaluate)
-app.command("compare")(evaluation.compare)
-app.command("evaluate-many")(evaluation.evaluate_many)
-app.command("submit")(hosting.submit)
-app.command("rerank")(hosting.rerank)
-app.command("serve")(hosting.serve)
-app.command("worker")(hosting.worker)
+_DATA, _SCORING, _HOSTING = "Make and check data", "Score", "Host a benchmark"
+for _name, _function, _panel in (
+        ("synth", data.synth, _DATA), ("ingest-gt", data.ingest_gt, _DATA),
+        ("convert", data.convert, _DATA), ("validate", data.validate, _DATA),
+        ("verify", data.verify, _DATA), ("stats", data.stats, _DATA),
+        ("evaluate", evaluation.evaluate, _SCORING), ("compare", evaluation.compare, _SCORING),
+        ("evaluate-many", evaluation.evaluate_many, _SCORING),
+        ("submit", hosting.submit, _HOSTING), ("rerank", hosting.rerank, _HOSTING),
+        ("serve", hosting.serve, _HOSTING), ("worker", hosting.worker, _HOSTING)):
+    app.command(_name, cls=_Command, rich_help_panel=_panel)(_function)
 
-tokens_app = typer.Typer(no_args_is_help=True, help="Create and revoke upload tokens.")
-tokens_app.command("add")(hosting.tokens_add)
-tokens_app.command("revoke")(hosting.tokens_revoke)
-app.add_typer(tokens_app, name="tokens")
+tokens_app = typer.Typer(no_args_is_help=True, cls=_Group,
+                         help="Create and revoke upload tokens.")
+tokens_app.command("add", cls=_Command)(hosting.tokens_add)
+tokens_app.command("revoke", cls=_Command)(hosting.tokens_revoke)
+app.add_typer(tokens_app, name="tokens", rich_help_panel=_HOSTING)
 
 
 def main(argv: list[str] | None = None) -> None:

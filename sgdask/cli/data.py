@@ -11,6 +11,7 @@ import typer
 
 from sgdask.cli.console import out_console, progress_bar
 from sgdask.cli.options import (
+    INPUT,
     InProcess,
     Limits,
     Scheduler,
@@ -24,13 +25,19 @@ from sgdask.errors import SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.methods import METHODS
 
+VISUAL_GENOME, SCORES, RESULTS = "Visual Genome", "From scores", "Result files"
+
 Overwrite = Annotated[bool, typer.Option(help="replace an existing store at --out")]
+StoreOut = Annotated[str, typer.Option("--out", metavar="PATH", help="store to create")]
 
 
-def synth(out: Annotated[Path, typer.Argument(help="directory to write the dataset into")],
-          images: Annotated[int, typer.Option(help="number of test images")] = 200,
-          seed: Annotated[int, typer.Option(help="random seed")] = 0,
-          height: int = 480, width: int = 640) -> None:
+def synth(out: Annotated[Path, typer.Argument(
+              metavar="DIR", help="directory to write the dataset into")],
+          images: Annotated[int, typer.Option(metavar="N", help="number of test images")] = 200,
+          seed: Annotated[int, typer.Option(metavar="N", help="random seed")] = 0,
+          height: Annotated[int, typer.Option(metavar="PIXELS", help="image height")] = 480,
+          width: Annotated[int, typer.Option(metavar="PIXELS", help="image width")] = 640
+          ) -> None:
     """Write a synthetic PSG-shaped dataset: psg.json, panoptic PNGs, submission ZIP + JSON."""
     from sgdask.synth import write_dataset
 
@@ -41,26 +48,30 @@ def synth(out: Annotated[Path, typer.Argument(help="directory to write the datas
 
 
 def ingest_gt(psg_json: Annotated[str, typer.Argument(
-                  help="psg.json, or Visual Genome's VG-SGG-with-attri.h5 (path or URL)")],
-              out: Annotated[str, typer.Option("--out", help="store URL to create")],
+                  metavar="GT_FILE", help="psg.json, or Visual Genome's VG-SGG-with-attri.h5")],
+              out: StoreOut,
               masks: Annotated[str | None, typer.Option(
-                  "--masks", "--gt-masks",
-                  help="directory of panoptic PNGs (omit for box-only GT)")] = None,
+                  "--masks", "--gt-masks", metavar="DIR", rich_help_panel=INPUT,
+                  help="the panoptic PNGs (omit for box-only GT)")] = None,
               dicts: Annotated[str | None, typer.Option(
-                  "--dicts", help="Visual Genome: VG-SGG-dicts-with-attri.json")] = None,
+                  "--dicts", metavar="PATH", rich_help_panel=VISUAL_GENOME,
+                  help="VG-SGG-dicts-with-attri.json")] = None,
               image_data: Annotated[str | None, typer.Option(
-                  "--image-data", help="Visual Genome: image_data.json")] = None,
+                  "--image-data", metavar="PATH", rich_help_panel=VISUAL_GENOME,
+                  help="image_data.json")] = None,
               split: Annotated[str | None, typer.Option(
-                  help="Visual Genome: test (split flag 2, the default) or val (the first "
-                  "5000 usable images of flag 0)")] = None,
+                  metavar="SPLIT", rich_help_panel=VISUAL_GENOME,
+                  help="test (split flag 2, the default) or val (5000 images of flag 0)")]
+              = None,
               storage_option: StorageOpt = None, overwrite: Overwrite = False,
               scheduler: Scheduler = None, in_process: InProcess = False,
               workers: Workers = None, limit: Limits = None) -> None:
-    """Convert OpenPSG or Visual Genome (VG150) ground truth into a GT store (Parquet + Zarr).
+    """Convert OpenPSG or Visual Genome (VG150) ground truth into a GT store.
 
-    psg.json's size and nesting depth and each PNG's pixel count are limited (--limit
-    max_json_size, max_json_depth, max_layer_pixels), so are the sizes a VG150 h5 file's
-    datasets declare (max_h5_dataset_size, max_h5_total_size)."""
+    The store is Parquet tables and Zarr masks. psg.json's size and nesting depth and each
+    PNG's pixel count are limited (--limit max_json_size, max_json_depth, max_layer_pixels),
+    so are the sizes a VG150 h5 file's datasets declare (max_h5_dataset_size,
+    max_h5_total_size)."""
     from sgdask.io.formats import FORMATS, GT, VG150, recognised
 
     options = storage_options(storage_option)
@@ -88,40 +99,41 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
 
 
 def convert(submission: Annotated[str, typer.Argument(
-                help="SGBench JSON or ZIP; with --method, a model's result file (a pickled "
-                "list of Result objects) or a directory of per-image .npz files")],
-            out: Annotated[str, typer.Option("--out", help="store URL to create")],
+                metavar="SUBMISSION", help="SGBench JSON or ZIP; with --method, a model's "
+                "result file (pickle) or directory of .npz files")],
+            out: StoreOut,
             gt: Annotated[str | None, typer.Option(
-                help="GT store to validate ids, sizes and classes against (required with "
-                "--method: results are paired with its test images)")] = None,
+                metavar="PATH", help="GT store to check ids, sizes and classes against "
+                "(required with --method)")] = None,
             storage_option: StorageOpt = None, overwrite: Overwrite = False,
             scheduler: Scheduler = None, in_process: InProcess = False,
             workers: Workers = None, limit: Limits = None,
             from_scores: Annotated[str | None, typer.Option(
-                "--from-scores", help="derive the triplet lists from per-pair predicate "
-                "scores (Parquet or NPZ, see schemas/scores.md)")] = None,
+                "--from-scores", metavar="PATH", rich_help_panel=SCORES,
+                help="derive the lists from per-pair predicate scores (Parquet or NPZ)")]
+            = None,
             rank_by: Annotated[str, typer.Option(
-                "--rank-by", help="with --from-scores: rank pairs by the best predicate "
-                "score (predicate) or by predicate x subject x object score (triplet, as "
-                "Scene-Graph-Benchmark.pytorch and OpenPSG; needs instance scores)")]
+                "--rank-by", metavar="RANKING", rich_help_panel=SCORES,
+                help="predicate (best predicate score) or triplet (times the instances' "
+                "scores)")]
             = "predicate",
             ng_limit: Annotated[int | None, typer.Option(
-                "--ng-limit", min=0, help="with --from-scores: keep only the first N "
-                "triplets of each NG list (Scene-Graph-Benchmark.pytorch evaluates 100)")]
+                "--ng-limit", min=0, metavar="N", rich_help_panel=SCORES,
+                help="keep the first N triplets of each NG list")]
             = None,
             method: Annotated[str | None, typer.Option(
-                help="read OpenPSG-family results and derive the lists as SGBench's "
-                f"conversion scripts do: {'|'.join(METHODS)} (see schemas/results.md)")]
+                metavar="METHOD", rich_help_panel=RESULTS,
+                help=f"SUBMISSION is a model's result file: {', '.join(METHODS)}")]
             = None,
             instance_scores: Annotated[bool, typer.Option(
-                "--instance-scores", help="with --method: keep the score column of "
-                "refine_bboxes as instance scores (singlempo then merges masks in score "
-                "order; SGBench's scripts drop it)")] = False) -> None:
+                "--instance-scores", rich_help_panel=RESULTS,
+                help="keep refine_bboxes' scores as instance scores")] = False) -> None:
     """Convert an SGBench submission, or a model's result file, into a submission store.
 
     SGBench files: runs `sgdask validate`'s checks first and stops at the first error.
-    Result files (--method): every image is checked as it is converted; any problem stops
-    the conversion and leaves no store."""
+    Result files (--method, formats in the docs' File formats pages): every image is
+    checked as it is converted; any problem stops the conversion and leaves no store.
+    --from-scores: see the docs' File formats (scores) page."""
     from sgdask.io.formats import conversion_options, submission_format
     from sgdask.kernels.scores import RANK_BY
 
@@ -160,11 +172,12 @@ def _check_method_options(method: str | None, from_scores: str | None,
 
 
 def validate(submission: Annotated[str, typer.Argument(
-                 help="SGBench JSON or ZIP, or a file of another registered format")],
+                 metavar="SUBMISSION", help="SGBench JSON or ZIP")],
              gt: Annotated[str | None, typer.Option(
-                 help="GT store to check ids, sizes and classes against")] = None,
+                 metavar="PATH", help="GT store to check ids, sizes and classes against")]
+             = None,
              max_problems: Annotated[int, typer.Option(
-                 min=1, help="stop after this many problems")] = 50,
+                 min=1, metavar="N", help="stop after this many problems")] = 50,
              storage_option: StorageOpt = None, limit: Limits = None) -> None:
     """Check a submission without converting it: print every problem, one per line.
 
@@ -188,13 +201,14 @@ def validate(submission: Annotated[str, typer.Argument(
 
 
 def verify(urls: Annotated[list[str] | None, typer.Argument(
-               help="store URLs (GT or submission)")] = None,
+               metavar="STORE", help="GT or submission stores")] = None,
            registry: Annotated[str | None, typer.Option(
-               help="also check a registry: its entries, the stores of its submissions, "
-               "every result cache entry and kept report page against its hashes")] = None,
+               metavar="PATH", help="also check a registry and everything it holds")] = None,
            storage_option: StorageOpt = None) -> None:
-    """Check stores completely: the manifest, every file's size and SHA-256, every Parquet
-    file and its page checksums, every mask chunk and its CRC-32C, the tables' consistency.
+    """Check stores, or a registry, completely.
+
+    Stores: the manifest, every file's size and SHA-256, every Parquet file and its page
+    checksums, every mask chunk and its CRC-32C, the tables' consistency.
 
     --registry: every entry and status record parses, every converted submission's store
     verifies so, every result cache entry's files match the sizes and SHA-256 its
@@ -234,8 +248,9 @@ def verify(urls: Annotated[list[str] | None, typer.Argument(
         raise typer.Exit(EXIT_ERROR)
 
 
-def stats(psg_json: Annotated[str, typer.Argument(help="psg.json (path or URL)")],
-          out: Annotated[str, typer.Option("--out", help="Parquet file URL to write")],
+def stats(psg_json: Annotated[str, typer.Argument(metavar="PSG_JSON", help="psg.json")],
+          out: Annotated[str, typer.Option(
+              "--out", metavar="PATH", help="Parquet file to write")],
           storage_option: StorageOpt = None) -> None:
     """Training-split triplet statistics (zero-shot types, wIMR weights) as Parquet."""
     from sgdask.io.training_stats import psg_train_stats, write_stats

@@ -16,6 +16,10 @@ from sgdask.cli.console import (
     progress_bar,
 )
 from sgdask.cli.options import (
+    CLUSTER,
+    INPUT,
+    INTERVALS,
+    PROTOCOL,
     Limits,
     Scheduler,
     StorageOpt,
@@ -28,80 +32,85 @@ from sgdask.errors import SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.methods import METHODS
 from sgdask.kernels.selection import DEFAULT_KS
-from sgdask.protocols import DEFAULT_PROTOCOL
+from sgdask.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 
-Aggregation = Annotated[str, typer.Option(help="per_predicate, pooled or image")]
+Aggregation = Annotated[str, typer.Option(
+    metavar="NAME", rich_help_panel=PROTOCOL, help="per_predicate, pooled or image")]
 CacheDir = Annotated[str | None, typer.Option(
-    "--cache-dir", help="where GT stores ingested from psg.json are cached "
-    "(default: $XDG_CACHE_HOME/sgdask, i.e. ~/.cache/sgdask)")]
+    "--cache-dir", metavar="DIR", rich_help_panel=INPUT,
+    help="cache of GT stores ingested from psg.json (default: ~/.cache/sgdask)")]
+Ks = Annotated[str, typer.Option(
+    "--k", metavar="K[,K...]", rich_help_panel=PROTOCOL,
+    help="top-k cut-offs: integers, or xF for F times the GT's relations")]
+PartitionSize = Annotated[int | None, typer.Option(
+    metavar="N", rich_help_panel=CLUSTER,
+    help="images per Dask task (default: GT store parts, about 256 images each)")]
+Stats = Annotated[str | None, typer.Option(
+    metavar="PATH", rich_help_panel=INPUT,
+    help="training statistics from `sgdask stats` (default: the GT store's)")]
+_PROTOCOLS = ", ".join(PROTOCOLS)
 
 
 def evaluate(gt: Annotated[str, typer.Option(
-                 "--gt", help="GT store URL, or psg.json (ingested once, then cached)")],
+                 "--gt", metavar="PATH", help="GT store, or psg.json (ingested once, cached)")],
              pred: Annotated[str, typer.Option(
-                 "--pred", help="submission store URL, or an SGBench ZIP or JSON file "
-                 "(decoded and checked on the cluster as it is scored); with --method, a "
-                 "model's result file or .npz directory")],
+                 "--pred", metavar="PATH",
+                 help="submission store, SGBench ZIP or JSON, or (with --method) result file")],
              gt_masks: Annotated[str | None, typer.Option(
-                 "--gt-masks", "--masks", help="with --gt psg.json: the panoptic PNGs "
-                 "(omit for box-only GT)")] = None,
+                 "--gt-masks", "--masks", metavar="DIR", rich_help_panel=INPUT,
+                 help="with --gt psg.json: the panoptic PNGs (omit for box-only GT)")] = None,
              keep_store: Annotated[str | None, typer.Option(
-                 "--keep-store", help="with a submission file: also keep it converted, "
-                 "as a submission store at this URL")] = None,
+                 "--keep-store", metavar="PATH",
+                 help="also keep a submission file converted, as a store here")] = None,
              method: Annotated[str | None, typer.Option(
-                 help="--pred is a model's result file (as `convert --method`): "
-                 f"{'|'.join(METHODS)}; each image decoded and checked by the task that "
-                 "scores it (--keep-store: converted into that store first, then scored)")]
+                 metavar="METHOD", rich_help_panel=INPUT,
+                 help=f"--pred is a model's result file: {', '.join(METHODS)}")]
              = None,
              instance_scores: Annotated[bool, typer.Option(
-                 "--instance-scores", help="with --method: keep the score column of "
-                 "refine_bboxes as instance scores (as `convert --instance-scores`)")]
+                 "--instance-scores", rich_help_panel=INPUT,
+                 help="with --method: keep refine_bboxes' scores as instance scores")]
              = False,
              cache_dir: CacheDir = None,
              protocol: Annotated[str, typer.Option(
-                 help="singlempo, sgbench (SGBench 1.0.0), sgbench2 (SGBench 2.0.0), "
-                 "multimpo, sgbpytorch (Scene-Graph-Benchmark.pytorch on boxes), or "
-                 "several: singlempo,multimpo")]
+                 metavar="NAME[,...]", rich_help_panel=PROTOCOL,
+                 help=f"one or more of {_PROTOCOLS}")]
              = DEFAULT_PROTOCOL,
-             k: Annotated[str, typer.Option("--k", help="ks: integers and relative xF")]
-             = DEFAULT_KS,
+             k: Ks = DEFAULT_KS,
              aggregation: Aggregation = "per_predicate",
-             partition_size: Annotated[int | None, typer.Option(
-                 help="images per Dask task (default: whole GT store parts, grouped to "
-                 "about 256 images)")]
-             = DEFAULT_PARTITION_SIZE,
+             partition_size: PartitionSize = DEFAULT_PARTITION_SIZE,
              scheduler: Scheduler = None, workers: Workers = None,
              out: Annotated[str | None, typer.Option(
-                 help="directory for metrics.json, per_predicate/per_image.parquet, "
-                 "report.md, report.html")] = None,
-             stats: Annotated[str | None, typer.Option(
-                 help="training statistics from `sgdask stats` (default: the GT store's)")]
+                 metavar="DIR", help="write metrics.json, Parquet tables and reports here")]
              = None,
+             stats: Stats = None,
              predicate_groups: Annotated[str | None, typer.Option(
-                 "--predicate-groups", help="predicate groups of mR@k[G]: a JSON file, group "
-                 "name -> predicate names (default: VG150's head/body/tail split, else the "
-                 "training frequency in thirds)")] = None,
+                 "--predicate-groups", metavar="PATH", rich_help_panel=INPUT,
+                 help="JSON groups of predicates for mR@k[G] (default: head/body/tail)")]
+             = None,
              legacy_metrics: Annotated[bool, typer.Option(
-                 "--legacy-metrics", help="also compute the legacy pair accuracy A@k")]
-             = False,
-             tau: Annotated[float, typer.Option(help="wIMR weight exponent")] = 0.5,
+                 "--legacy-metrics", rich_help_panel=PROTOCOL,
+                 help="also compute the legacy pair accuracy A@k")] = False,
+             tau: Annotated[float, typer.Option(
+                 metavar="TAU", rich_help_panel=PROTOCOL, help="wIMR weight exponent")] = 0.5,
              match_labels: Annotated[bool, typer.Option(
-                 "--match-labels/--no-match-labels",
-                 help="match predictions only to GT instances of the same category "
-                 "(SPEC section 4; recorded in the report)")] = True,
+                 "--match-labels/--no-match-labels", rich_help_panel=PROTOCOL,
+                 help="match only GT instances of the predicted category (docs: Metrics)")]
+             = True,
              ci: Annotated[float | None, typer.Option(
-                 "--ci", help="bootstrap intervals at this level (e.g. 0.95) for every "
-                 "metric: percentile bootstrap over images")] = None,
+                 "--ci", metavar="LEVEL", rich_help_panel=INTERVALS,
+                 help="bootstrap intervals at this level, e.g. 0.95")] = None,
              resamples: Annotated[int, typer.Option(
-                 help="with --ci: bootstrap resamples")] = 1000,
+                 metavar="N", rich_help_panel=INTERVALS, help="bootstrap resamples")] = 1000,
              seed: Annotated[int, typer.Option(
-                 help="with --ci: seed of the resamples (the same for every protocol)")] = 0,
+                 metavar="N", rich_help_panel=INTERVALS, help="seed of the resamples")] = 0,
              ci_metrics: Annotated[str | None, typer.Option(
-                 "--ci-metrics", help="with --ci: only these metrics, comma separated "
-                 "(names like mR@50 or families like mR)")] = None,
+                 "--ci-metrics", metavar="NAME[,...]", rich_help_panel=INTERVALS,
+                 help="intervals only for these metrics (mR@50) or families (mR)")] = None,
              limit: Limits = None, storage_option: StorageOpt = None) -> None:
-    """Score a submission (store or file) against the GT (store or psg.json) on a Dask
-    cluster and print the table."""
+    """Score a submission against the ground truth and print the table.
+
+    The submission is a store or a file (SGBench ZIP or JSON; with --method a model's
+    result file); the ground truth a store or psg.json. Scoring runs on a Dask cluster."""
     from sgdask.cluster import dask_client
     from sgdask.core.settings import Settings
     from sgdask.io.results import ResultsMethod
@@ -157,47 +166,51 @@ def _gt_store(gt: str, masks: str | None, cache_dir: str | None, options: Any,
 
 
 def compare(gt: Annotated[str, typer.Option(
-                "--gt", help="GT store URL, or psg.json (ingested once, then cached)")],
+                "--gt", metavar="PATH", help="GT store, or psg.json (ingested once, cached)")],
             models: Annotated[list[str] | None, typer.Argument(
-                help="report directories (evaluate --out), submission stores or, with "
-                "--registry, registry names; the first is the baseline")] = None,
+                metavar="MODEL", help="report directories (evaluate --out), submission "
+                "stores or registry names; the first is the baseline")] = None,
             out: Annotated[str | None, typer.Option(
-                help="directory for comparison.json, comparison_details.json and "
-                "comparison.html")] = None,
+                metavar="DIR", help="write comparison.json, its details and an HTML page here")]
+            = None,
             group: Annotated[list[str] | None, typer.Option(
-                "--group", help="several runs of one model (training seeds) as "
-                "NAME=RUN1,RUN2,...: mean ± sd over runs (repeatable; after the positional "
-                "models)")] = None,
+                "--group", metavar="NAME=RUN,RUN...", rich_help_panel=INPUT,
+                help="several runs of one model, as mean ± sd (repeatable)")] = None,
             all_pairs: Annotated[bool, typer.Option(
-                "--all-pairs", help="compare every pair, not only each model with the "
-                "first")] = False,
-            protocol: Annotated[str, typer.Option(help="the protocol to compare under")]
+                "--all-pairs", help="compare every pair, not only each model with the first")]
+            = False,
+            protocol: Annotated[str, typer.Option(
+                metavar="NAME", rich_help_panel=PROTOCOL, help="the protocol to compare under")]
             = DEFAULT_PROTOCOL,
             metrics: Annotated[str | None, typer.Option(
-                "--metrics", help="only these metrics, comma separated (mR@50 or mR)")]
-            = None,
-            level: Annotated[float, typer.Option(help="interval level")] = 0.95,
-            resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 1000,
+                "--metrics", metavar="NAME[,...]", rich_help_panel=PROTOCOL,
+                help="only these metrics (mR@50) or families (mR)")] = None,
+            level: Annotated[float, typer.Option(
+                metavar="LEVEL", rich_help_panel=INTERVALS, help="interval level")] = 0.95,
+            resamples: Annotated[int, typer.Option(
+                metavar="N", rich_help_panel=INTERVALS, help="bootstrap resamples")] = 1000,
             permutations: Annotated[int, typer.Option(
+                metavar="N", rich_help_panel=INTERVALS,
                 help="approximate-randomization permutations")] = 1000,
-            seed: Annotated[int, typer.Option(help="seed of resamples and permutations")]
-            = 0,
+            seed: Annotated[int, typer.Option(
+                metavar="N", rich_help_panel=INTERVALS,
+                help="seed of resamples and permutations")] = 0,
             registry: Annotated[str | None, typer.Option(
-                help="registry URL: models may be registry names (its cache is used)")]
-            = None,
-            k: Annotated[str, typer.Option("--k", help="ks of stores evaluated here")]
-            = DEFAULT_KS,
+                metavar="PATH", rich_help_panel=INPUT,
+                help="registry: models may be its names (its cache is used)")] = None,
+            k: Annotated[str, typer.Option(
+                "--k", metavar="K[,K...]", rich_help_panel=PROTOCOL,
+                help="top-k cut-offs of stores evaluated here")] = DEFAULT_KS,
             aggregation: Aggregation = "per_predicate",
-            stats: Annotated[str | None, typer.Option(
-                help="training statistics (default: the GT store's)")] = None,
-            partition_size: Annotated[int | None, typer.Option(
-                help="images per Dask task when stores are evaluated")]
-            = DEFAULT_PARTITION_SIZE,
+            stats: Stats = None,
+            partition_size: PartitionSize = DEFAULT_PARTITION_SIZE,
             scheduler: Scheduler = None, workers: Workers = None,
             cache_dir: CacheDir = None, storage_option: StorageOpt = None) -> None:
-    """Is model B better than model A? Paired bootstrap intervals of the differences,
-    approximate-randomization p-values (Holm-corrected), per-predicate differences and
-    per-image wins, for every metric."""
+    """Is model B better than model A? Paired intervals and p-values for every metric.
+
+    Paired bootstrap intervals of the differences, approximate-randomization p-values
+    (Holm-corrected), per-predicate differences and per-image wins. --group takes the runs
+    of one model (training seeds) as NAME=RUN1,RUN2,... after the positional models."""
     from sgdask.batch.compare import (
         CompareJob,
         labels,
@@ -228,7 +241,8 @@ def compare(gt: Annotated[str, typer.Option(
 
 
 def evaluate_many(manifest: Annotated[str, typer.Argument(
-                      help="YAML/JSON manifest: gt, submissions, out, cache, options")],
+                      metavar="MANIFEST",
+                      help="YAML or JSON: gt, submissions, out, cache, options")],
                   scheduler: Scheduler = None, workers: Workers = None,
                   dry_run: Annotated[bool, typer.Option(
                       "--dry-run", help="list what would be evaluated, then stop")] = False,

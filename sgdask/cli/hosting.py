@@ -27,28 +27,40 @@ from sgdask.metrics import RANK_BY, format_value
 if TYPE_CHECKING:
     from sgdask.service.limits import Limits as TeamLimits
 
+_REGISTRY, _SERVER = "With --registry", "With --server"
+_HTTP, _ACCOUNTS, _QUEUE = "Web server", "Accounts and limits", "Queue"
 
-def submit(submission: Annotated[str, typer.Argument(help="SGBench ZIP or JSON")],
-           name: Annotated[str, typer.Option(help="model name shown on the leaderboard")],
+
+def submit(submission: Annotated[str, typer.Argument(
+               metavar="SUBMISSION", help="SGBench ZIP or JSON")],
+           name: Annotated[str, typer.Option(
+               metavar="NAME", help="model name shown on the leaderboard")],
            registry: Annotated[str | None, typer.Option(
-               help="registry URL (convert and register here; or --server)")] = None,
+               metavar="PATH", rich_help_panel=_REGISTRY,
+               help="registry to convert and register into")] = None,
            server: Annotated[str | None, typer.Option(
-               help="benchmark server URL (upload through its API; or --registry)")] = None,
+               metavar="URL", rich_help_panel=_SERVER,
+               help="benchmark server to upload to")] = None,
            token: Annotated[str | None, typer.Option(
-               envvar="SGDASK_TOKEN", help="token for --server (or $SGDASK_TOKEN)")] = None,
+               envvar="SGDASK_TOKEN", metavar="TOKEN", rich_help_panel=_SERVER,
+               help="upload token (or $SGDASK_TOKEN)")] = None,
            gt: Annotated[str | None, typer.Option(
-               help="GT store URL (validates against it; with --registry)")] = None,
+               metavar="PATH", rich_help_panel=_REGISTRY,
+               help="GT store to validate against")] = None,
            approved: Annotated[bool, typer.Option(help="show on the approved board")] = False,
-           paper: Annotated[str | None, typer.Option(help="paper link")] = None,
+           paper: Annotated[str | None, typer.Option(metavar="URL", help="paper link")] = None,
            wait: Annotated[bool, typer.Option(
-               "--wait", help="with --server: wait until ranked, rejected or failed")] = False,
+               "--wait", rich_help_panel=_SERVER,
+               help="wait until ranked, rejected or failed")] = False,
            wait_timeout: Annotated[float, typer.Option(
-               help="seconds --wait waits at most")] = 3600,
+               metavar="SECONDS", rich_help_panel=_SERVER,
+               help="how long --wait waits at most")] = 3600,
            scheduler: Scheduler = None, in_process: InProcess = False,
            workers: Workers = None, storage_option: StorageOpt = None) -> None:
-    """Submit a model: convert and register it (--registry), or upload it (--server).
+    """Submit a model: register it (--registry) or upload it (--server).
 
-    With --server --wait the exit code is 0 when ranked, 2 when rejected or failed."""
+    With --registry the submission is validated against --gt, converted and registered
+    here. With --server --wait the exit code is 0 when ranked, 2 when rejected or failed."""
     if (registry is None) == (server is None):
         raise SgdaskError("submit: give exactly one of --registry URL or --server URL")
     if server is not None:
@@ -83,23 +95,22 @@ def _upload(submission: str, server: str, token: str | None, name: str, paper: s
           f"{format_value(RANK_BY, (doc.get('metrics') or {}).get(RANK_BY))}")
 
 
-def rerank(registry: Annotated[str, typer.Option(help="registry URL")],
-           gt: Annotated[str, typer.Option(help="GT store URL")],
-           out: Annotated[str, typer.Option(help="leaderboard URL (publishes here)")],
+def rerank(registry: Registry, gt: GT, out: Board,
            scheduler: Scheduler = None, workers: Workers = None,
            dry_run: Annotated[bool, typer.Option(
                "--dry-run", help="list what would be evaluated, then stop")] = False,
            lease: Annotated[float, typer.Option(
-               min=0.5, help="seconds without a heartbeat after which the holder of "
-               "OUT/lock.json is presumed dead and its lock taken over (a holder on this host "
-               "whose process is gone: at once)")] = DEFAULT_LEASE,
+               min=0.5, metavar="SECONDS",
+               help="heartbeat age after which the board's lock is taken over")]
+           = DEFAULT_LEASE,
            stale_lock_after: Annotated[float | None, typer.Option(
                min=0.5, hidden=True, help="deprecated: use --lease")] = None,
            storage_option: StorageOpt = None) -> None:
     """Evaluate what is missing under the current protocols and publish the leaderboard.
 
-    Exit codes: 0 published or up to date, 2 bad input, 3 another rerank holds the lock.
-    """
+    The holder of OUT/lock.json is presumed dead once its heartbeat is --lease seconds old
+    (a holder on this host whose process is gone: at once). Exit codes: 0 published or up
+    to date, 2 bad input, 3 another rerank holds the lock."""
     from sgdask.batch.rerank import EXIT_LOCKED
     from sgdask.batch.rerank import rerank as run_rerank
     from sgdask.io.lock import LockHeld
@@ -122,23 +133,30 @@ def rerank(registry: Annotated[str, typer.Option(help="registry URL")],
 
 # --- the benchmarking service ----------------------------------------------------------------
 
-Registry = Annotated[str, typer.Option(help="registry URL (entries, uploads, stores, cache)")]
-GT = Annotated[str, typer.Option(help="GT store URL")]
-Board = Annotated[str, typer.Option(help="leaderboard URL (rerank publishes here)")]
+Registry = Annotated[str, typer.Option(
+    metavar="PATH", help="registry: entries, uploads, stores, cache")]
+GT = Annotated[str, typer.Option(metavar="PATH", help="GT store")]
+Board = Annotated[str, typer.Option(metavar="PATH", help="where the leaderboard is published")]
 TokensFile = Annotated[str | None, typer.Option(
-    help="tokens file (from `sgdask tokens add`); without it only --open-uploads work")]
+    metavar="PATH", rich_help_panel=_ACCOUNTS,
+    help="tokens file from `sgdask tokens add` (none: only --open-uploads)")]
 DailyLimit = Annotated[int, typer.Option(
-    min=0, help="submissions per team per rolling 24 hours (0: no limit)")]
-TotalLimit = Annotated[int, typer.Option(min=0, help="submissions per team in total (0: none)")]
+    min=0, metavar="N", rich_help_panel=_ACCOUNTS,
+    help="submissions per team per rolling 24 hours (0: no limit)")]
+TotalLimit = Annotated[int, typer.Option(
+    min=0, metavar="N", rich_help_panel=_ACCOUNTS,
+    help="submissions per team in total (0: no limit)")]
 OpenUploads = Annotated[bool, typer.Option(
-    "--open-uploads", help="the public board takes uploads without a token (a local lab)")]
-Poll = Annotated[float, typer.Option(min=0.05, help="seconds between queue polls")]
+    "--open-uploads", rich_help_panel=_ACCOUNTS,
+    help="the public board takes uploads without a token (a local lab)")]
+Poll = Annotated[float, typer.Option(
+    min=0.05, metavar="SECONDS", rich_help_panel=_QUEUE, help="time between queue polls")]
 Lease = Annotated[float, typer.Option(
-    min=0.5, help="seconds without a heartbeat after which a worker, an upload or the holder "
-    "of the board's lock is presumed dead and what it held is taken over; orphaned uploads "
-    "are swept after 3 leases")]
+    min=0.5, metavar="SECONDS", rich_help_panel=_QUEUE,
+    help="heartbeat age after which a worker, upload or lock is presumed dead")]
 MaxAttempts = Annotated[int, typer.Option(
-    min=1, help="claims of one entry before it is marked failed")]
+    min=1, metavar="N", rich_help_panel=_QUEUE,
+    help="claims of one entry before it is marked failed")]
 
 
 def _team_limits(daily: int, total: int, concurrent: int = 0) -> TeamLimits:
@@ -152,26 +170,33 @@ def serve(registry: Registry, gt: GT,
           out: Board,
           scheduler: Scheduler = None,
           host: Annotated[str, typer.Option(
-              help="address to listen on (put a TLS proxy in front for anything public)")]
+              metavar="ADDRESS", rich_help_panel=_HTTP,
+              help="address to listen on (public: behind a TLS proxy)")]
           = "127.0.0.1",
-          port: Annotated[int, typer.Option(help="port (0: any free port)")] = 8000,
+          port: Annotated[int, typer.Option(
+              metavar="PORT", rich_help_panel=_HTTP, help="port (0: any free port)")] = 8000,
           tokens: TokensFile = None,
           no_worker: Annotated[bool, typer.Option(
-              "--no-worker", help="only take uploads; run `sgdask worker` separately")] = False,
+              "--no-worker", rich_help_panel=_QUEUE,
+              help="only take uploads; run `sgdask worker` separately")] = False,
           max_upload_mb: Annotated[float, typer.Option(
-              min=0.001, help="largest upload in MiB (413 beyond)")] = 2048,
+              min=0.001, metavar="MIB", rich_help_panel=_HTTP,
+              help="largest upload (413 beyond)")] = 2048,
           daily_limit: DailyLimit = 5, total_limit: TotalLimit = 0,
           concurrent_limit: Annotated[int, typer.Option(
-              min=0, help="uploads per team streaming in at the same time, across every "
-              "server sharing the registry; they count against the daily and total limits "
-              "too (0: no limit)")] = 5,
+              min=0, metavar="N", rich_help_panel=_ACCOUNTS,
+              help="uploads per team streaming in at once, on every server (0: no limit)")]
+          = 5,
           open_uploads: OpenUploads = False,
-          title: Annotated[str, typer.Option(help="the leaderboard's title")]
+          title: Annotated[str, typer.Option(
+              metavar="TEXT", rich_help_panel=_HTTP, help="the leaderboard's title")]
           = "sgdask leaderboard",
           poll: Poll = 1.0, lease: Lease = DEFAULT_LEASE, max_attempts: MaxAttempts = 3,
           limit: Limits = None, storage_option: StorageOpt = None) -> None:
-    """Serve the benchmark: upload form, status pages, leaderboard, JSON API, and the queue
-    worker (in this process unless --no-worker)."""
+    """Serve the benchmark: upload form, status pages, leaderboard and JSON API.
+
+    The queue worker runs in this process unless --no-worker. Uploads streaming in count
+    against a team's daily and total limits too."""
     from sgdask.service.app import ServiceConfig
     from sgdask.service.server import serve as run_server
     from sgdask.service.worker import WorkerConfig
@@ -204,12 +229,15 @@ def worker(registry: Registry, gt: GT, out: Board,
                       archive_limits=ArchiveLimits.from_pairs(limit)), scheduler)
 
 
-def tokens_add(file: Annotated[Path, typer.Argument(help="tokens file (created if absent)")],
-               team: Annotated[str, typer.Option(help="team name")],
-               role: Annotated[str, typer.Option(help="participant or maintainer")]
+def tokens_add(file: Annotated[Path, typer.Argument(
+                   metavar="FILE", help="tokens file (created if absent)")],
+               team: Annotated[str, typer.Option(metavar="TEAM", help="team name")],
+               role: Annotated[str, typer.Option(
+                   metavar="ROLE", help="participant or maintainer")]
                = "participant") -> None:
-    """Create a token for a team; the token is the last line of the output (shown once:
-    only its hash is stored)."""
+    """Create a token for a team; it is the last line of the output.
+
+    The token is shown once: only its hash is stored."""
     from sgdask.service.tokens import add_token
 
     token = add_token(file, team, role)
@@ -217,8 +245,9 @@ def tokens_add(file: Annotated[Path, typer.Argument(help="tokens file (created i
     print(token)
 
 
-def tokens_revoke(file: Annotated[Path, typer.Argument(help="tokens file")],
-                  team: Annotated[str, typer.Argument(help="team whose tokens to remove")]
+def tokens_revoke(file: Annotated[Path, typer.Argument(metavar="FILE", help="tokens file")],
+                  team: Annotated[str, typer.Argument(
+                      metavar="TEAM", help="team whose tokens to remove")]
                   ) -> None:
     """Remove every token of a team (a running server notices the change)."""
     from sgdask.service.tokens import revoke_team

@@ -8,24 +8,26 @@ import typer
 
 from sgdask.cluster import LOCAL, Local
 from sgdask.errors import SgdaskError
-from sgdask.io.archive import limits_help
+
+#: the panels ``--help`` groups options into (the essential ones stay under "Options")
+INPUT, PROTOCOL, INTERVALS, CLUSTER, STORAGE = (
+    "Input", "Protocol and metrics", "Intervals", "Cluster", "Storage and limits")
 
 StorageOpt = Annotated[list[str] | None, typer.Option(
-    "--storage-option", "-S", help="fsspec storage option KEY=VALUE (repeatable), "
-    "e.g. endpoint_url=http://127.0.0.1:5000")]
+    "--storage-option", "-S", metavar="KEY=VALUE", rich_help_panel=STORAGE,
+    help="fsspec storage option, e.g. endpoint_url=http://127.0.0.1:5000 (repeatable)")]
 Scheduler = Annotated[str | None, typer.Option(
-    help="address of an existing Dask scheduler (default: Dask's scheduler-address setting, "
-    "e.g. DASK_SCHEDULER_ADDRESS, else an in-process LocalCluster)")]
+    metavar="URL", rich_help_panel=CLUSTER,
+    help="an existing Dask scheduler (default: $DASK_SCHEDULER_ADDRESS, else a local one)")]
 InProcess = Annotated[bool, typer.Option(
-    "--in-process", help="convert in this process, without Dask (small inputs)")]
+    "--in-process", rich_help_panel=CLUSTER, help="work in this process, without Dask")]
 Workers = Annotated[int | None, typer.Option(
-    "--workers", min=1, help="workers of the local Dask cluster (default: the cores this "
-    "process may use)")]
+    "--workers", min=1, metavar="N", rich_help_panel=CLUSTER,
+    help="workers of the local cluster (default: the cores this process may use)")]
 Limits = Annotated[list[str] | None, typer.Option(
-    "--limit", help="raise a limit on untrusted input, NAME=VALUE (repeatable; sizes in bytes "
-    f"or e.g. 4GiB); defaults: {limits_help()}")]
-
-
+    "--limit", metavar="NAME=VALUE", rich_help_panel=STORAGE,
+    help="raise a limit on untrusted input, e.g. max_json_size=4GiB (repeatable; every "
+    "limit and its default: the docs' Security page)")]
 def cluster_choice(scheduler: str | None, in_process: bool = False,
                    workers: int | None = None) -> str | Local | None:
     """What work runs on: nothing (in process), a scheduler, or a LocalCluster."""

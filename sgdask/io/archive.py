@@ -95,11 +95,6 @@ def parse_limit(text: str, kind: type, name: str) -> int | float:
     return kind(value)
 
 
-def limits_help() -> str:
-    """``name=default`` for every limit (for --help)."""
-    return ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(ArchiveLimits))
-
-
 def limit_hint(limits: ArchiveLimits, name: str) -> RaiseLimit:
     """The ``expected`` of an input past the limit ``name``: its value and how to raise it
     (``--limit NAME=N`` on the command line)."""
