@@ -16,6 +16,8 @@ import pytest
 import sgdask
 from sgdask.cli import main
 from sgdask.cluster import dask_client
+from sgdask.io.store import FORMAT_VERSION
+from sgdask.protocols import METRICS_VERSION, PROTOCOLS
 from sgdask.versions import PACKAGES, dependency_versions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,11 +40,16 @@ def test_version_verbose_lists_the_libraries_that_decide_the_numbers(capsys):
     code, out, _ = run_cli(capsys, "--version", "--verbose")
     lines = out.splitlines()
     assert code == 0 and lines[0] == f"sgdask {sgdask.__version__}"
-    listed = dict(line.split(" ", 1) for line in lines[1:])
+    assert lines[1:4] == [
+        "protocols " + ", ".join(f"{p.name} {p.version}" for p in PROTOCOLS.values()),
+        f"metrics {METRICS_VERSION}", f"store format {FORMAT_VERSION}"]
+    listed = dict(line.split(" ", 1) for line in lines[4:])
     assert listed == dependency_versions()
     assert list(listed)[-1] == "python"
     for name in ("numpy", "dask", "distributed", "zarr", "pyarrow"):
         assert listed[name] == version(name)
+    _, short, _ = run_cli(capsys, "--version", "-v")
+    assert short == out
 
 
 def test_verbose_without_version_is_an_error(capsys):

@@ -78,18 +78,29 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 def _main_options(version: Annotated[bool, typer.Option(
                       "--version", help="print sgdask's version and exit")] = False,
                   verbose: Annotated[bool, typer.Option(
-                      "--verbose", help="with --version: also the versions of the libraries "
-                      "that decide the numbers (what a report's provenance records)")]
+                      "--verbose", "-v", help="with --version: also the versions of the "
+                      "protocols, metrics, store format and libraries that decide the numbers")]
                   = False) -> None:
     """The options that come before any command (the group's callback)."""
     if version:
         print(f"sgdask {__version__}")
         if verbose:
-            for name, number in dependency_versions().items():
-                print(f"{name} {number}")
+            print("\n".join(_versions()))
         raise typer.Exit()
     if verbose:
         raise SgdaskError("--verbose applies to --version")
+
+
+def _versions() -> list[str]:
+    """``--version --verbose``'s lines after sgdask's own: what a report's provenance
+    records."""
+    from sgdask.io.store import FORMAT_VERSION
+    from sgdask.protocols import METRICS_VERSION, PROTOCOLS
+
+    protocols = ", ".join(f"{p.name} {p.version}" for p in PROTOCOLS.values())
+    return [f"protocols {protocols}", f"metrics {METRICS_VERSION}",
+            f"store format {FORMAT_VERSION}",
+            *(f"{name} {number}" for name, number in dependency_versions().items())]
 
 
 _DATA, _SCORING, _HOSTING = "Make and check data", "Score", "Host a benchmark"
