@@ -8,6 +8,7 @@ is checked without touching this file; nothing here is a golden copy of the text
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -73,6 +74,6 @@ def test_help_text_is_not_wrapped_at_the_source_line_breaks(capsys, monkeypatch)
     ``verify`` (several long paragraphs) ends where its source line did while the next
     line would have fit on it."""
     lines = [line.strip() for line in _help(capsys, monkeypatch, ("verify",)).splitlines()]
-    for line, after in zip(lines, lines[1:], strict=False):
+    for line, after in pairwise(lines):
         if line and after and not set(line + after) & set("│╭╰"):
             assert len(line) + 1 + len(after.split()[0]) > WIDTH - 2, (line, after)
