@@ -484,3 +484,6 @@ def test_steps_list_every_shown_status_once_in_order():
     sub = Submission(entry, [{"status": s} for s in records])
     assert sub.steps == ["received", "validating", "converting", "evaluating", "ranked"]
     assert Submission(entry, []).steps == ["received"]
+    as_stored = [{"status": s} for s in ("validating", "converting", "evaluating", "ranked")]
+    assert Submission(entry, as_stored).steps == ["received", "validating", "converting",
+                                                  "evaluating", "ranked"]

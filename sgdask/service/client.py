@@ -23,6 +23,11 @@ POLL_SECONDS = 2.0
 
 
 def api_error(server: str, response: httpx.Response) -> SgdaskError:
+    """The server's refusal as one line; a request sent without a token that needed one
+    says how to give it (not the API's header)."""
+    if response.status_code == 401 and "Authorization" not in response.request.headers:
+        return SgdaskError(f"{server}: HTTP 401: token: missing (give ", Option("token"),
+                           " or set $SGDASK_TOKEN)")
     try:
         body = response.json()
         detail = body.get("detail", response.text)
@@ -64,9 +69,6 @@ def _check_before_sending(server: str, client: httpx.Client, headers: dict[str, 
     answer = client.get("/api/whoami", headers=headers)
     if answer.status_code == 404:
         return
-    if answer.status_code == 401 and "Authorization" not in headers:
-        raise SgdaskError(f"{server}: HTTP 401: token: missing (give ", Option("token"),
-                          " or set $SGDASK_TOKEN)")
     if answer.status_code != 200:
         raise api_error(server, answer)
     who = answer.json()

@@ -74,8 +74,11 @@ class Submission:
     @property
     def steps(self) -> list[str]:
         """The statuses users see that the submission went through, in order (a retry
-        repeats them): what a poller reports even when several passed between two polls."""
-        shown = [SHOWN.get(r["status"], r["status"]) for r in self.history] or [self.status]
+        repeats them): what a poller reports even when several passed between two polls.
+        The first is the entry's own (``received`` for an upload): status record 1 follows
+        it."""
+        statuses = [self.entry.status, *(r["status"] for r in self.history)]
+        shown = [SHOWN.get(s, s) for s in statuses]
         return [s for i, s in enumerate(shown) if i == 0 or s != shown[i - 1]]
 
     @property
