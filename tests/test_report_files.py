@@ -5,12 +5,15 @@ written. Each test runs the `sgdask` command on real files."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from sgdask import __version__ as sgdask_version
 from sgdask.pipeline import evaluate
+from sgdask.protocols import METRICS_VERSION, PROTOCOLS
 from sgdask.report import Report
 from tests.conftest import rewrite_zip
 from tests.processes import run_sgdask as sgdask
@@ -63,6 +66,27 @@ def test_per_image_parquet_keeps_every_column(first_images_missing, stores, tmp_
     image_metrics = {m for m in metrics["metrics"] if not m.startswith(dataset_level)}
     assert {"R@50", "ngR@x10", "PR@20", "InstR", "R@inf"} <= image_metrics
     assert image_metrics <= set(table.column_names)
+    assert metrics["provenance"]["metrics_version"] == METRICS_VERSION
+
+
+def test_report_md_says_where_its_numbers_come_from(first_images_missing, stores, tmp_path):
+    out = tmp_path / "out"
+    proc = sgdask("evaluate", "--gt", stores.gt, "--pred", first_images_missing,
+                  "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    markdown = (out / "report.md").read_text()
+    prov = json.loads((out / "metrics.json").read_text())["provenance"]
+    # the files the stores were made from
+    assert prov["gt"]["source"].endswith("psg.json")
+    assert prov["submission"]["source"].endswith("sub.zip")
+    tail = markdown.split("\n## Provenance\n\n", 1)[1].splitlines()
+    assert tail[:3] == [
+        f"- sgdask {sgdask_version}, protocol singlempo v{PROTOCOLS['singlempo'].version}, "
+        f"metrics version {METRICS_VERSION}",
+        f"- ground truth: {prov['gt']['source']} (content hash {prov['gt']['content_hash']})",
+        f"- submission: {prov['submission']['source']} (content hash "
+        f"{prov['submission']['content_hash']})"]
+    assert re.fullmatch(r"- written \d{4}-\d\d-\d\d \d\d:\d\d UTC", tail[3])
 
 
 def test_cached_report_reads_back_equal(first_images_missing, stores, tmp_path, client):

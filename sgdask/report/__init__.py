@@ -32,7 +32,7 @@ from sgdask.metrics.base import DERIVED, Context, Finals
 from sgdask.metrics.groups import PredicateGroups
 from sgdask.metrics.recall import VOCABULARY_MEANS
 from sgdask.metrics.terms import inputs_of
-from sgdask.protocols import Protocol
+from sgdask.protocols import METRICS_VERSION, Protocol
 from sgdask.stats.table import TermTable
 from sgdask.versions import dependency_versions
 
@@ -189,7 +189,27 @@ class Report:
         if self.ci:
             lines += [f"- intervals: {interval_caption(self.ci)}"]
         lines += [f"- {k}: {v}" for k, v in self.diagnostics.items()]
+        lines += ["", "## Provenance", "", *self._provenance_lines()]
         return "\n".join(lines) + "\n"
+
+    def _provenance_lines(self) -> list[str]:
+        """report.md's provenance: versions, inputs (source and content hash), the date
+        it is written (a report written before the metrics version was recorded names
+        none)."""
+        from datetime import UTC, datetime
+
+        from sgdask.report.html import conversion_note
+
+        prov = self.provenance
+        gt, sub = prov.get("gt") or {}, prov.get("submission") or {}
+        metrics = prov.get("metrics_version")
+        return [f"- sgdask {prov.get('sgdask_version', '?')}, protocol "
+                f"{self.protocol['name']} v{self.protocol['version']}"
+                + (f", metrics version {metrics}" if metrics else ""),
+                f"- ground truth: {gt.get('source')} (content hash {gt.get('content_hash')})",
+                f"- submission: {sub.get('source')}{conversion_note(sub)} (content hash "
+                f"{sub.get('content_hash')})",
+                f"- written {datetime.now(UTC):%Y-%m-%d %H:%M} UTC"]
 
 
 def interval_caption(ci: dict[str, Any]) -> str:
@@ -448,7 +468,8 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                      "predicates that occur")
     if not settings.match_labels:
         notes.append("--no-match-labels: predictions matched GT instances of any category "
-                     "(SPEC section 4); not comparable with category-matched results")
+                     "(docs: Metrics and protocols, matching); not comparable with "
+                     "category-matched results")
     notes += [m.note for m in registered() if m.note and any(
         metric_of(name) is m for name in metrics)]
     groups = settings.groups if any(
@@ -461,7 +482,7 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     diagnostics = {**counts, **{k: v for k, v in acc.diagnostics.items() if k != "images"}}
     if protocol.mean_over_vocabulary and names:
         diagnostics["predicates_absent"] = max(absent, 0)
-    provenance = {"sgdask_version": __version__,
+    provenance = {"sgdask_version": __version__, "metrics_version": METRICS_VERSION,
                   "gt": {"source": gt_manifest.get("source"),
                          "content_hash": gt_manifest.get("content_hash")},
                   "submission": submission_provenance(pred_manifest),
