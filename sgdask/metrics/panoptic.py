@@ -187,7 +187,8 @@ def notes(diagnostics: dict[str, int]) -> list[str]:
     if not overlapping:
         return []
     return [f"the predicted masks of {overlapping} image(s) overlap: panoptic quality (PQ, "
-            "SQ, RQ) scores their singlempo merge (SPEC 5.1), one segment per pixel"]
+            "SQ, RQ) scores their singlempo merge (docs: Metrics and protocols, singlempo), one "
+            "segment per pixel"]
 
 
 FAMILY = Family("panoptic", METRICS, image_terms, batch_terms, derive, derive_columns,
