@@ -8,7 +8,7 @@ a few images its loader drops):
   ``boxes_512`` as int32 centre/size, ``labels``, ``relationships``, ``predicates``,
   ``attributes``), ``VG-SGG-dicts-with-attri.json`` (VG150's 150 classes and 50 predicates)
   and ``image_data.json`` (with the four corrupted images the loader skips);
-- what an sgdet model exported by ``jobs/sgb_export.py`` looks like: a box submission JSON
+- what an sgdet model exported by ``sgdask export-sgb`` looks like: a box submission JSON
   (``pred_boxes`` boxes per image with a category and a score; perturbed copies of the GT
   boxes among them) and a scores Parquet file (``pairs`` scored subject/object pairs per
   image, a probability per predicate, mostly zero, rows in the post-processor's order).

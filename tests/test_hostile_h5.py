@@ -197,7 +197,7 @@ def test_refused_through_the_cli(vg, tmp_path, secret, capsys, case):
 
 
 def test_the_export_scripts_reader_refuses_too(vg, tmp_path, secret):
-    """``split_image_ids`` (used by jobs/sgb_export.py) reads the h5 the same way."""
+    """``split_image_ids`` (used by sgdask export-sgb) reads the h5 the same way."""
     bad, key, what = build(vg, tmp_path, secret, "external-storage")
     with pytest.raises(InputError) as err:
         split_image_ids(str(bad), str(vg.image_data))

@@ -23,6 +23,7 @@ from sgdask.io.ingest import convert_submission, ingest_vg
 from sgdask.io.store import StoreReader
 from sgdask.io.vg import split_image_ids
 from sgdask.synth_vg import VGSynthPaths, write_vg_dataset
+from tests.processes import run_sgdask
 
 ROOT = Path(__file__).resolve().parent.parent
 VAL = 10  # validation images carved from flag 0 in these tests (the loader's default: 5000)
@@ -416,10 +417,11 @@ def test_export_script_reproduces_its_rankings(tmp_path):
                  pred_labels=rng.integers(1, 151, n), pred_scores=obj_scores,
                  rel_pair_idxs=sorted_pairs, pred_rel_scores=sorted_prob)
     sub, scores = tmp_path / "sub.json", tmp_path / "scores.parquet"
-    proc = subprocess.run([sys.executable, str(ROOT / "jobs" / "sgb_export.py"), str(npz),
-                           "--submission", str(sub), "--scores", str(scores)],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_sgdask("export-sgb", str(npz), "--submission", str(sub), "--scores", str(scores))
     assert proc.returncode == 0, proc.stderr
+    rows = pq.read_table(scores).num_rows
+    assert proc.stdout.startswith(f"wrote {sub} (2 images) and {scores} ({rows} pairs); next: "
+                                  f"sgdask convert {sub} --from-scores {scores}")
     assert pq.read_table(scores).num_rows < 2 * 14 * 13  # pairs that cannot rank: left out
     convert_submission(str(sub), str(tmp_path / "store"), from_scores=str(scores),
                        rank_by="triplet", ng_limit=100)

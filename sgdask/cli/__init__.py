@@ -108,6 +108,7 @@ for _name, _function, _panel in (
         ("synth", data.synth, _DATA), ("ingest-gt", data.ingest_gt, _DATA),
         ("convert", data.convert, _DATA), ("validate", data.validate, _DATA),
         ("verify", data.verify, _DATA), ("stats", data.stats, _DATA),
+        ("export-sgb", data.export_sgb, _DATA),
         ("evaluate", evaluation.evaluate, _SCORING), ("compare", evaluation.compare, _SCORING),
         ("evaluate-many", evaluation.evaluate_many, _SCORING),
         ("submit", hosting.submit, _HOSTING), ("rerank", hosting.rerank, _HOSTING),

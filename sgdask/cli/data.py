@@ -1,5 +1,5 @@
 """Commands that make and check data: ``synth``, ``ingest-gt``, ``convert``, ``validate``,
-``verify``, ``stats``."""
+``verify``, ``stats``, ``export-sgb``."""
 
 from __future__ import annotations
 
@@ -259,3 +259,24 @@ def stats(psg_json: Annotated[str, typer.Argument(metavar="PSG_JSON", help="psg.
     table = psg_train_stats(psg_json, options)
     write_stats(table, out, options)
     out_console.print(f"wrote {out}: {len(table)} triplet types")
+
+
+def export_sgb(npz_dir: Annotated[Path, typer.Argument(
+                   metavar="NPZ_DIR", help="one <image id>.npz per test image")],
+               submission: Annotated[str, typer.Option(
+                   "--submission", metavar="PATH", help="box submission JSON to write")],
+               scores: Annotated[str, typer.Option(
+                   "--scores", metavar="PATH", help="scores Parquet file to write")],
+               keep: Annotated[int, typer.Option(
+                   min=0, metavar="N", help="only pairs that can reach the first N triplets "
+                   "of either list (0: every pair)")] = 100) -> None:
+    """Export a Scene-Graph-Benchmark.pytorch model's test output for `convert --from-scores`.
+
+    Each .npz holds the arrays of the model's output BoxList: boxes, pred_labels,
+    pred_scores, rel_pair_idxs, pred_rel_scores (docs: Visual Genome)."""
+    from sgdask.io.sgb_export import export, outputs_from_npz
+
+    images, pairs = export(outputs_from_npz(npz_dir), submission, scores, keep or None)
+    print(f"wrote {submission} ({images} images) and {scores} ({pairs} pairs); next: sgdask "
+          f"convert {submission} --from-scores {scores} --rank-by triplet --ng-limit 100 "
+          "--gt GT_STORE --out STORE")

@@ -22,8 +22,8 @@ pairs that can reach the first ``keep`` triplets of the graph list or of the NG 
 as from every pair (the ranking is a stable sort), and the file is many times smaller
 (sgdet scores every pair of 80 boxes). ``keep=None`` writes every pair.
 
-Command line: ``python jobs/sgb_export.py NPZ_DIR --submission S.json --scores S.parquet``,
-with one ``<image id>.npz`` per test image holding the five arrays. To write them from
+Command line: ``sgdask export-sgb NPZ_DIR --submission S.json --scores S.parquet``, with one
+``<image id>.npz`` per test image holding the five arrays. To write them from
 Scene-Graph-Benchmark.pytorch's output (needs torch)::
 
     ids = split_image_ids("VG-SGG-with-attri.h5", "image_data.json")  # its dataset order
@@ -39,7 +39,6 @@ Scene-Graph-Benchmark.pytorch's output (needs torch)::
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sgdask.errors import SgdaskError
 from sgdask.kernels.scores import triplet_ranked_lists
 
 KEEP = 100
@@ -71,11 +71,12 @@ class SGBOutput:
         return np.asarray(self.pred_rel_scores)[:, 1:]
 
 
-def submission_image(out: SGBOutput) -> dict:
+def _submission_image(out: SGBOutput) -> dict:
     """The image's SGBench entry: boxes, 0-based categories, scores; no triplet list."""
     labels = np.asarray(out.pred_labels, dtype=np.int64)
     if len(labels) and labels.min() < 1:
-        raise ValueError(f"image {out.image_id}: pred_labels must be 1-based (0 = background)")
+        raise SgdaskError(f"image {out.image_id}: pred_labels: 0 (expected 1-based classes, "
+                          "0 is the background)")
     boxes = np.asarray(out.boxes, dtype=np.float64).reshape(-1, 4)
     scores = np.asarray(out.pred_scores, dtype=np.float64)
     return {"id": str(out.image_id), "triplets": [],
@@ -83,7 +84,7 @@ def submission_image(out: SGBOutput) -> dict:
                 boxes.tolist(), (labels - 1).tolist(), scores.tolist(), strict=True)]}
 
 
-def kept_rows(out: SGBOutput, keep: int | None = KEEP) -> np.ndarray:
+def _kept_rows(out: SGBOutput, keep: int | None = KEEP) -> np.ndarray:
     """The rows (in order) whose pair is among the first ``keep`` triplets of the graph
     list or of the NG list ranked by triplet score; every row when ``keep`` is None."""
     pairs = np.asarray(out.rel_pair_idxs, dtype=np.int64).reshape(-1, 2)
@@ -98,13 +99,14 @@ def kept_rows(out: SGBOutput, keep: int | None = KEEP) -> np.ndarray:
 
 
 def export(outputs: Iterable[SGBOutput], submission: str | Path, scores: str | Path,
-           keep: int | None = KEEP) -> None:
-    """Write the submission JSON and the scores Parquet file."""
+           keep: int | None = KEEP) -> tuple[int, int]:
+    """Write the submission JSON and the scores Parquet file; returns how many images and
+    pair rows they hold."""
     images, columns = [], {"image_id": [], "subject": [], "object": [], "scores": []}
     n_predicates = None
     for out in outputs:
-        images.append(submission_image(out))
-        rows = kept_rows(out, keep)
+        images.append(_submission_image(out))
+        rows = _kept_rows(out, keep)
         pairs = np.asarray(out.rel_pair_idxs, dtype=np.int64).reshape(-1, 2)[rows]
         values = out.predicate_scores()[rows].astype(np.float32)
         n_predicates = values.shape[1] if n_predicates is None else n_predicates
@@ -116,36 +118,29 @@ def export(outputs: Iterable[SGBOutput], submission: str | Path, scores: str | P
     flat = np.concatenate(columns["scores"]) if columns["scores"] else np.empty(0, np.float32)
     table = pa.table({
         "image_id": pa.array(columns["image_id"], type=pa.string()),
-        "subject": pa.array(concat(columns["subject"]), type=pa.int32()),
-        "object": pa.array(concat(columns["object"]), type=pa.int32()),
+        "subject": pa.array(_concat(columns["subject"]), type=pa.int32()),
+        "object": pa.array(_concat(columns["object"]), type=pa.int32()),
         "scores": pa.FixedSizeListArray.from_arrays(pa.array(flat, type=pa.float32()),
                                                     n_predicates or 1),
     })
     pq.write_table(table, str(scores), compression="zstd")
+    return len(images), table.num_rows
 
 
-def concat(arrays: list[np.ndarray]) -> np.ndarray:
+def _concat(arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int64)
 
 
 def outputs_from_npz(directory: Path) -> Iterable[SGBOutput]:
     """One SGBOutput per ``<image id>.npz`` of the directory, in name order."""
-    for path in sorted(directory.glob("*.npz")):
+    paths = sorted(directory.glob("*.npz"))
+    if not paths:
+        raise SgdaskError(f"{directory}: no .npz files (expected one <image id>.npz per test "
+                          "image)")
+    for path in paths:
         with np.load(path, allow_pickle=False) as arrays:
+            missing = [name for name in ARRAYS if name not in arrays.files]
+            if missing:
+                raise SgdaskError(f"{path}: {', '.join(missing)}: missing (expected the arrays "
+                                  f"{', '.join(ARRAYS)})")
             yield SGBOutput(path.stem, *(arrays[name] for name in ARRAYS))
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("npz_dir", type=Path, help="one <image id>.npz per test image")
-    parser.add_argument("--submission", required=True, help="box submission JSON to write")
-    parser.add_argument("--scores", required=True, help="scores Parquet file to write")
-    parser.add_argument("--keep", type=int, default=KEEP,
-                        help="pairs that can reach the first KEEP triplets of either list "
-                        "(0: every pair)")
-    args = parser.parse_args(argv)
-    export(outputs_from_npz(args.npz_dir), args.submission, args.scores, args.keep or None)
-
-
-if __name__ == "__main__":
-    main()
