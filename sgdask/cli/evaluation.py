@@ -41,7 +41,7 @@ CacheDir = Annotated[str | None, typer.Option(
     help="cache of GT stores ingested from psg.json (default: ~/.cache/sgdask)")]
 Ks = Annotated[str, typer.Option(
     "--k", metavar="K[,K...]", rich_help_panel=PROTOCOL,
-    help="top-k cut-offs: integers, or xF for F times the GT's relations")]
+    help="top-k cut-offs: integers, or xF for F times the image's GT relations")]
 PartitionSize = Annotated[int | None, typer.Option(
     metavar="N", rich_help_panel=CLUSTER,
     help="images per Dask task (default: GT store parts, about 256 images each)")]
