@@ -292,6 +292,10 @@ def test_submit_cli_waits_for_the_result(server, tiny, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"ranked #\d+, mR@50 \d+\.\d\d", done.stdout), done.stdout
     assert "evaluating" in done.stderr
+    uploaded = re.match(r"uploaded (\S+): received -> ", done.stdout).group(1)
+    steps = [line.split(": ", 1)[1] for line in done.stderr.splitlines()
+             if line.startswith(f"{uploaded}: ")]
+    assert steps[0] == "received" and steps[-1] == "ranked", steps  # every step, as the docs say
     both = cli(str(tiny.variant(0)), "--server", base, "--registry", str(tmp_path),
                "--name", "x")
     assert both.returncode == 2
