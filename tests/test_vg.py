@@ -434,3 +434,19 @@ def test_export_script_reproduces_its_rankings(tmp_path):
         assert got["graph"][:100] == graph[:100].tolist()
         assert got["ng"] == ng.tolist()
     shutil.rmtree(npz)
+
+
+def test_export_sgb_says_what_is_wrong_in_one_line(tmp_path):
+    npz = tmp_path / "npz"
+    args = ("--submission", str(tmp_path / "s.json"), "--scores", str(tmp_path / "s.parquet"))
+    missing = run_sgdask("export-sgb", str(npz), *args)
+    assert (missing.returncode, missing.stderr) == (
+        2, f"sgdask: error: {npz}: not found (expected a directory of .npz files)\n")
+    npz.mkdir()
+    np.savez(npz / "7.npz", boxes=np.zeros((1, 4)), pred_labels=np.ones(1))
+    partial = run_sgdask("export-sgb", str(npz), *args)
+    assert (partial.returncode, partial.stderr) == (
+        2, f"sgdask: error: {npz / '7.npz'}: pred_scores, rel_pair_idxs, pred_rel_scores: "
+        "missing (expected the arrays boxes, pred_labels, pred_scores, rel_pair_idxs, "
+        "pred_rel_scores)\n")
+    assert not (tmp_path / "s.json").exists()

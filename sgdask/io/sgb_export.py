@@ -133,6 +133,8 @@ def _concat(arrays: list[np.ndarray]) -> np.ndarray:
 
 def outputs_from_npz(directory: Path) -> Iterable[SGBOutput]:
     """One SGBOutput per ``<image id>.npz`` of the directory, in name order."""
+    if not directory.is_dir():
+        raise SgdaskError(f"{directory}: not found (expected a directory of .npz files)")
     paths = sorted(directory.glob("*.npz"))
     if not paths:
         raise SgdaskError(f"{directory}: no .npz files (expected one <image id>.npz per test "
