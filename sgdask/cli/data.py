@@ -38,7 +38,9 @@ def synth(out: Annotated[Path, typer.Argument(
           height: Annotated[int, typer.Option(metavar="PIXELS", help="image height")] = 480,
           width: Annotated[int, typer.Option(metavar="PIXELS", help="image width")] = 640
           ) -> None:
-    """Write a synthetic PSG-shaped dataset: psg.json, panoptic PNGs, submission ZIP + JSON."""
+    """Write a synthetic PSG-shaped dataset with a submission.
+
+    psg.json, its panoptic PNGs, and a submission as SGBench ZIP (masks) and JSON (boxes)."""
     from sgdask.synth import write_dataset
 
     with progress_bar("synthesizing images", images) as advance:
@@ -66,7 +68,7 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
               storage_option: StorageOpt = None, overwrite: Overwrite = False,
               scheduler: Scheduler = None, in_process: InProcess = False,
               workers: Workers = None, limit: Limits = None) -> None:
-    """Convert OpenPSG or Visual Genome (VG150) ground truth into a GT store.
+    """Convert OpenPSG or Visual Genome (VG150) ground truth to a store.
 
     The store is Parquet tables and Zarr masks. psg.json's size and nesting depth and each
     PNG's pixel count are limited (--limit max_json_size, max_json_depth, max_layer_pixels),
@@ -128,7 +130,7 @@ def convert(submission: Annotated[str, typer.Argument(
             instance_scores: Annotated[bool, typer.Option(
                 "--instance-scores", rich_help_panel=RESULTS,
                 help="keep refine_bboxes' scores as instance scores")] = False) -> None:
-    """Convert an SGBench submission, or a model's result file, into a submission store.
+    """Convert a submission, or a model's result file, to a store.
 
     SGBench files: runs `sgdask validate`'s checks first and stops at the first error.
     Result files (--method, formats in the docs' File formats pages): every image is
@@ -179,9 +181,10 @@ def validate(submission: Annotated[str, typer.Argument(
              max_problems: Annotated[int, typer.Option(
                  min=1, metavar="N", help="stop after this many problems")] = 50,
              storage_option: StorageOpt = None, limit: Limits = None) -> None:
-    """Check a submission without converting it: print every problem, one per line.
+    """Check a submission without converting it.
 
-    Exit code 2 if there is any error, 0 otherwise (warnings included)."""
+    Prints every problem, one per line. Exit code 2 if there is any error, 0 otherwise
+    (warnings included)."""
     from sgdask.io.formats import submission_format
 
     options = storage_options(storage_option)
@@ -252,7 +255,10 @@ def stats(psg_json: Annotated[str, typer.Argument(metavar="PSG_JSON", help="psg.
           out: Annotated[str, typer.Option(
               "--out", metavar="PATH", help="Parquet file to write")],
           storage_option: StorageOpt = None) -> None:
-    """Training-split triplet statistics (zero-shot types, wIMR weights) as Parquet."""
+    """Write the training split's triplet statistics as Parquet.
+
+    What zero-shot recall (the triplet types never seen in training) and wIMR's weights
+    are computed from."""
     from sgdask.io.training_stats import psg_train_stats, write_stats
 
     options = storage_options(storage_option)
@@ -270,10 +276,11 @@ def export_sgb(npz_dir: Annotated[Path, typer.Argument(
                keep: Annotated[int, typer.Option(
                    min=0, metavar="N", help="only pairs that can reach the first N triplets "
                    "of either list (0: every pair)")] = 100) -> None:
-    """Export a Scene-Graph-Benchmark.pytorch model's test output for `convert --from-scores`.
+    """Export a Scene-Graph-Benchmark.pytorch model's test output.
 
-    Each .npz holds the arrays of the model's output BoxList: boxes, pred_labels,
-    pred_scores, rel_pair_idxs, pred_rel_scores (docs: Visual Genome)."""
+    Writes a box submission and a scores file for `convert --from-scores`. Each .npz holds
+    the arrays of the model's output BoxList: boxes, pred_labels, pred_scores,
+    rel_pair_idxs, pred_rel_scores (docs: Visual Genome)."""
     from sgdask.io.sgb_export import export, outputs_from_npz
 
     images, pairs = export(outputs_from_npz(npz_dir), submission, scores, keep or None)

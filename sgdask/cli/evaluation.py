@@ -107,10 +107,11 @@ def evaluate(gt: Annotated[str, typer.Option(
                  "--ci-metrics", metavar="NAME[,...]", rich_help_panel=INTERVALS,
                  help="intervals only for these metrics (mR@50) or families (mR)")] = None,
              limit: Limits = None, storage_option: StorageOpt = None) -> None:
-    """Score a submission against the ground truth and print the table.
+    """Score a submission against the ground truth.
 
-    The submission is a store or a file (SGBench ZIP or JSON; with --method a model's
-    result file); the ground truth a store or psg.json. Scoring runs on a Dask cluster."""
+    Prints the table of every metric. The submission is a store or a file (SGBench ZIP or
+    JSON; with --method a model's result file); the ground truth a store or psg.json.
+    Scoring runs on a Dask cluster."""
     from sgdask.cluster import dask_client
     from sgdask.core.settings import Settings
     from sgdask.io.results import ResultsMethod
@@ -206,11 +207,12 @@ def compare(gt: Annotated[str, typer.Option(
             partition_size: PartitionSize = DEFAULT_PARTITION_SIZE,
             scheduler: Scheduler = None, workers: Workers = None,
             cache_dir: CacheDir = None, storage_option: StorageOpt = None) -> None:
-    """Is model B better than model A? Paired intervals and p-values for every metric.
+    """Is model B better than model A?
 
-    Paired bootstrap intervals of the differences, approximate-randomization p-values
-    (Holm-corrected), per-predicate differences and per-image wins. --group takes the runs
-    of one model (training seeds) as NAME=RUN1,RUN2,... after the positional models."""
+    For every metric: paired bootstrap intervals of the differences,
+    approximate-randomization p-values (Holm-corrected), per-predicate differences and
+    per-image wins. --group takes the runs of one model (training seeds) as
+    NAME=RUN1,RUN2,... after the positional models."""
     from sgdask.batch.compare import (
         CompareJob,
         labels,
@@ -247,7 +249,10 @@ def evaluate_many(manifest: Annotated[str, typer.Argument(
                   dry_run: Annotated[bool, typer.Option(
                       "--dry-run", help="list what would be evaluated, then stop")] = False,
                   storage_option: StorageOpt = None) -> None:
-    """Evaluate many submissions against one GT in one Dask graph, through the cache."""
+    """Evaluate many submissions in one Dask graph.
+
+    Every submission of the manifest is scored against its one GT, through the cache: results
+    already there are not computed again."""
     from sgdask.batch.many import load_manifest, run_many
 
     job = load_manifest(manifest, storage_options(storage_option))

@@ -57,7 +57,7 @@ def submit(submission: Annotated[str, typer.Argument(
                help="how long --wait waits at most")] = 3600,
            scheduler: Scheduler = None, in_process: InProcess = False,
            workers: Workers = None, storage_option: StorageOpt = None) -> None:
-    """Submit a model: register it (--registry) or upload it (--server).
+    """Register (--registry) or upload (--server) a model.
 
     With --registry the submission is validated against --gt, converted and registered
     here. With --server --wait the exit code is 0 when ranked, 2 when rejected or failed."""
@@ -106,11 +106,12 @@ def rerank(registry: Registry, gt: GT, out: Board,
            stale_lock_after: Annotated[float | None, typer.Option(
                min=0.5, hidden=True, help="deprecated: use --lease")] = None,
            storage_option: StorageOpt = None) -> None:
-    """Evaluate what is missing under the current protocols and publish the leaderboard.
+    """Evaluate what is missing and publish the leaderboard.
 
-    The holder of OUT/lock.json is presumed dead once its heartbeat is --lease seconds old
-    (a holder on this host whose process is gone: at once). Exit codes: 0 published or up
-    to date, 2 bad input, 3 another rerank holds the lock."""
+    Every submission of the registry is scored under the current protocols (from the cache
+    where it can be). The holder of OUT/lock.json is presumed dead once its heartbeat is
+    --lease seconds old (a holder on this host whose process is gone: at once). Exit codes:
+    0 published or up to date, 2 bad input, 3 another rerank holds the lock."""
     from sgdask.batch.rerank import EXIT_LOCKED
     from sgdask.batch.rerank import rerank as run_rerank
     from sgdask.io.lock import LockHeld
@@ -193,7 +194,7 @@ def serve(registry: Registry, gt: GT,
           = "sgdask leaderboard",
           poll: Poll = 1.0, lease: Lease = DEFAULT_LEASE, max_attempts: MaxAttempts = 3,
           limit: Limits = None, storage_option: StorageOpt = None) -> None:
-    """Serve the benchmark: upload form, status pages, leaderboard and JSON API.
+    """Serve the benchmark: uploads, status, leaderboard, JSON API.
 
     The queue worker runs in this process unless --no-worker. Uploads streaming in count
     against a team's daily and total limits too."""
@@ -216,10 +217,11 @@ def worker(registry: Registry, gt: GT, out: Board,
            open_uploads: OpenUploads = False,
            poll: Poll = 1.0, lease: Lease = DEFAULT_LEASE, max_attempts: MaxAttempts = 3,
            limit: Limits = None, storage_option: StorageOpt = None) -> None:
-    """Work the service's queue and inbox: validate, convert, evaluate, publish.
+    """Work the service's queue and inbox.
 
-    Any number of workers may poll one registry; each entry and inbox file is taken once.
-    Tokens and limits apply to inbox submissions."""
+    Validate, convert, evaluate and publish every submission. Any number of workers may poll
+    one registry; each entry and inbox file is taken once. Tokens and limits apply to inbox
+    submissions."""
     from sgdask.service.server import work
     from sgdask.service.worker import WorkerConfig
 
