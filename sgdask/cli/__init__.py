@@ -2,76 +2,26 @@
 ``--debug`` (anywhere on the command line) shows the traceback instead.
 
 This module is the command tree; the commands live by group (``data``, ``evaluation``,
-``hosting``), what they print in ``console``, their shared options in ``options`` and the
-process around them in ``process``. Each command parses its options, builds the settings
-record once, calls the API and prints."""
+``hosting``), what they print in ``console``, their shared options in ``options``, how their
+``--help`` reads in ``helptext`` and the process around them in ``process``. Each command
+parses its options, builds the settings record once, calls the API and prints."""
 
 from __future__ import annotations
 
-import inspect
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from sgdask import __version__
 from sgdask.cli import data, evaluation, hosting
+from sgdask.cli.helptext import Command, Group
 from sgdask.cli.process import end_process, run_command
 from sgdask.errors import SgdaskError
 from sgdask.versions import dependency_versions
 
-
-def _rewrapped(text: str | None) -> str | None:
-    """A docstring's paragraphs each on one line, so the terminal wraps them (typer keeps the
-    source's line breaks inside every paragraph but the first)."""
-    if text is None:
-        return None
-    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n"))
-
-
-class _Argument(TyperArgument):
-    """An argument shown by its name alone (typer prints its Python type beside it)."""
-
-    def display_type_rich(self, ctx: Any) -> str | None:
-        return None
-
-
-def _without_types(params: list[Any]) -> None:
-    """Flags show no ``<bool>`` and arguments no Python type in ``--help``."""
-    for param in params:
-        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
-            param.metavar = ""
-        elif isinstance(param, TyperArgument):
-            param.__class__ = _Argument
-
-
-class _ReadableHelp:
-    """``--help`` that reads well at 80 columns: see ``_rewrapped`` and ``_without_types``
-    (mixed into typer's command and group classes)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.help = _rewrapped(self.help)
-        _without_types(self.params)
-
-    def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)  # type: ignore[misc]
-        if option is not None:
-            _without_types([option])
-        return option
-
-
-class _Command(_ReadableHelp, TyperCommand):
-    pass
-
-
-class _Group(_ReadableHelp, TyperGroup):
-    pass
-
-
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  cls=_Group, help="Distributed evaluation of scene graph generation models.")
+                  cls=Group, help="Distributed evaluation of scene graph generation models.")
 
 
 @app.callback(invoke_without_command=True)
@@ -113,12 +63,12 @@ for _name, _function, _panel in (
         ("evaluate-many", evaluation.evaluate_many, _SCORING),
         ("submit", hosting.submit, _HOSTING), ("rerank", hosting.rerank, _HOSTING),
         ("serve", hosting.serve, _HOSTING), ("worker", hosting.worker, _HOSTING)):
-    app.command(_name, cls=_Command, rich_help_panel=_panel)(_function)
+    app.command(_name, cls=Command, rich_help_panel=_panel)(_function)
 
-tokens_app = typer.Typer(no_args_is_help=True, cls=_Group,
+tokens_app = typer.Typer(no_args_is_help=True, cls=Group,
                          help="Create and revoke upload tokens.")
-tokens_app.command("add", cls=_Command)(hosting.tokens_add)
-tokens_app.command("revoke", cls=_Command)(hosting.tokens_revoke)
+tokens_app.command("add", cls=Command)(hosting.tokens_add)
+tokens_app.command("revoke", cls=Command)(hosting.tokens_revoke)
 app.add_typer(tokens_app, name="tokens", rich_help_panel=_HOSTING)
 
 
