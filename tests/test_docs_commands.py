@@ -1,18 +1,20 @@
 """Every ``sgdask`` command the documentation shows exists, with the options it is shown with.
 
-The code blocks of ``docs/**/*.md`` and ``README.md`` (not Python, YAML or JSON ones), and
-their `sgdask ...` code spans, are read as the shell would read them (``\\`` continues a
-line, ``#`` starts a comment); every command line that runs ``sgdask`` is resolved against
-the command tree typer builds: its command (and subcommand) must exist and every
-``--option`` and ``-x`` it uses must be one of that command's. Optional parts written
-``[--k 20,50]`` and alternatives ``a|b`` count as used. The runnable blocks also run
-(``test_docs.py``); this covers every other block.
+The code blocks of ``docs/**/*.md``, ``README.md`` and the Markdown files the site mirrors
+(``schemas/``, ``jobs/``), not Python, YAML or JSON ones, and their `sgdask ...` code spans
+are read as the shell would read them (``\\`` continues a line, ``#`` starts a comment);
+every command line that runs ``sgdask`` is resolved against the command tree typer builds:
+its command (and subcommand) must exist and every ``--option`` and ``-x`` it uses must be
+one of that command's. Optional parts written ``[--k 20,50]`` and alternatives ``a|b``
+count as used. The runnable blocks also run (``test_docs.py``); this covers every other
+block.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,9 @@ from typer.core import TyperGroup
 from sgdask.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+import pages  # noqa: E402  (docs/hooks/pages.py, the MkDocs hook)
+
 FENCE = re.compile(r"^```(?P<info>[^\n]*)\n(?P<code>.*?)^```$", re.M | re.S)
 #: a command in running text: `sgdask ...`
 SPAN = re.compile(r"(?<!`)`(?P<code>sgdask [^`\n]+)`(?!`)")
@@ -35,7 +40,10 @@ COMMAND_TREE = typer.main.get_command(app)
 
 
 def _doc_files() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    """README.md, the pages of docs/ and the repository's Markdown files the site shows
+    (schemas/, jobs/)."""
+    mirrored = [path for path in pages.mirrored_pages() if path.suffix == ".md"]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *mirrored]
 
 
 def _shell_lines(text: str) -> list[tuple[int, str]]:
