@@ -27,7 +27,7 @@ Workers = Annotated[int | None, typer.Option(
 Limits = Annotated[list[str] | None, typer.Option(
     "--limit", metavar="NAME=VALUE", rich_help_panel=STORAGE,
     help="raise a limit on untrusted input, e.g. max_json_size=4GiB (repeatable; every "
-    "limit and its default: the docs' Security page)")]
+    "limit and its default: the docs' File formats page)")]
 def cluster_choice(scheduler: str | None, in_process: bool = False,
                    workers: int | None = None) -> str | Local | None:
     """What work runs on: nothing (in process), a scheduler, or a LocalCluster."""
