@@ -25,10 +25,10 @@ from sgdask.errors import SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.methods import METHODS
 
-VISUAL_GENOME, SCORES, RESULTS = "Visual Genome", "From scores", "Result files"
+_VISUAL_GENOME, _SCORES, _RESULTS = "Visual Genome", "From scores", "Result files"
 
 Overwrite = Annotated[bool, typer.Option(help="replace an existing store at --out")]
-StoreOut = Annotated[str, typer.Option("--out", metavar="PATH", help="store to create")]
+_StoreOut = Annotated[str, typer.Option("--out", metavar="PATH", help="store to create")]
 
 
 def synth(out: Annotated[Path, typer.Argument(
@@ -51,18 +51,18 @@ def synth(out: Annotated[Path, typer.Argument(
 
 def ingest_gt(psg_json: Annotated[str, typer.Argument(
                   metavar="GT_FILE", help="psg.json, or Visual Genome's VG-SGG-with-attri.h5")],
-              out: StoreOut,
+              out: _StoreOut,
               masks: Annotated[str | None, typer.Option(
                   "--masks", "--gt-masks", metavar="DIR", rich_help_panel=INPUT,
                   help="the panoptic PNGs (omit for box-only GT)")] = None,
               dicts: Annotated[str | None, typer.Option(
-                  "--dicts", metavar="PATH", rich_help_panel=VISUAL_GENOME,
+                  "--dicts", metavar="PATH", rich_help_panel=_VISUAL_GENOME,
                   help="VG-SGG-dicts-with-attri.json")] = None,
               image_data: Annotated[str | None, typer.Option(
-                  "--image-data", metavar="PATH", rich_help_panel=VISUAL_GENOME,
+                  "--image-data", metavar="PATH", rich_help_panel=_VISUAL_GENOME,
                   help="image_data.json")] = None,
               split: Annotated[str | None, typer.Option(
-                  metavar="SPLIT", rich_help_panel=VISUAL_GENOME,
+                  metavar="SPLIT", rich_help_panel=_VISUAL_GENOME,
                   help="test (split flag 2, the default) or val (5000 images of flag 0)")]
               = None,
               storage_option: StorageOpt = None, overwrite: Overwrite = False,
@@ -103,7 +103,7 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
 def convert(submission: Annotated[str, typer.Argument(
                 metavar="SUBMISSION", help="SGBench JSON or ZIP; with --method, a model's "
                 "result file (pickle) or directory of .npz files")],
-            out: StoreOut,
+            out: _StoreOut,
             gt: Annotated[str | None, typer.Option(
                 metavar="PATH", help="GT store to check ids, sizes and classes against "
                 "(required with --method)")] = None,
@@ -111,24 +111,24 @@ def convert(submission: Annotated[str, typer.Argument(
             scheduler: Scheduler = None, in_process: InProcess = False,
             workers: Workers = None, limit: Limits = None,
             from_scores: Annotated[str | None, typer.Option(
-                "--from-scores", metavar="PATH", rich_help_panel=SCORES,
+                "--from-scores", metavar="PATH", rich_help_panel=_SCORES,
                 help="derive the lists from per-pair predicate scores (Parquet or NPZ)")]
             = None,
             rank_by: Annotated[str, typer.Option(
-                "--rank-by", metavar="RANKING", rich_help_panel=SCORES,
+                "--rank-by", metavar="RANKING", rich_help_panel=_SCORES,
                 help="predicate (best predicate score) or triplet (times the instances' "
                 "scores)")]
             = "predicate",
             ng_limit: Annotated[int | None, typer.Option(
-                "--ng-limit", min=0, metavar="N", rich_help_panel=SCORES,
+                "--ng-limit", min=0, metavar="N", rich_help_panel=_SCORES,
                 help="keep the first N triplets of each NG list")]
             = None,
             method: Annotated[str | None, typer.Option(
-                metavar="METHOD", rich_help_panel=RESULTS,
+                metavar="METHOD", rich_help_panel=_RESULTS,
                 help=f"SUBMISSION is a model's result file: {', '.join(METHODS)}")]
             = None,
             instance_scores: Annotated[bool, typer.Option(
-                "--instance-scores", rich_help_panel=RESULTS,
+                "--instance-scores", rich_help_panel=_RESULTS,
                 help="keep refine_bboxes' scores as instance scores")] = False) -> None:
     """Convert a submission, or a model's result file, to a store.
 

@@ -39,13 +39,13 @@ Aggregation = Annotated[str, typer.Option(
 CacheDir = Annotated[str | None, typer.Option(
     "--cache-dir", metavar="DIR", rich_help_panel=INPUT,
     help="cache of GT stores ingested from psg.json (default: ~/.cache/sgdask)")]
-Ks = Annotated[str, typer.Option(
+_Ks = Annotated[str, typer.Option(
     "--k", metavar="K[,K...]", rich_help_panel=PROTOCOL,
     help="top-k cut-offs: integers, or xF for F times the image's GT relations")]
-PartitionSize = Annotated[int | None, typer.Option(
+_PartitionSize = Annotated[int | None, typer.Option(
     metavar="N", rich_help_panel=CLUSTER,
     help="images per Dask task (default: GT store parts, about 256 images each)")]
-Stats = Annotated[str | None, typer.Option(
+_Stats = Annotated[str | None, typer.Option(
     metavar="PATH", rich_help_panel=INPUT,
     help="training statistics from `sgdask stats` (default: the GT store's)")]
 _PROTOCOLS = ", ".join(PROTOCOLS)
@@ -75,14 +75,14 @@ def evaluate(gt: Annotated[str, typer.Option(
                  metavar="NAME[,...]", rich_help_panel=PROTOCOL,
                  help=f"one or more of {_PROTOCOLS}")]
              = DEFAULT_PROTOCOL,
-             k: Ks = DEFAULT_KS,
+             k: _Ks = DEFAULT_KS,
              aggregation: Aggregation = "per_predicate",
-             partition_size: PartitionSize = DEFAULT_PARTITION_SIZE,
+             partition_size: _PartitionSize = DEFAULT_PARTITION_SIZE,
              scheduler: Scheduler = None, workers: Workers = None,
              out: Annotated[str | None, typer.Option(
                  metavar="DIR", help="write metrics.json, Parquet tables and reports here")]
              = None,
-             stats: Stats = None,
+             stats: _Stats = None,
              predicate_groups: Annotated[str | None, typer.Option(
                  "--predicate-groups", metavar="PATH", rich_help_panel=INPUT,
                  help="JSON groups of predicates for mR@k[G] (default: head/body/tail)")]
@@ -203,8 +203,8 @@ def compare(gt: Annotated[str, typer.Option(
                 "--k", metavar="K[,K...]", rich_help_panel=PROTOCOL,
                 help="top-k cut-offs of stores evaluated here")] = DEFAULT_KS,
             aggregation: Aggregation = "per_predicate",
-            stats: Stats = None,
-            partition_size: PartitionSize = DEFAULT_PARTITION_SIZE,
+            stats: _Stats = None,
+            partition_size: _PartitionSize = DEFAULT_PARTITION_SIZE,
             scheduler: Scheduler = None, workers: Workers = None,
             cache_dir: CacheDir = None, storage_option: StorageOpt = None) -> None:
     """Is model B better than model A?
