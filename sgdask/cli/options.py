@@ -18,7 +18,8 @@ StorageOpt = Annotated[list[str] | None, typer.Option(
     help="fsspec storage option, e.g. endpoint_url=http://127.0.0.1:5000 (repeatable)")]
 Scheduler = Annotated[str | None, typer.Option(
     metavar="URL", rich_help_panel=CLUSTER,
-    help="an existing Dask scheduler (default: $DASK_SCHEDULER_ADDRESS, else a local one)")]
+    help="an existing Dask scheduler (default: Dask's scheduler-address setting, e.g. "
+    "$DASK_SCHEDULER_ADDRESS, else a local cluster)")]
 InProcess = Annotated[bool, typer.Option(
     "--in-process", rich_help_panel=CLUSTER, help="work in this process, without Dask")]
 Workers = Annotated[int | None, typer.Option(
@@ -28,6 +29,8 @@ Limits = Annotated[list[str] | None, typer.Option(
     "--limit", metavar="NAME=VALUE", rich_help_panel=STORAGE,
     help="raise a limit on untrusted input, e.g. max_json_size=4GiB (repeatable; every "
     "limit and its default: the docs' File formats page)")]
+
+
 def cluster_choice(scheduler: str | None, in_process: bool = False,
                    workers: int | None = None) -> str | Local | None:
     """What work runs on: nothing (in process), a scheduler, or a LocalCluster."""
