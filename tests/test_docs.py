@@ -143,6 +143,8 @@ def test_command_help_covers_every_command():
         assert f"## `sgdask {name}`" in text
         assert f"Usage: sgdask {name} [OPTIONS]" in text
     assert "--version" in text and "╭" not in text  # plain text, not rich panels
+    for name in ("tokens add", "tokens revoke"):  # the commands of a group too
+        assert f"## `sgdask {name}`" in text and f"Usage: sgdask {name} [OPTIONS]" in text
 
 
 def test_every_schema_file_has_a_page():

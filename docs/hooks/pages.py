@@ -151,12 +151,21 @@ def command_help() -> str:
     group = typer.main.get_command(app)
     root = group.context_class(group, info_name="sgdask", max_content_width=80,
                                terminal_width=80)
-    sections = [help_section("sgdask", group, root)]
-    for name in group.list_commands(root):
-        command = group.get_command(root, name)
-        context = command.context_class(command, info_name=name, parent=root)
-        sections.append(help_section(f"sgdask {name}", command, context))
-    return "\n".join(sections)
+    return "\n".join(group_help("sgdask", group, root))
+
+
+def group_help(title: str, group: Any, context: Any) -> list[str]:
+    """The help sections of a command group and, in order, of every command under it
+    (``sgdask tokens add`` too)."""
+    sections = [help_section(title, group, context)]
+    for name in group.list_commands(context):
+        command = group.get_command(context, name)
+        inner = command.context_class(command, info_name=name, parent=context)
+        if hasattr(command, "list_commands"):
+            sections += group_help(f"{title} {name}", command, inner)
+        else:
+            sections.append(help_section(f"{title} {name}", command, inner))
+    return sections
 
 
 def help_section(title: str, command: Any, context: Any) -> str:
