@@ -24,7 +24,7 @@ from sgdask.io.predicate_groups import groups_digest
 from sgdask.io.sources import is_store
 from sgdask.io.store import StoreReader
 from sgdask.io.training_stats import gt_training_stats, stats_digest
-from sgdask.metrics import metric_of
+from sgdask.metrics import check_metric_names, metric_of
 from sgdask.pipeline import evaluate_many
 from sgdask.protocols import DEFAULT_PROTOCOL, get_protocols
 from sgdask.report import Report
@@ -67,6 +67,7 @@ class CompareJob:
             raise SgdaskError(Option("resamples"), " and ", Option("permutations"),
                               ": at least 1")
         self.options.checked()
+        check_metric_names(self.metrics, "metrics")
 
     @property
     def pairs(self) -> list[tuple[int, int]]:

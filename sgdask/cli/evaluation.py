@@ -24,7 +24,7 @@ from sgdask.cli.options import (
     storage_options,
 )
 from sgdask.core.settings import DEFAULT_PARTITION_SIZE
-from sgdask.errors import SgdaskError
+from sgdask.errors import SgdaskError, checked_choice
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.methods import METHODS
 from sgdask.kernels.selection import DEFAULT_KS
@@ -105,6 +105,7 @@ def evaluate(gt: Annotated[str, typer.Option(
     from sgdask.cluster import dask_client
     from sgdask.core.settings import Settings
     from sgdask.io.results import ResultsMethod
+    from sgdask.io.setting_files import check_setting_files
     from sgdask.pipeline import evaluate_protocols
     from sgdask.report.writers import write_reports
 
@@ -116,6 +117,9 @@ def evaluate(gt: Annotated[str, typer.Option(
     options = storage_options(storage_option)
     if instance_scores and method is None:
         raise SgdaskError("--instance-scores: only with --method")
+    if method is not None:
+        checked_choice("method", method, METHODS, "method")
+    check_setting_files(settings, options)
     start = time.perf_counter()
     limits = ArchiveLimits.from_pairs(limit)
     how = None if method is None else ResultsMethod(method, instance_scores)
@@ -207,6 +211,7 @@ def compare(gt: Annotated[str, typer.Option(
     )
     from sgdask.cluster import dask_client
     from sgdask.core.settings import Settings
+    from sgdask.io.setting_files import check_setting_files
 
     options = storage_options(storage_option)
     entries = [(name, [m]) for name, m in zip(labels(models or []), models or [],
@@ -218,6 +223,7 @@ def compare(gt: Annotated[str, typer.Option(
                      all_pairs, level, resamples, permutations, seed, metrics, registry,
                      options)
     job.check()
+    check_setting_files(settings, options)
     with dask_client(None, cluster_choice(scheduler, False, workers)) as client:
         job.gt = _gt_store(gt, None, cache_dir, options, client)
         comparison = run_compare(job, client, progress=True)

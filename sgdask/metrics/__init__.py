@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from sgdask.kernels.selection import KSpec
+from sgdask.errors import Choose, SettingError
+from sgdask.kernels.selection import KSpec, parse_k
 from sgdask.metrics import (
     fmeasure,
     groups,
@@ -91,6 +92,34 @@ def metric_of(name: str) -> Metric | None:
     prefix, _, group = split_name(name)
     return next((m for m in metrics()
                  if m.per_k and m.prefix == prefix and m.grouped == (group is not None)), None)
+
+
+def check_metric_names(spec: str | None, setting: str,
+                       ks: tuple[KSpec, ...] | None = None) -> None:
+    """Raise a ``SettingError`` naming ``setting`` for the first name of the comma-separated
+    ``spec`` (``mR@50``, a row ``mR`` or ``mR[head]``) that is no metric, whose k is no k
+    or, given the evaluation's ``ks``, not one of them; with the nearest name. A group's
+    name is checked once the groups are known (they depend on the GT)."""
+    for token in (t.strip() for t in (spec or "").split(",")):
+        metric = metric_of(token) if token else None
+        if token and metric is None:
+            prefixes = tuple(dict.fromkeys(m.prefix for m in metrics()))
+            raise SettingError(setting, f"{token!r} is not a metric name",
+                               fix=Choose(split_name(token)[0], prefixes))
+        k = split_name(token)[1]
+        if metric is None or not metric.per_k or not k:
+            continue
+        try:
+            given = parse_k(k)
+        except SettingError:
+            given = None
+        if given is None or (ks is not None and all(
+                (s.absolute, s.factor) != (given.absolute, given.factor) for s in ks)):
+            near = tuple(f"{metric.prefix}@{s.label}" for s in ks or ())
+            among = f" of the ks evaluated ({', '.join(s.label for s in ks or ())})" \
+                if given is not None else ""
+            raise SettingError(setting, f"{token!r}: {k!r} is not a k{among}",
+                               fix=Choose(token, near) if near else None)
 
 
 def order() -> list[str]:
@@ -181,6 +210,7 @@ __all__ = [
     "Metric",
     "available",
     "board_columns",
+    "check_metric_names",
     "computed_names",
     "format_value",
     "is_rank",
