@@ -13,7 +13,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from sgdask.metrics import board_columns, format_value, units_note
-from sgdask.report import Report, interval_caption
+from sgdask.report import Report
 
 if TYPE_CHECKING:
     from sgdask.batch.many import ManyOutcome
@@ -32,23 +32,15 @@ def progress_bar(description: str, total: int | None) -> Iterator[Any]:
 
 
 def print_report(report: Report, console: Console = out_console) -> None:
-    header, rows = report.grid(sep="\n", template="{lo}–{hi}")
-    title = (f"protocol {report.protocol['name']} v{report.protocol['version']} · "
-             f"aggregation {report.aggregation} · "
-             f"{report.diagnostics.get('evaluated_images', 0)} images")
-    table = Table(title=title, caption=units_note())
+    header, rows = report.grid(sep="\n")
+    table = Table(title=report.heading, caption=units_note())
     for i, name in enumerate(header):
         table.add_column(name, justify="left" if i == 0 else "right")
     for row in rows:  # as text, not markup: a grouped metric's row is mR[head]
         table.add_row(*(escape(cell) for cell in row))
     console.print(table)
-    console.print("  ".join(f"{name} {value}" for name, value in report.scalars()))
-    for metric, why in report.left_out.items():
-        console.print(escape(f"left out {metric}: {why}"))
-    for note in report.notes:
-        console.print(escape(f"note: {note}"))
-    if report.ci:
-        console.print(f"intervals: {interval_caption(report.ci)}")
+    for line in report.lines():
+        console.print(escape(line))
     missing = report.diagnostics.get("images_missing", 0)
     if missing:
         console.print(f"{missing} evaluated image(s) have no prediction (scored 0)")
@@ -92,7 +84,7 @@ def print_comparison(comparison: Comparison, metrics: str | None,
                    f"{100 * settings['level']:g}% intervals")
     for name in ("model", "runs", *shown):
         models.add_column(escape(name), justify="left" if name == "model" else "right")
-    for row in model_rows(comparison, shown, sep="\n", template="{lo}–{hi}"):
+    for row in model_rows(comparison, shown, sep="\n"):
         models.add_row(*(escape(cell) for cell in row))
     console.print(models)
     diffs = Table(title="b − a (percentage points; PRank in ranks, lower is better)",

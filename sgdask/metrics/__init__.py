@@ -187,8 +187,9 @@ def computed_names(inputs: set[str], ks: tuple[KSpec, ...]) -> list[str]:
     return [n for m in metrics() if available(m, inputs) is None for n in m.names(ks)]
 
 
-def left_out(inputs: set[str], values: dict[str, object]) -> dict[str, str]:
-    """Metric -> reason, for every registered metric without a value."""
+def left_out(inputs: set[str], values: dict[str, object], protocol: str) -> dict[str, str]:
+    """Metric -> reason, for every registered metric without a value (a reason that names
+    the protocol names ``protocol``, the report's)."""
     reasons = {}
     valued = {metric_of(name) for name in values}
     for m in metrics():
@@ -198,7 +199,7 @@ def left_out(inputs: set[str], values: dict[str, object]) -> dict[str, str]:
         if why is None and m.empty_reason and m not in valued:
             why = m.empty_reason
         if why is not None:
-            reasons[m.left_out_key] = why
+            reasons[m.left_out_key] = why.replace("{protocol}", protocol)
     return reasons
 
 
