@@ -18,9 +18,11 @@ from distributed import Client
 from sgdask.batch.cache import ResultCache, cache_key
 from sgdask.batch.registry import Registry
 from sgdask.core.settings import Settings
-from sgdask.errors import Option, SettingError, SgdaskError
+from sgdask.errors import Option, SettingError, SgdaskError, checked_choice
 from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.io.methods import METHODS
 from sgdask.io.predicate_groups import groups_digest
+from sgdask.io.results import ResultsMethod
 from sgdask.io.sources import is_store
 from sgdask.io.store import StoreReader
 from sgdask.io.training_stats import gt_training_stats, stats_digest
@@ -52,6 +54,8 @@ class CompareJob:
     metrics: str | None = None
     registry: str | None = None
     storage_options: StorageOptions | None = None
+    #: the models given as files are result files of this method (``evaluate --method``)
+    method: str | None = None
 
     def check(self) -> None:
         if sum(len(inputs) for _, inputs in self.models) < 2 or len(self.models) < 2:
@@ -62,12 +66,15 @@ class CompareJob:
         if len(get_protocols(self.protocol)) != 1:
             raise SettingError("protocol", "compare takes one protocol")
         if not 0 < self.level < 1:
-            raise SettingError("level", f"{self.level} is not between 0 and 1")
+            raise SettingError("ci", f"{self.level} is not a level between 0 and 1 (e.g. "
+                               "0.95)")
         if self.resamples < 1 or self.permutations < 1:
             raise SgdaskError(Option("resamples"), " and ", Option("permutations"),
                               ": at least 1")
         self.options.checked()
         check_metric_names(self.metrics, "metrics")
+        if self.method is not None:
+            checked_choice("method", self.method, METHODS, "method")
 
     @property
     def pairs(self) -> list[tuple[int, int]]:
@@ -127,8 +134,9 @@ def resolve(job: CompareJob, gt_manifest: dict[str, Any], cache: ResultCache | N
         where = report_dir(text, protocol.name, job.storage_options)
         if where is not None:
             found.reports[text] = checked_report(text, where, protocol.name, gt_manifest, job)
-        elif is_store(text, job.storage_options):
-            found.to_evaluate[text] = text
+        elif (is_store(text, job.storage_options) or job.method is not None
+              or is_file(text, job.storage_options)):
+            found.to_evaluate[text] = text  # a file (a result file): as evaluate --pred
         elif registry is not None:
             url = registry_store(registry, text)
             manifest = StoreReader(url, job.storage_options, "submission").manifest
@@ -141,8 +149,16 @@ def resolve(job: CompareJob, gt_manifest: dict[str, Any], cache: ResultCache | N
                 found.to_evaluate[text], found.cache_keys[text] = url, key
         else:
             raise SgdaskError(f"{text}: not a report directory (metrics.json), a submission "
-                              "store (manifest.json) or, with --registry, a registry name")
+                              "store (manifest.json), a submission file or, with --registry, "
+                              "a registry name")
     return found
+
+
+def is_file(url: str, options: StorageOptions | None) -> bool:
+    """Whether ``url`` is a file (a submission file, to evaluate as ``evaluate --pred``
+    does)."""
+    fs, path = filesystem(url, options)
+    return fs.isfile(path)
 
 
 def registry_store(registry: Registry, name: str) -> str:
@@ -180,9 +196,12 @@ def gather_reports(job: CompareJob, client: Client | None = None,
     found = resolve(job, gt_manifest, cache)
     if found.to_evaluate:
         names = {text: f"input-{i}" for i, text in enumerate(found.to_evaluate)}
+        methods = {names[t]: ResultsMethod(job.method) for t in found.to_evaluate
+                   if job.method is not None and not is_store(t, job.storage_options)}
         many = evaluate_many(job.gt, [(names[t], url, job.protocol)
                                       for t, url in found.to_evaluate.items()],
-                             job.options, client, scheduler, job.storage_options, progress)
+                             job.options, client, scheduler, job.storage_options, progress,
+                             methods=methods)
         for text in found.to_evaluate:
             report = next(iter(many.reports[names[text]].values()))
             found.reports[text] = report

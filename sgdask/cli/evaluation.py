@@ -163,7 +163,8 @@ def _gt_store(gt: str, masks: str | None, cache_dir: str | None, options: Any,
 def compare(gt: Annotated[str, typer.Option(
                 "--gt", help="GT store URL, or psg.json (ingested once, then cached)")],
             models: Annotated[list[str] | None, typer.Argument(
-                help="report directories (evaluate --out), submission stores or, with "
+                help="report directories (evaluate --out), submission stores, submission "
+                "files (SGBench ZIP or JSON; with --method, result files) or, with "
                 "--registry, registry names; the first is the baseline")] = None,
             out: Annotated[str | None, typer.Option(
                 help="directory for comparison.json, comparison_details.json and "
@@ -180,7 +181,15 @@ def compare(gt: Annotated[str, typer.Option(
             metrics: Annotated[str | None, typer.Option(
                 "--metrics", help="only these metrics, comma separated (mR@50 or mR)")]
             = None,
-            level: Annotated[float, typer.Option(help="interval level")] = 0.95,
+            ci: Annotated[float, typer.Option("--ci", help="interval level")] = 0.95,
+            level: Annotated[float | None, typer.Option(
+                "--level", hidden=True, help="the former name of --ci")] = None,
+            gt_masks: Annotated[str | None, typer.Option(
+                "--gt-masks", help="with --gt psg.json: the panoptic PNGs (as evaluate)")]
+            = None,
+            method: Annotated[str | None, typer.Option(
+                help="the models given as files are result files of this method (as "
+                f"evaluate --method): {'|'.join(METHODS)}")] = None,
             resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 1000,
             permutations: Annotated[int, typer.Option(
                 help="approximate-randomization permutations")] = 1000,
@@ -219,13 +228,13 @@ def compare(gt: Annotated[str, typer.Option(
     entries += [parse_group(g) for g in group or []]
     settings = Settings(protocols=protocol, ks=k, aggregation=aggregation,
                         partition_size=partition_size, stats=stats).checked()
-    job = CompareJob(gt, entries, protocol, settings,
-                     all_pairs, level, resamples, permutations, seed, metrics, registry,
-                     options)
+    job = CompareJob(gt, entries, protocol, settings, all_pairs,
+                     ci if level is None else level, resamples, permutations, seed, metrics,
+                     registry, options, method)
     job.check()
     check_setting_files(settings, options)
     with dask_client(None, cluster_choice(scheduler, False, workers)) as client:
-        job.gt = _gt_store(gt, None, cache_dir, options, client)
+        job.gt = _gt_store(gt, gt_masks, cache_dir, options, client)
         comparison = run_compare(job, client, progress=True)
     print_comparison(comparison, metrics)
     if out:
