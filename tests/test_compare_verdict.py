@@ -44,11 +44,11 @@ def test_a_verdict_per_metric_says_who_wins_by_the_holm_p():
         row("PRank", -0.5, -0.8, -0.2, 0.001),  # lower is better: B wins
         row("ngR@50", 0.1, 0.05, 0.2, 0.001)], [], [])
     assert verdicts(comparison, ["mR@50", "R@50", "mR@20", "PRank"]) == [
-        "B is better on mR@50: +3.10 points [+1.20, +5.00], p = 0.004 (Holm)",
-        "A is better on R@50: +2.00 points [+0.10, +4.00], p = 0.004 (Holm)",
+        "B is better on mR@50: +3.10 points [+1.20, +5.00], p = 0.0040 (Holm)",
+        "A is better on R@50: +2.00 points [+0.10, +4.00], p = 0.0040 (Holm)",
         "no significant difference on mR@20: B − A = -7.59 points [-13.13, -2.50], "
         "p = 0.0746 (Holm)",
-        "B is better on PRank: -0.50 ranks [-0.80, -0.20], p = 0.001 (Holm)"]
+        "B is better on PRank: -0.50 ranks [-0.80, -0.20], p = 0.0010 (Holm)"]
 
 
 def test_compare_takes_zips_and_fits_80_columns(dataset, stores, weak_zip, client, tmp_path):

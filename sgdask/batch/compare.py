@@ -1,10 +1,11 @@
 """``sgdask compare A B [C ...] --gt GT``: is model B better than model A?
 
 Each input is a report directory (``evaluate --out``; its ``per_image_terms.parquet`` is
-all compare needs), a submission store, or a registry name (``--registry URL``; the
+all compare needs), a submission store, a submission file as ``evaluate --pred`` takes it
+(with ``method``, a model's result file), or a registry name (``--registry URL``; the
 registry's result cache is used, so what ``rerank`` evaluated is not evaluated again).
-Stores and registry entries that need evaluation are scored in one ``evaluate_many``
-graph (each GT partition read once). The statistics are ``sgdask.stats.paired``.
+Stores, files and registry entries that need evaluation are scored in one
+``evaluate_many`` graph (each GT partition read once). The statistics are ``sgdask.stats.paired``.
 """
 
 from __future__ import annotations

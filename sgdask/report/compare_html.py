@@ -79,7 +79,7 @@ def verdicts(comparison: Comparison, names: list[str]) -> list[str]:
         if p >= alpha or delta == 0:
             lines.append(f"no significant difference on {name}: {r['b']} − {r['a']} = "
                          f"{points(name, delta)} {unit} {interval_text(name, low, high)}, "
-                         f"p = {p:.3g} (Holm)")
+                         f"p = {p_text(p)} (Holm)")
             continue
         metric = metric_of(name)
         b_better = (delta < 0) == bool(metric is not None and metric.lower_is_better)
@@ -87,7 +87,7 @@ def verdicts(comparison: Comparison, names: list[str]) -> list[str]:
         ends = sorted(sign * v for v in (low, high) if v is not None)
         shown = interval_text(name, *ends) if len(ends) == 2 else "[-, -]"
         lines.append(f"{winner} is better on {name}: {points(name, sign * delta)} {unit} "
-                     f"{shown}, p = {p:.3g} (Holm)")
+                     f"{shown}, p = {p_text(p)} (Holm)")
     return lines
 
 
