@@ -126,3 +126,13 @@ def test_the_service_suggests_the_board_before_the_upload_streams():
         authorize(None, False, "publc", True)
     assert err.value.status == 400
     assert str(err.value).startswith("board: 'publc' is not a board (did you mean 'public'?)")
+
+
+def test_ingest_gt_checks_the_split_before_reading(tmp_path, capsys):
+    out = tmp_path / "vg.store"
+    line = run(["ingest-gt", str(tmp_path / "VG-SGG-with-attri.h5"), "--dicts",
+                str(tmp_path / "dicts.json"), "--image-data", str(tmp_path / "image_data.json"),
+                "--split", "tset", "--out", str(out)], capsys)
+    assert line.startswith("sgdask: error: --split: unknown split 'tset' (did you mean "
+                           "'test'?)"), line
+    assert not out.exists()

@@ -73,6 +73,10 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
     if split is not None and not visual_genome:
         raise SgdaskError("--split applies to Visual Genome ground truth (psg.json's test "
                           "split is test_image_ids)")
+    if split is not None:
+        from sgdask.io.vg import SPLITS
+
+        checked_choice("split", split, SPLITS, "split")
     cluster = cluster_choice(scheduler, in_process, workers)
     given = {"masks_dir": masks, "dicts": dicts, "image_data": image_data, "split": split}
     with progress_bar("ingesting GT images", None) as advance:
