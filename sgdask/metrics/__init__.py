@@ -97,29 +97,31 @@ def metric_of(name: str) -> Metric | None:
 def check_metric_names(spec: str | None, setting: str,
                        ks: tuple[KSpec, ...] | None = None) -> None:
     """Raise a ``SettingError`` naming ``setting`` for the first name of the comma-separated
-    ``spec`` (``mR@50``, a row ``mR`` or ``mR[head]``) that is no metric, whose k is no k
-    or, given the evaluation's ``ks``, not one of them; with the nearest name. A group's
+    ``spec`` (``mR@50``, a row ``mR`` or ``mR[head]``) that is no metric, or whose k is no
+    k or (given the evaluation's ``ks``) not one of them, with the nearest name. A group's
     name is checked once the groups are known (they depend on the GT)."""
-    for token in (t.strip() for t in (spec or "").split(",")):
-        metric = metric_of(token) if token else None
-        if token and metric is None:
+    for token in filter(None, (t.strip() for t in (spec or "").split(","))):
+        metric = metric_of(token)
+        if metric is None:
             prefixes = tuple(dict.fromkeys(m.prefix for m in metrics()))
             raise SettingError(setting, f"{token!r} is not a metric name",
                                fix=Choose(split_name(token)[0], prefixes))
         k = split_name(token)[1]
-        if metric is None or not metric.per_k or not k:
-            continue
-        try:
-            given = parse_k(k)
-        except SettingError:
-            given = None
-        if given is None or (ks is not None and all(
-                (s.absolute, s.factor) != (given.absolute, given.factor) for s in ks)):
-            near = tuple(f"{metric.prefix}@{s.label}" for s in ks or ())
-            among = f" of the ks evaluated ({', '.join(s.label for s in ks or ())})" \
-                if given is not None else ""
-            raise SettingError(setting, f"{token!r}: {k!r} is not a k{among}",
-                               fix=Choose(token, near) if near else None)
+        if metric.per_k and k:
+            _check_k(token, k, metric.prefix, setting, ks)
+
+
+def _check_k(token: str, k: str, prefix: str, setting: str,
+             ks: tuple[KSpec, ...] | None) -> None:
+    """The k of the metric name ``token`` is a k, one of ``ks`` when they are given."""
+    nearest = Choose(token, tuple(f"{prefix}@{s.label}" for s in ks)) if ks else None
+    try:
+        given = parse_k(k)
+    except SettingError:
+        raise SettingError(setting, f"{token!r}: {k!r} is not a k", fix=nearest) from None
+    if ks and all((s.absolute, s.factor) != (given.absolute, given.factor) for s in ks):
+        raise SettingError(setting, f"{token!r}: {k!r} is not a k of the ks evaluated "
+                           f"({', '.join(s.label for s in ks)})", fix=nearest)
 
 
 def order() -> list[str]:
