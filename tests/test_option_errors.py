@@ -107,7 +107,7 @@ def test_a_manifest_is_checked_whole_before_any_model_is_scored(stores, tmp_path
 def test_a_role_is_one_of_the_roles(tmp_path, capsys):
     tokens = tmp_path / "tokens.json"
     line = run(["tokens", "add", str(tokens), "--team", "a", "--role", "maintaner"], capsys)
-    assert line.startswith("sgdask: error: --role: unknown role 'maintaner' (did you mean "
+    assert line.startswith("sgdask: error: --role 'maintaner': unknown role (did you mean "
                            "'maintainer'?)"), line
     assert not tokens.exists()
 
