@@ -3,13 +3,17 @@ nearest name, exit code 2, and nothing ingested, started or written (issue 27, i
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from sgdask.batch.registry import Registry
 from sgdask.cli import main
 from sgdask.cli.process import EXIT_ERROR
 from sgdask.errors import SettingError
 from sgdask.evaluator import Evaluator
 from sgdask.service.access import Refusal, authorize
+from sgdask.service.inbox import sidecar_fields
 
 
 def run(argv: list[str], capsys) -> str:
@@ -136,3 +140,13 @@ def test_ingest_gt_checks_the_split_before_reading(tmp_path, capsys):
     assert line.startswith("sgdask: error: --split: unknown split 'tset' (did you mean "
                            "'test'?)"), line
     assert not out.exists()
+
+
+def test_an_inbox_sidecar_with_a_misspelt_field_is_refused_with_the_nearest(tmp_path):
+    sidecar = tmp_path / "m.meta.json"
+    sidecar.write_text(json.dumps({"name": "m", "papr": "https://example.org/paper"}))
+    fields, problem = sidecar_fields(Registry(str(tmp_path / "registry")), str(sidecar),
+                                     sidecar.stat().st_size)
+    assert fields == {}
+    assert problem is not None and problem.startswith(
+        "unknown field 'papr' (did you mean 'paper'?)")
