@@ -150,3 +150,15 @@ def test_an_inbox_sidecar_with_a_misspelt_field_is_refused_with_the_nearest(tmp_
     assert fields == {}
     assert problem is not None and problem.startswith(
         "unknown field 'papr' (did you mean 'paper'?)")
+
+
+def test_a_group_name_is_checked_once_the_groups_are_known(stores, client, capsys):
+    """A predicate group's name depends on the GT: the one option checked after scoring."""
+    with pytest.raises(SystemExit) as done:
+        main(["evaluate", "--gt", stores.gt, "--pred", stores.pred, "--ci", "0.9",
+              "--resamples", "10", "--ci-metrics", "mR[hed]", "--scheduler",
+              client.scheduler.address])
+    assert done.value.code == EXIT_ERROR
+    line = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar
+    assert line.startswith("sgdask: error: --ci-metrics: 'mR[hed]' is not a metric of this "
+                           "evaluation (did you mean 'mR[head]'?)"), line
