@@ -13,10 +13,15 @@ from pathlib import Path
 import pytest
 
 from sgdask.cli import main
+from sgdask.io.ingest import ingest_gt
+from sgdask.io.results import ResultsMethod
 from sgdask.metrics import board_columns
+from sgdask.pipeline import evaluate_protocols
 from sgdask.report.compare_html import verdicts
 from sgdask.stats.paired import Comparison
+from sgdask.synth import write_dataset
 from tests.conftest import rewrite_zip
+from tests.test_results import Lab, make_family
 
 
 def cut_lists(doc):
@@ -87,3 +92,32 @@ def test_level_is_the_former_name_of_ci(dataset, stores, weak_zip, capsys):
         assert err.startswith("sgdask: error: --ci: 1.5 is not a level between 0 and 1"), err
         assert err.count("\n") == 1
     assert Path(weak_zip).is_file()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> Lab:
+    """A small dataset for model result files (as tests/test_results.py builds it)."""
+    root = tmp_path_factory.mktemp("compare-lab")
+    data = write_dataset(root / "data", n_images=12, seed=11, height=64, width=96,
+                         no_relation_fraction=0.1)
+    ingest_gt(str(data.psg_json), str(root / "gt"), str(data.masks_dir), partition_size=4)
+    return Lab(data, json.loads(data.psg_json.read_text()), str(root / "gt"))
+
+
+def test_compare_takes_result_files_with_method(lab, client, tmp_path, capsys):
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    first = make_family("psgtr", lab, tmp_path / "one", seed=1).pickle
+    second = make_family("psgtr", lab, tmp_path / "two", seed=2).pickle
+    out = tmp_path / "cmp"
+    with pytest.raises(SystemExit) as done:
+        main(["compare", str(first), str(second), "--method", "psgtr", "--gt", lab.gt,
+              "--metrics", "mR@50,R@50", "--resamples", "50", "--permutations", "50",
+              "--scheduler", client.scheduler.address, "--out", str(out)])
+    assert done.value.code in (0, None), capsys.readouterr().err
+    rows = {r["metric"]: r for r in json.loads((out / "comparison.json").read_text())}
+    for path, side in ((first, "a_value"), (second, "b_value")):
+        [report] = evaluate_protocols(lab.gt, str(path), "singlempo", client=client,
+                                      method=ResultsMethod("psgtr")).values()
+        for name in ("mR@50", "R@50"):  # compare's value: the terms summed in floats
+            assert rows[name][side] == pytest.approx(report.metrics[name], rel=1e-12)

@@ -135,9 +135,9 @@ def resolve(job: CompareJob, gt_manifest: dict[str, Any], cache: ResultCache | N
         where = report_dir(text, protocol.name, job.storage_options)
         if where is not None:
             found.reports[text] = checked_report(text, where, protocol.name, gt_manifest, job)
-        elif (is_store(text, job.storage_options) or job.method is not None
-              or is_file(text, job.storage_options)):
-            found.to_evaluate[text] = text  # a file (a result file): as evaluate --pred
+        elif (is_store(text, job.storage_options)
+              or is_submission_file(text, job.method, job.storage_options)):
+            found.to_evaluate[text] = text
         elif registry is not None:
             url = registry_store(registry, text)
             manifest = StoreReader(url, job.storage_options, "submission").manifest
@@ -155,11 +155,11 @@ def resolve(job: CompareJob, gt_manifest: dict[str, Any], cache: ResultCache | N
     return found
 
 
-def is_file(url: str, options: StorageOptions | None) -> bool:
-    """Whether ``url`` is a file (a submission file, to evaluate as ``evaluate --pred``
-    does)."""
+def is_submission_file(url: str, method: str | None, options: StorageOptions | None) -> bool:
+    """Whether ``url`` is a submission file, evaluated as ``evaluate --pred`` takes it: a
+    file, or with ``method`` a model's result file or directory of .npz files."""
     fs, path = filesystem(url, options)
-    return fs.isfile(path)
+    return fs.exists(path) if method is not None else fs.isfile(path)
 
 
 def registry_store(registry: Registry, name: str) -> str:
