@@ -56,7 +56,7 @@ def test_a_report_prints_as_a_table_with_intervals(report):
     assert "<th>metric</th>" in html and "Report(" not in html
 
 
-def test_report_write_writes_what_the_command_writes(stores, report, tmp_path):
+def test_report_write_writes_what_the_command_writes(stores, report, tmp_path, capsys):
     by_api = tmp_path / "api"
     report.write(str(by_api))
     by_command = tmp_path / "command"
@@ -64,6 +64,8 @@ def test_report_write_writes_what_the_command_writes(stores, report, tmp_path):
         main(["evaluate", "--gt", stores.gt, "--pred", stores.pred, "--protocol", "sgbench",
               "--ci", "0.9", "--resamples", "50", "--workers", "1", "--out", str(by_command)])
     assert done.value.code in (0, None)
+    table = capsys.readouterr().out  # intervals printed one way: [lo, hi], as report.md
+    assert re.search(r"\[\d+\.\d\d, \d+\.\d\d\]", table) and "–" not in table
     files = sorted(p.name for p in Path(by_api).iterdir())
     assert files == sorted(p.name for p in Path(by_command).iterdir())
     assert "report.html" in files and "report.md" in files
