@@ -39,7 +39,7 @@ def print_report(report: Report, console: Console = out_console) -> None:
     for row in rows:  # as text, not markup: a grouped metric's row is mR[head]
         table.add_row(*(escape(cell) for cell in row))
     console.print(table)
-    for line in report.lines():
+    for line in report.footnotes():
         console.print(escape(line))
     missing = report.diagnostics.get("images_missing", 0)
     if missing:

@@ -191,7 +191,7 @@ class Report:
                 f"aggregation {self.aggregation} · "
                 f"{self.diagnostics.get('evaluated_images', 0)} images")
 
-    def lines(self) -> list[str]:
+    def footnotes(self) -> list[str]:
         """What follows the table: the metrics without k, what was left out and why, the
         notes and how the intervals were computed."""
         lines = ["  ".join(f"{name} {value}" for name, value in self.scalars())]
@@ -203,23 +203,23 @@ class Report:
 
     def __str__(self) -> str:
         """``print(report)``: the overall table as aligned text (metric families by k, each
-        value with its interval ``[lo, hi]``), then ``lines``."""
+        value with its interval ``[lo, hi]``), then ``footnotes``."""
         header, rows = self.grid()
         widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
         table = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
                            for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
                  .rstrip() for row in (header, *rows)]
-        return "\n".join([self.heading, *table, units_note(), *self.lines()])
+        return "\n".join([self.heading, *table, units_note(), *self.footnotes()])
 
     def _repr_html_(self) -> str:
-        """A notebook's view: the overall table as HTML, then ``lines``."""
+        """A notebook's view: the overall table as HTML, then ``footnotes``."""
         from sgdask.report.page import esc
 
         header, rows = self.grid()
         head = "".join(f"<th>{esc(h)}</th>" for h in header)
         body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
                        for row in rows)
-        notes = "".join(f"<br>{esc(line)}" for line in [units_note(), *self.lines()])
+        notes = "".join(f"<br>{esc(line)}" for line in [units_note(), *self.footnotes()])
         return (f"<div><table><caption>{esc(self.heading)}</caption><thead><tr>{head}</tr>"
                 f"</thead><tbody>{body}</tbody></table><small>{notes[4:]}</small></div>")
 
