@@ -153,7 +153,7 @@ def checked_choice(setting: str, given: str, choices: tuple[str, ...], what: str
     """``given``, if it is one of ``choices``; else a ``SettingError`` naming ``setting``,
     the nearest choice and all (``--method psgtrr``: did you mean 'psgtr'?)."""
     if given not in choices:
-        raise SettingError(setting, f"unknown {what} {given!r}", fix=Choose(given, choices))
+        raise SettingError(setting, f"{given!r} is not a {what}", fix=Choose(given, choices))
     return given
 
 

@@ -41,7 +41,7 @@ EVALUATE_MISTAKES = [
     (["--ci", "0.95", "--ci-metrics", "R@200"], "--ci-metrics: 'R@200': '200' is not a k of "
      "the ks evaluated (20, 50, 100, x1, x10)"),
     (["--ci", "1.5"], "--ci: 1.5 is not a level between 0 and 1"),
-    (["--method", "psgtrr"], "--method: unknown method 'psgtrr' (did you mean 'psgtr'?)"),
+    (["--method", "psgtrr"], "--method: 'psgtrr' is not a method (did you mean 'psgtr'?)"),
     (["--limit", "max_entriez=3"], "--limit: unknown limit 'max_entriez' (did you mean "
      "'max_entries'?)"),
     (["--predicate-groups", "no-groups.json"], "no-groups.json: no such file"),
@@ -78,10 +78,10 @@ def test_compare_checks_every_option_before_the_gt_is_ingested(dataset, tmp_path
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--method", "hilp", "--gt", "gt.store"], "--method: unknown method 'hilp' (did you mean "
+    (["--method", "hilp", "--gt", "gt.store"], "--method: 'hilp' is not a method (did you mean "
      "'hilo'?)"),
-    (["--from-scores", "s.parquet", "--rank-by", "triplett"], "--rank-by: unknown ranking "
-     "'triplett' (did you mean 'triplet'?)"),
+    (["--from-scores", "s.parquet", "--rank-by", "triplett"], "--rank-by: 'triplett' is not "
+     "a ranking (did you mean 'triplet'?)"),
 ])
 def test_convert_checks_its_choices_before_reading(dataset, tmp_path, capsys, extra, message):
     out = tmp_path / "store"
@@ -137,7 +137,7 @@ def test_ingest_gt_checks_the_split_before_reading(tmp_path, capsys):
     line = run(["ingest-gt", str(tmp_path / "VG-SGG-with-attri.h5"), "--dicts",
                 str(tmp_path / "dicts.json"), "--image-data", str(tmp_path / "image_data.json"),
                 "--split", "tset", "--out", str(out)], capsys)
-    assert line.startswith("sgdask: error: --split: unknown split 'tset' (did you mean "
+    assert line.startswith("sgdask: error: --split: 'tset' is not a split (did you mean "
                            "'test'?)"), line
     assert not out.exists()
 
