@@ -4,6 +4,12 @@
 truth on a Dask cluster; ``sgdask.Evaluator`` scores images held in memory; the per-image
 kernels live in ``sgdask.kernels`` and the metric definitions in ``sgdask.metrics``.
 
+Errors: every problem a caller can act on is an ``SgdaskError`` whose message names the
+arguments (``protocol: unknown protocol 'singlmpo' (did you mean 'singlempo'?)``); a bad
+argument is a ``SettingError`` (a ``ValueError``), bad input to ``Evaluator.update`` an
+``EvaluatorInputError`` (a ``ValueError``), a malformed file an ``InputError``, a missing or
+incomplete store a ``StoreError``.
+
 Imports are lazy: ``import sgdask.kernels`` loads numpy and numba only, not Dask, pyarrow
 or zarr, and neither does ``sgdask.Evaluator`` (it runs on ``sgdask.core``, the Dask-free
 core the pipeline's tasks run too).
@@ -18,10 +24,12 @@ __version__ = "0.1.0"
 
 _LAZY = {"evaluate": "sgdask.pipeline", "evaluate_protocols": "sgdask.pipeline",
          "Report": "sgdask.report", "Evaluator": "sgdask.evaluator",
-         "EvaluatorInputError": "sgdask.evaluator"}
+         "EvaluatorInputError": "sgdask.evaluator", "SgdaskError": "sgdask.errors",
+         "SettingError": "sgdask.errors", "InputError": "sgdask.errors",
+         "StoreError": "sgdask.errors"}
 
-__all__ = ["Evaluator", "EvaluatorInputError", "Report", "__version__", "evaluate",
-           "evaluate_protocols"]
+__all__ = ["Evaluator", "EvaluatorInputError", "InputError", "Report", "SettingError",
+           "SgdaskError", "StoreError", "__version__", "evaluate", "evaluate_protocols"]
 
 
 def __getattr__(name: str) -> Any:

@@ -149,6 +149,14 @@ class SettingError(SgdaskError, ValueError):
         return option.name
 
 
+def checked_choice(setting: str, given: str, choices: tuple[str, ...], what: str) -> str:
+    """``given``, if it is one of ``choices``; else a ``SettingError`` naming ``setting``,
+    the nearest choice and all (``--method psgtrr``: did you mean 'psgtr'?)."""
+    if given not in choices:
+        raise SettingError(setting, f"{given!r} is not a {what}", fix=Choose(given, choices))
+    return given
+
+
 class InputError(SgdaskError):
     """Malformed input: says which file, which image, which field, and what was expected:
     text (which may name options), or a ``Fix`` that says it and how to get there

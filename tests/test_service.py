@@ -107,6 +107,22 @@ def test_missing_wrong_and_insufficient_tokens(server, tiny):
     assert httpx.get(f"{base}/api/submissions", timeout=10).status_code == 401
 
 
+def test_a_misspelt_board_or_field_is_refused_with_the_nearest_name(server, tiny):
+    base, root, teams = server
+    before, uploads = entry_ids(root / "registry"), stored_uploads(root / "registry")
+    zip_path = tiny.variant(0)
+    board = upload(base, teams["team-a"], zip_path, "typo", board="publc")
+    assert board.status_code == 400
+    assert board.json()["detail"].startswith("board: 'publc' is not a board (did you mean "
+                                             "'public'?)")
+    field = upload(base, teams["team-a"], zip_path, "typo", papr="https://example.org")
+    assert field.status_code == 400
+    assert field.json()["detail"].startswith("unexpected form field 'papr' (did you mean "
+                                             "'paper'?)")
+    assert entry_ids(root / "registry") == before
+    assert stored_uploads(root / "registry") == uploads
+
+
 def test_upload_over_the_limit_is_413_and_stores_nothing(server):
     base, root, teams = server
     before, uploads = entry_ids(root / "registry"), stored_uploads(root / "registry")

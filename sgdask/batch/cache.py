@@ -160,7 +160,7 @@ class ResultCache:
         entry_path = join(self.path, key, ENTRY)
         if self.fs.exists(entry_path):
             self.fs.rm(entry_path)
-        written = report.write(self.location(key), self.options)
+        written = report.write(self.location(key), self.options, html=False)
         names = sorted(url.rsplit("/", 1)[-1] for url in written)
         entry = {**meta, "key": key, "sgdask_version": __version__,
                  "files": {n: file_entry(self.fs.cat_file(join(self.path, key, n)))

@@ -1,10 +1,11 @@
 """``sgdask compare A B [C ...] --gt GT``: is model B better than model A?
 
 Each input is a report directory (``evaluate --out``; its ``per_image_terms.parquet`` is
-all compare needs), a submission store, or a registry name (``--registry URL``; the
+all compare needs), a submission store, a submission file as ``evaluate --pred`` takes it
+(with ``method``, a model's result file), or a registry name (``--registry URL``; the
 registry's result cache is used, so what ``rerank`` evaluated is not evaluated again).
-Stores and registry entries that need evaluation are scored in one ``evaluate_many``
-graph (each GT partition read once). The statistics are ``sgdask.stats.paired``.
+Stores, files and registry entries that need evaluation are scored in one
+``evaluate_many`` graph (each GT partition read once). The statistics are ``sgdask.stats.paired``.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from distributed import Client
 from sgdask.batch.cache import ResultCache, cache_key
 from sgdask.batch.registry import Registry
 from sgdask.core.settings import Settings
-from sgdask.errors import Option, SettingError, SgdaskError
+from sgdask.errors import Option, SettingError, SgdaskError, checked_choice
 from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.io.methods import METHODS
 from sgdask.io.predicate_groups import groups_digest
+from sgdask.io.results import ResultsMethod
 from sgdask.io.sources import is_store
 from sgdask.io.store import StoreReader
 from sgdask.io.training_stats import gt_training_stats, stats_digest
-from sgdask.metrics import metric_of
+from sgdask.metrics import check_metric_names, metric_of
 from sgdask.pipeline import evaluate_many
 from sgdask.protocols import DEFAULT_PROTOCOL, get_protocols
 from sgdask.report import Report
@@ -52,6 +55,8 @@ class CompareJob:
     metrics: str | None = None
     registry: str | None = None
     storage_options: StorageOptions | None = None
+    #: the models given as files are result files of this method (``evaluate --method``)
+    method: str | None = None
 
     def check(self) -> None:
         if sum(len(inputs) for _, inputs in self.models) < 2 or len(self.models) < 2:
@@ -62,11 +67,15 @@ class CompareJob:
         if len(get_protocols(self.protocol)) != 1:
             raise SettingError("protocol", "compare takes one protocol")
         if not 0 < self.level < 1:
-            raise SettingError("level", f"{self.level} is not between 0 and 1")
+            raise SettingError("ci", f"{self.level} is not a level between 0 and 1 (e.g. "
+                               "0.95)")
         if self.resamples < 1 or self.permutations < 1:
             raise SgdaskError(Option("resamples"), " and ", Option("permutations"),
                               ": at least 1")
         self.options.checked()
+        check_metric_names(self.metrics, "metrics")
+        if self.method is not None:
+            checked_choice("method", self.method, METHODS, "method")
 
     @property
     def pairs(self) -> list[tuple[int, int]]:
@@ -126,7 +135,8 @@ def resolve(job: CompareJob, gt_manifest: dict[str, Any], cache: ResultCache | N
         where = report_dir(text, protocol.name, job.storage_options)
         if where is not None:
             found.reports[text] = checked_report(text, where, protocol.name, gt_manifest, job)
-        elif is_store(text, job.storage_options):
+        elif (is_store(text, job.storage_options)
+              or is_submission_file(text, job.method, job.storage_options)):
             found.to_evaluate[text] = text
         elif registry is not None:
             url = registry_store(registry, text)
@@ -140,8 +150,16 @@ def resolve(job: CompareJob, gt_manifest: dict[str, Any], cache: ResultCache | N
                 found.to_evaluate[text], found.cache_keys[text] = url, key
         else:
             raise SgdaskError(f"{text}: not a report directory (metrics.json), a submission "
-                              "store (manifest.json) or, with --registry, a registry name")
+                              "store (manifest.json), a submission file or, with --registry, "
+                              "a registry name")
     return found
+
+
+def is_submission_file(url: str, method: str | None, options: StorageOptions | None) -> bool:
+    """Whether ``url`` is a submission file, evaluated as ``evaluate --pred`` takes it: a
+    file, or with ``method`` a model's result file or directory of .npz files."""
+    fs, path = filesystem(url, options)
+    return fs.exists(path) if method is not None else fs.isfile(path)
 
 
 def registry_store(registry: Registry, name: str) -> str:
@@ -179,9 +197,12 @@ def gather_reports(job: CompareJob, client: Client | None = None,
     found = resolve(job, gt_manifest, cache)
     if found.to_evaluate:
         names = {text: f"input-{i}" for i, text in enumerate(found.to_evaluate)}
+        methods = {names[t]: ResultsMethod(job.method) for t in found.to_evaluate
+                   if job.method is not None and not is_store(t, job.storage_options)}
         many = evaluate_many(job.gt, [(names[t], url, job.protocol)
                                       for t, url in found.to_evaluate.items()],
-                             job.options, client, scheduler, job.storage_options, progress)
+                             job.options, client, scheduler, job.storage_options, progress,
+                             methods=methods)
         for text in found.to_evaluate:
             report = next(iter(many.reports[names[text]].values()))
             found.reports[text] = report

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import yaml
@@ -26,7 +26,7 @@ from distributed import Client
 
 from sgdask.batch.cache import ResultCache, cache_key
 from sgdask.core.settings import Settings
-from sgdask.errors import InputError
+from sgdask.errors import Choose, InputError, SettingError
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.predicate_groups import groups_digest
 from sgdask.io.store import StoreReader
@@ -38,6 +38,9 @@ from sgdask.report.intervals import add_intervals
 from sgdask.report.writers import write_reports
 
 Log = Callable[[str], None]
+#: a manifest's top-level keys besides the settings record's fields, and a submission's
+_MANIFEST_KEYS = ("gt", "out", "cache", "storage_options", "submissions")
+_ENTRY_KEYS = ("name", "url", "protocols")
 
 
 @dataclass
@@ -64,18 +67,34 @@ def parse_manifest(doc: Any, label: str) -> ManyJob:
     subs = doc["submissions"]
     if not isinstance(subs, list) or not subs:
         raise InputError(label, "not a non-empty list", field="submissions")
+    _check_keys(doc, (*_MANIFEST_KEYS, *(f.name for f in fields(Settings))), label, None)
     options = Settings.from_mapping(doc)
     parsed = []
     for i, sub in enumerate(subs):
         if not isinstance(sub, dict) or not {"name", "url"} <= set(sub):
             raise InputError(label, "needs name and url", field=f"submissions[{i}]")
+        _check_keys(sub, _ENTRY_KEYS, label, f"submissions[{i}]")
         protocols = sub.get("protocols", options.protocols)
         if isinstance(protocols, list):
             protocols = ",".join(str(p) for p in protocols)
-        get_protocols(protocols)
+        try:
+            get_protocols(protocols)
+        except SettingError as err:
+            what = "".join(p for p in err.pieces()[2:] if isinstance(p, str))
+            raise InputError(label, what, field=f"submissions[{i}].protocols",
+                             expected=err.fix) from None
         parsed.append((str(sub["name"]), str(sub["url"]), protocols))
     return ManyJob(str(doc["gt"]), parsed, options, doc.get("out"), doc.get("cache"),
                    doc.get("storage_options"))
+
+
+def _check_keys(doc: dict, known: tuple[str, ...], label: str, where: str | None) -> None:
+    """An ``InputError`` for the first key of ``doc`` that is not ``known`` (a misspelt
+    setting would otherwise be ignored), with the nearest one."""
+    for key in doc:
+        if key not in known:
+            raise InputError(label, f"unknown key {key!r}", field=where,
+                             expected=Choose(str(key), known))
 
 
 def load_manifest(url: str, storage_options: StorageOptions | None = None) -> ManyJob:

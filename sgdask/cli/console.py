@@ -13,7 +13,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from sgdask.metrics import board_columns, format_value, units_note
-from sgdask.report import Report, interval_caption
+from sgdask.report import Report
 
 if TYPE_CHECKING:
     from sgdask.batch.many import ManyOutcome
@@ -32,23 +32,15 @@ def progress_bar(description: str, total: int | None) -> Iterator[Any]:
 
 
 def print_report(report: Report, console: Console = out_console) -> None:
-    header, rows = report.grid(sep="\n", template="{lo}–{hi}")
-    title = (f"protocol {report.protocol['name']} v{report.protocol['version']} · "
-             f"aggregation {report.aggregation} · "
-             f"{report.diagnostics.get('evaluated_images', 0)} images")
-    table = Table(title=title, caption=units_note())
+    header, rows = report.grid(sep="\n")
+    table = Table(title=report.heading, caption=units_note())
     for i, name in enumerate(header):
         table.add_column(name, justify="left" if i == 0 else "right")
     for row in rows:  # as text, not markup: a grouped metric's row is mR[head]
         table.add_row(*(escape(cell) for cell in row))
     console.print(table)
-    console.print("  ".join(f"{name} {value}" for name, value in report.scalars()))
-    for metric, why in report.left_out.items():
-        console.print(escape(f"left out {metric}: {why}"))
-    for note in report.notes:
-        console.print(escape(f"note: {note}"))
-    if report.ci:
-        console.print(f"intervals: {interval_caption(report.ci)}")
+    for line in report.footnotes():
+        console.print(escape(line))
     missing = report.diagnostics.get("images_missing", 0)
     if missing:
         console.print(f"{missing} evaluated image(s) have no prediction (scored 0)")
@@ -79,9 +71,10 @@ def _fmt(value: float | None, signed: bool = False) -> str:
 
 def print_comparison(comparison: Comparison, metrics: str | None,
                      console: Console = out_console) -> None:
-    """The models and the differences of the leaderboard's columns (every metric with
-    ``--metrics``; all of them are in comparison.json)."""
-    from sgdask.report.compare_html import model_rows, p_text, points
+    """The leaderboard's columns (every metric with ``--metrics``; all of them are in
+    comparison.json), laid out for 80 columns: one table of the models (a metric per row),
+    one table of differences per pair, then one verdict line per pair and metric."""
+    from sgdask.report.compare_html import interval_text, model_cell, p_text, points, verdicts
 
     rows = comparison.rows
     names = list(dict.fromkeys(r["metric"] for r in rows))
@@ -90,26 +83,33 @@ def print_comparison(comparison: Comparison, metrics: str | None,
     models = Table(title=f"{len(comparison.models)} models · protocol "
                    f"{settings['protocol']} · {settings['images']} images · "
                    f"{100 * settings['level']:g}% intervals")
-    for name in ("model", "runs", *shown):
-        models.add_column(escape(name), justify="left" if name == "model" else "right")
-    for row in model_rows(comparison, shown, sep="\n", template="{lo}–{hi}"):
-        models.add_row(*(escape(cell) for cell in row))
+    models.add_column("metric", no_wrap=True)
+    for model in comparison.models:
+        runs = f" ({model['runs']} runs)" if model["runs"] > 1 else ""
+        models.add_column(escape(model["name"] + runs), justify="right")
+    for name in shown:
+        models.add_row(escape(name), *(escape(model_cell(m, name, "\n"))
+                                       for m in comparison.models))
     console.print(models)
-    diffs = Table(title="b − a (percentage points; PRank in ranks, lower is better)",
-                  caption=f"interval: paired bootstrap, {settings['resamples']} resamples; "
+    for a, b in dict.fromkeys((r["a"], r["b"]) for r in rows):
+        diffs = Table(title=escape(f"{b} − {a} (points; PRank in ranks, lower is better)"))
+        diffs.add_column("metric", no_wrap=True)
+        for name in ("Δ", "interval", "p", "p Holm", "W/T/L"):
+            diffs.add_column(name, justify="right")
+        for r in rows:
+            if r["metric"] in shown and (r["a"], r["b"]) == (a, b):
+                diffs.add_row(escape(r["metric"]), points(r["metric"], r["delta"]),
+                              interval_text(r["metric"], r["ci_low"], r["ci_high"]),
+                              p_text(r["p_value"]), p_text(r["p_holm"]),
+                              "-" if r["wins"] is None
+                              else f"{r['wins']}/{r['ties']}/{r['losses']}")
+        console.print(diffs)
+    console.print(f"interval: paired percentile bootstrap, {settings['resamples']} resamples; "
                   f"p: paired approximate randomization, {settings['permutations']} "
-                  "permutations; Holm over all pairs; W/T/L: images b wins/ties/loses")
-    for name in ("metric", "a", "b", "Δ", "low", "high", "p", "p Holm", "W/T/L"):
-        diffs.add_column(name, justify="left" if name in ("metric", "a", "b") else "right")
-    for r in rows:
-        if r["metric"] in shown:
-            diffs.add_row(escape(r["metric"]), escape(r["a"]), escape(r["b"]),
-                          points(r["metric"], r["delta"]),
-                          points(r["metric"], r["ci_low"]), points(r["metric"], r["ci_high"]),
-                          p_text(r["p_value"]), p_text(r["p_holm"]),
-                          "-" if r["wins"] is None
-                          else f"{r['wins']}/{r['ties']}/{r['losses']}")
-    console.print(diffs)
+                  "permutations, Holm over all pairs; W/T/L: images b wins/ties/loses",
+                  highlight=False)
+    for line in verdicts(comparison, shown):
+        console.print(escape(line), highlight=False)
 
 
 def print_many(outcome: ManyOutcome, console: Console = out_console) -> None:

@@ -21,7 +21,7 @@ from sgdask.cli.options import (
     storage_options,
 )
 from sgdask.cli.process import EXIT_ERROR, one_line
-from sgdask.errors import SgdaskError
+from sgdask.errors import SgdaskError, checked_choice
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.methods import METHODS
 
@@ -86,6 +86,10 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
     if split is not None and not visual_genome:
         raise SgdaskError("--split applies to Visual Genome ground truth (psg.json's test "
                           "split is test_image_ids)")
+    if split is not None:
+        from sgdask.io.vg import SPLITS
+
+        checked_choice("split", split, SPLITS, "split")
     cluster = cluster_choice(scheduler, in_process, workers)
     given = {"masks_dir": masks, "dicts": dicts, "image_data": image_data, "split": split}
     with progress_bar("ingesting GT images", None) as advance:
@@ -139,8 +143,7 @@ def convert(submission: Annotated[str, typer.Argument(
     from sgdask.io.formats import conversion_options, submission_format
     from sgdask.kernels.scores import RANK_BY
 
-    if rank_by not in RANK_BY:
-        raise SgdaskError(f"--rank-by: {rank_by!r} is not one of {', '.join(RANK_BY)}")
+    checked_choice("rank_by", rank_by, RANK_BY, "ranking")
     if not from_scores and (rank_by != "predicate" or ng_limit is not None):
         raise SgdaskError("--rank-by and --ng-limit apply to lists derived --from-scores")
     limits = ArchiveLimits.from_pairs(limit)
@@ -164,6 +167,8 @@ def _check_method_options(method: str | None, from_scores: str | None,
                           instance_scores: bool) -> None:
     """The option combinations ``convert`` accepts (``--method`` without ``--gt``: the
     format's conversion says)."""
+    if method is not None:
+        checked_choice("method", method, METHODS, "method")
     if method is None:
         if instance_scores:
             raise SgdaskError("--instance-scores: only with --method (SGBench files carry "

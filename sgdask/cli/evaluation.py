@@ -28,7 +28,7 @@ from sgdask.cli.options import (
     storage_options,
 )
 from sgdask.core.settings import DEFAULT_PARTITION_SIZE
-from sgdask.errors import SgdaskError
+from sgdask.errors import SgdaskError, checked_choice
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.methods import METHODS
 from sgdask.kernels.selection import DEFAULT_KS
@@ -115,6 +115,7 @@ def evaluate(gt: Annotated[str, typer.Option(
     from sgdask.cluster import dask_client
     from sgdask.core.settings import Settings
     from sgdask.io.results import ResultsMethod
+    from sgdask.io.setting_files import check_setting_files
     from sgdask.pipeline import evaluate_protocols
     from sgdask.report.writers import write_reports
 
@@ -126,6 +127,9 @@ def evaluate(gt: Annotated[str, typer.Option(
     options = storage_options(storage_option)
     if instance_scores and method is None:
         raise SgdaskError("--instance-scores: only with --method")
+    if method is not None:
+        checked_choice("method", method, METHODS, "method")
+    check_setting_files(settings, options)
     start = time.perf_counter()
     limits = ArchiveLimits.from_pairs(limit)
     how = None if method is None else ResultsMethod(method, instance_scores)
@@ -170,7 +174,8 @@ def compare(gt: Annotated[str, typer.Option(
                 "--gt", metavar="PATH", help="GT store, or psg.json (ingested once, cached)")],
             models: Annotated[list[str] | None, typer.Argument(
                 metavar="MODEL", help="report directories (evaluate --out), submission "
-                "stores or registry names; the first is the baseline")] = None,
+                "stores, submission files (SGBench ZIP or JSON; with --method, result files) "
+                "or, with --registry, registry names; the first is the baseline")] = None,
             out: Annotated[str | None, typer.Option(
                 metavar="DIR", help="write comparison.json, its details and an HTML page here")]
             = None,
@@ -186,8 +191,18 @@ def compare(gt: Annotated[str, typer.Option(
             metrics: Annotated[str | None, typer.Option(
                 "--metrics", metavar="NAME[,...]", rich_help_panel=PROTOCOL,
                 help="only these metrics (mR@50) or families (mR)")] = None,
-            level: Annotated[float, typer.Option(
-                metavar="LEVEL", rich_help_panel=INTERVALS, help="interval level")] = 0.95,
+            ci: Annotated[float, typer.Option(
+                "--ci", metavar="LEVEL", rich_help_panel=INTERVALS, help="interval level")]
+            = 0.95,
+            level: Annotated[float | None, typer.Option(
+                "--level", hidden=True, help="the former name of --ci")] = None,
+            gt_masks: Annotated[str | None, typer.Option(
+                "--gt-masks", metavar="DIR", rich_help_panel=INPUT,
+                help="with --gt psg.json: the panoptic PNGs (as evaluate)")] = None,
+            method: Annotated[str | None, typer.Option(
+                metavar="METHOD", rich_help_panel=INPUT,
+                help="models given as files are result files of this method (as evaluate)")]
+            = None,
             resamples: Annotated[int, typer.Option(
                 metavar="N", rich_help_panel=INTERVALS, help="bootstrap resamples")] = 1000,
             permutations: Annotated[int, typer.Option(
@@ -222,6 +237,7 @@ def compare(gt: Annotated[str, typer.Option(
     )
     from sgdask.cluster import dask_client
     from sgdask.core.settings import Settings
+    from sgdask.io.setting_files import check_setting_files
 
     options = storage_options(storage_option)
     entries = [(name, [m]) for name, m in zip(labels(models or []), models or [],
@@ -229,12 +245,13 @@ def compare(gt: Annotated[str, typer.Option(
     entries += [parse_group(g) for g in group or []]
     settings = Settings(protocols=protocol, ks=k, aggregation=aggregation,
                         partition_size=partition_size, stats=stats).checked()
-    job = CompareJob(gt, entries, protocol, settings,
-                     all_pairs, level, resamples, permutations, seed, metrics, registry,
-                     options)
+    job = CompareJob(gt, entries, protocol, settings, all_pairs,
+                     ci if level is None else level, resamples, permutations, seed, metrics,
+                     registry, options, method)
     job.check()
+    check_setting_files(settings, options)
     with dask_client(None, cluster_choice(scheduler, False, workers)) as client:
-        job.gt = _gt_store(gt, None, cache_dir, options, client)
+        job.gt = _gt_store(gt, gt_masks, cache_dir, options, client)
         comparison = run_compare(job, client, progress=True)
     print_comparison(comparison, metrics)
     if out:

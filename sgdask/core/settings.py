@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sgdask.accum import AGGREGATIONS
 from sgdask.errors import Choose, Option, SettingError
 from sgdask.kernels.selection import DEFAULT_KS, KSpec, parse_ks
+from sgdask.metrics import check_metric_names
 from sgdask.metrics.base import Family
 from sgdask.protocols import DEFAULT_PROTOCOL, Protocol, get_protocols
 from sgdask.types import ZeroShot
@@ -154,7 +155,8 @@ class Settings:
         if not self.tau >= 0:
             raise SettingError("tau", f"{self.tau} must be a number >= 0")
         if self.intervals is not None:
-            self.intervals.check()
+            self.intervals.check()  # the level, resamples and seed
+            check_metric_names(self.ci_metrics, "ci_metrics", self.k_specs)
         elif self.ci_metrics is not None:
             raise SettingError("ci_metrics", "only with ", Option("ci", "LEVEL"))
         return self

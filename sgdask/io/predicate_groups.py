@@ -28,16 +28,22 @@ EXPECTED = 'a JSON object: group name -> list of predicate names, e.g. {"head": 
 def read_groups(url: str, names: list[str], storage_options: StorageOptions | None = None
                 ) -> PredicateGroups:
     """The groups of a groups file, checked against the GT's predicate ``names``."""
+    doc = groups_document(url, storage_options)
+    return PredicateGroups(_checked_groups(doc, names, url), f"groups file {url}")
+
+
+def groups_document(url: str, storage_options: StorageOptions | None = None) -> Any:
+    """A groups file's JSON document (its names are checked against a GT by
+    ``read_groups``); an ``InputError`` when it is missing or no JSON."""
     fs, path = filesystem(url, storage_options)
     try:
         data = fs.cat_file(path)
     except FileNotFoundError:
         raise InputError(url, "no such file", expected=EXPECTED) from None
     try:
-        doc = json.loads(data)
+        return json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InputError(url, f"not JSON ({err})", expected=EXPECTED) from None
-    return PredicateGroups(_checked_groups(doc, names, url), f"groups file {url}")
 
 
 def groups_digest(url: str, storage_options: StorageOptions | None = None) -> str:

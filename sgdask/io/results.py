@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from sgdask.errors import Choose, Fix, InputError, Option, SettingError, SgdaskError, Text
+from sgdask.errors import Fix, InputError, Option, SgdaskError, Text, checked_choice
 from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.methods import METHODS, fields_of, lists_for
@@ -403,9 +403,7 @@ class ResultSource:
 
     def __init__(self, url: str, method: str, storage_options: StorageOptions | None = None,
                  limits: ArchiveLimits | None = None, instance_scores: bool = False) -> None:
-        if method not in METHODS:
-            raise SettingError("method", f"{method!r} is not a method",
-                               fix=Choose(method, tuple(METHODS)))
+        checked_choice("method", method, tuple(METHODS), "method")
         self.url, self.method, self.options = str(url).rstrip("/"), method, storage_options
         self.limits = limits or DEFAULT_LIMITS
         self.instance_scores = instance_scores

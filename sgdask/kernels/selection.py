@@ -41,8 +41,25 @@ def parse_k(text: str) -> KSpec:
             raise ValueError
         return KSpec(label=str(value), absolute=value)
     except ValueError:
-        raise SettingError("ks", f"{token!r} is not a k (expected a positive integer like 50 "
-                           "or a relative k like x1, x10, x0.5)") from None
+        raise SettingError("ks", f"{token!r} is not a k {_look_alike(token)}(expected a "
+                           "positive integer like 50 or a relative k like x1, x10, x0.5)"
+                           ) from None
+
+
+#: letters typed for the digits they look like (``5O`` for 50, ``l0`` for 10)
+_DIGITS = str.maketrans({"O": "0", "o": "0", "l": "1", "I": "1", "X": "x"})
+
+
+def _look_alike(token: str) -> str:
+    """``(did you mean '50'?) `` when ``token`` is a k but for letters typed for digits."""
+    fixed = token.translate(_DIGITS)
+    if fixed == token:
+        return ""
+    try:
+        parse_k(fixed)
+    except SettingError:
+        return ""
+    return f"(did you mean {fixed!r}?) "
 
 
 def parse_ks(text: str | list[str] | tuple[str, ...]) -> tuple[KSpec, ...]:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from sgdask.kernels.selection import KSpec
+from sgdask.errors import Choose, SettingError
+from sgdask.kernels.selection import KSpec, parse_k
 from sgdask.metrics import (
     fmeasure,
     groups,
@@ -93,6 +94,36 @@ def metric_of(name: str) -> Metric | None:
                  if m.per_k and m.prefix == prefix and m.grouped == (group is not None)), None)
 
 
+def check_metric_names(spec: str | None, setting: str,
+                       ks: tuple[KSpec, ...] | None = None) -> None:
+    """Raise a ``SettingError`` naming ``setting`` for the first name of the comma-separated
+    ``spec`` (``mR@50``, a row ``mR`` or ``mR[head]``) that is no metric, or whose k is no
+    k or (given the evaluation's ``ks``) not one of them, with the nearest name. A group's
+    name is checked once the groups are known (they depend on the GT)."""
+    for token in filter(None, (t.strip() for t in (spec or "").split(","))):
+        metric = metric_of(token)
+        if metric is None:
+            prefixes = tuple(dict.fromkeys(m.prefix for m in metrics()))
+            raise SettingError(setting, f"{token!r} is not a metric name",
+                               fix=Choose(split_name(token)[0], prefixes))
+        k = split_name(token)[1]
+        if metric.per_k and k:
+            _check_k(token, k, metric.prefix, setting, ks)
+
+
+def _check_k(token: str, k: str, prefix: str, setting: str,
+             ks: tuple[KSpec, ...] | None) -> None:
+    """The k of the metric name ``token`` is a k, one of ``ks`` when they are given."""
+    nearest = Choose(token, tuple(f"{prefix}@{s.label}" for s in ks)) if ks else None
+    try:
+        given = parse_k(k)
+    except SettingError:
+        raise SettingError(setting, f"{token!r}: {k!r} is not a k", fix=nearest) from None
+    if ks and all((s.absolute, s.factor) != (given.absolute, given.factor) for s in ks):
+        raise SettingError(setting, f"{token!r}: {k!r} is not a k of the ks evaluated "
+                           f"({', '.join(s.label for s in ks)})", fix=nearest)
+
+
 def order() -> list[str]:
     """Metric keys (``Metric.key``) in report order (``R@inf`` sorts with ``R``)."""
     return list(dict.fromkeys(m.key.partition("@")[0] for m in metrics()))
@@ -158,8 +189,9 @@ def computed_names(inputs: set[str], ks: tuple[KSpec, ...]) -> list[str]:
     return [n for m in metrics() if available(m, inputs) is None for n in m.names(ks)]
 
 
-def left_out(inputs: set[str], values: dict[str, object]) -> dict[str, str]:
-    """Metric -> reason, for every registered metric without a value."""
+def left_out(inputs: set[str], values: dict[str, object], protocol: str) -> dict[str, str]:
+    """Metric -> reason, for every registered metric without a value (a reason that names
+    the protocol names ``protocol``, the report's)."""
     reasons = {}
     valued = {metric_of(name) for name in values}
     for m in metrics():
@@ -169,7 +201,7 @@ def left_out(inputs: set[str], values: dict[str, object]) -> dict[str, str]:
         if why is None and m.empty_reason and m not in valued:
             why = m.empty_reason
         if why is not None:
-            reasons[m.left_out_key] = why
+            reasons[m.left_out_key] = why.replace("{protocol}", protocol)
     return reasons
 
 
@@ -181,6 +213,7 @@ __all__ = [
     "Metric",
     "available",
     "board_columns",
+    "check_metric_names",
     "computed_names",
     "format_value",
     "is_rank",

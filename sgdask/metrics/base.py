@@ -34,13 +34,13 @@ IMAGE, MEAN, RATIO, DERIVED = "image", "mean", "ratio", "derived"
 PERCENT, RANK = "percent", "rank"
 
 # Inputs a metric may need, checked in this order; the first one missing is the reason a
-# metric is left out of a report.
+# metric is left out of a report ({protocol}: the report's protocol).
 NEEDS = {
     "legacy": "legacy metric, off by default (--legacy-metrics)",
     "ng": "the submission has no ng_triplets (NG list)",
-    "mapping": "needs an instance mapping; multimpo matches triplets",
+    "mapping": "needs an instance mapping; {protocol} matches triplets",
     "pairs": "needs an instance mapping (or, under sgbpytorch, predicted boxes that are the "
-             "GT boxes in the same order); multimpo matches triplets",
+             "GT boxes in the same order); {protocol} matches triplets",
     "ngz": "not part of this protocol (sgbpytorch reports it)",
     "stats": "no training statistics (the GT has no train_image_ids; give --stats from "
              "`sgdask stats`)",

@@ -93,9 +93,12 @@ class Report:
     def to_json(self) -> str:
         return json.dumps(self.summary(), indent=2, sort_keys=False)
 
-    def write(self, out: str, storage_options: StorageOptions | None = None) -> list[str]:
-        """Write metrics.json, per_predicate.parquet, per_image.parquet, report.md, (with
-        rows) per_category.parquet and (with terms) per_image_terms.parquet."""
+    def write(self, out: str, storage_options: StorageOptions | None = None,
+              html: bool = True) -> list[str]:
+        """Write what ``sgdask evaluate --out`` writes for one protocol: metrics.json,
+        per_predicate.parquet, per_image.parquet, report.md, (with rows)
+        per_category.parquet, (with terms) per_image_terms.parquet and (``html``)
+        report.html; the command writes through this method."""
         # imported here: building a report (the in-memory Evaluator) needs no pyarrow or zarr
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -121,6 +124,11 @@ class Report:
             with fs.open(join(path, TERMS_FILE), "wb") as f:
                 pq.write_table(self.terms.to_arrow(), f, compression="zstd")
             written.append(join(out, TERMS_FILE))
+        if html:
+            from sgdask.report.html import write_html  # matplotlib: only to write the page
+
+            written.append(write_html({self.protocol["name"]: self}, join(out, "report.html"),
+                                      storage_options))
         return written
 
     @classmethod
@@ -175,6 +183,45 @@ class Report:
         """Metrics without k (InstR, R@inf...), formatted (with intervals)."""
         return [(name, self.cell(name)) for name in self.metrics
                 if not k_of(name, self.ks)]
+
+    @property
+    def heading(self) -> str:
+        """What the report is: protocol, aggregation and images (the console table's title)."""
+        return (f"protocol {self.protocol['name']} v{self.protocol['version']} · "
+                f"aggregation {self.aggregation} · "
+                f"{self.diagnostics.get('evaluated_images', 0)} images")
+
+    def footnotes(self) -> list[str]:
+        """What follows the table: the metrics without k, what was left out and why, the
+        notes and how the intervals were computed."""
+        lines = ["  ".join(f"{name} {value}" for name, value in self.scalars())]
+        lines += [f"left out {metric}: {why}" for metric, why in self.left_out.items()]
+        lines += [f"note: {note}" for note in self.notes]
+        if self.ci:
+            lines.append(f"intervals: {interval_caption(self.ci)}")
+        return [line for line in lines if line]
+
+    def __str__(self) -> str:
+        """``print(report)``: the overall table as aligned text (metric families by k, each
+        value with its interval ``[lo, hi]``), then ``footnotes``."""
+        header, rows = self.grid()
+        widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+        table = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                           for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
+                 .rstrip() for row in (header, *rows)]
+        return "\n".join([self.heading, *table, units_note(), *self.footnotes()])
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the overall table as HTML, then ``footnotes``."""
+        from sgdask.report.page import esc
+
+        header, rows = self.grid()
+        head = "".join(f"<th>{esc(h)}</th>" for h in header)
+        body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
+                       for row in rows)
+        notes = "".join(f"<br>{esc(line)}" for line in [units_note(), *self.footnotes()])
+        return (f"<div><table><caption>{esc(self.heading)}</caption><thead><tr>{head}</tr>"
+                f"</thead><tbody>{body}</tbody></table><small>{notes[4:]}</small></div>")
 
     def markdown(self) -> str:
         header, rows = self.grid()
@@ -455,7 +502,7 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     occurring, vocabulary_notes = vocabulary_means(acc, metrics, settings, len(names), absent)
     notes += vocabulary_notes
     metrics = in_order({**metrics, **derived_metrics(acc, settings, composition, metrics)})
-    reasons = left_out(settings.inputs, metrics)
+    reasons = left_out(settings.inputs, metrics, protocol.name)
     not_gt = acc.diagnostics.get("pred_boxes_not_gt", 0)
     if protocol.pair_accuracy_by_index and not_gt:
         metrics = {n: v for n, v in metrics.items() if n.partition("@")[0] != "A"}

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from sgdask.metrics import RANK_BY, format_value, is_rank, units_note
+from sgdask.metrics import RANK_BY, format_value, is_rank, metric_of, units_note
 from sgdask.report.html import CSS, image, paragraph, predicate_axes, table
 from sgdask.report.page import esc, page
 from sgdask.stats.paired import Comparison
@@ -36,32 +36,65 @@ def p_text(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def model_rows(comparison: Comparison, names: list[str], sep: str = " ",
-               template: str = "[{lo}, {hi}]") -> list[list[str]]:
-    """Per model: name, runs, and per metric value (± sd over runs) and interval."""
-    rows = []
-    for model in comparison.models:
-        row = [model["name"], str(model["runs"])]
-        for name in names:
-            m = model["metrics"].get(name)
-            if m is None:
-                row.append("-")
-                continue
-            text = format_value(name, m["value"])
-            if m["sd"] is not None:
-                text += f" ± {format_value(name, m['sd'])}"
-            if m["ci_low"] is not None:
-                text += sep + template.format(lo=format_value(name, m["ci_low"]),
-                                              hi=format_value(name, m["ci_high"]))
-            row.append(text)
-        rows.append(row)
-    return rows
+def model_rows(comparison: Comparison, names: list[str], sep: str = " ") -> list[list[str]]:
+    """Per model: name, runs, and per metric its cell (``model_cell``)."""
+    return [[model["name"], str(model["runs"]), *(model_cell(model, name, sep)
+                                                   for name in names)]
+            for model in comparison.models]
+
+
+def model_cell(model: dict[str, Any], name: str, sep: str = " ") -> str:
+    """A model's value of a metric (± sd over runs) and its interval ``[lo, hi]`` after
+    ``sep``."""
+    m = model["metrics"].get(name)
+    if m is None:
+        return "-"
+    text = format_value(name, m["value"])
+    if m["sd"] is not None:
+        text += f" ± {format_value(name, m['sd'])}"
+    if m["ci_low"] is not None:
+        text += f"{sep}[{format_value(name, m['ci_low'])}, {format_value(name, m['ci_high'])}]"
+    return text
+
+
+def interval_text(name: str, low: float | None, high: float | None) -> str:
+    """A difference's interval, ``[lo, hi]`` in points (ranks for rank metrics)."""
+    return f"[{points(name, low)}, {points(name, high)}]"
+
+
+def verdicts(comparison: Comparison, names: list[str]) -> list[str]:
+    """One sentence per compared pair and metric of ``names``: which model is better, by
+    how much (with the interval of the difference) and the Holm-corrected p-value, or "no
+    significant difference". The decision is the test's (Holm-corrected p below 1 − the
+    interval level); the interval is shown beside it and may disagree (docs/tasks/compare.md
+    says why)."""
+    alpha = 1 - comparison.settings["level"]
+    lines = []
+    for r in comparison.rows:
+        name, delta, p = r["metric"], r["delta"], r["p_holm"]
+        if name not in names or delta is None or p is None:
+            continue
+        unit = "ranks" if is_rank(name) else "points"
+        low, high = r["ci_low"], r["ci_high"]
+        if p >= alpha or delta == 0:
+            lines.append(f"no significant difference on {name}: {r['b']} − {r['a']} = "
+                         f"{points(name, delta)} {unit} {interval_text(name, low, high)}, "
+                         f"p = {p_text(p)} (Holm)")
+            continue
+        metric = metric_of(name)
+        b_better = (delta < 0) == bool(metric is not None and metric.lower_is_better)
+        winner, sign = (r["b"], 1) if b_better else (r["a"], -1)
+        ends = sorted(sign * v for v in (low, high) if v is not None)
+        shown = interval_text(name, *ends) if len(ends) == 2 else "[-, -]"
+        lines.append(f"{winner} is better on {name}: {points(name, sign * delta)} {unit} "
+                     f"{shown}, p = {p_text(p)} (Holm)")
+    return lines
 
 
 def pair_rows(comparison: Comparison) -> list[list[str]]:
     return [[r["metric"], r["a"], r["b"], format_value(r["metric"], r["a_value"]),
              format_value(r["metric"], r["b_value"]), points(r["metric"], r["delta"]),
-             f"[{points(r['metric'], r['ci_low'])}, {points(r['metric'], r['ci_high'])}]",
+             interval_text(r["metric"], r["ci_low"], r["ci_high"]),
              p_text(r["p_value"]), p_text(r["p_holm"]),
              "-" if r["wins"] is None else f"{r['wins']}/{r['ties']}/{r['losses']}"]
             for r in comparison.rows]
@@ -152,5 +185,11 @@ def render_comparison(comparison: Comparison, title: str = "sgdask comparison") 
                       "metric; W/T/L: images where b is better / equal / worse."),
             table(["metric", "a", "b", "a value", "b value", "Δ", "interval", "p",
                    "p (Holm)", "W/T/L"], pair_rows(comparison)),
+            "<h2>Verdicts</h2>",
+            paragraph("Which model is better where the Holm-corrected p is below "
+                      f"{1 - settings['level']:.2g}; the interval is a separate percentile "
+                      "bootstrap and may disagree near the boundary."),
+            "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in verdicts(comparison, shown))
+            + "</ul>",
             "<h2>Plots</h2>", *plots(comparison, metric)]
     return page(title, "\n".join(body), CSS)

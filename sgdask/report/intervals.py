@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sgdask.errors import SettingError, SgdaskError
+from sgdask.errors import Choose, SettingError, SgdaskError
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import FAMILIES, metric_of, row_label
 from sgdask.metrics.base import DERIVED, Context, Family, FinalColumns, Finals
@@ -43,10 +43,6 @@ class CISettings:
             raise SettingError("resamples", "must be at least 1")
         if self.seed < 0:
             raise SettingError("seed", "must be >= 0")
-        for token in tokens(self.metrics):
-            if metric_of(token) is None:
-                raise SettingError("ci_metrics", f"{token!r} is not a metric name (expected "
-                                   "e.g. mR@50 or mR)")
 
 
 def tokens(spec: str | None) -> list[str]:
@@ -150,9 +146,10 @@ def selected(report: Report, spec: str | None) -> list[str] | None:
     names: list[str] = []
     for token in tokens(spec):
         found = [n for n in report.metrics if n == token or row_label(n) == token]
-        if not found:
-            raise SettingError("ci_metrics", f"{token!r} is not a metric of this evaluation "
-                               f"(it has {', '.join(report.metrics)})")
+        if not found:  # a group's name, known once the GT is read (Settings checked the rest)
+            names = dict.fromkeys([*(row_label(n) for n in report.metrics), *report.metrics])
+            raise SettingError("ci_metrics", f"{token!r} is not a metric of this evaluation",
+                               fix=Choose(token, tuple(names)))
         names += [n for n in found if n not in names]
     return names
 

@@ -31,19 +31,18 @@ def protocol_delta(reports: dict[str, Report]) -> list[dict[str, Any]]:
 
 def write_reports(reports: dict[str, Report], out: str,
                   storage_options: StorageOptions | None = None) -> list[str]:
-    """One protocol: its files in ``out``. Several: ``out/<protocol>/`` each, plus
-    ``out/protocol_delta.json``. Always ``out/report.html`` with every protocol."""
+    """One protocol: its files in ``out`` (``Report.write``). Several: ``out/<protocol>/``
+    each, plus ``out/protocol_delta.json`` and ``out/report.html`` with every protocol."""
     from sgdask.report.html import write_html
 
-    if len(reports) == 1:
-        written = next(iter(reports.values())).write(out, storage_options)
-    else:
-        written = []
-        for name, report in reports.items():
-            written += report.write(join(out, name), storage_options)
-        fs, path = filesystem(join(out, "protocol_delta.json"), storage_options)
-        with fs.open(path, "w") as f:
-            json.dump(protocol_delta(reports), f, indent=1)
-        written.append(join(out, "protocol_delta.json"))
+    if len(reports) == 1:  # exactly what Report.write writes
+        return next(iter(reports.values())).write(out, storage_options)
+    written = []
+    for name, report in reports.items():
+        written += report.write(join(out, name), storage_options, html=False)
+    fs, path = filesystem(join(out, "protocol_delta.json"), storage_options)
+    with fs.open(path, "w") as f:
+        json.dump(protocol_delta(reports), f, indent=1)
+    written.append(join(out, "protocol_delta.json"))
     written.append(write_html(reports, join(out, "report.html"), storage_options))
     return written

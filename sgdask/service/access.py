@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sgdask.errors import Choose
 from sgdask.report.page import SAFE_SCHEMES, url_scheme
 from sgdask.service.tokens import Account
 
@@ -30,7 +31,8 @@ def authorize(account: Account | None, token_given: bool, board: str,
     The approved board takes maintainers only; the public board any valid token, or no
     token at all with ``open_uploads``. An unknown token is refused even then."""
     if board not in BOARDS:
-        raise Refusal(400, f"board: {board!r} is not one of {', '.join(BOARDS)}")
+        raise Refusal(400, f"board: {board!r} is not a board "
+                      f"{Choose(board, BOARDS).render('http')}")
     if token_given and account is None:
         raise Refusal(401, "token: unknown or revoked token")
     if account is None:
@@ -40,6 +42,15 @@ def authorize(account: Account | None, token_given: bool, board: str,
     if board == "approved" and not account.is_maintainer:
         raise Refusal(403, f"board: team {account.team} may not upload to the approved board "
                       "(maintainers only)")
+
+
+def checked_fields(fields: dict[str, str]) -> None:
+    """Check the name and paper fields that came before the file, so that a bad one is
+    refused before the upload is streamed (a field after the file is checked after it)."""
+    if "name" in fields:
+        checked_name(fields["name"])
+    if "paper" in fields:
+        checked_paper(fields["paper"])
 
 
 def checked_name(name: str | None) -> str:

@@ -40,7 +40,13 @@ from starlette.routing import Route
 from sgdask.batch.registry import Entry, Registry, utc_now
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.service import pages
-from sgdask.service.access import Refusal, authorize, checked_name, checked_paper
+from sgdask.service.access import (
+    Refusal,
+    authorize,
+    checked_fields,
+    checked_name,
+    checked_paper,
+)
 from sgdask.service.limits import LimitReached, Limits, check_limits, team_of
 from sgdask.service.queue import (
     Submission,
@@ -223,6 +229,7 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
         if form:
             check_csrf(request, fields.get("csrf"))
         account, _ = who(fields)
+        checked_fields(fields)
         await slot.take(account)
         return UploadSink(svc.registry, submission_id)
 

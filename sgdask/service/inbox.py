@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sgdask.batch.registry import Entry, Registry, parse_stamp, utc_now
-from sgdask.errors import SgdaskError
+from sgdask.errors import Choose, SgdaskError
 from sgdask.io.archive import printable
 from sgdask.io.fs import join
 from sgdask.io.lock import create_exclusive
@@ -32,6 +32,7 @@ from sgdask.service.tokens import TokenBook
 SIDECAR = ".meta.json"
 DATA_SUFFIXES = (".zip", ".json")
 MAX_SIDECAR = 64 << 10
+SIDECAR_FIELDS = ("name", "paper", "board", "token")
 Log = Callable[[str], None]
 
 
@@ -122,5 +123,9 @@ def sidecar_fields(registry: Registry, path: str, size: int) -> tuple[dict[str, 
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         return {}, f"not valid JSON ({err})"
     if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
-        return {}, "expected an object of strings: name, paper, board, token"
+        return {}, f"expected an object of strings: {', '.join(SIDECAR_FIELDS)}"
+    unknown = [key for key in doc if key not in SIDECAR_FIELDS]
+    if unknown:
+        key = printable(unknown[0])[:40]
+        return {}, f"unknown field {key!r} {Choose(key, SIDECAR_FIELDS).render('http')}"
     return doc, None

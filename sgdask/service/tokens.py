@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sgdask.batch.registry import utc_now
-from sgdask.errors import InputError, Option, SgdaskError
+from sgdask.errors import Choose, InputError, Option, SgdaskError
 
 ROLES = ("participant", "maintainer")
 PREFIX = "sgd_"
@@ -83,7 +83,7 @@ def write_tokens(path: Path, records: list[dict[str, Any]]) -> None:
 def add_token(path: Path, team: str, role: str) -> str:
     """Create a token for ``team`` in ``role``; returns the token (shown once)."""
     if role not in ROLES:
-        raise SgdaskError(Option("role"), f" {role!r}: expected one of {', '.join(ROLES)}")
+        raise SgdaskError(Option("role"), f" {role!r}: unknown role", fix=Choose(role, ROLES))
     token = new_token()
     records = read_tokens(path)
     records.append({"team": checked_team(team), "role": role, "sha256": token_hash(token),

@@ -42,6 +42,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from sgdask.batch.registry import Registry, parse_stamp, utc_now
 from sgdask.batch.rerank import read_json, write_atomic
+from sgdask.errors import Choose
 from sgdask.io.archive import printable
 from sgdask.io.fs import is_local, join
 from sgdask.service.access import Refusal
@@ -280,7 +281,9 @@ async def start_part(part: PartState, upload: Upload, start_file: StartFile) -> 
         upload.sink = sink
         upload.filename = printable(os_basename(part.filename or "upload"))[:200]
     elif part.name not in FIELD_CAPS:
-        raise Refusal(400, f"unexpected form field {printable(part.name or '')[:40]!r}")
+        name = printable(part.name or "")[:40]
+        raise Refusal(400, f"unexpected form field {name!r} "
+                      f"{Choose(name, (*FIELD_CAPS, FILE_FIELD)).render('http')}")
     elif part.name in upload.fields:
         raise Refusal(400, f"{part.name}: given twice")
 
