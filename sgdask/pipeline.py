@@ -35,6 +35,7 @@ from sgdask.io.fs import StorageOptions
 from sgdask.io.partition import load_gt_images
 from sgdask.io.predicate_groups import evaluation_groups
 from sgdask.io.results import ResultsMethod
+from sgdask.io.sniff import expect
 from sgdask.io.sources import PredSlice, StoreInput, SubmissionInput
 from sgdask.io.store import CROWD_VERSION, StoreReader
 from sgdask.io.training_stats import gt_training_stats
@@ -251,6 +252,8 @@ def checked_inputs(gt_reader: StoreReader, submissions: list[tuple[str, str, str
     against the GT: a model's result file paired with the GT's images when ``methods``
     names it)."""
     gt_info = GTInfo.of(gt_reader)
+    for name, url, _ in submissions:
+        expect(url, "results" if name in methods else "pred", storage_options)
     inputs = [opened(url, storage_options, gt_reader, gt_info, limits, methods.get(name))
               for name, url, _ in submissions]
     for sub in inputs:

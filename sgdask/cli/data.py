@@ -62,8 +62,12 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
     max_json_size, max_json_depth, max_layer_pixels), so are the sizes a VG150 h5 file's
     datasets declare (max_h5_dataset_size, max_h5_total_size)."""
     from sgdask.io.formats import FORMATS, GT, VG150, recognised
+    from sgdask.io.sniff import expect
 
     options = storage_options(storage_option)
+    expect(psg_json, "gt source", options)
+    if masks is not None:
+        expect(masks, "masks", options)
     fmt = (FORMATS[VG150] if dicts is not None or image_data is not None
            else recognised(psg_json, options, GT))
     visual_genome = fmt.name == VG150
@@ -123,6 +127,7 @@ def convert(submission: Annotated[str, typer.Argument(
     Result files (--method): every image is checked as it is converted; any problem stops
     the conversion and leaves no store."""
     from sgdask.io.formats import conversion_options, submission_format
+    from sgdask.io.sniff import expect
     from sgdask.kernels.scores import RANK_BY
 
     if rank_by not in RANK_BY:
@@ -133,6 +138,7 @@ def convert(submission: Annotated[str, typer.Argument(
     _check_method_options(method, from_scores, instance_scores)
     cluster = cluster_choice(scheduler, in_process, workers)
     options = storage_options(storage_option)
+    expect(submission, "results" if method is not None else "submission file", options)
     fmt = submission_format(submission, options, method)
     given = {"method": method, "instance_scores": instance_scores or None,
              "from_scores": from_scores, "rank_by": rank_by if from_scores else None,
@@ -170,8 +176,10 @@ def validate(submission: Annotated[str, typer.Argument(
 
     Exit code 2 if there is any error, 0 otherwise (warnings included)."""
     from sgdask.io.formats import submission_format
+    from sgdask.io.sniff import expect
 
     options = storage_options(storage_option)
+    expect(submission, "submission file", options)
     fmt = submission_format(submission, options)
     if fmt.validate is None:
         raise SgdaskError(f"{submission}: {fmt.name} files are checked as they are converted")
@@ -238,9 +246,11 @@ def stats(psg_json: Annotated[str, typer.Argument(help="psg.json (path or URL)")
           out: Annotated[str, typer.Option("--out", help="Parquet file URL to write")],
           storage_option: StorageOpt = None) -> None:
     """Training-split triplet statistics (zero-shot types, wIMR weights) as Parquet."""
+    from sgdask.io.sniff import expect
     from sgdask.io.training_stats import psg_train_stats, write_stats
 
     options = storage_options(storage_option)
+    expect(psg_json, "psg", options)
     table = psg_train_stats(psg_json, options)
     write_stats(table, out, options)
     out_console.print(f"wrote {out}: {len(table)} triplet types")

@@ -105,6 +105,7 @@ def evaluate(gt: Annotated[str, typer.Option(
     from sgdask.cluster import dask_client
     from sgdask.core.settings import Settings
     from sgdask.io.results import ResultsMethod
+    from sgdask.io.sniff import evaluation_inputs
     from sgdask.pipeline import evaluate_protocols
     from sgdask.report.writers import write_reports
 
@@ -116,6 +117,7 @@ def evaluate(gt: Annotated[str, typer.Option(
     options = storage_options(storage_option)
     if instance_scores and method is None:
         raise SgdaskError("--instance-scores: only with --method")
+    evaluation_inputs(gt, pred, gt_masks, method, options)
     start = time.perf_counter()
     limits = ArchiveLimits.from_pairs(limit)
     how = None if method is None else ResultsMethod(method, instance_scores)
@@ -146,14 +148,18 @@ def _gt_store(gt: str, masks: str | None, cache_dir: str | None, options: Any,
               client: Any, limits: ArchiveLimits | None = None) -> str:
     """``--gt``'s store (``sgdask.io.gtcache.gt_store``), with a progress bar while a
     psg.json's store is found in the cache or ingested into it."""
-    from sgdask.io.gtcache import cached_gt_store, given_store
+    from sgdask.io.gtcache import cache_entry, cached_gt_store, given_store, is_cached
 
     store = given_store(gt, masks, options)
     if store is not None:
         return store
+    entry = cache_entry(gt, masks, cache_dir, options)
+    if is_cached(entry):  # no progress bar: nothing is ingested
+        return cached_gt_store(gt, masks, cache_dir, options, client, log=err_console.print,
+                               entry=entry)
     with progress_bar("ingesting GT images (cached for the next run)", None) as advance:
         return cached_gt_store(gt, masks, cache_dir, options, client, advance,
-                               log=err_console.print, limits=limits)
+                               log=err_console.print, limits=limits, entry=entry)
 
 
 def compare(gt: Annotated[str, typer.Option(
@@ -207,8 +213,10 @@ def compare(gt: Annotated[str, typer.Option(
     )
     from sgdask.cluster import dask_client
     from sgdask.core.settings import Settings
+    from sgdask.io.sniff import expect
 
     options = storage_options(storage_option)
+    expect(gt, "gt", options)
     entries = [(name, [m]) for name, m in zip(labels(models or []), models or [],
                                                 strict=True)]
     entries += [parse_group(g) for g in group or []]
