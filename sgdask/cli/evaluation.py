@@ -106,6 +106,7 @@ def evaluate(gt: Annotated[str, typer.Option(
     from sgdask.core.settings import Settings
     from sgdask.io.results import ResultsMethod
     from sgdask.io.sniff import evaluation_inputs
+    from sgdask.io.store import check_output_outside_stores
     from sgdask.pipeline import evaluate_protocols
     from sgdask.report.writers import write_reports
 
@@ -118,6 +119,8 @@ def evaluate(gt: Annotated[str, typer.Option(
     if instance_scores and method is None:
         raise SgdaskError("--instance-scores: only with --method")
     evaluation_inputs(gt, pred, gt_masks, method, options)
+    if out:
+        check_output_outside_stores(out, options)
     start = time.perf_counter()
     limits = ArchiveLimits.from_pairs(limit)
     how = None if method is None else ResultsMethod(method, instance_scores)
@@ -214,9 +217,12 @@ def compare(gt: Annotated[str, typer.Option(
     from sgdask.cluster import dask_client
     from sgdask.core.settings import Settings
     from sgdask.io.sniff import expect
+    from sgdask.io.store import check_output_outside_stores
 
     options = storage_options(storage_option)
     expect(gt, "gt", options)
+    if out:
+        check_output_outside_stores(out, options, "the comparison")
     entries = [(name, [m]) for name, m in zip(labels(models or []), models or [],
                                                 strict=True)]
     entries += [parse_group(g) for g in group or []]

@@ -252,3 +252,22 @@ def _has_masks(url: str, found: Found, options: StorageOptions | None) -> bool:
         return False
     fs, path = filesystem(url, options)
     return json.loads(fs.cat_file(join(path, "manifest.json"))).get("instances") == "masks"
+
+
+#: what an upload's first bytes must tell (psg.json's first key comes within them)
+UPLOAD_HEAD = 1024
+#: what the benchmarking service may score (a ZIP is told apart only by its members)
+_UPLOADABLE = frozenset({SGBENCH_JSON, JSON, ZIP})
+
+
+def unscorable(head: bytes, name: str) -> str | None:
+    """Why an uploaded file starting with ``head`` (its first ``UPLOAD_HEAD`` bytes) can
+    never be scored as a submission, naming it by ``name``; None when it may be."""
+    from sgdask.io.formats import BUILT_IN, FORMATS, HEAD_BYTES, SUBMISSION
+
+    found = Found(ZIP, "a ZIP archive") if head.startswith(b"PK") else _file(head)
+    if found.kind in _UPLOADABLE or any(
+            f.kind == SUBMISSION and f.name not in BUILT_IN
+            and f.recognises(head[:HEAD_BYTES], name) for f in FORMATS.values()):
+        return None
+    return f"{name}: {found.what}, not a submission (expected an SGBench ZIP or JSON)"

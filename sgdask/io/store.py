@@ -289,11 +289,26 @@ class StoreWriter:
         if self.fs.exists(self.path) and not overwrite:
             raise StoreError(f"{self.url}: already exists (choose another ", Option("out"),
                              ", or pass ", Option("overwrite", True), " to replace it)")
+        self._check_place()
         aside = overwrite and is_local(self.fs)
         suffix = f".tmp-{uuid.uuid4().hex}" if aside else ""
         #: where the store's files are written until ``finish`` (tasks write here)
         self.write_url, self.write_path = self.url + suffix, self.path + suffix
         self._held = ExitStack()
+
+    def _check_place(self) -> None:
+        """Refuse to replace a store of another kind, or to write inside a store."""
+        found = enclosing_store(self.url, self.options)
+        if found is None:
+            return
+        store, kind = found
+        if store.rstrip("/") != self.url:
+            raise StoreError(f"{self.url}: is inside the {kind} store {store} (choose "
+                             "another ", Option("out"), ")")
+        if kind != self.kind:
+            raise StoreError(f"{self.url}: is a {kind} store; this writes a {self.kind} store "
+                             "(replacing it would lose the other; choose another ",
+                             Option("out"), ")")
 
     def __enter__(self) -> StoreWriter:
         try:
@@ -739,3 +754,44 @@ def what_file_is(fs: Any, path: str) -> str:
         return ("is an HDF5 file where a store is expected (Visual Genome: ingest it with "
                 "sgdask ingest-gt)")
     return "is a file where a store (a directory with manifest.json) is expected"
+
+
+def enclosing_store(url: str, storage_options: StorageOptions | None = None
+                    ) -> tuple[str, str] | None:
+    """The store at ``url`` or holding it, if any: its location (``url`` itself, else the
+    folder's URL or local path) and kind. ``url`` and each folder above it are checked
+    for a store manifest (a few requests on an object store; never the bucket itself)."""
+    fs, path = filesystem(url, storage_options)
+    local = is_local(fs)
+    path = os.path.abspath(path) if local else path.rstrip("/")
+    url = str(url).rstrip("/")
+    for depth in range(path.count("/")):
+        folder = path.rsplit("/", depth)[0] if depth else path
+        kind = _store_kind(fs, join(folder, MANIFEST))
+        if kind is not None:
+            return (url if depth == 0 else folder if local
+                    else url.rsplit("/", depth)[0]), kind
+    return None
+
+
+def _store_kind(fs: Any, manifest: str) -> str | None:
+    """The kind of the store whose manifest is at ``manifest`` (None: no store there)."""
+    try:
+        if not fs.isfile(manifest):
+            return None
+        kind = json.loads(fs.cat_file(manifest)).get("kind")
+    except (ValueError, AttributeError, OSError):
+        return None
+    return kind if kind in ("gt", "submission") else None
+
+
+def check_output_outside_stores(out: str, storage_options: StorageOptions | None = None,
+                                what: str = "reports") -> None:
+    """Refuse an output directory that is, or is inside, a store: its files would land in
+    the store, which then fails ``sgdask verify`` (and everything that verifies it)."""
+    found = enclosing_store(out, storage_options)
+    if found is not None:
+        store, kind = found
+        inside = "is" if store.rstrip("/") == str(out).rstrip("/") else f"is inside {store},"
+        raise StoreError(f"{out}: {inside} a {kind} store (writing {what} there would damage "
+                         "it; choose another ", Option("out"), ")")
