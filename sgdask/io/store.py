@@ -53,6 +53,7 @@ from sgdask.io.archive import printable
 from sgdask.io.codecs.words import pack_sparse, xor_rows
 from sgdask.io.fs import (
     StorageOptions,
+    absolute,
     fault_detail,
     filesystem,
     is_local,
@@ -292,8 +293,9 @@ class StoreWriter:
         self._check_place()
         aside = overwrite and is_local(self.fs)
         suffix = f".tmp-{uuid.uuid4().hex}" if aside else ""
-        #: where the store's files are written until ``finish`` (tasks write here)
-        self.write_url, self.write_path = self.url + suffix, self.path + suffix
+        #: where the store's files are written until ``finish`` (tasks write here: a local
+        #: path made absolute, for workers started in another directory)
+        self.write_url, self.write_path = absolute(self.url) + suffix, self.path + suffix
         self._held = ExitStack()
 
     def _check_place(self) -> None:
@@ -416,6 +418,10 @@ class StoreWriter:
         names = ["masks/zarr.json"]
         names += [fields[k] for k in ("train_stats", "image_order") if fields.get(k)]
         return names
+
+
+#: what ``Corrupt`` says of a file the manifest lists and the storage lacks
+MISSING_FILE = "corrupt (missing)"
 
 
 class Corrupt(StoreError):
@@ -595,7 +601,7 @@ class StoreReader:
         try:
             data = self.fs.cat_file(join(self.path, rel))
         except FileNotFoundError:
-            raise Corrupt(self.url, rel, "corrupt (missing)") from None
+            raise Corrupt(self.url, rel, MISSING_FILE) from None
         except (IsADirectoryError, NotADirectoryError) as err:
             raise Corrupt(self.url, rel, f"corrupt ({type(err).__name__})") from None
         except Exception as err:  # OSError, botocore, aiohttp...: storage faults share no base
@@ -795,3 +801,17 @@ def check_output_outside_stores(out: str, storage_options: StorageOptions | None
         inside = "is" if store.rstrip("/") == str(out).rstrip("/") else f"is inside {store},"
         raise StoreError(f"{out}: {inside} a {kind} store (writing {what} there would damage "
                          "it; choose another ", Option("out"), ")")
+
+
+def unseen_by_workers(err: Corrupt, storage_options: StorageOptions | None = None
+                      ) -> StoreError:
+    """The error for a store file a worker found missing: when this process (the driver)
+    sees it, the workers do not see the driver's files (another machine, or a directory
+    such as ``/proc/self/cwd`` that differs per process), which is no damage to the store."""
+    if err.what == MISSING_FILE:
+        fs, path = filesystem(err.url, storage_options)
+        if fs.exists(join(path, err.rel)):
+            return StoreError(f"workers cannot see {err.url} (their {err.rel} is missing, "
+                              "this process reads it): use a shared file system or an "
+                              "s3:// URL")
+    return err
