@@ -63,11 +63,13 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
     datasets declare (max_h5_dataset_size, max_h5_total_size)."""
     from sgdask.io.formats import FORMATS, GT, VG150, recognised
     from sgdask.io.sniff import expect
+    from sgdask.io.store import check_store_target
 
     options = storage_options(storage_option)
     expect(psg_json, "gt source", options)
     if masks is not None:
         expect(masks, "masks", options)
+    check_store_target(out, "gt", options)
     fmt = (FORMATS[VG150] if dicts is not None or image_data is not None
            else recognised(psg_json, options, GT))
     visual_genome = fmt.name == VG150
@@ -128,6 +130,7 @@ def convert(submission: Annotated[str, typer.Argument(
     the conversion and leaves no store."""
     from sgdask.io.formats import conversion_options, submission_format
     from sgdask.io.sniff import expect
+    from sgdask.io.store import check_store_target
     from sgdask.kernels.scores import RANK_BY
 
     if rank_by not in RANK_BY:
@@ -139,6 +142,7 @@ def convert(submission: Annotated[str, typer.Argument(
     cluster = cluster_choice(scheduler, in_process, workers)
     options = storage_options(storage_option)
     expect(submission, "results" if method is not None else "submission file", options)
+    check_store_target(out, "submission", options)
     fmt = submission_format(submission, options, method)
     given = {"method": method, "instance_scores": instance_scores or None,
              "from_scores": from_scores, "rank_by": rank_by if from_scores else None,

@@ -40,6 +40,10 @@ _VG_DICT_KEYS = {"idx_to_label", "label_to_idx", "idx_to_predicate", "predicate_
 _KEY = re.compile(rb'"([A-Za-z_]+)"\s*:')
 
 
+#: what a path with nothing at it is
+NOT_FOUND = "not found (no such file, nor a store with a manifest.json)"
+
+
 @dataclass(frozen=True)
 class Found:
     """What a path is: ``kind`` (one of the kinds above) and how to call it in a message."""
@@ -205,7 +209,7 @@ def expect(url: str, role: str, options: StorageOptions | None = None) -> Found:
     file, what it is, what was expected and the option that fixes it."""
     found = what_is(url, options)
     if found.kind == MISSING:
-        raise InputError(str(url), "not found")
+        raise InputError(str(url), NOT_FOUND)
     given = ROLES[role]
     if found.kind in given.accepts or _registered_format(url, options, role):
         return found

@@ -290,27 +290,13 @@ class StoreWriter:
         if self.fs.exists(self.path) and not overwrite:
             raise StoreError(f"{self.url}: already exists (choose another ", Option("out"),
                              ", or pass ", Option("overwrite", True), " to replace it)")
-        self._check_place()
+        check_store_target(self.url, kind, storage_options)
         aside = overwrite and is_local(self.fs)
         suffix = f".tmp-{uuid.uuid4().hex}" if aside else ""
         #: where the store's files are written until ``finish`` (tasks write here: a local
         #: path made absolute, for workers started in another directory)
         self.write_url, self.write_path = absolute(self.url) + suffix, self.path + suffix
         self._held = ExitStack()
-
-    def _check_place(self) -> None:
-        """Refuse to replace a store of another kind, or to write inside a store."""
-        found = enclosing_store(self.url, self.options)
-        if found is None:
-            return
-        store, kind = found
-        if store.rstrip("/") != self.url:
-            raise StoreError(f"{self.url}: is inside the {kind} store {store} (choose "
-                             "another ", Option("out"), ")")
-        if kind != self.kind:
-            raise StoreError(f"{self.url}: is a {kind} store; this writes a {self.kind} store "
-                             "(replacing it would lose the other; choose another ",
-                             Option("out"), ")")
 
     def __enter__(self) -> StoreWriter:
         try:
@@ -815,3 +801,22 @@ def unseen_by_workers(err: Corrupt, storage_options: StorageOptions | None = Non
                               "this process reads it): use a shared file system or an "
                               "s3:// URL")
     return err
+
+
+def check_store_target(url: str, kind: str, storage_options: StorageOptions | None = None
+                       ) -> None:
+    """Refuse to write a ``kind`` store at ``url`` when that would replace a store of the
+    other kind, or put a store inside another one (checked by the writer, and by a command
+    before any work)."""
+    found = enclosing_store(url, storage_options)
+    if found is None:
+        return
+    store, found_kind = found
+    url = str(url).rstrip("/")
+    if store != url:
+        raise StoreError(f"{url}: is inside the {found_kind} store {store} (choose another ",
+                         Option("out"), ")")
+    if found_kind != kind:
+        raise StoreError(f"{url}: is a {found_kind} store; this writes a {kind} store "
+                         "(replacing it would lose the other; choose another ", Option("out"),
+                         ")")
