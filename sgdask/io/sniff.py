@@ -41,7 +41,7 @@ _KEY = re.compile(rb'"([A-Za-z_]+)"\s*:')
 
 
 #: what a path with nothing at it is
-NOT_FOUND = "not found (no such file, nor a store with a manifest.json)"
+NOT_FOUND = "not found (no such file or store: no manifest.json)"
 
 
 @dataclass(frozen=True)
