@@ -135,7 +135,7 @@ def test_other_commands_say_what_they_were_given(capsys, dataset, stores, odd, t
     code, text, _ = run(capsys, "verify", str(tmp_path / "gone"), str(dataset.submission_zip))
     assert code == 2
     assert f"{tmp_path / 'gone'}: not found" in text
-    assert "(a submission: check it with sgdask validate" in text
+    assert "is a submission file (ZIP) where a store is expected" in text
 
 
 def test_outputs_inside_a_store_are_refused(capsys, dataset, stores, tmp_path):

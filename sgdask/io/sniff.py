@@ -161,8 +161,6 @@ ROLES = {r.name: r for r in (
     Role("gt source", frozenset({PSG_JSON, VG_H5}) | _UNSURE,
          "psg.json or Visual Genome's VG-SGG-with-attri.h5"),
     Role("psg", frozenset({PSG_JSON}) | _UNSURE, "psg.json"),
-    Role("store", frozenset({GT_STORE, SUBMISSION_STORE, DIRECTORY}),
-         "an sgdask store (a directory with manifest.json)"),
     Role("masks", frozenset({PNG_DIR, DIRECTORY}), "a directory of panoptic PNGs"),
 )}
 
@@ -175,9 +173,6 @@ _COMMANDS: dict[str, dict[str, Text]] = {
     "results": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH},
     "gt source": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED},
     "psg": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED},
-    "store": {SGBENCH_ZIP: "a submission: check it with sgdask validate, convert it with "
-              "sgdask convert", SGBENCH_JSON: "a submission: check it with sgdask validate, "
-              "convert it with sgdask convert", PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH},
 }
 
 
@@ -204,12 +199,19 @@ def _hint(kind: str, role: str) -> Text | None:
     return None
 
 
-def expect(url: str, role: str, options: StorageOptions | None = None) -> Found:
-    """What ``url`` is, when it is what ``role`` takes; else an ``InputError`` naming the
-    file, what it is, what was expected and the option that fixes it."""
+def existing(url: str, options: StorageOptions | None = None) -> Found:
+    """What ``url`` is, when there is anything at it; else "not found" (where a store is
+    expected, its reader then says what else it is: ``StoreReader``)."""
     found = what_is(url, options)
     if found.kind == MISSING:
         raise InputError(str(url), NOT_FOUND)
+    return found
+
+
+def expect(url: str, role: str, options: StorageOptions | None = None) -> Found:
+    """What ``url`` is, when it is what ``role`` takes; else an ``InputError`` naming the
+    file, what it is, what was expected and the option that fixes it."""
+    found = existing(url, options)
     given = ROLES[role]
     if found.kind in given.accepts or _registered_format(url, options, role):
         return found

@@ -22,7 +22,7 @@ from sgdask.errors import SgdaskError
 from sgdask.io.consistency import check_contents
 from sgdask.io.fs import StorageOptions, filesystem
 from sgdask.io.partition import PartMasks, part_rows
-from sgdask.io.sniff import expect
+from sgdask.io.sniff import existing
 from sgdask.io.store import (
     MANIFEST,
     SCHEMAS,
@@ -99,7 +99,7 @@ def _store_verdict(url: str, options: StorageOptions | None) -> Verdict:
 
 def _reader(url: str, options: StorageOptions | None) -> StoreReader:
     """The store at ``url``, once it is one (a missing path: "not found")."""
-    expect(url, "store", options)
+    existing(url, options)
     return StoreReader(url, options)
 
 
