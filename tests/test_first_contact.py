@@ -144,6 +144,9 @@ def test_outputs_inside_a_store_are_refused(capsys, dataset, stores, tmp_path):
         line = refused(capsys, "evaluate", "--gt", stores.gt, "--pred", stores.pred,
                        "--out", out)
         assert "store (writing reports there would damage it; choose another --out)" in line
+    line = refused(capsys, "evaluate", "--gt", stores.gt, "--pred",
+                   str(dataset.submission_zip), "--keep-store", stores.gt)
+    assert "is a gt store; this writes a submission store" in line
     line = refused(capsys, "compare", "--gt", stores.gt, stores.pred, stores.pred,
                    "--out", f"{stores.pred}/cmp")
     assert "writing the comparison there would damage it" in line

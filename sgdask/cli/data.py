@@ -62,11 +62,14 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
     max_json_size, max_json_depth, max_layer_pixels), so are the sizes a VG150 h5 file's
     datasets declare (max_h5_dataset_size, max_h5_total_size)."""
     from sgdask.io.formats import FORMATS, GT, VG150, recognised
-    from sgdask.io.sniff import expect
+    from sgdask.io.sniff import existing, expect
     from sgdask.io.store import check_store_target
 
     options = storage_options(storage_option)
-    expect(psg_json, "gt source", options)
+    if dicts is None and image_data is None:
+        expect(psg_json, "gt source", options)
+    else:  # Visual Genome's h5: its reader says what else a file is
+        existing(psg_json, options)
     if masks is not None:
         expect(masks, "masks", options)
     check_store_target(out, "gt", options)

@@ -106,7 +106,7 @@ def evaluate(gt: Annotated[str, typer.Option(
     from sgdask.core.settings import Settings
     from sgdask.io.results import ResultsMethod
     from sgdask.io.sniff import evaluation_inputs
-    from sgdask.io.store import check_output_outside_stores
+    from sgdask.io.store import check_output_outside_stores, check_store_target
     from sgdask.pipeline import evaluate_protocols
     from sgdask.report.writers import write_reports
 
@@ -121,6 +121,8 @@ def evaluate(gt: Annotated[str, typer.Option(
     evaluation_inputs(gt, pred, gt_masks, method, options)
     if out:
         check_output_outside_stores(out, options)
+    if keep_store:
+        check_store_target(keep_store, "submission", options)
     start = time.perf_counter()
     limits = ArchiveLimits.from_pairs(limit)
     how = None if method is None else ResultsMethod(method, instance_scores)
