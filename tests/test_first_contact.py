@@ -24,6 +24,7 @@ from sgdask.io.sniff import (
     SGBENCH_ZIP,
     SUBMISSION_STORE,
     VG_H5,
+    ZIP,
     unscorable,
     what_is,
 )
@@ -71,12 +72,15 @@ def odd(tmp_path_factory, dataset) -> dict[str, Path]:
 def test_what_is_tells_every_kind_by_content(dataset, stores, odd, tmp_path):
     renamed = tmp_path / "submission.json"  # a ZIP by any name is a ZIP
     shutil.copy(dataset.submission_zip, renamed)
+    truncated = tmp_path / "truncated.zip"  # left to the reader to describe
+    truncated.write_bytes(dataset.submission_zip.read_bytes()[:-30])
     kinds = {str(dataset.psg_json): PSG_JSON, str(dataset.submission_zip): SGBENCH_ZIP,
              str(renamed): SGBENCH_ZIP, str(dataset.submission_boxes): SGBENCH_JSON,
              stores.gt: GT_STORE, stores.pred: SUBMISSION_STORE,
              str(dataset.masks_dir): PNG_DIR, str(odd["results.pkl"]): PICKLE,
              str(odd["masks.zip"]): MASK_ZIP, str(odd["arrays.npz"]): NPZ,
-             str(odd["vg.h5"]): VG_H5, str(tmp_path / "nothing.zip"): MISSING}
+             str(odd["vg.h5"]): VG_H5, str(tmp_path / "nothing.zip"): MISSING,
+             str(truncated): ZIP}
     assert {path: what_is(path).kind for path in kinds} == kinds
 
 
