@@ -5,8 +5,9 @@ by its manifest (GT or submission), a ZIP by its member names (an SGBench submis
 ZIP of PNG masks, an ``.npz``), a JSON file by its first keys (an SGBench submission,
 OpenPSG's psg.json, Visual Genome's dicts), other files by their magic bytes (HDF5, pickle,
 Parquet, images). ``expect`` then says, in one line naming the file, what it is, what was
-expected, and the option that fixes it ("a ground-truth file (psg.json), not a submission
-(pass it as --gt)"); a missing file is "not found". It reads a few KiB of a file at most
+expected, and the option that fixes it ("psg.json: a ground-truth file (psg.json), where
+a submission store, an SGBench ZIP or JSON is expected (pass it as --gt)"); a missing
+file is "not found". It reads a few KiB of a file at most
 (and a ZIP's member names): nothing is ingested, converted or sent to a cluster first.
 
 Kinds nothing here recognises (an unusual JSON, a damaged ZIP) are left to the format's
@@ -15,14 +16,17 @@ reader, which says what is wrong with the file: ``expect`` only refuses what it 
 
 from __future__ import annotations
 
-import json
 import re
 import struct
 import zipfile
 from dataclasses import dataclass
+from typing import BinaryIO
+
+from fsspec import AbstractFileSystem
 
 from sgdask.errors import Hint, InputError, Option, Text
 from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.io.store import MANIFEST, StoreReader, store_kind
 
 #: the kinds of path ``what_is`` tells apart
 (MISSING, GT_STORE, SUBMISSION_STORE, DIRECTORY, NPZ_DIR, PNG_DIR, SGBENCH_ZIP, MASK_ZIP,
@@ -75,18 +79,17 @@ def what_is(url: str, options: StorageOptions | None = None) -> Found:
     return _file(head)
 
 
-def _directory(fs: object, path: str) -> Found:
-    if fs.exists(join(path, "manifest.json")):  # type: ignore[attr-defined]
-        try:
-            kind = json.loads(fs.cat_file(join(path, "manifest.json"))).get("kind")  # type: ignore[attr-defined]
-        except (ValueError, AttributeError, OSError):
-            kind = None
-        if kind == "gt":
-            return Found(GT_STORE, "a ground-truth store")
-        if kind == "submission":
-            return Found(SUBMISSION_STORE, "a submission store")
+def _directory(fs: AbstractFileSystem, path: str) -> Found:
+    """A store by its manifest's kind (a directory without a readable one: its reader
+    says what is missing), else by the names of the files in it."""
+    kind = store_kind(fs, join(path, MANIFEST))
+    if kind == "gt":
+        return Found(GT_STORE, "a ground-truth store")
+    if kind == "submission":
+        return Found(SUBMISSION_STORE, "a submission store")
+    if fs.exists(join(path, MANIFEST)):
         return Found(DIRECTORY, "a directory with an unreadable manifest.json")
-    names = [str(p).rsplit("/", 1)[-1].lower() for p in fs.ls(path, detail=False)[:1000]]  # type: ignore[attr-defined]
+    names = [str(p).rsplit("/", 1)[-1].lower() for p in fs.ls(path, detail=False)]
     if names and any(n.endswith(".npz") for n in names):
         return Found(NPZ_DIR, "a directory of .npz files (a model's result files)")
     if names and all(n.endswith(".png") for n in names):
@@ -94,7 +97,7 @@ def _directory(fs: object, path: str) -> Found:
     return Found(DIRECTORY, "a directory")
 
 
-def _archive(f: object) -> Found:
+def _archive(f: BinaryIO) -> Found:
     """A ZIP by its member names (a damaged one, a ZIP64 or one with more entries than
     names are read for: left to the reader, which checks the archive's limits)."""
     try:
@@ -111,13 +114,13 @@ def _archive(f: object) -> Found:
     return Found(ZIP, "a ZIP archive without triplets.json")
 
 
-def _member_names(f: object) -> list[str]:
+def _member_names(f: BinaryIO) -> list[str]:
     """A ZIP's member names, from its central directory alone (one read; ``zipfile``
     builds an object per member, ten times slower on a submission's thousands of TIFFs)."""
-    f.seek(0, 2)  # type: ignore[attr-defined]
-    size = f.tell()  # type: ignore[attr-defined]
-    f.seek(max(0, size - _EOCD_SEARCH))  # type: ignore[attr-defined]
-    tail = f.read(_EOCD_SEARCH)  # type: ignore[attr-defined]
+    f.seek(0, 2)
+    size = f.tell()
+    f.seek(max(0, size - _EOCD_SEARCH))
+    tail = f.read(_EOCD_SEARCH)
     end = tail.rfind(b"PK\x05\x06")
     if end < 0 or end + 22 > len(tail):
         raise zipfile.BadZipFile("no end of central directory record")
@@ -126,8 +129,8 @@ def _member_names(f: object) -> list[str]:
     cd_offset = int.from_bytes(tail[end + 16:end + 20], "little")
     if entries > _MAX_NAMES or cd_offset + cd_size > size:  # ZIP64's 0xFFFF.. too
         raise zipfile.BadZipFile("too many entries to list, or ZIP64")
-    f.seek(cd_offset)  # type: ignore[attr-defined]
-    directory = f.read(cd_size)  # type: ignore[attr-defined]
+    f.seek(cd_offset)
+    directory = f.read(cd_size)
     names, at = [], 0
     for _ in range(entries):
         if directory[at:at + 4] != b"PK\x01\x02" or at + 46 > len(directory):
@@ -288,8 +291,7 @@ def _has_masks(url: str, found: Found, options: StorageOptions | None) -> bool:
         return True
     if found.kind != SUBMISSION_STORE:
         return False
-    fs, path = filesystem(url, options)
-    return json.loads(fs.cat_file(join(path, "manifest.json"))).get("instances") == "masks"
+    return StoreReader(url, options, "submission").manifest["instances"] == "masks"
 
 
 #: what an upload's first bytes must tell (psg.json's first key comes within them)

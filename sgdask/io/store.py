@@ -759,14 +759,14 @@ def enclosing_store(url: str, storage_options: StorageOptions | None = None
     url = str(url).rstrip("/")
     for depth in range(path.count("/")):
         folder = path.rsplit("/", depth)[0] if depth else path
-        kind = _store_kind(fs, join(folder, MANIFEST))
+        kind = store_kind(fs, join(folder, MANIFEST))
         if kind is not None:
             return (url if depth == 0 else folder if local
                     else url.rsplit("/", depth)[0]), kind
     return None
 
 
-def _store_kind(fs: Any, manifest: str) -> str | None:
+def store_kind(fs: Any, manifest: str) -> str | None:
     """The kind of the store whose manifest is at ``manifest`` (None: no store there)."""
     try:
         if not fs.isfile(manifest):
