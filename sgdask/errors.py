@@ -90,6 +90,17 @@ class Choose(Fix):
         return f"{mean}(expected one of: {', '.join(self.choices)})"
 
 
+@dataclass(frozen=True)
+class Hint(Fix):
+    """What to do instead, as text that may name options: ``(pass it as --gt)``."""
+
+    text: str | tuple[str | Option, ...]
+
+    def render(self, audience: Audience) -> str:
+        pieces = (self.text,) if isinstance(self.text, str) else self.text
+        return "(" + "".join(_rendered(p, audience, None) for p in pieces) + ")"
+
+
 class SgdaskError(Exception):
     """A problem a user can act on: ``parts`` (text, ``Option`` and ``SgdaskError``
     pieces) and ``fix``. ``str(err)`` is the Python API's rendering; ``render`` gives the

@@ -31,12 +31,13 @@ from sgdask.errors import InputError, SettingError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.consistency import check_against_gt
 from sgdask.io.formats import opened
-from sgdask.io.fs import StorageOptions
+from sgdask.io.fs import StorageOptions, absolute
 from sgdask.io.partition import load_gt_images
 from sgdask.io.predicate_groups import evaluation_groups
 from sgdask.io.results import ResultsMethod
+from sgdask.io.sniff import expect
 from sgdask.io.sources import PredSlice, StoreInput, SubmissionInput
-from sgdask.io.store import CROWD_VERSION, StoreReader
+from sgdask.io.store import CROWD_VERSION, Corrupt, StoreReader, unseen_by_workers
 from sgdask.io.training_stats import gt_training_stats
 from sgdask.io.validate import GTInfo
 from sgdask.metrics import FAMILIES
@@ -251,6 +252,8 @@ def checked_inputs(gt_reader: StoreReader, submissions: list[tuple[str, str, str
     against the GT: a model's result file paired with the GT's images when ``methods``
     names it)."""
     gt_info = GTInfo.of(gt_reader)
+    for name, url, _ in submissions:
+        expect(url, "results" if name in methods else "pred", storage_options)
     inputs = [opened(url, storage_options, gt_reader, gt_info, limits, methods.get(name))
               for name, url, _ in submissions]
     for sub in inputs:
@@ -274,6 +277,10 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
     options.checked()
     if len({name for name, _, _ in submissions}) != len(submissions):
         raise SgdaskError("submission names must be unique")
+    # what the tasks receive: local paths made absolute here, not in each worker's directory
+    gt = absolute(gt)
+    submissions = [(name, absolute(url), protocols) for name, url, protocols in submissions]
+    keep_stores = {name: absolute(url) for name, url in (keep_stores or {}).items()}
     gt_reader = StoreReader(gt, storage_options, "gt")
     inputs = checked_inputs(gt_reader, submissions, storage_options, limits, methods or {})
     specs, counts, pred_counts = plan_partitions(gt_reader, inputs, options.partition_size)
@@ -297,7 +304,10 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
             specs, _, _ = plan_partitions(gt_reader, inputs, size)
         elif tasks < len(specs):
             specs, _, _ = plan_partitions(gt_reader, inputs, None, tasks)
-        result = run_bag(active, specs, job, progress)
+        try:
+            result = run_bag(active, specs, job, progress)
+        except Corrupt as err:
+            raise unseen_by_workers(err, storage_options) from None
         writers.commit(result.parts_written)
         for sub, given in zip(subs, inputs, strict=True):
             given.finish(result.digests.get(sub.name, []))

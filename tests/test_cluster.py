@@ -62,10 +62,17 @@ class HandCluster:
     def address(self) -> str:
         return json.loads(Path(self.scheduler_file).read_text())["address"]
 
-    def spawn(self, name: str, *args: str) -> subprocess.Popen:
+    @property
+    def workers_dir(self) -> Path:
+        """Where the workers run: not the directory of the tests' driver processes."""
+        path = self.root / "workers-cwd"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def spawn(self, name: str, *args: str, cwd: Path | None = None) -> subprocess.Popen:
         log = open(self.root / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
         proc = subprocess.Popen([DASK, *args], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
         log.close()
         self.procs.append(proc)
         return proc
@@ -82,7 +89,7 @@ class HandCluster:
 
     def start_worker(self, name: str) -> subprocess.Popen:
         return self.spawn(name, "worker", "--scheduler-file", self.scheduler_file,
-                          "--name", name, *WORKER_ARGS)
+                          "--name", name, *WORKER_ARGS, cwd=self.workers_dir)
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
@@ -135,9 +142,10 @@ def big_stores(tmp_path_factory) -> tuple[str, str]:
     return gt, pred
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sgdask", *args], capture_output=True,
-                          text=True, timeout=240)
+                          text=True, timeout=240, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
 
 
 def comparable(report) -> tuple[Any, ...]:
@@ -156,6 +164,33 @@ def test_cli_on_hand_started_cluster_equals_local_cluster(hand_cluster, stores, 
     assert summary["diagnostics"] == local_report.diagnostics
     rows = pq.read_table(out / "per_predicate.parquet").to_pylist()
     assert rows == local_report.per_predicate
+
+
+def test_relative_paths_on_workers_started_elsewhere(hand_cluster, stores, local_report):
+    """The workers run in another directory: relative paths mean the driver's files."""
+    here = Path(stores.gt).parent
+    assert Path(stores.pred).parent == here and hand_cluster.workers_dir != here
+    proc = run_cli("evaluate", "--gt", Path(stores.gt).name, "--pred", Path(stores.pred).name,
+                   "--scheduler", hand_cluster.address, "--partition-size", "3",
+                   "--out", "results-relative", cwd=str(here))
+    assert proc.returncode == 0, proc.stdout + proc.stderr + hand_cluster.logs()
+    summary = json.loads((here / "results-relative" / "metrics.json").read_text())
+    assert summary["metrics"] == local_report.metrics
+    assert summary["diagnostics"] == local_report.diagnostics
+
+
+def test_workers_that_cannot_see_the_store_are_named(hand_cluster, stores):
+    """``/proc/self/cwd`` is each process's own directory: the driver reads the store there,
+    the workers (started elsewhere) do not; that is said, not "corrupt"."""
+    here = Path(stores.gt).parent
+    proc = run_cli("evaluate", "--gt", f"/proc/self/cwd/{Path(stores.gt).name}", "--pred",
+                   Path(stores.pred).name, "--scheduler", hand_cluster.address, cwd=str(here))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    [line] = [x for x in proc.stderr.splitlines() if x.startswith("sgdask:")]
+    assert line.startswith(f"sgdask: error: workers cannot see /proc/self/cwd/"
+                           f"{Path(stores.gt).name} (their "), line
+    assert line.endswith("use a shared file system or an s3:// URL"), line
+    assert "corrupt" not in line and "Traceback" not in proc.stderr
 
 
 def test_python_api_on_hand_started_cluster(hand_cluster, observer, stores, local_report):

@@ -200,6 +200,19 @@ def test_cli_missing_bucket_is_one_line(s3):
     assert gt in line, line
 
 
+def test_cli_missing_psg_json_in_bucket_is_not_found_before_any_ingest(s3, s3_stores,
+                                                                       tmp_path):
+    gt, _ = s3_stores
+    missing = s3.url("raw", "no-such-psg.json")
+    proc = run_cli("evaluate", "--gt", missing, "--gt-masks", s3.url("raw", "panoptic"),
+                   "--pred", gt.replace("/gt", "/pred"), *s3.cli_options(), "--cache-dir",
+                   str(tmp_path / "cache"), timeout=120)
+    line = one_error_line(proc)
+    assert line == f"sgdask: error: {missing}: not found (no such file or store: no " \
+        "manifest.json)", line
+    assert "ingesting" not in proc.stderr and not (tmp_path / "cache").exists()
+
+
 def test_cli_missing_store_in_bucket_is_one_line(s3, s3_stores):
     gt, _ = s3_stores
     proc = run_cli("evaluate", "--gt", gt, "--pred", s3.url("no-such-store"),

@@ -153,6 +153,24 @@ def test_upload_over_the_limit_is_413_and_stores_nothing(server):
     assert not partial.exists() or not any(partial.iterdir())
 
 
+def test_a_file_it_can_never_score_is_415_at_upload(server, tiny, tmp_path):
+    """A PNG or a psg.json is refused at upload time (not 202, then rejected later)."""
+    base, root, teams = server
+    before, uploads = entry_ids(root / "registry"), stored_uploads(root / "registry")
+    png = tmp_path / "model.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+    answer = upload(base, teams["team-b"], png, "a png")
+    assert answer.status_code == 415, answer.text
+    assert answer.json()["detail"] == ("model.png: a PNG image, not a submission (expected "
+                                       "an SGBench ZIP or JSON)")
+    answer = upload(base, teams["team-b"], tiny.paths.psg_json, "ground truth")
+    assert answer.status_code == 415, answer.text
+    assert answer.json()["detail"].startswith("psg.json: a ground-truth file (psg.json), not")
+    assert str(tmp_path) not in answer.text
+    assert entry_ids(root / "registry") == before
+    assert stored_uploads(root / "registry") == uploads
+
+
 def test_form_needs_the_csrf_token(server, tiny):
     base, root, teams = server
     before = entry_ids(root / "registry")

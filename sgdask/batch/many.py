@@ -29,7 +29,8 @@ from sgdask.core.settings import Settings
 from sgdask.errors import Choose, InputError, SettingError
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.predicate_groups import groups_digest
-from sgdask.io.store import StoreReader
+from sgdask.io.sniff import existing
+from sgdask.io.store import StoreReader, check_output_outside_stores
 from sgdask.io.training_stats import gt_training_stats, stats_digest
 from sgdask.pipeline import evaluate_many
 from sgdask.protocols import get_protocols
@@ -149,6 +150,10 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | None =
              progress: bool = False, dry_run: bool = False, log: Log = print) -> ManyOutcome:
     """Evaluate what the cache lacks in one graph, fill the cache, write ``job.out``."""
     cache_url = job.cache or (join(job.out, "cache") if job.out else None)
+    existing(job.gt, job.storage_options)
+    for written, what in ((job.out, "reports"), (cache_url, "the result cache")):
+        if written:
+            check_output_outside_stores(written, job.storage_options, what)
     cache = ResultCache(cache_url, job.storage_options) if cache_url else None
     keys, hits = plan_cache(job, cache, log)
     for name, protocol in hits:

@@ -35,7 +35,7 @@ from sgdask.batch.registry import Entry, Registry
 from sgdask.core.settings import Settings
 from sgdask.io.fs import StorageOptions, filesystem, is_local, join
 from sgdask.io.lock import DEFAULT_LEASE, exclusive_lock
-from sgdask.io.store import StoreReader
+from sgdask.io.store import StoreReader, check_output_outside_stores
 from sgdask.io.training_stats import gt_training_stats
 from sgdask.metrics import RANK_BY, TIE_BREAK, board_columns, metric_of
 from sgdask.report import Report
@@ -218,6 +218,7 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
     ``OUT/lock.json`` meanwhile (``sgdask.io.lock``: taken over from a dead holder at once,
     from a silent one after ``lease`` seconds)."""
     options = options or Settings()
+    check_output_outside_stores(out, storage_options, "the leaderboard")
     entries = Registry(registry_url, storage_options).rankable()
     job = board_job(registry_url, gt, entries, options, storage_options)
     fs, root = filesystem(out, storage_options)

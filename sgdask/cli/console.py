@@ -43,7 +43,20 @@ def print_report(report: Report, console: Console = out_console) -> None:
         console.print(escape(line))
     missing = report.diagnostics.get("images_missing", 0)
     if missing:
-        console.print(f"{missing} evaluated image(s) have no prediction (scored 0)")
+        console.print(escape(f"{missing} evaluated image(s) have no prediction (scored 0): "
+                             f"{_first_missing(report, missing)}"))
+
+
+#: how many of the images without a prediction the console names
+MISSING_SHOWN = 5
+
+
+def _first_missing(report: Report, count: int) -> str:
+    """The first images without a prediction, by id, and how many more there are."""
+    ids = [str(row["image_id"]) for row in report.per_image if row.get("missing")]
+    shown = ", ".join(ids[:MISSING_SHOWN])
+    more = count - min(len(ids), MISSING_SHOWN)
+    return f"{shown} … and {more} more" if more > 0 else shown
 
 
 def print_delta(reports: dict[str, Report], console: Console = out_console) -> None:

@@ -75,8 +75,17 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
     so are the sizes a VG150 h5 file's datasets declare (max_h5_dataset_size,
     max_h5_total_size)."""
     from sgdask.io.formats import FORMATS, GT, VG150, recognised
+    from sgdask.io.sniff import existing, expect
+    from sgdask.io.store import check_store_target
 
     options = storage_options(storage_option)
+    if dicts is None and image_data is None:
+        expect(psg_json, "gt source", options)
+    else:  # Visual Genome's h5: its reader says what else a file is
+        existing(psg_json, options)
+    if masks is not None:
+        expect(masks, "masks", options)
+    check_store_target(out, "gt", options)
     fmt = (FORMATS[VG150] if dicts is not None or image_data is not None
            else recognised(psg_json, options, GT))
     visual_genome = fmt.name == VG150
@@ -141,6 +150,8 @@ def convert(submission: Annotated[str, typer.Argument(
     checked as it is converted; any problem stops the conversion and leaves no store.
     --from-scores: see the docs' File formats (scores) page."""
     from sgdask.io.formats import conversion_options, submission_format
+    from sgdask.io.sniff import expect
+    from sgdask.io.store import check_store_target
     from sgdask.kernels.scores import RANK_BY
 
     checked_choice("rank_by", rank_by, RANK_BY, "ranking")
@@ -150,6 +161,8 @@ def convert(submission: Annotated[str, typer.Argument(
     _check_method_options(method, from_scores, instance_scores)
     cluster = cluster_choice(scheduler, in_process, workers)
     options = storage_options(storage_option)
+    expect(submission, "results" if method is not None else "submission file", options)
+    check_store_target(out, "submission", options)
     fmt = submission_format(submission, options, method)
     given = {"method": method, "instance_scores": instance_scores or None,
              "from_scores": from_scores, "rank_by": rank_by if from_scores else None,
@@ -191,8 +204,10 @@ def validate(submission: Annotated[str, typer.Argument(
     Prints every problem, one per line. Exit code 2 if there is any error, 0 otherwise
     (warnings included)."""
     from sgdask.io.formats import submission_format
+    from sgdask.io.sniff import expect
 
     options = storage_options(storage_option)
+    expect(submission, "submission file", options)
     fmt = submission_format(submission, options)
     if fmt.validate is None:
         raise SgdaskError(f"{submission}: {fmt.name} files are checked as they are converted")
@@ -264,9 +279,11 @@ def stats(psg_json: Annotated[str, typer.Argument(metavar="PSG_JSON", help="psg.
 
     What zero-shot recall (the triplet types never seen in training) and wIMR's weights
     are computed from."""
+    from sgdask.io.sniff import expect
     from sgdask.io.training_stats import psg_train_stats, write_stats
 
     options = storage_options(storage_option)
+    expect(psg_json, "psg", options)
     table = psg_train_stats(psg_json, options)
     write_stats(table, out, options)
     out_console.print(f"wrote {out}: {len(table)} triplet types")

@@ -116,6 +116,8 @@ def evaluate(gt: Annotated[str, typer.Option(
     from sgdask.core.settings import Settings
     from sgdask.io.results import ResultsMethod
     from sgdask.io.setting_files import check_setting_files
+    from sgdask.io.sniff import evaluation_inputs
+    from sgdask.io.store import check_output_outside_stores, check_store_target
     from sgdask.pipeline import evaluate_protocols
     from sgdask.report.writers import write_reports
 
@@ -130,6 +132,11 @@ def evaluate(gt: Annotated[str, typer.Option(
     if method is not None:
         checked_choice("method", method, METHODS, "method")
     check_setting_files(settings, options)
+    evaluation_inputs(gt, pred, gt_masks, method, options)
+    if out:
+        check_output_outside_stores(out, options)
+    if keep_store:
+        check_store_target(keep_store, "submission", options)
     start = time.perf_counter()
     limits = ArchiveLimits.from_pairs(limit)
     how = None if method is None else ResultsMethod(method, instance_scores)
@@ -160,14 +167,18 @@ def _gt_store(gt: str, masks: str | None, cache_dir: str | None, options: Any,
               client: Any, limits: ArchiveLimits | None = None) -> str:
     """``--gt``'s store (``sgdask.io.gtcache.gt_store``), with a progress bar while a
     psg.json's store is found in the cache or ingested into it."""
-    from sgdask.io.gtcache import cached_gt_store, given_store
+    from sgdask.io.gtcache import cache_entry, cached_gt_store, given_store, is_cached
 
     store = given_store(gt, masks, options)
     if store is not None:
         return store
+    entry = cache_entry(gt, masks, cache_dir, options)
+    if is_cached(entry):  # no progress bar: nothing is ingested
+        return cached_gt_store(gt, masks, cache_dir, options, client, log=err_console.print,
+                               entry=entry)
     with progress_bar("ingesting GT images (cached for the next run)", None) as advance:
         return cached_gt_store(gt, masks, cache_dir, options, client, advance,
-                               log=err_console.print, limits=limits)
+                               log=err_console.print, limits=limits, entry=entry)
 
 
 def compare(gt: Annotated[str, typer.Option(
@@ -238,8 +249,13 @@ def compare(gt: Annotated[str, typer.Option(
     from sgdask.cluster import dask_client
     from sgdask.core.settings import Settings
     from sgdask.io.setting_files import check_setting_files
+    from sgdask.io.sniff import expect
+    from sgdask.io.store import check_output_outside_stores
 
     options = storage_options(storage_option)
+    expect(gt, "gt", options)
+    if out:
+        check_output_outside_stores(out, options, "the comparison")
     entries = [(name, [m]) for name, m in zip(labels(models or []), models or [],
                                                 strict=True)]
     entries += [parse_group(g) for g in group or []]

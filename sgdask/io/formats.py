@@ -203,6 +203,8 @@ def _validate_sgbench(url: str, gt: str | None, options: StorageOptions | None,
 
 
 SGBENCH, RESULTS, PSG, VG150 = "sgbench", "results", "psg-json", "vg150-h5"
+#: the formats sgdask itself reads (``sgdask.io.sniff`` knows their files by content)
+BUILT_IN = frozenset({SGBENCH, RESULTS, PSG, VG150})
 
 register(Format(
     PSG, GT, lambda head, name: True,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 from typing import Any
 
 import fsspec
@@ -65,6 +66,13 @@ def fault_detail(err: BaseException) -> str:
 def join(url: str, *parts: str) -> str:
     """``url/part/part`` without doubled slashes."""
     return "/".join([str(url).rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+def absolute(url: str) -> str:
+    """``url``, a local path made absolute against this process's directory: what a task
+    receives, so that a worker started in another directory reads the same file (URLs
+    with a scheme are unchanged)."""
+    return str(url) if "://" in str(url) else os.path.abspath(url)
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:

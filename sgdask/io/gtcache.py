@@ -77,14 +77,27 @@ def png_names(raw: bytes, raw_digest: str, psg_json: str, root: Path | None) -> 
     return names
 
 
+def cache_entry(psg_json: str, masks_dir: str | None, cache_dir: str | Path | None = None,
+                storage_options: StorageOptions | None = None) -> Path:
+    """Where the GT store of ``psg_json`` (+ masks) is cached (see ``is_cached``)."""
+    root = Path(cache_dir) if cache_dir else default_cache_dir()
+    return root / f"gt-{gt_cache_key(psg_json, masks_dir, storage_options, root)}"
+
+
+def is_cached(entry: Path) -> bool:
+    return (entry / "manifest.json").exists()
+
+
 def cached_gt_store(psg_json: str, masks_dir: str | None, cache_dir: str | Path | None = None,
                     storage_options: StorageOptions | None = None,
                     cluster: ClusterSpec = None, progress: Progress = None,
-                    log: object = None, limits: ArchiveLimits | None = None) -> str:
-    """The GT store of ``psg_json`` (+ masks), from the cache or ingested into it."""
+                    log: object = None, limits: ArchiveLimits | None = None,
+                    entry: Path | None = None) -> str:
+    """The GT store of ``psg_json`` (+ masks), from the cache or ingested into it
+    (``entry``: its ``cache_entry``, when the caller has it already)."""
     root = Path(cache_dir) if cache_dir else default_cache_dir()
-    entry = root / f"gt-{gt_cache_key(psg_json, masks_dir, storage_options, root)}"
-    if (entry / "manifest.json").exists():
+    entry = entry or cache_entry(psg_json, masks_dir, cache_dir, storage_options)
+    if is_cached(entry):
         if callable(log):
             log(f"GT store from the cache: {entry}")
         return str(entry)

@@ -19,7 +19,14 @@ from sgdask import __version__
 from sgdask.cluster import ClusterSpec, map_tasks
 from sgdask.errors import InputError, Option, SgdaskError
 from sgdask.io.archive import ArchiveLimits, limit_hint
-from sgdask.io.fs import StorageOptions, combined_digest, file_digest, filesystem, join
+from sgdask.io.fs import (
+    StorageOptions,
+    absolute,
+    combined_digest,
+    file_digest,
+    filesystem,
+    join,
+)
 from sgdask.io.psg import GTRecord, class_lists, evaluation_records, panoptic_masks
 from sgdask.io.results import ResultEntry, ResultSource, loaded_pickle
 from sgdask.io.scores import SubmissionInstances, load_score_lists
@@ -98,6 +105,7 @@ def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
     in_data_order = evaluation_records(doc, psg_json, masks=masks_dir is not None)
     records = sorted_records(in_data_order, psg_json)
     stats = train_stats(doc, psg_json)
+    masks_dir = None if masks_dir is None else absolute(masks_dir)  # read by the tasks
     return write_gt_store(out, storage_options, overwrite, records, stats, partition_size,
                           masks_dir, progress, cluster, hashlib.sha256(raw),
                           [r.image_id for r in in_data_order], limits=limits,
@@ -257,6 +265,7 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
     from the ZIP, wherever it is; each TIFF checked before it is decoded) and writes its
     files. ``limits`` bound what the archive, its JSON and its TIFFs may hold.
     """
+    submission = absolute(submission)  # read by the tasks
     source = SubmissionSource(submission, storage_options, limits)
     gt_reader = StoreReader(gt, storage_options, "gt") if gt else None
     gt_info = GTInfo.of(gt_reader) if gt_reader else None
@@ -410,6 +419,7 @@ def convert_results(results: str, out: str, gt: str, method: str,
     """
     gt_reader = StoreReader(gt, storage_options, "gt")
     gt_info = GTInfo.of(gt_reader)
+    results = absolute(results)  # read by the tasks
     source = ResultSource(results, method, storage_options, limits, instance_scores)
     entries = source.images(evaluated_order(gt_reader, gt_info))
     parts = submission_parts(sorted(entries, key=lambda e: e.image_id), gt_reader,

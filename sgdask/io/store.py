@@ -53,6 +53,7 @@ from sgdask.io.archive import printable
 from sgdask.io.codecs.words import pack_sparse, xor_rows
 from sgdask.io.fs import (
     StorageOptions,
+    absolute,
     fault_detail,
     filesystem,
     is_local,
@@ -289,10 +290,12 @@ class StoreWriter:
         if self.fs.exists(self.path) and not overwrite:
             raise StoreError(f"{self.url}: already exists (choose another ", Option("out"),
                              ", or pass ", Option("overwrite", True), " to replace it)")
+        check_store_target(self.url, kind, storage_options)
         aside = overwrite and is_local(self.fs)
         suffix = f".tmp-{uuid.uuid4().hex}" if aside else ""
-        #: where the store's files are written until ``finish`` (tasks write here)
-        self.write_url, self.write_path = self.url + suffix, self.path + suffix
+        #: where the store's files are written until ``finish`` (tasks write here: a local
+        #: path made absolute, for workers started in another directory)
+        self.write_url, self.write_path = absolute(self.url) + suffix, self.path + suffix
         self._held = ExitStack()
 
     def __enter__(self) -> StoreWriter:
@@ -401,6 +404,10 @@ class StoreWriter:
         names = ["masks/zarr.json"]
         names += [fields[k] for k in ("train_stats", "image_order") if fields.get(k)]
         return names
+
+
+#: what ``Corrupt`` says of a file the manifest lists and the storage lacks
+MISSING_FILE = "corrupt (missing)"
 
 
 class Corrupt(StoreError):
@@ -580,7 +587,7 @@ class StoreReader:
         try:
             data = self.fs.cat_file(join(self.path, rel))
         except FileNotFoundError:
-            raise Corrupt(self.url, rel, "corrupt (missing)") from None
+            raise Corrupt(self.url, rel, MISSING_FILE) from None
         except (IsADirectoryError, NotADirectoryError) as err:
             raise Corrupt(self.url, rel, f"corrupt ({type(err).__name__})") from None
         except Exception as err:  # OSError, botocore, aiohttp...: storage faults share no base
@@ -739,3 +746,77 @@ def what_file_is(fs: Any, path: str) -> str:
         return ("is an HDF5 file where a store is expected (Visual Genome: ingest it with "
                 "sgdask ingest-gt)")
     return "is a file where a store (a directory with manifest.json) is expected"
+
+
+def enclosing_store(url: str, storage_options: StorageOptions | None = None
+                    ) -> tuple[str, str] | None:
+    """The store at ``url`` or holding it, if any: its location (``url`` itself, else the
+    folder's URL or local path) and kind. ``url`` and each folder above it are checked
+    for a store manifest (a few requests on an object store; never the bucket itself)."""
+    fs, path = filesystem(url, storage_options)
+    local = is_local(fs)
+    path = os.path.abspath(path) if local else path.rstrip("/")
+    url = str(url).rstrip("/")
+    for depth in range(path.count("/")):
+        folder = path.rsplit("/", depth)[0] if depth else path
+        kind = store_kind(fs, join(folder, MANIFEST))
+        if kind is not None:
+            return (url if depth == 0 else folder if local
+                    else url.rsplit("/", depth)[0]), kind
+    return None
+
+
+def store_kind(fs: Any, manifest: str) -> str | None:
+    """The kind of the store whose manifest is at ``manifest`` (None: no store there)."""
+    try:
+        if not fs.isfile(manifest):
+            return None
+        kind = json.loads(fs.cat_file(manifest)).get("kind")
+    except (ValueError, AttributeError, OSError):
+        return None
+    return kind if kind in ("gt", "submission") else None
+
+
+def check_output_outside_stores(out: str, storage_options: StorageOptions | None = None,
+                                what: str = "reports") -> None:
+    """Refuse an output directory that is, or is inside, a store: its files would land in
+    the store, which then fails ``sgdask verify`` (and everything that verifies it)."""
+    found = enclosing_store(out, storage_options)
+    if found is not None:
+        store, kind = found
+        inside = "is" if store.rstrip("/") == str(out).rstrip("/") else f"is inside {store},"
+        raise StoreError(f"{out}: {inside} a {kind} store (writing {what} there would damage "
+                         "it; choose another ", Option("out"), ")")
+
+
+def unseen_by_workers(err: Corrupt, storage_options: StorageOptions | None = None
+                      ) -> StoreError:
+    """The error for a store file a worker found missing: when this process (the driver)
+    sees it, the workers do not see the driver's files (another machine, or a directory
+    such as ``/proc/self/cwd`` that differs per process), which is no damage to the store."""
+    if err.what == MISSING_FILE:
+        fs, path = filesystem(err.url, storage_options)
+        if fs.exists(join(path, err.rel)):
+            return StoreError(f"workers cannot see {err.url} (their {err.rel} is missing, "
+                              "this process reads it): use a shared file system or an "
+                              "s3:// URL")
+    return err
+
+
+def check_store_target(url: str, kind: str, storage_options: StorageOptions | None = None
+                       ) -> None:
+    """Refuse to write a ``kind`` store at ``url`` when that would replace a store of the
+    other kind, or put a store inside another one (checked by the writer, and by a command
+    before any work)."""
+    found = enclosing_store(url, storage_options)
+    if found is None:
+        return
+    store, found_kind = found
+    url = str(url).rstrip("/")
+    if store != url:
+        raise StoreError(f"{url}: is inside the {found_kind} store {store} (choose another ",
+                         Option("out"), ")")
+    if found_kind != kind:
+        raise StoreError(f"{url}: is a {found_kind} store; this writes a {kind} store "
+                         "(replacing it would lose the other; choose another ", Option("out"),
+                         ")")

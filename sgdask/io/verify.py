@@ -22,6 +22,7 @@ from sgdask.errors import SgdaskError
 from sgdask.io.consistency import check_contents
 from sgdask.io.fs import StorageOptions, filesystem
 from sgdask.io.partition import PartMasks, part_rows
+from sgdask.io.sniff import existing
 from sgdask.io.store import (
     MANIFEST,
     SCHEMAS,
@@ -71,7 +72,7 @@ def verify_store(url: str, options: StorageOptions | None = None) -> Verdict:
 
 def _store_verdict(url: str, options: StorageOptions | None) -> Verdict:
     verdict = Verdict(str(url).rstrip("/"))
-    reader = verdict.attempt(lambda: StoreReader(url, options))
+    reader = verdict.attempt(lambda: _reader(url, options))
     if reader is None:
         return verdict
     verdict.version = reader.version
@@ -94,6 +95,12 @@ def _store_verdict(url: str, options: StorageOptions | None) -> Verdict:
     else:
         verdict.attempt(lambda: check_contents(reader, None, None))
     return verdict
+
+
+def _reader(url: str, options: StorageOptions | None) -> StoreReader:
+    """The store at ``url``, once it is one (a missing path: "not found")."""
+    existing(url, options)
+    return StoreReader(url, options)
 
 
 class _All:

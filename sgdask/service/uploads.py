@@ -45,6 +45,7 @@ from sgdask.batch.rerank import read_json, write_atomic
 from sgdask.errors import Choose
 from sgdask.io.archive import printable
 from sgdask.io.fs import is_local, join
+from sgdask.io.sniff import UPLOAD_HEAD, unscorable
 from sgdask.service.access import Refusal
 from sgdask.service.queue import IN_PROGRESS, UPLOAD_SUFFIX
 
@@ -243,12 +244,13 @@ class PartState:
     name: str | None = None
     filename: str | None = None
     buffer: bytearray = field(default_factory=bytearray)
+    head: bytearray = field(default_factory=bytearray)  # the file's first bytes
 
 
 async def handle(kind: str, value: Any, part: PartState, upload: Upload, limit: int,
                  start_file: StartFile) -> None:
     if kind == "begin":
-        part.name, part.filename, part.buffer = None, None, bytearray()
+        part.name, part.filename, part.buffer, part.head = None, None, bytearray(), bytearray()
     elif kind == "header" and value[0] == "content-disposition":
         _, params = parse_options_header(value[1])
         part.name = params.get(b"name", b"").decode("utf-8", "replace")
@@ -260,12 +262,17 @@ async def handle(kind: str, value: Any, part: PartState, upload: Upload, limit: 
         upload.size += len(value)
         if upload.size > limit:
             raise Refusal(413, too_large(limit))
+        part.head += value[:UPLOAD_HEAD - len(part.head)]
         await anyio.to_thread.run_sync(upload.sink.write, value)
     elif kind == "data":
         part.buffer += value
         if len(part.buffer) > FIELD_CAPS[part.name]:
             raise Refusal(400, f"{part.name}: too long")
-    elif kind == "end" and part.name != FILE_FIELD:
+    elif kind == "end" and part.name == FILE_FIELD:
+        refused = unscorable(bytes(part.head), upload.filename or "upload")
+        if refused is not None:  # answered now, not 202 and a failed conversion later
+            raise Refusal(415, refused)
+    elif kind == "end":
         try:
             upload.fields[part.name] = part.buffer.decode("utf-8")
         except UnicodeDecodeError:

@@ -1,0 +1,313 @@
+"""What a path IS, by its content, and whether it is what a command expected.
+
+``what_is`` looks at a path the way a user would want sgdask to before any work: a store
+by its manifest (GT or submission), a ZIP by its member names (an SGBench submission, a
+ZIP of PNG masks, an ``.npz``), a JSON file by its first keys (an SGBench submission,
+OpenPSG's psg.json, Visual Genome's dicts), other files by their magic bytes (HDF5, pickle,
+Parquet, images). ``expect`` then says, in one line naming the file, what it is, what was
+expected, and the option that fixes it ("psg.json: a ground-truth file (psg.json), where
+a submission store, an SGBench ZIP or JSON is expected (pass it as --gt)"); a missing
+file is "not found". It reads a few KiB of a file at most
+(and a ZIP's member names): nothing is ingested, converted or sent to a cluster first.
+
+Kinds nothing here recognises (an unusual JSON, a damaged ZIP) are left to the format's
+reader, which says what is wrong with the file: ``expect`` only refuses what it knows.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zipfile
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from fsspec import AbstractFileSystem
+
+from sgdask.errors import Hint, InputError, Option, Text
+from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.io.store import MANIFEST, StoreReader, store_kind
+
+#: the kinds of path ``what_is`` tells apart
+(MISSING, GT_STORE, SUBMISSION_STORE, DIRECTORY, NPZ_DIR, PNG_DIR, SGBENCH_ZIP, MASK_ZIP,
+ NPZ, ZIP, SGBENCH_JSON, PSG_JSON, VG_DICTS, JSON, VG_H5, PICKLE, PARQUET, IMAGE,
+ OTHER) = (
+    "missing", "gt store", "submission store", "directory", "npz directory", "png directory",
+    "sgbench zip", "mask zip", "npz", "zip", "sgbench json", "psg json", "vg dicts", "json",
+    "vg h5", "pickle", "parquet", "image", "other")
+#: bytes read to recognise a JSON file by its keys, or any file by its magic bytes
+_HEAD = 64 << 10
+_IMAGES = {b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image",
+           b"II*\x00": "a TIFF image", b"MM\x00*": "a TIFF image", b"GIF8": "a GIF image"}
+_PSG_KEYS = {"data", "thing_classes", "stuff_classes", "predicate_classes", "test_image_ids"}
+_SGBENCH_KEYS = {"version", "images"}
+_VG_DICT_KEYS = {"idx_to_label", "label_to_idx", "idx_to_predicate", "predicate_to_idx"}
+#: a ZIP's member names are read up to this many entries (an SGBench ZIP of PSG's test
+#: split holds about 9,000; more than this is left to the reader and its entry limit)
+_MAX_NAMES = 60_000
+#: the end of central directory record lies in a ZIP's last 64 KiB + 22 bytes
+_EOCD_SEARCH = (64 << 10) + 22
+_KEY = re.compile(rb'"([A-Za-z_]+)"\s*:')
+
+
+#: what a path with nothing at it is
+NOT_FOUND = "not found (no such file or store: no manifest.json)"
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a path is: ``kind`` (one of the kinds above) and how to call it in a message."""
+
+    kind: str
+    what: str
+
+
+def what_is(url: str, options: StorageOptions | None = None) -> Found:
+    """What the path at ``url`` is, by its content (never by its name alone)."""
+    fs, path = filesystem(url, options)
+    if fs.isdir(path):
+        return _directory(fs, path)
+    try:
+        with fs.open(path, "rb") as f:
+            head = f.read(_HEAD)
+            if head.startswith(b"PK"):
+                return _archive(f)
+    except FileNotFoundError:
+        return Found(MISSING, "not found")
+    except (IsADirectoryError, NotADirectoryError, PermissionError):
+        return Found(OTHER, "not a readable file")
+    return _file(head)
+
+
+def _directory(fs: AbstractFileSystem, path: str) -> Found:
+    """A store by its manifest's kind (a directory without a readable one: its reader
+    says what is missing), else by the names of the files in it."""
+    kind = store_kind(fs, join(path, MANIFEST))
+    if kind == "gt":
+        return Found(GT_STORE, "a ground-truth store")
+    if kind == "submission":
+        return Found(SUBMISSION_STORE, "a submission store")
+    if fs.exists(join(path, MANIFEST)):
+        return Found(DIRECTORY, "a directory with an unreadable manifest.json")
+    names = [str(p).rsplit("/", 1)[-1].lower() for p in fs.ls(path, detail=False)]
+    if names and any(n.endswith(".npz") for n in names):
+        return Found(NPZ_DIR, "a directory of .npz files (a model's result files)")
+    if names and all(n.endswith(".png") for n in names):
+        return Found(PNG_DIR, "a directory of PNG masks")
+    return Found(DIRECTORY, "a directory")
+
+
+def _archive(f: BinaryIO) -> Found:
+    """A ZIP by its member names (a damaged one, a ZIP64 or one with more entries than
+    names are read for: left to the reader, which checks the archive's limits)."""
+    try:
+        names = [n.lower() for n in _member_names(f)]
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return Found(ZIP, "a ZIP archive")
+    files = [n for n in names if not n.endswith("/")]
+    if "triplets.json" in names:
+        return Found(SGBENCH_ZIP, "an SGBench submission (ZIP)")
+    if files and all(n.endswith(".npy") for n in files):
+        return Found(NPZ, "an .npz file")
+    if files and all(n.endswith(".png") for n in files):
+        return Found(MASK_ZIP, "a ZIP of PNG masks")
+    return Found(ZIP, "a ZIP archive without triplets.json")
+
+
+def _member_names(f: BinaryIO) -> list[str]:
+    """A ZIP's member names, from its central directory alone (one read; ``zipfile``
+    builds an object per member, ten times slower on a submission's thousands of TIFFs)."""
+    f.seek(0, 2)
+    size = f.tell()
+    f.seek(max(0, size - _EOCD_SEARCH))
+    tail = f.read(_EOCD_SEARCH)
+    end = tail.rfind(b"PK\x05\x06")
+    if end < 0 or end + 22 > len(tail):
+        raise zipfile.BadZipFile("no end of central directory record")
+    entries = int.from_bytes(tail[end + 10:end + 12], "little")
+    cd_size = int.from_bytes(tail[end + 12:end + 16], "little")
+    cd_offset = int.from_bytes(tail[end + 16:end + 20], "little")
+    if entries > _MAX_NAMES or cd_offset + cd_size > size:  # ZIP64's 0xFFFF.. too
+        raise zipfile.BadZipFile("too many entries to list, or ZIP64")
+    f.seek(cd_offset)
+    directory = f.read(cd_size)
+    names, at = [], 0
+    for _ in range(entries):
+        if directory[at:at + 4] != b"PK\x01\x02" or at + 46 > len(directory):
+            raise zipfile.BadZipFile("damaged central directory")
+        name_len, extra_len, comment_len = struct.unpack_from("<HHH", directory, at + 28)
+        names.append(directory[at + 46:at + 46 + name_len].decode("utf-8", "replace"))
+        at += 46 + name_len + extra_len + comment_len
+    return names
+
+
+def _file(head: bytes) -> Found:
+    if head.startswith(b"\x89HDF\r\n\x1a\n"):
+        return Found(VG_H5, "an HDF5 file (Visual Genome's VG-SGG-with-attri.h5)")
+    if head.startswith(b"PAR1"):
+        return Found(PARQUET, "a Parquet file (a score file or training statistics)")
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return Found(PICKLE, "a pickle (a model's result file)")
+    for magic, what in _IMAGES.items():
+        if head.startswith(magic):
+            return Found(IMAGE, what)
+    if head.lstrip()[:1] == b"{":
+        return _json(head)
+    if head.lstrip()[:1] == b"[" or not head:
+        return Found(JSON, "a JSON file")
+    return Found(OTHER, "a file sgdask does not recognise")
+
+
+def _json(head: bytes) -> Found:
+    """A JSON object by its first key (psg.json starts with its huge ``data`` list, so the
+    first key decides), else by the keys in its first bytes."""
+    keys = [k.decode() for k in _KEY.findall(head)]
+    for key in keys[:1] + keys:
+        if key in _PSG_KEYS:
+            return Found(PSG_JSON, "a ground-truth file (psg.json)")
+        if key in _SGBENCH_KEYS:
+            return Found(SGBENCH_JSON, "an SGBench submission (JSON)")
+        if key in _VG_DICT_KEYS:
+            return Found(VG_DICTS, "Visual Genome's dicts file (VG-SGG-dicts-with-attri.json)")
+    return Found(JSON, "a JSON file")
+
+
+@dataclass(frozen=True)
+class Role:
+    """Where a path was given: the kinds it takes and how to say what it expected."""
+
+    name: str
+    accepts: frozenset[str]
+    expected: str
+
+
+_SUBMISSIONS = frozenset({SUBMISSION_STORE, SGBENCH_ZIP, SGBENCH_JSON})
+#: a kind nothing here can pin down: the format's reader says what is wrong with it
+_UNSURE = frozenset({DIRECTORY, ZIP, JSON, OTHER})
+ROLES = {r.name: r for r in (
+    Role("gt", frozenset({GT_STORE, PSG_JSON}) | _UNSURE,
+         "a ground-truth store or psg.json"),
+    Role("pred", _SUBMISSIONS | _UNSURE,
+         "a submission store, an SGBench ZIP or JSON"),
+    Role("results", frozenset({PICKLE, NPZ_DIR, NPZ}) | _UNSURE,
+         "a model's result file: a pickle or a directory of .npz files"),
+    Role("submission file", frozenset({SGBENCH_ZIP, SGBENCH_JSON}) | _UNSURE,
+         "an SGBench ZIP or JSON"),
+    Role("gt source", frozenset({PSG_JSON, VG_H5}) | _UNSURE,
+         "psg.json or Visual Genome's VG-SGG-with-attri.h5"),
+    Role("psg", frozenset({PSG_JSON}) | _UNSURE, "psg.json"),
+    Role("masks", frozenset({PNG_DIR, DIRECTORY}), "a directory of panoptic PNGs"),
+)}
+
+
+_SUBMITTED, _GROUND_TRUTH = "a submission: convert it with sgdask convert", (
+    "ground truth: ingest it with sgdask ingest-gt")
+#: hints by role where the command, not an option, is what fixes it
+_COMMANDS: dict[str, dict[str, Text]] = {
+    "submission file": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH},
+    "results": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH},
+    "gt source": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED},
+    "psg": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED},
+}
+
+
+def _hint(kind: str, role: str) -> Text | None:
+    """The option or command that fixes a path of ``kind`` given as ``role``."""
+    if role in _COMMANDS and kind in _COMMANDS[role]:
+        return _COMMANDS[role][kind]
+    if kind in (GT_STORE, PSG_JSON):
+        return ("pass it as ", Option("gt")) if role != "psg" else None
+    if kind in (SUBMISSION_STORE, SGBENCH_ZIP, SGBENCH_JSON):
+        return ("pass it as ", Option("pred")) if role != "submission file" else None
+    if kind in (PICKLE, NPZ_DIR, NPZ):
+        return ("add ", Option("method", "METHOD")) if role in ("pred", "submission file") else (
+            "pass it as ", Option("pred"), " with ", Option("method"))
+    if kind == VG_H5:
+        return ("ingest it with sgdask ingest-gt ", Option("dicts"), " ",
+                Option("image_data"), ", then pass the store as ", Option("gt"))
+    if kind == VG_DICTS:
+        return ("pass it to sgdask ingest-gt as ", Option("dicts"))
+    if kind == MASK_ZIP:
+        return ("masks need ", Option("gt_masks"), ": unzip it and pass the directory")
+    if kind == PNG_DIR:
+        return ("masks need ", Option("gt_masks"), ", with ", Option("gt"), " psg.json")
+    return None
+
+
+def existing(url: str, options: StorageOptions | None = None) -> Found:
+    """What ``url`` is, when there is anything at it; else "not found" (where a store is
+    expected, its reader then says what else it is: ``StoreReader``)."""
+    found = what_is(url, options)
+    if found.kind == MISSING:
+        raise InputError(str(url), NOT_FOUND)
+    return found
+
+
+def expect(url: str, role: str, options: StorageOptions | None = None) -> Found:
+    """What ``url`` is, when it is what ``role`` takes; else an ``InputError`` naming the
+    file, what it is, what was expected and the option that fixes it."""
+    found = existing(url, options)
+    given = ROLES[role]
+    if found.kind in given.accepts or _registered_format(url, options, role):
+        return found
+    hint = _hint(found.kind, role)
+    raise InputError(str(url), f"{found.what}, where {given.expected} is expected",
+                     expected=None if hint is None else Hint(hint))
+
+
+def _registered_format(url: str, options: StorageOptions | None, role: str) -> bool:
+    """Whether a registered format (``sgdask.io.formats``) beyond the built-in ones reads
+    ``url`` in ``role``."""
+    from sgdask.io.formats import BUILT_IN, GT, SUBMISSION, recognised
+
+    kind = {"pred": SUBMISSION, "submission file": SUBMISSION, "gt source": GT}.get(role)
+    if kind is None:
+        return False
+    return recognised(url, options, kind).name not in BUILT_IN
+
+
+def evaluation_inputs(gt: str, pred: str, gt_masks: str | None = None,
+                      method: str | None = None, options: StorageOptions | None = None
+                      ) -> tuple[Found, Found]:
+    """What ``evaluate``'s ground truth and submission are, each checked against what it
+    takes, and the two against each other (a mask submission against a psg.json given
+    without its masks), before anything is ingested or sent to a cluster."""
+    gt_found = expect(gt, "gt", options)
+    pred_found = expect(pred, "results" if method is not None else "pred", options)
+    if gt_masks is not None:
+        expect(gt_masks, "masks", options)
+    if gt_found.kind == PSG_JSON and gt_masks is None and _has_masks(pred, pred_found,
+                                                                     options):
+        raise InputError(str(pred), "a mask submission, against a psg.json given without "
+                         "its masks",
+                         expected=Hint(("pass ", Option("gt_masks", "DIR"), " with ",
+                                        Option("gt"), " psg.json")))
+    return gt_found, pred_found
+
+
+def _has_masks(url: str, found: Found, options: StorageOptions | None) -> bool:
+    """Whether a submission holds masks: an SGBench ZIP, or a store of masks."""
+    if found.kind == SGBENCH_ZIP:
+        return True
+    if found.kind != SUBMISSION_STORE:
+        return False
+    return StoreReader(url, options, "submission").manifest["instances"] == "masks"
+
+
+#: what an upload's first bytes must tell (psg.json's first key comes within them)
+UPLOAD_HEAD = 1024
+#: what the benchmarking service may score (a ZIP is told apart only by its members)
+_UPLOADABLE = frozenset({SGBENCH_JSON, JSON, ZIP})
+
+
+def unscorable(head: bytes, name: str) -> str | None:
+    """Why an uploaded file starting with ``head`` (its first ``UPLOAD_HEAD`` bytes) can
+    never be scored as a submission, naming it by ``name``; None when it may be."""
+    from sgdask.io.formats import BUILT_IN, FORMATS, HEAD_BYTES, SUBMISSION
+
+    found = Found(ZIP, "a ZIP archive") if head.startswith(b"PK") else _file(head)
+    if found.kind in _UPLOADABLE or any(
+            f.kind == SUBMISSION and f.name not in BUILT_IN
+            and f.recognises(head[:HEAD_BYTES], name) for f in FORMATS.values()):
+        return None
+    return f"{name}: {found.what}, not a submission (expected an SGBench ZIP or JSON)"
