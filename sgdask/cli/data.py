@@ -79,6 +79,10 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
     from sgdask.io.store import check_store_target
 
     options = storage_options(storage_option)
+    if split is not None:
+        from sgdask.io.vg import SPLITS
+
+        checked_choice("split", split, SPLITS, "split")
     if dicts is None and image_data is None:
         expect(psg_json, "gt source", options)
     else:  # Visual Genome's h5: its reader says what else a file is
@@ -95,10 +99,6 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
     if split is not None and not visual_genome:
         raise SgdaskError("--split applies to Visual Genome ground truth (psg.json's test "
                           "split is test_image_ids)")
-    if split is not None:
-        from sgdask.io.vg import SPLITS
-
-        checked_choice("split", split, SPLITS, "split")
     cluster = cluster_choice(scheduler, in_process, workers)
     given = {"masks_dir": masks, "dicts": dicts, "image_data": image_data, "split": split}
     with progress_bar("ingesting GT images", None) as advance:
