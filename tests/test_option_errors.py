@@ -162,3 +162,30 @@ def test_a_group_name_is_checked_once_the_groups_are_known(stores, client, capsy
     line = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar
     assert line.startswith("sgdask: error: --ci-metrics: 'mR[hed]' is not a metric of this "
                            "evaluation (did you mean 'mR[head]'?)"), line
+
+
+CLICK_MISTAKES = [
+    (["evaluate", "--protocl", "sgbench"], "No such option: --protocl (Possible options: "
+     "--protocol)"),
+    (["evaluate", "--gt", "g", "--pred", "p", "--ci", "abc"], "Invalid value for '--ci'"),
+    (["evaluate", "--pred", "p"], "Missing option '--gt'"),
+    (["evaluat"], "No such command 'evaluat'"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), CLICK_MISTAKES,
+                         ids=[" ".join(a) for a, _ in CLICK_MISTAKES])
+def test_a_usage_error_is_one_line_with_the_help_to_turn_to(argv, message, capsys):
+    """What the command line parser refuses (an unknown option or command, a value of the
+    wrong type, a missing option) is sgdask's one line too, not a usage box."""
+    line = run(argv, capsys)
+    assert line.startswith(f"sgdask: error: {message}"), line
+    assert line.endswith("--help')"), line
+
+
+def test_no_command_still_shows_the_help(capsys):
+    with pytest.raises(SystemExit) as done:
+        main([])
+    out, err = capsys.readouterr()
+    assert done.value.code == EXIT_ERROR
+    assert "Usage: sgdask [OPTIONS] COMMAND" in out + err and "evaluate" in out + err

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import warnings
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sgdask.errors import SgdaskError, SgdaskWarning
@@ -17,6 +18,19 @@ if TYPE_CHECKING:
 EXIT_ERROR = 2
 EXIT_BUG = 1
 EXIT_INTERRUPTED = 130
+
+
+def _click_exceptions() -> ModuleType:
+    """Click's exceptions as typer raises them: typer 0.2x carries its own copy of click,
+    earlier versions use click's."""
+    try:
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+    return exceptions
+
+
+_CLICK = _click_exceptions()
 
 
 def _quiet_dask_logs() -> None:
@@ -64,24 +78,40 @@ def end_process(code: int | str | None) -> NoReturn:
 def run_command(app: typer.Typer, args: list[str]) -> None:
     """The app on ``args``: ends in ``SystemExit`` with the exit code (under ``--debug``, an
     error propagates with its traceback)."""
+    import typer
+
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
     _show_warnings_as_lines()
     if not debug:
         _quiet_dask_logs()
     try:
-        app(args, prog_name="sgdask", standalone_mode=True)
+        code = app(args, prog_name="sgdask", standalone_mode=False)
+    except _CLICK.NoArgsIsHelpError as err:
+        err.show()
+        sys.exit(err.exit_code)
+    except _CLICK.UsageError as err:
+        _exit_with(_usage_line(err), EXIT_ERROR)
     except SgdaskError as err:
         if debug:
             raise
         _exit_with(f"sgdask: error: {err.render('cli')}", EXIT_ERROR)
+    except (KeyboardInterrupt, typer.Abort):  # Abort: a prompt interrupted
+        _exit_with("sgdask: interrupted", EXIT_INTERRUPTED)
     except Exception as err:  # a bug in sgdask: never reported as bad input
         if debug:
             raise
         _exit_with(f"sgdask: internal error: {type(err).__name__}: {one_line(str(err))} "
                    "(a bug in sgdask; run again with --debug for the traceback)", EXIT_BUG)
-    except KeyboardInterrupt:
-        _exit_with("sgdask: interrupted", EXIT_INTERRUPTED)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_line(err: Any) -> str:
+    """Click's usage error (an unknown option, a value of the wrong type, a missing option)
+    as sgdask's one line, with the command's help to turn to; click already suggests the
+    near option name ("Possible options: --protocol")."""
+    command = err.ctx.command_path if err.ctx is not None else "sgdask"
+    return f"sgdask: error: {one_line(err.format_message())} (see '{command} --help')"
 
 
 def _exit_with(message: str, code: int) -> NoReturn:
