@@ -41,6 +41,12 @@ class Protocol:
     every image's predicted boxes are its GT boxes in the same order; ``ng_zero_shot``:
     report ngzR@k (zero-shot recall of the NG list); ``match_boxes``: instances are matched
     by their boxes even when both sides also have masks (a box protocol).
+
+    ``open_images``: the Open Images V6 relationship evaluation (``oiv6``): each image's
+    candidates come from its pairs' best predicates (``ImagePred.pairs``), ranked by
+    subject x object x predicate score, and the protocol reports pooled R@50 and average
+    precision (``sgdask.kernels.oiv6``, ``sgdask.metrics.oiv6``); ``ks``: the ks the
+    protocol has (``--k`` is refused), None: any.
     """
 
     name: str
@@ -60,6 +66,8 @@ class Protocol:
     pair_accuracy_by_index: bool = False
     ng_zero_shot: bool = False
     match_boxes: bool = False
+    open_images: bool = False
+    ks: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -122,8 +130,27 @@ SGBPYTORCH = Protocol(
     match_boxes=True,
 )
 
+OIV6 = Protocol(
+    name="oiv6",
+    version="1",
+    normalization="none",
+    matching="triplet",
+    missing_counts_in_means=True,
+    prank_over_cells=False,
+    description="reproduces the Open Images V6 evaluation of RelDN / BGNN (PySGG): the top "
+                "2 predicates of each pair, top 100 candidates by subject x object x "
+                "predicate score, pooled R@50, relationship and phrase AP over the test set, "
+                "score_wtd",
+    box_iou_inclusive=True,
+    clip_gt_boxes=True,
+    keep_duplicate_gt=True,
+    match_boxes=True,
+    open_images=True,
+    ks="50",
+)
+
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (SINGLEMPO, SGBENCH, MULTIMPO,
-                                                      SGBPYTORCH)}
+                                                      SGBPYTORCH, OIV6)}
 DEFAULT_PROTOCOL = SINGLEMPO.name
 
 

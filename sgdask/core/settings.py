@@ -138,8 +138,11 @@ class Settings:
                 raise SgdaskError(f"--protocol: unknown protocol {name.strip()!r}"
                                   f"{_suggestion(name.strip().lower(), list(PROTOCOLS))} "
                                   f"(expected one of: {', '.join(sorted(PROTOCOLS))})")
-        get_protocols(self.protocols)  # raises on an empty list
         parse_ks(self.ks)  # raises on a malformed k
+        for protocol in get_protocols(self.protocols):  # raises on an empty list
+            if protocol.ks is not None and self.ks != DEFAULT_KS:
+                raise SgdaskError(f"--k: the {protocol.name} protocol has its own ks "
+                                  f"({protocol.ks}); leave --k out")
         if self.aggregation not in AGGREGATIONS:
             raise SgdaskError(f"--aggregation: unknown mode {self.aggregation!r}"
                               f"{_suggestion(self.aggregation, list(AGGREGATIONS))} "

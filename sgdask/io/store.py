@@ -67,10 +67,12 @@ from sgdask.types import BitMasks
 zarr.config.set({"threading.max_workers": 1})
 
 FORMAT = "sgdask-store"
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 #: the first version whose manifest lists every file with its size and hash
 CHECKSUMMED_VERSION = 3
+#: the first version whose images table counts each image's pair rows (``n_pairs``)
+PAIRS_VERSION = 4
 TABLES = ("images", "instances", "triplets")
 MASK_CODEC = ZstdCodec(level=7)
 MASK_CODECS = (MASK_CODEC, Crc32cCodec())
@@ -82,7 +84,8 @@ MASK_CHUNK = 1 << 20
 IMAGE_SCHEMA = pa.schema([
     ("image_id", pa.string()), ("height", pa.int32()), ("width", pa.int32()),
     ("n_instances", pa.int32()), ("n_graph", pa.int32()), ("n_ng", pa.int32()),
-    ("mask_array", pa.string()), ("mask_offset", pa.int64()), ("source_file", pa.string()),
+    ("n_pairs", pa.int32()), ("mask_array", pa.string()), ("mask_offset", pa.int64()),
+    ("source_file", pa.string()),
 ])
 INSTANCE_SCHEMA = pa.schema([
     ("image_id", pa.string()), ("index", pa.int32()), ("category", pa.int32()),
@@ -101,6 +104,12 @@ SCHEMAS = {"images": IMAGE_SCHEMA, "instances": INSTANCE_SCHEMA, "triplets": TRI
 
 def part_name(index: int) -> str:
     return f"part-{index:05d}"
+
+
+def table_columns(name: str, version: int) -> list[str]:
+    """The columns table ``name`` has in a store of format ``version``."""
+    names = SCHEMAS[name].names
+    return [c for c in names if c != "n_pairs"] if version < PAIRS_VERSION else names
 
 
 @dataclass
@@ -603,7 +612,8 @@ class StoreReader:
         tables = []
         for part in parts:
             table = self.read_table(f"{name}/{part}.parquet",
-                                    columns if columns is not None else SCHEMAS[name].names)
+                                    columns if columns is not None
+                                    else table_columns(name, self.version))
             if ids is not None:
                 table = table.filter(pa.compute.is_in(table["image_id"],
                                                       value_set=pa.array(ids, pa.string())))

@@ -15,11 +15,11 @@ from __future__ import annotations
 from fractions import Fraction
 
 from sgdask.kernels.selection import KSpec
-from sgdask.metrics import imr, instances, legacy, pair, prank, recall, zeroshot
-from sgdask.metrics.base import NEEDS, NOT_LISTED, RANK, Family, Metric
+from sgdask.metrics import imr, instances, legacy, oiv6, pair, prank, recall, zeroshot
+from sgdask.metrics.base import EXCLUSIVE, NEEDS, NOT_LISTED, RANK, Family, Metric
 
 FAMILIES: list[Family] = [recall.FAMILY, pair.FAMILY, zeroshot.FAMILY, imr.FAMILY,
-                          legacy.FAMILY, instances.FAMILY, prank.FAMILY]
+                          legacy.FAMILY, instances.FAMILY, prank.FAMILY, oiv6.FAMILY]
 
 
 def register(family: Family) -> None:
@@ -103,7 +103,11 @@ def board_columns() -> list[str]:
 
 
 def available(metric: Metric, inputs: set[str]) -> str | None:
-    """None when every input the metric needs is there, else why it is left out."""
+    """None when every input the metric needs is there, else why it is left out (under a
+    protocol of its own metrics, ``EXCLUSIVE``, every other metric is left out)."""
+    for need, why in EXCLUSIVE.items():
+        if need in inputs and need not in metric.needs:
+            return why
     for need in NEEDS:
         if need in metric.needs and need not in inputs:
             return NEEDS[need]
@@ -116,17 +120,25 @@ def computed_names(inputs: set[str], ks: tuple[KSpec, ...]) -> list[str]:
 
 
 def left_out(inputs: set[str], values: dict[str, object]) -> dict[str, str]:
-    """Metric -> reason, for every registered metric without a value."""
-    reasons = {}
+    """Metric -> reason, for every registered metric without a value (the metrics a
+    protocol of its own metrics, ``EXCLUSIVE``, leaves out: under one key)."""
+    reasons: dict[str, str] = {}
+    excluded: dict[str, list[str]] = {}
     for m in metrics():
         if any(need in m.needs and need not in inputs for need in NOT_LISTED):
             continue
         why = available(m, inputs)
+        if why in EXCLUSIVE.values():
+            if not any(name.partition("@")[0] == m.prefix for name in values):
+                excluded.setdefault(why, []).append(m.left_out_key)
+            continue  # (a metric of this name is reported: oiv6's R@50)
         if why is None and m.empty_reason and not any(
                 name.partition("@")[0] == m.prefix for name in values):
             why = m.empty_reason
         if why is not None:
             reasons[m.left_out_key] = why
+    for why, keys in excluded.items():
+        reasons[", ".join(keys)] = why
     return reasons
 
 

@@ -44,12 +44,20 @@ NEEDS = {
     "ngz": "not part of this protocol (sgbpytorch reports it)",
     "stats": "no training statistics (the GT has no train_image_ids; give --stats from "
              "`sgdask stats`)",
+    "oiv6": "not part of this protocol (oiv6 reports it)",
 }
 
 
 # Inputs whose absence means the metric is not part of the protocol at all: such a metric
 # is not listed under "left out".
-NOT_LISTED = frozenset({"ngz"})
+NOT_LISTED = frozenset({"ngz", "oiv6"})
+
+# Inputs that make an evaluation report only the metrics that need them: every other
+# metric is left out with this reason.
+EXCLUSIVE = {
+    "oiv6": "not part of the oiv6 protocol (Open Images V6 reports R@50, AP_rel, AP_phr, "
+            "their means and score_wtd)",
+}
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,7 @@ class Context:
     aggregation: str = "per_predicate"
     tau: float = 0.5
     composition: dict[int, int] | None = None
+    n_predicates: int | None = None  # the GT's predicate vocabulary, when known
 
 
 @dataclass
@@ -178,7 +187,11 @@ class Family:
     ``FinalColumns``, the result one array of values per derived metric, equal to
     ``derive`` on each column;
     ``states``: the family's declared states (``sgdask.metrics.state``), their rows emitted
-    by ``image_terms`` (``Terms.states``) and ``batch_terms`` (next to its blocks).
+    by ``image_terms`` (``Terms.states``) and ``batch_terms`` (next to its blocks);
+    ``derive_predicates(finals, ctx)``: per-predicate values of its own (columns of the
+    per-predicate table, e.g. oiv6's ``AP_rel``), optional;
+    ``state_diagnostics(finals)``: counts the report's diagnostics get from the state
+    (e.g. oiv6's tied detections), optional.
     """
 
     name: str
@@ -188,6 +201,8 @@ class Family:
     derive: Callable[[Finals, Context], dict[str, Fraction | float]] | None = None
     derive_columns: Callable[[FinalColumns, Context], dict[str, np.ndarray]] | None = None
     states: tuple[StateSpec, ...] = ()
+    derive_predicates: Callable[[Finals, Context], dict[str, dict[int, float]]] | None = None
+    state_diagnostics: Callable[[Finals], dict[str, int]] | None = None
 
 
 @dataclass

@@ -22,7 +22,10 @@ from sgdask.types import ImageGT, ImageHits, ImagePred, ImageResult, ZeroShot
 
 
 def inputs_of(protocol: Protocol, with_ng: bool, has_stats: bool, legacy: bool) -> set[str]:
-    """The inputs an evaluation has (what metrics may need: ``sgdask.metrics.base.NEEDS``)."""
+    """The inputs an evaluation has (what metrics may need: ``sgdask.metrics.base.NEEDS``;
+    under ``oiv6`` only its own, ``EXCLUSIVE``)."""
+    if protocol.open_images:
+        return {"oiv6"}
     inputs = {"graph"}
     if with_ng:
         inputs.add("ng")

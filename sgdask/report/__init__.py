@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sgdask import __version__
 from sgdask.accum import Accumulator
-from sgdask.kernels.selection import KSpec
+from sgdask.kernels.selection import KSpec, parse_ks
 from sgdask.metrics import (
     FAMILIES,
     available,
@@ -27,6 +27,7 @@ from sgdask.metrics import (
 )
 from sgdask.metrics.base import DERIVED, Context, Finals
 from sgdask.metrics.recall import VOCABULARY_MEANS
+from sgdask.metrics.state import StateRows
 from sgdask.metrics.terms import inputs_of
 from sgdask.protocols import Protocol
 from sgdask.stats.table import TermTable
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from sgdask.core.settings import Settings
     from sgdask.io.fs import StorageOptions
 
-TABLES = ("per_predicate", "per_image", "terms")
+TABLES = ("per_predicate", "per_image", "terms", "states")
 TERMS_FILE = "per_image_terms.parquet"
 
 
@@ -50,7 +51,9 @@ class Report:
     ``intervals``: metric -> [low, high] bootstrap interval, with ``ci`` its settings
     (``evaluate --ci``; None without). ``mean_over_occurring``: under a protocol that prints
     mR@k / mNgR@k over every predicate of the vocabulary, their means over the predicates
-    that occur in the evaluated GT (a diagnostic; empty otherwise).
+    that occur in the evaluated GT (a diagnostic; empty otherwise). ``states``: the final
+    rows of the families' declared states (``sgdask.metrics.state``; oiv6's ranked
+    detections), kept in memory for intervals and comparisons (None in reports read back).
     """
 
     protocol: dict[str, Any]
@@ -68,6 +71,7 @@ class Report:
     ci: dict[str, Any] | None = None
     mean_over_occurring: dict[str, float] = field(default_factory=dict)
     terms: TermTable | None = field(default=None, compare=False, repr=False)
+    states: dict[str, StateRows] | None = field(default=None, compare=False, repr=False)
 
     def summary(self) -> dict[str, Any]:
         """Everything but the tables (what metrics.json holds); no interval keys in a
@@ -211,6 +215,9 @@ class EvalSettings:
 
     @property
     def ks(self) -> tuple[KSpec, ...]:
+        """The settings' ks, or the protocol's own (oiv6: 50)."""
+        if self.protocol.ks is not None:
+            return parse_ks(self.protocol.ks)
         return self.settings.k_specs
 
     @property
@@ -225,8 +232,10 @@ class EvalSettings:
     def inputs(self) -> set[str]:
         return inputs_of(self.protocol, self.with_ng, self.has_stats, self.legacy)
 
-    def context(self, composition: dict[int, int] | None = None) -> Context:
-        return Context(self.ks, self.aggregation, self.settings.tau, composition)
+    def context(self, composition: dict[int, int] | None = None,
+                n_predicates: int | None = None) -> Context:
+        return Context(self.ks, self.aggregation, self.settings.tau, composition,
+                       n_predicates)
 
 
 def final_metrics(acc: Accumulator, settings: EvalSettings) -> dict[str, float]:
@@ -253,7 +262,8 @@ def in_order(values: Mapping[str, Fraction | float | None]) -> dict[str, float]:
 
 def derived_metrics(acc: Accumulator, settings: EvalSettings,
                     composition: dict[int, int] | None,
-                    values: Mapping[str, float] | None = None) -> dict[str, Fraction | float]:
+                    values: Mapping[str, float] | None = None,
+                    n_predicates: int | None = None) -> dict[str, Fraction | float]:
     """Values of the DERIVED metrics whose inputs the evaluation has (e.g. wIMR@k), from
     the per-predicate values, the declared states and ``values``: the non-derived metrics
     as reported (``build_report`` passes them after a protocol's vocabulary means, as the
@@ -266,19 +276,51 @@ def derived_metrics(acc: Accumulator, settings: EvalSettings,
         derivable = [m for m in family.metrics if m.kind == DERIVED
                      and available(m, settings.inputs) is None]
         if family.derive and derivable:
-            out.update(family.derive(finals, settings.context(composition)))
+            out.update(family.derive(finals, settings.context(composition, n_predicates)))
     return out
 
 
-def predicate_table(acc: Accumulator, names: list[str], aggregation: str
+def state_finals(acc: Accumulator) -> Finals:
+    """Finals that read the accumulator's declared states only."""
+    return Finals(lambda _: {}, state=acc.state_final)
+
+
+def derived_predicate_values(acc: Accumulator, settings: EvalSettings,
+                             n_predicates: int | None) -> dict[str, dict[int, float]]:
+    """Per-predicate values the active families derive from their state (oiv6's AP)."""
+    out: dict[str, dict[int, float]] = {}
+    for family in FAMILIES:
+        if family.derive_predicates and any(available(m, settings.inputs) is None
+                                            for m in family.metrics):
+            out.update(family.derive_predicates(state_finals(acc),
+                                                settings.context(None, n_predicates)))
+    return out
+
+
+def state_diagnostics(acc: Accumulator, settings: EvalSettings) -> dict[str, int]:
+    """Counts the active families read from their state (oiv6's tied detections)."""
+    out: dict[str, int] = {}
+    for family in FAMILIES:
+        if family.state_diagnostics and any(available(m, settings.inputs) is None
+                                            for m in family.metrics):
+            out.update(family.state_diagnostics(state_finals(acc)))
+    return out
+
+
+def predicate_table(acc: Accumulator, names: list[str], aggregation: str,
+                    derived: Mapping[str, Mapping[int, float]] | None = None
                     ) -> list[dict[str, Any]]:
-    """One row per predicate occurring in the evaluated GT: GT count and every mean metric."""
-    values = {m: acc.predicate_values(m, aggregation) for m in acc.mean_metric_names()}
+    """One row per predicate occurring in the evaluated GT, or given a ``derived`` value
+    (oiv6's AP of every predicate of the vocabulary): GT count, every mean metric and the
+    derived per-predicate values."""
+    values: dict[str, Mapping[int, Any]] = {
+        m: acc.predicate_values(m, aggregation) for m in acc.mean_metric_names()}
+    values.update(derived or {})
     counts = acc.gt_per_predicate
     rows = []
-    for p in sorted(counts):
+    for p in sorted({*counts, *(q for v in (derived or {}).values() for q in v)}):
         row: dict[str, Any] = {"predicate": p, "name": names[p] if p < len(names) else str(p),
-                               "gt_count": counts[p]}
+                               "gt_count": counts.get(p, 0)}
         row.update({m: as_float(v.get(p)) for m, v in values.items()})
         rows.append(row)
     return rows
@@ -328,7 +370,8 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     absent = len(names) - len(acc.gt_per_predicate)
     occurring, vocabulary_notes = vocabulary_means(acc, metrics, settings, len(names), absent)
     notes += vocabulary_notes
-    metrics = in_order({**metrics, **derived_metrics(acc, settings, composition, metrics)})
+    metrics = in_order({**metrics, **derived_metrics(acc, settings, composition, metrics,
+                                                     len(names) or None)})
     reasons = left_out(settings.inputs, metrics)
     not_gt = acc.diagnostics.get("pred_boxes_not_gt", 0)
     if protocol.pair_accuracy_by_index and not_gt:
@@ -345,7 +388,8 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                      "(SPEC section 4); not comparable with category-matched results")
     notes += [m.note for m in registered() if m.note and any(
         metric_of(name) is m for name in metrics)]
-    diagnostics = {**counts, **{k: v for k, v in acc.diagnostics.items() if k != "images"}}
+    diagnostics = {**counts, **{k: v for k, v in acc.diagnostics.items() if k != "images"},
+                   **state_diagnostics(acc, settings)}
     if protocol.mean_over_vocabulary and names:
         diagnostics["predicates_absent"] = max(absent, 0)
     provenance = {"sgdask_version": __version__,
@@ -355,11 +399,13 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                   "packages": dependency_versions()}
     return Report(protocol=protocol.as_dict(), aggregation=settings.aggregation,
                   ks=[k.label for k in settings.ks], metrics=metrics,
-                  per_predicate=predicate_table(acc, names, settings.aggregation),
+                  per_predicate=predicate_table(
+                      acc, names, settings.aggregation,
+                      derived_predicate_values(acc, settings, len(names) or None)),
                   per_image=uniform_rows(images, acc.image_metric_names()),
                   diagnostics=diagnostics, left_out=reasons,
                   notes=notes, provenance=provenance, options=settings.options(),
-                  mean_over_occurring=occurring, terms=terms)
+                  mean_over_occurring=occurring, terms=terms, states=dict(acc.states))
 
 
 def vocabulary_means(acc: Accumulator, metrics: dict[str, float], settings: EvalSettings,

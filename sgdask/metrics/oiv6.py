@@ -1,0 +1,176 @@
+"""Open Images V6 (``oiv6``, SPEC 5.6): pooled recall and average precision over the test
+set, as ``eval_rel_results`` and ``ap_eval_rel`` of RelDN / BGNN (PySGG) compute them.
+
+- ``R@50``: every GT relation hit by one of its image's first 50 candidates, over every
+  GT relation of the evaluated images: ``float(hits) / (float(GT) + 1e-12)``;
+- ``AP_rel`` / ``AP_phr`` (per predicate, in ``per_predicate.parquet``): VOC average
+  precision (all-point interpolation) of the predicate's candidates of the whole test set
+  ranked by score, true positives as ``sgdask.kernels.oiv6`` marks them per image; recall
+  divides by ``npos + 1e-12``; a predicate without GT has AP 0;
+- ``mAP_rel`` / ``mAP_phr``: the plain means over every predicate of the vocabulary;
+  ``wmAP_rel`` / ``wmAP_phr``: weighted by each predicate's share of the GT relations;
+- ``score_wtd = 0.4 wmAP_rel + 0.2 R@50 + 0.4 wmAP_phr`` (the reference's order of adding).
+
+State (``sgdask.metrics.state``): ``DETECTIONS``, per key ``2 p + kind`` (kind 0
+relationship, 1 phrase) one row ``(-score, true positive, image key)`` per candidate of
+predicate p; ``GT_ROWS``, per predicate one row ``(GT relations, of them hit at 50, image
+key)`` per image. Both merge by concatenation and sort canonically, so any partitioning
+gives the same run. The canonical order is the ranking: score descending and, among equal
+scores, **false positives first**. The reference sorts with numpy's unstable ``argsort``,
+which leaves the order of equal scores to the numpy version and the CPU; of its possible
+orders sgdask takes the one that gives the lowest AP (a model gains nothing from ties),
+and the report counts the tied detections whose order could move the AP
+(``ap_tied_rel``, ``ap_tied_phr``: detections sharing predicate and score with a detection
+of the other true-positive status). Which image a detection comes from (its key: 48 bits
+of the SHA-256 of the image id) never orders it; it lets the bootstrap weight images.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from sgdask.metrics.base import DERIVED, Context, Family, Finals, Metric, Terms
+from sgdask.metrics.state import Runs
+from sgdask.types import ImageHits
+
+K = 50
+REL, PHR = 0, 1
+KINDS = {REL: "rel", PHR: "phr"}
+DETECTIONS = Runs("oiv6_detections", 3)
+GT_ROWS = Runs("oiv6_gt", 3)
+EPS = 1e-12  # the reference's guard in both recalls' denominators
+NEED = ("oiv6",)
+METRICS = (
+    Metric("R", DERIVED, "Open Images V6 recall: GT relations hit by one of their image's "
+           "first 50 candidates over all GT relations (pooled, not per image)", needs=NEED),
+    Metric("mAP_rel", DERIVED, "mean relationship AP over the predicate vocabulary",
+           per_k=False, needs=NEED),
+    Metric("wmAP_rel", DERIVED, "relationship AP weighted by each predicate's share of the "
+           "GT relations", per_k=False, needs=NEED),
+    Metric("mAP_phr", DERIVED, "mean phrase AP (union boxes) over the predicate vocabulary",
+           per_k=False, needs=NEED),
+    Metric("wmAP_phr", DERIVED, "phrase AP weighted by each predicate's share of the GT "
+           "relations", per_k=False, needs=NEED),
+    Metric("score_wtd", DERIVED, "0.4 wmAP_rel + 0.2 R@50 + 0.4 wmAP_phr (the Open Images "
+           "V6 leaderboard's number)", per_k=False, needs=NEED),
+)
+
+
+def image_key(image_id: str) -> float:
+    """A number naming the image in state rows: 48 bits of its id's SHA-256 (exact in a
+    float64)."""
+    return float(int.from_bytes(hashlib.sha256(image_id.encode()).digest()[:6], "big"))
+
+
+def image_terms(hits: ImageHits, ctx: Context) -> Terms:
+    """The image's state rows: its candidates (none for an image without prediction) and
+    per predicate its GT relations and how many of them the first 50 candidates hit."""
+    key = image_key(hits.image_id)
+    predicates, counts = np.unique(hits.predicates, return_counts=True)
+    hit = np.bincount(np.searchsorted(predicates, hits.predicates),
+                      weights=hits.graph_first < K, minlength=len(predicates))
+    gt = GT_ROWS.rows(predicates, np.stack([counts, hit, np.full(len(counts), key)], 1))
+    det = hits.detections
+    if det is None or not len(det):
+        return Terms(states=[gt, DETECTIONS.empty()])
+    n = len(det)
+    score = -det.scores.astype(np.float64)
+    rows = np.concatenate([np.stack([score, det.tp_rel, np.full(n, key)], 1),
+                           np.stack([score, det.tp_phr, np.full(n, key)], 1)])
+    keys = np.concatenate([2 * det.predicates + REL, 2 * det.predicates + PHR])
+    return Terms(states=[gt, DETECTIONS.rows(keys, rows)])
+
+
+def average_precision(tp: np.ndarray, npos: float) -> float:
+    """``ap_eval``'s AP of true-positive flags in rank order (float64, its operations in
+    its order: cumulative sums, recall over ``npos + 1e-12``, the precision envelope, the
+    sum over recall changes)."""
+    tp = np.asarray(tp, dtype=np.float64)
+    fp = np.cumsum(1.0 - tp)
+    tp = np.cumsum(tp)
+    rec = tp / (float(npos) + EPS)
+    prec = tp / np.maximum(tp + fp, np.finfo(np.float64).eps)
+    mrec = np.concatenate(([0.0], rec, [1.0]))
+    mpre = np.concatenate(([0.0], prec, [0.0]))
+    mpre = np.maximum.accumulate(mpre[::-1])[::-1]
+    i = np.where(mrec[1:] != mrec[:-1])[0]
+    return float(np.sum((mrec[i + 1] - mrec[i]) * mpre[i + 1]))
+
+
+def vocabulary(finals: Finals, ctx: Context) -> int:
+    """Predicates of the vocabulary (the GT's; else the largest predicate seen + 1)."""
+    if ctx.n_predicates:
+        return ctx.n_predicates
+    gt = finals.state(GT_ROWS.name) or {}
+    det = finals.state(DETECTIONS.name) or {}
+    return max([*gt, *(k // 2 for k in det), -1]) + 1
+
+
+def npos_of(finals: Finals, n: int) -> list[int]:
+    """GT relations per predicate (0 for a predicate without)."""
+    gt = finals.state(GT_ROWS.name) or {}
+    return [int(gt[p][:, 0].sum()) if p in gt else 0 for p in range(n)]
+
+
+def predicate_aps(finals: Finals, ctx: Context) -> dict[str, dict[int, float]]:
+    """``AP_rel`` and ``AP_phr`` of every predicate of the vocabulary."""
+    runs = finals.state(DETECTIONS.name)
+    if finals.state(GT_ROWS.name) is None or runs is None:
+        return {}
+    n = vocabulary(finals, ctx)
+    npos = npos_of(finals, n)
+    empty = np.empty((0, 3))
+    return {f"AP_{name}": {p: average_precision(runs.get(2 * p + kind, empty)[:, 1], npos[p])
+                           for p in range(n)}
+            for kind, name in KINDS.items()}
+
+
+def derive(finals: Finals, ctx: Context) -> dict[str, float]:
+    """R@50, the AP means and score_wtd, as ``eval_rel_results`` adds them up."""
+    gt = finals.state(GT_ROWS.name)
+    aps = predicate_aps(finals, ctx)
+    if gt is None or not aps:
+        return {}
+    hits = sum(int(rows[:, 1].sum()) for rows in gt.values())
+    total = sum(int(rows[:, 0].sum()) for rows in gt.values())
+    return means(aps, npos_of(finals, vocabulary(finals, ctx)), hits, total)
+
+
+def means(aps: dict[str, dict[int, float]], npos: list[int], hits: float, total: float
+          ) -> dict[str, float]:
+    """The dataset values from per-predicate APs, GT counts and the recall's hits."""
+    out = {f"R@{K}": float(hits) / (float(total) + EPS)}
+    all_npos = sum(npos)
+    for name in KINDS.values():
+        plain, weighted = 0.0, 0.0
+        for p, npos_p in enumerate(npos):
+            ap = aps[f"AP_{name}"][p]
+            weighted += ap * float(npos_p) / float(all_npos)
+            plain += ap
+        out[f"mAP_{name}"] = plain / len(npos)
+        out[f"wmAP_{name}"] = weighted
+    out["score_wtd"] = 0.4 * out["wmAP_rel"] + 0.2 * out[f"R@{K}"] + 0.4 * out["wmAP_phr"]
+    return out
+
+
+def tied(finals: Finals) -> dict[str, int]:
+    """Detections sharing predicate and score with one of the other true-positive status
+    (the ones whose order among equal scores could move an AP), per kind."""
+    runs = finals.state(DETECTIONS.name) or {}
+    out = {f"ap_tied_{name}": 0 for name in KINDS.values()}
+    for key, rows in runs.items():
+        if not len(rows):
+            continue
+        starts = np.flatnonzero(np.r_[True, rows[1:, 0] != rows[:-1, 0]])
+        positives = np.add.reduceat(rows[:, 1], starts)
+        sizes = np.diff(np.r_[starts, len(rows)])
+        mixed = (positives > 0) & (positives < sizes)
+        out[f"ap_tied_{KINDS[key % 2]}"] += int(sizes[mixed].sum())
+    return out
+
+
+FAMILY = Family("oiv6", METRICS, image_terms, derive=derive,
+                states=(DETECTIONS, GT_ROWS), derive_predicates=predicate_aps,
+                state_diagnostics=tied)
