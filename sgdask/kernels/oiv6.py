@@ -138,17 +138,23 @@ def matched_candidates(cand_s: np.ndarray, cand_o: np.ndarray, cand_p: np.ndarra
     return first, tp_rel, tp_phr
 
 
+@njit(**JIT)
+def _repeated(keys: np.ndarray) -> int:
+    """A key occurring twice (-1: none)."""
+    ordered = np.sort(keys)
+    for i in range(1, len(ordered)):
+        if ordered[i] == ordered[i - 1]:
+            return ordered[i]
+    return -1
+
+
 def duplicate_pair(pred: ImagePred) -> tuple[int, int] | None:
     """A (subject, object) pair the image's score rows give twice, if any."""
     pairs = pred.pairs
     assert pairs is not None
     k = pairs.per_pair
-    keys = pairs.subjects[::k] * (pred.n_instances + 1) + pairs.objects[::k]
-    values, counts = np.unique(keys, return_counts=True)
-    if (counts < 2).all():
-        return None
-    twice = int(values[np.argmax(counts > 1)])
-    return divmod(twice, pred.n_instances + 1)
+    twice = int(_repeated(pairs.subjects[::k] * (pred.n_instances + 1) + pairs.objects[::k]))
+    return None if twice < 0 else divmod(twice, pred.n_instances + 1)
 
 
 def oiv6_hits(gt: ImageGT, pred: ImagePred, relations: np.ndarray) -> ImageHits:

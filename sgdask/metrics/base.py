@@ -28,7 +28,7 @@ import numpy as np
 from sgdask.kernels.hits import NEVER
 from sgdask.kernels.selection import KSpec
 from sgdask.metrics.state import StateRows, StateSpec
-from sgdask.types import ImageHits, Term
+from sgdask.types import Detections, ImageHits, Term
 
 IMAGE, MEAN, RATIO, DERIVED = "image", "mean", "ratio", "derived"
 PERCENT, RANK = "percent", "rank"
@@ -191,7 +191,11 @@ class Family:
     ``derive_predicates(finals, ctx)``: per-predicate values of its own (columns of the
     per-predicate table, e.g. oiv6's ``AP_rel``), optional;
     ``state_diagnostics(finals)``: counts the report's diagnostics get from the state
-    (e.g. oiv6's tied detections), optional.
+    (e.g. oiv6's tied detections), optional;
+    ``state_samples(states, image_ids, weights, ctx)``: the family's metrics and
+    per-predicate values under image weights (resamples x images), from its merged
+    states: how its metrics get bootstrap intervals (the bootstrap resamples terms, and a
+    family whose metrics come from state gives its own values), optional.
     """
 
     name: str
@@ -203,6 +207,9 @@ class Family:
     states: tuple[StateSpec, ...] = ()
     derive_predicates: Callable[[Finals, Context], dict[str, dict[int, float]]] | None = None
     state_diagnostics: Callable[[Finals], dict[str, int]] | None = None
+    state_samples: Callable[..., Callable[[np.ndarray], tuple[dict[str, np.ndarray],
+                                                              dict[str, np.ndarray]]]] | None \
+        = None
 
 
 @dataclass
@@ -214,6 +221,8 @@ class HitsBatch:
     ``n_matched``, ``missing``; ``reachable``: GT triplets whose subject and object were
     both matched. ``group`` numbers the (image, predicate) cells of the GT triplets in
     order; ``group_image``, ``group_predicate``, ``group_count`` describe them.
+    ``detections``: under ``oiv6``, every image's ranked candidates concatenated, with
+    ``d_image`` their image (None otherwise).
     """
 
     image_ids: list[str]
@@ -236,6 +245,8 @@ class HitsBatch:
     group_image: np.ndarray
     group_predicate: np.ndarray
     group_count: np.ndarray
+    detections: Detections | None = None
+    d_image: np.ndarray | None = None
 
     @property
     def n_images(self) -> int:
@@ -299,7 +310,20 @@ def batch_of(images: list[ImageHits]) -> HitsBatch:
         prank=optional(images, "prank"), legacy_first=optional(images, "legacy_first"),
         zero_shot=optional(images, "zero_shot"),
         group=group.reshape(-1), group_image=cells // top, group_predicate=cells % top,
-        group_count=np.bincount(group.reshape(-1), minlength=len(cells)).astype(np.int64))
+        group_count=np.bincount(group.reshape(-1), minlength=len(cells)).astype(np.int64),
+        **detections_of(images))
+
+
+def detections_of(images: list[ImageHits]) -> dict[str, Detections | np.ndarray]:
+    """The images' detections concatenated, with their image (nothing when no image has
+    any: only ``oiv6`` ranks candidates)."""
+    found = [(i, h.detections) for i, h in enumerate(images) if h.detections is not None]
+    if not found:
+        return {}
+    sizes = [len(d) for _, d in found]
+    return {"detections": Detections(*(np.concatenate([getattr(d, f) for _, d in found])
+                                       for f in ("predicates", "scores", "tp_rel", "tp_phr"))),
+            "d_image": np.repeat(np.array([i for i, _ in found], np.int64), sizes)}
 
 
 def recall_blocks(batch: HitsBatch, hit_first: np.ndarray, ks: tuple[KSpec, ...],

@@ -28,12 +28,15 @@ of the SHA-256 of the image id) never orders it; it lets the bootstrap weight im
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
+from numba import njit
 
-from sgdask.metrics.base import DERIVED, Context, Family, Finals, Metric, Terms
-from sgdask.metrics.state import Runs
-from sgdask.types import ImageHits
+from sgdask.kernels.bits import JIT
+from sgdask.metrics.base import DERIVED, Context, Family, Finals, HitsBatch, Metric, Terms
+from sgdask.metrics.state import Runs, StateRows
+from sgdask.types import Detections, ImageHits
 
 K = 50
 REL, PHR = 0, 1
@@ -75,12 +78,29 @@ def image_terms(hits: ImageHits, ctx: Context) -> Terms:
     det = hits.detections
     if det is None or not len(det):
         return Terms(states=[gt, DETECTIONS.empty()])
-    n = len(det)
+    return Terms(states=[gt, detection_rows(det, np.full(len(det), key))])
+
+
+def detection_rows(det: Detections, keys: np.ndarray) -> StateRows:
+    """``DETECTIONS`` rows of candidates from images of these keys."""
     score = -det.scores.astype(np.float64)
-    rows = np.concatenate([np.stack([score, det.tp_rel, np.full(n, key)], 1),
-                           np.stack([score, det.tp_phr, np.full(n, key)], 1)])
-    keys = np.concatenate([2 * det.predicates + REL, 2 * det.predicates + PHR])
-    return Terms(states=[gt, DETECTIONS.rows(keys, rows)])
+    rows = np.concatenate([np.stack([score, det.tp_rel, keys], 1),
+                           np.stack([score, det.tp_phr, keys], 1)])
+    return DETECTIONS.rows(np.concatenate([2 * det.predicates + REL,
+                                           2 * det.predicates + PHR]), rows)
+
+
+def batch_terms(batch: HitsBatch, ctx: Context) -> list[StateRows]:
+    """``image_terms`` of every image of a partition at once (the same rows, in image
+    order)."""
+    keys = np.array([image_key(i) for i in batch.image_ids])
+    hit = np.bincount(batch.group, weights=batch.graph_first < K,
+                      minlength=len(batch.group_count))
+    gt = GT_ROWS.rows(batch.group_predicate,
+                      np.stack([batch.group_count, hit, keys[batch.group_image]], 1))
+    if batch.detections is None or batch.d_image is None:
+        return [gt, DETECTIONS.empty()]
+    return [gt, detection_rows(batch.detections, keys[batch.d_image])]
 
 
 def average_precision(tp: np.ndarray, npos: float) -> float:
@@ -171,6 +191,86 @@ def tied(finals: Finals) -> dict[str, int]:
     return out
 
 
-FAMILY = Family("oiv6", METRICS, image_terms, derive=derive,
+@njit(**JIT)
+def _weighted_aps(tp: np.ndarray, image: np.ndarray, bounds: np.ndarray,
+                  weights: np.ndarray, npos: np.ndarray) -> np.ndarray:
+    """AP of every run (rows ``bounds[k]:bounds[k + 1]`` in rank order) under every
+    weighting of the images (``weights``: resamples x images; a row weighs its image's
+    weight, as that many copies of the detection): cumulative weighted counts, the
+    precision envelope from the end, each true positive's weight times the envelope at
+    its last copy, over ``npos + 1e-12``. The fixed order is never sorted again: copies of
+    a detection are tied with it, and ties keep false positives first."""
+    n_runs, n_resamples = len(bounds) - 1, weights.shape[0]
+    out = np.zeros((n_runs, n_resamples))
+    precision = np.empty(len(tp))
+    eps = np.finfo(np.float64).eps
+    for b in range(n_resamples):
+        for k in range(n_runs):
+            t, f = 0.0, 0.0
+            for d in range(bounds[k], bounds[k + 1]):
+                w = weights[b, image[d]]
+                if tp[d]:
+                    t += w
+                else:
+                    f += w
+                precision[d] = t / max(t + f, eps)
+            envelope, total = 0.0, 0.0
+            for d in range(bounds[k + 1] - 1, bounds[k] - 1, -1):
+                envelope = max(envelope, precision[d])
+                if tp[d]:
+                    total += weights[b, image[d]] * envelope
+            out[k, b] = total / (npos[k, b] + EPS)
+    return out
+
+
+def _image_index(keys: np.ndarray, image_ids: Sequence[str]) -> np.ndarray:
+    """Each row's image (its key) as a position in ``image_ids``."""
+    known = np.array([image_key(i) for i in image_ids])
+    order = np.argsort(known)
+    if len(np.unique(known)) != len(known):
+        raise ValueError("two image ids share an image key (48 bits of their SHA-256)")
+    pos = np.searchsorted(known[order], keys)
+    return order[np.minimum(pos, len(order) - 1)]
+
+
+def samples(states: Mapping[str, StateRows], image_ids: Sequence[str], ctx: Context
+            ) -> Callable[[np.ndarray], tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+    """A function of image weights (resamples x images, in ``image_ids`` order) giving the
+    metrics (resamples,) and per-predicate APs (predicates x resamples) under them: what
+    the bootstrap reads instead of re-sorting each resample (the runs are put in order
+    once, here)."""
+    gt, det = states[GT_ROWS.name].final(), states[DETECTIONS.name].final()
+    n = ctx.n_predicates or (max([*gt, *(k // 2 for k in det), -1]) + 1)
+    gt_rows = [(p, _image_index(rows[:, 2], image_ids), rows[:, 0], rows[:, 1])
+               for p, rows in gt.items()]
+    empty = np.empty((0, 3))
+    runs = [det.get(2 * p + kind, empty) for kind in KINDS for p in range(n)]
+    rows = np.concatenate(runs)
+    bounds = np.cumsum([0, *(len(r) for r in runs)])
+    tp, image = rows[:, 1] > 0, _image_index(rows[:, 2], image_ids)
+
+    def under(weights: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        w = np.ascontiguousarray(weights, dtype=np.float64)
+        npos = np.zeros((n, len(w)))
+        hits = np.zeros(len(w))
+        for p, where, count, hit in gt_rows:
+            npos[p] = w[:, where] @ count
+            hits += w[:, where] @ hit
+        aps = _weighted_aps(tp, image, bounds, w, np.concatenate([npos, npos]))
+        metrics = {f"R@{K}": hits / (npos.sum(0) + EPS)}
+        per_predicate = {}
+        for kind, name in KINDS.items():
+            ap = aps[kind * n:(kind + 1) * n]
+            per_predicate[f"AP_{name}"] = ap
+            metrics[f"mAP_{name}"] = ap.sum(0) / n
+            metrics[f"wmAP_{name}"] = (ap * npos).sum(0) / npos.sum(0)
+        metrics["score_wtd"] = (0.4 * metrics["wmAP_rel"] + 0.2 * metrics[f"R@{K}"]
+                                + 0.4 * metrics["wmAP_phr"])
+        return metrics, per_predicate
+
+    return under
+
+
+FAMILY = Family("oiv6", METRICS, image_terms, batch_terms, derive=derive,
                 states=(DETECTIONS, GT_ROWS), derive_predicates=predicate_aps,
-                state_diagnostics=tied)
+                state_diagnostics=tied, state_samples=samples)

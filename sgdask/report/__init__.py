@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from itertools import chain
@@ -263,14 +263,16 @@ def in_order(values: Mapping[str, Fraction | float | None]) -> dict[str, float]:
 def derived_metrics(acc: Accumulator, settings: EvalSettings,
                     composition: dict[int, int] | None,
                     values: Mapping[str, float] | None = None,
-                    n_predicates: int | None = None) -> dict[str, Fraction | float]:
+                    n_predicates: int | None = None,
+                    state: Callable[[str], dict[int, Any] | None] | None = None
+                    ) -> dict[str, Fraction | float]:
     """Values of the DERIVED metrics whose inputs the evaluation has (e.g. wIMR@k), from
     the per-predicate values, the declared states and ``values``: the non-derived metrics
     as reported (``build_report`` passes them after a protocol's vocabulary means, as the
     bootstrap derives; default: ``final_metrics``)."""
     known = final_metrics(acc, settings) if values is None else values
     finals = Finals(lambda name: acc.predicate_values(name, settings.aggregation),
-                    known.get, acc.state_final)
+                    known.get, state or acc.state_final)
     out: dict[str, Fraction | float] = {}
     for family in FAMILIES:
         derivable = [m for m in family.metrics if m.kind == DERIVED
@@ -280,30 +282,38 @@ def derived_metrics(acc: Accumulator, settings: EvalSettings,
     return out
 
 
-def state_finals(acc: Accumulator) -> Finals:
-    """Finals that read the accumulator's declared states only."""
-    return Finals(lambda _: {}, state=acc.state_final)
+def cached_states(acc: Accumulator) -> Callable[[str], dict[int, Any] | None]:
+    """``acc.state_final``, each state put in its final order once (a sort of every row:
+    oiv6's detections are a million rows on Open Images V6)."""
+    found: dict[str, dict[int, Any] | None] = {}
+
+    def state(name: str) -> dict[int, Any] | None:
+        if name not in found:
+            found[name] = acc.state_final(name)
+        return found[name]
+
+    return state
 
 
-def derived_predicate_values(acc: Accumulator, settings: EvalSettings,
+def derived_predicate_values(settings: EvalSettings, state: Callable[[str], Any],
                              n_predicates: int | None) -> dict[str, dict[int, float]]:
     """Per-predicate values the active families derive from their state (oiv6's AP)."""
     out: dict[str, dict[int, float]] = {}
     for family in FAMILIES:
         if family.derive_predicates and any(available(m, settings.inputs) is None
                                             for m in family.metrics):
-            out.update(family.derive_predicates(state_finals(acc),
+            out.update(family.derive_predicates(Finals(lambda _: {}, state=state),
                                                 settings.context(None, n_predicates)))
     return out
 
 
-def state_diagnostics(acc: Accumulator, settings: EvalSettings) -> dict[str, int]:
+def state_diagnostics(settings: EvalSettings, state: Callable[[str], Any]) -> dict[str, int]:
     """Counts the active families read from their state (oiv6's tied detections)."""
     out: dict[str, int] = {}
     for family in FAMILIES:
         if family.state_diagnostics and any(available(m, settings.inputs) is None
                                             for m in family.metrics):
-            out.update(family.state_diagnostics(state_finals(acc)))
+            out.update(family.state_diagnostics(Finals(lambda _: {}, state=state)))
     return out
 
 
@@ -370,8 +380,9 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     absent = len(names) - len(acc.gt_per_predicate)
     occurring, vocabulary_notes = vocabulary_means(acc, metrics, settings, len(names), absent)
     notes += vocabulary_notes
+    state = cached_states(acc)
     metrics = in_order({**metrics, **derived_metrics(acc, settings, composition, metrics,
-                                                     len(names) or None)})
+                                                     len(names) or None, state)})
     reasons = left_out(settings.inputs, metrics)
     not_gt = acc.diagnostics.get("pred_boxes_not_gt", 0)
     if protocol.pair_accuracy_by_index and not_gt:
@@ -389,7 +400,7 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     notes += [m.note for m in registered() if m.note and any(
         metric_of(name) is m for name in metrics)]
     diagnostics = {**counts, **{k: v for k, v in acc.diagnostics.items() if k != "images"},
-                   **state_diagnostics(acc, settings)}
+                   **state_diagnostics(settings, state)}
     if protocol.mean_over_vocabulary and names:
         diagnostics["predicates_absent"] = max(absent, 0)
     provenance = {"sgdask_version": __version__,
@@ -401,7 +412,7 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                   ks=[k.label for k in settings.ks], metrics=metrics,
                   per_predicate=predicate_table(
                       acc, names, settings.aggregation,
-                      derived_predicate_values(acc, settings, len(names) or None)),
+                      derived_predicate_values(settings, state, len(names) or None)),
                   per_image=uniform_rows(images, acc.image_metric_names()),
                   diagnostics=diagnostics, left_out=reasons,
                   notes=notes, provenance=provenance, options=settings.options(),
