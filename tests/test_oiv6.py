@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,10 @@ from sgdask.errors import InputError, SgdaskError
 from sgdask.io.ingest import convert_submission, ingest_oi
 from sgdask.io.partition import load_predictions
 from sgdask.io.store import StoreReader
+from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import FAMILIES
+from sgdask.metrics.base import Context
+from sgdask.metrics.oiv6 import samples
 from sgdask.pipeline import evaluate
 from sgdask.protocols import OIV6
 from sgdask.report import EvalSettings, Report
@@ -314,3 +318,51 @@ def test_a_store_without_pair_scores_is_refused(oi, client):
     convert_submission(str(Path(oi["raw"]) / "submission.json"), pred, oi["gt"])
     with pytest.raises(SgdaskError, match="oiv6 protocol ranks each scored pair's"):
         evaluate(oi["gt"], pred, "oiv6", client=client)
+
+
+# --------------------------------------------------------------------------- intervals
+
+
+def copies(image: tuple[ImageGT, ImagePred | None], n: int) -> list[tuple]:
+    """``n`` copies of an image under new ids (a bootstrap resample draws it n times)."""
+    gt, pred = image
+    return [(replace(gt, image_id=f"{gt.image_id}#{c}"),
+             None if pred is None else replace(pred, image_id=f"{gt.image_id}#{c}"))
+            for c in range(n)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(datasets(), st.data())
+def test_weighting_the_fixed_order_equals_evaluating_the_resample(data, draw):
+    """The bootstrap's values under image weights (``samples``: the ranked runs weighted,
+    never sorted again) are the values of the resample itself: every image copied as
+    often as it was drawn, evaluated by the literal implementation."""
+    images_, n_predicates, _ = data
+    weights = draw.draw(st.lists(st.integers(0, 3), min_size=len(images_),
+                                 max_size=len(images_)).filter(lambda w: any(w)))
+    rep = report(images_, n_predicates)
+    ids = [str(i) for i in rep.terms.image_ids]
+    by_id = {gt.image_id: (gt, pred) for gt, pred in images_}
+    ctx = Context(parse_ks("50"), n_predicates=n_predicates)
+    under = samples(rep.states, ids, ctx)
+    w = np.array([[weights[[gt.image_id for gt, _ in images_].index(i)] for i in ids]], float)
+    values, per_predicate = under(w)
+    resample = [c for i in ids for c in copies(by_id[i], int(w[0, ids.index(i)]))]
+    expected = literal_oiv6.evaluate(resample, n_predicates)
+    for name in NAMES:
+        assert values[name][0] == pytest.approx(expected["metrics"][name], abs=1e-12), name
+    assert per_predicate["AP_rel"][:, 0] == pytest.approx(expected["AP_rel"], abs=1e-12)
+    assert per_predicate["AP_phr"][:, 0] == pytest.approx(expected["AP_phr"], abs=1e-12)
+
+
+def test_intervals_for_every_oiv6_metric_and_predicate(oi):
+    """evaluate --ci: an interval for R@50, the AP means and score_wtd, per-predicate AP
+    bounds; R@50's holds its value (a ratio of sums, unlike AP, is not skewed)."""
+    rep = evaluate(oi["gt"], oi["pred"], "oiv6", ci=0.9, resamples=200, seed=5)
+    assert set(rep.intervals) == set(NAMES)
+    low, high = rep.intervals["R@50"]
+    assert low < rep.metrics["R@50"] < high
+    assert all(lo <= hi for lo, hi in rep.intervals.values())
+    assert any(row["AP_rel_lo"] is not None for row in rep.per_predicate)
+    again = evaluate(oi["gt"], oi["pred"], "oiv6", ci=0.9, resamples=200, seed=5)
+    assert again.intervals == rep.intervals

@@ -191,63 +191,93 @@ def tied(finals: Finals) -> dict[str, int]:
     return out
 
 
+RESAMPLE_BLOCK = 64  # resamples a pass over the runs advances together
+
+
 @njit(**JIT)
 def _weighted_aps(tp: np.ndarray, image: np.ndarray, bounds: np.ndarray,
                   weights: np.ndarray, npos: np.ndarray) -> np.ndarray:
     """AP of every run (rows ``bounds[k]:bounds[k + 1]`` in rank order) under every
-    weighting of the images (``weights``: resamples x images; a row weighs its image's
+    weighting of the images (``weights``: images x resamples; a row weighs its image's
     weight, as that many copies of the detection): cumulative weighted counts, the
     precision envelope from the end, each true positive's weight times the envelope at
     its last copy, over ``npos + 1e-12``. The fixed order is never sorted again: copies of
-    a detection are tied with it, and ties keep false positives first."""
-    n_runs, n_resamples = len(bounds) - 1, weights.shape[0]
+    a detection are tied with it, and ties keep false positives first.
+
+    The envelope is taken over the true positives' precisions only: a false positive's
+    precision is below the point before it, so it never raises an envelope (nor does a
+    true positive of weight 0, whose precision is the point's before it). Resamples advance
+    in blocks, the innermost loop running over them (contiguous weights of one image)."""
+    n_runs, n_resamples = len(bounds) - 1, weights.shape[1]
     out = np.zeros((n_runs, n_resamples))
-    precision = np.empty(len(tp))
+    positives = 0
+    for k in range(n_runs):
+        count = 0
+        for d in range(bounds[k], bounds[k + 1]):
+            count += tp[d]
+        positives = max(positives, count)
     eps = np.finfo(np.float64).eps
-    for b in range(n_resamples):
+    for lo in range(0, n_resamples, RESAMPLE_BLOCK):
+        hi = min(lo + RESAMPLE_BLOCK, n_resamples)
+        precision = np.empty((positives, hi - lo))
+        at = np.empty(positives, dtype=np.int64)
+        t, f = np.empty(hi - lo), np.empty(hi - lo)
+        envelope, total = np.empty(hi - lo), np.empty(hi - lo)
         for k in range(n_runs):
-            t, f = 0.0, 0.0
+            t[:] = 0.0
+            f[:] = 0.0
+            j = 0
             for d in range(bounds[k], bounds[k + 1]):
-                w = weights[b, image[d]]
+                w = weights[image[d], lo:hi]
                 if tp[d]:
                     t += w
+                    for b in range(hi - lo):
+                        precision[j, b] = t[b] / max(t[b] + f[b], eps)
+                    at[j] = d
+                    j += 1
                 else:
                     f += w
-                precision[d] = t / max(t + f, eps)
-            envelope, total = 0.0, 0.0
-            for d in range(bounds[k + 1] - 1, bounds[k] - 1, -1):
-                envelope = max(envelope, precision[d])
-                if tp[d]:
-                    total += weights[b, image[d]] * envelope
-            out[k, b] = total / (npos[k, b] + EPS)
+            envelope[:] = 0.0
+            total[:] = 0.0
+            for i in range(j - 1, -1, -1):
+                w = weights[image[at[i]], lo:hi]
+                for b in range(hi - lo):
+                    envelope[b] = max(envelope[b], precision[i, b])
+                    total[b] += w[b] * envelope[b]
+            for b in range(hi - lo):
+                out[k, lo + b] = total[b] / (npos[k, lo + b] + EPS)
     return out
 
 
-def _image_index(keys: np.ndarray, image_ids: Sequence[str]) -> np.ndarray:
-    """Each row's image (its key) as a position in ``image_ids``."""
+def _image_index(image_ids: Sequence[str]) -> Callable[[np.ndarray], np.ndarray]:
+    """Image keys -> positions in ``image_ids``."""
     known = np.array([image_key(i) for i in image_ids])
     order = np.argsort(known)
     if len(np.unique(known)) != len(known):
         raise ValueError("two image ids share an image key (48 bits of their SHA-256)")
-    pos = np.searchsorted(known[order], keys)
-    return order[np.minimum(pos, len(order) - 1)]
+
+    def positions(keys: np.ndarray) -> np.ndarray:
+        return order[np.minimum(np.searchsorted(known[order], keys), len(order) - 1)]
+
+    return positions
 
 
-def samples(states: Mapping[str, StateRows], image_ids: Sequence[str], ctx: Context
+def samples(finals: Mapping[str, dict[int, np.ndarray]], image_ids: Sequence[str],
+            ctx: Context
             ) -> Callable[[np.ndarray], tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
     """A function of image weights (resamples x images, in ``image_ids`` order) giving the
-    metrics (resamples,) and per-predicate APs (predicates x resamples) under them: what
-    the bootstrap reads instead of re-sorting each resample (the runs are put in order
-    once, here)."""
-    gt, det = states[GT_ROWS.name].final(), states[DETECTIONS.name].final()
+    metrics (resamples,) and per-predicate APs (predicates x resamples) under them, from
+    the states' final (ranked) runs: what the bootstrap reads instead of re-sorting each
+    resample."""
+    gt, det = finals[GT_ROWS.name], finals[DETECTIONS.name]
     n = ctx.n_predicates or (max([*gt, *(k // 2 for k in det), -1]) + 1)
-    gt_rows = [(p, _image_index(rows[:, 2], image_ids), rows[:, 0], rows[:, 1])
-               for p, rows in gt.items()]
+    positions = _image_index(image_ids)
+    gt_rows = [(p, positions(rows[:, 2]), rows[:, 0], rows[:, 1]) for p, rows in gt.items()]
     empty = np.empty((0, 3))
     runs = [det.get(2 * p + kind, empty) for kind in KINDS for p in range(n)]
     rows = np.concatenate(runs)
     bounds = np.cumsum([0, *(len(r) for r in runs)])
-    tp, image = rows[:, 1] > 0, _image_index(rows[:, 2], image_ids)
+    tp, image = rows[:, 1] > 0, positions(rows[:, 2])
 
     def under(weights: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         w = np.ascontiguousarray(weights, dtype=np.float64)
@@ -256,7 +286,8 @@ def samples(states: Mapping[str, StateRows], image_ids: Sequence[str], ctx: Cont
         for p, where, count, hit in gt_rows:
             npos[p] = w[:, where] @ count
             hits += w[:, where] @ hit
-        aps = _weighted_aps(tp, image, bounds, w, np.concatenate([npos, npos]))
+        aps = _weighted_aps(tp, image, bounds, np.ascontiguousarray(w.T),
+                            np.concatenate([npos, npos]))
         metrics = {f"R@{K}": hits / (npos.sum(0) + EPS)}
         per_predicate = {}
         for kind, name in KINDS.items():

@@ -27,7 +27,6 @@ from sgdask.metrics import (
 )
 from sgdask.metrics.base import DERIVED, Context, Finals
 from sgdask.metrics.recall import VOCABULARY_MEANS
-from sgdask.metrics.state import StateRows
 from sgdask.metrics.terms import inputs_of
 from sgdask.protocols import Protocol
 from sgdask.stats.table import TermTable
@@ -52,7 +51,7 @@ class Report:
     (``evaluate --ci``; None without). ``mean_over_occurring``: under a protocol that prints
     mR@k / mNgR@k over every predicate of the vocabulary, their means over the predicates
     that occur in the evaluated GT (a diagnostic; empty otherwise). ``states``: the final
-    rows of the families' declared states (``sgdask.metrics.state``; oiv6's ranked
+    form of the families' declared states (``StateSpec.final``; oiv6's ranked
     detections), kept in memory for intervals and comparisons (None in reports read back).
     """
 
@@ -71,7 +70,8 @@ class Report:
     ci: dict[str, Any] | None = None
     mean_over_occurring: dict[str, float] = field(default_factory=dict)
     terms: TermTable | None = field(default=None, compare=False, repr=False)
-    states: dict[str, StateRows] | None = field(default=None, compare=False, repr=False)
+    states: dict[str, dict[int, Any]] | None = field(default=None, compare=False,
+                                                     repr=False)
 
     def summary(self) -> dict[str, Any]:
         """Everything but the tables (what metrics.json holds); no interval keys in a
@@ -416,7 +416,8 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                   per_image=uniform_rows(images, acc.image_metric_names()),
                   diagnostics=diagnostics, left_out=reasons,
                   notes=notes, provenance=provenance, options=settings.options(),
-                  mean_over_occurring=occurring, terms=terms, states=dict(acc.states))
+                  mean_over_occurring=occurring, terms=terms,
+                  states={name: state(name) for name in acc.states})
 
 
 def vocabulary_means(acc: Accumulator, metrics: dict[str, float], settings: EvalSettings,
