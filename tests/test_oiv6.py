@@ -366,3 +366,21 @@ def test_intervals_for_every_oiv6_metric_and_predicate(oi):
     assert any(row["AP_rel_lo"] is not None for row in rep.per_predicate)
     again = evaluate(oi["gt"], oi["pred"], "oiv6", ci=0.9, resamples=200, seed=5)
     assert again.intervals == rep.intervals
+
+
+FIXTURE_V3 = Path(__file__).resolve().parent / "fixtures" / "store-v3"
+
+
+def test_a_format_3_store_reads_as_before_and_oiv6_asks_to_convert_again(client):
+    """Stores written before format 4 (the pair rows) give the numbers they gave then
+    (recorded by the sgdask that wrote them), and oiv6 on them says what to do."""
+    expected = json.loads((FIXTURE_V3 / "expected_metrics.json").read_text())["boxes"]
+    gt, pred = str(FIXTURE_V3 / "gt_boxes"), str(FIXTURE_V3 / "pred_boxes")
+    assert StoreReader(pred).version == 3
+    from sgdask.pipeline import evaluate_protocols
+
+    reports = evaluate_protocols(gt, pred, ",".join(expected), client=client)
+    for protocol, metrics in expected.items():
+        assert reports[protocol].metrics == metrics
+    with pytest.raises(SgdaskError, match="converted before store format 4"):
+        evaluate(gt, pred, "oiv6", client=client)
