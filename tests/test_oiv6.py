@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sgdask.synth_oi
+from sgdask.batch.compare import CompareJob, run_compare
 from sgdask.core.finalize import report_of
 from sgdask.core.partition import scored_partition
 from sgdask.core.result import PartitionResult
@@ -28,7 +29,7 @@ from sgdask.io.store import StoreReader
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import FAMILIES
 from sgdask.metrics.base import Context
-from sgdask.metrics.oiv6 import samples
+from sgdask.metrics.oiv6 import samples, swapped
 from sgdask.pipeline import evaluate
 from sgdask.protocols import OIV6
 from sgdask.report import EvalSettings, Report
@@ -384,3 +385,44 @@ def test_a_format_3_store_reads_as_before_and_oiv6_asks_to_convert_again(client)
         assert reports[protocol].metrics == metrics
     with pytest.raises(SgdaskError, match="converted before store format 4"):
         evaluate(gt, pred, "oiv6", client=client)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(datasets(), st.data())
+def test_swapping_images_between_models_equals_evaluating_the_swap(data, draw):
+    """compare's randomization (``swapped``: two models' runs merged in one fixed order,
+    each detection weighing 1 in the model it goes to) gives the values of the swapped
+    models themselves, evaluated literally."""
+    images_, n_predicates, _ = data
+    other = []
+    for gt, pred in images_:
+        if pred is not None:
+            order = draw.draw(st.permutations(range(len(pred.pairs))))
+            pred = replace(pred, pairs=replace(pred.pairs,
+                                               scores=pred.pairs.scores[list(order)]))
+        other.append((gt, pred))
+    a, b = report(images_, n_predicates), report(other, n_predicates)
+    ids = [str(i) for i in a.terms.image_ids]
+    mask = draw.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)))
+    ctx = Context(parse_ks("50"), n_predicates=n_predicates)
+    va, vb = swapped(a.states, b.states, ids, ctx)(np.array([mask], float))
+    by_id = {gt.image_id: i for i, (gt, _) in enumerate(images_)}
+    swap = {i: m for i, m in zip(ids, mask, strict=True)}
+    mixed_a = [other[by_id[i]] if swap[i] else images_[by_id[i]] for i in ids]
+    mixed_b = [images_[by_id[i]] if swap[i] else other[by_id[i]] for i in ids]
+    for values, mixed in ((va, mixed_a), (vb, mixed_b)):
+        expected = literal_oiv6.evaluate(mixed, n_predicates)["metrics"]
+        for name in NAMES:
+            assert values[name][0] == pytest.approx(expected[name], abs=1e-12), name
+
+
+def test_compare_a_model_with_itself_and_another(oi, tmp_path):
+    """compare on oiv6: every AP metric compared; a model against itself differs by 0
+    with p = 1."""
+    comparison = run_compare(CompareJob(oi["gt"], [("a", [oi["pred"]]), ("b", [oi["pred"]])],
+                                        protocol="oiv6", options=Settings(protocols="oiv6"),
+                                        resamples=50, permutations=50))
+    rows = {r["metric"]: r for r in comparison.rows}
+    assert set(rows) == set(NAMES)
+    assert all(r["delta"] == 0 and r["p_value"] == 1 for r in rows.values())
+    assert {r["metric"] for r in comparison.per_predicate} == {"AP_rel", "AP_phr"}

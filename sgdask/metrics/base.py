@@ -192,10 +192,14 @@ class Family:
     per-predicate table, e.g. oiv6's ``AP_rel``), optional;
     ``state_diagnostics(finals)``: counts the report's diagnostics get from the state
     (e.g. oiv6's tied detections), optional;
-    ``state_samples(states, image_ids, weights, ctx)``: the family's metrics and
-    per-predicate values under image weights (resamples x images), from its merged
-    states: how its metrics get bootstrap intervals (the bootstrap resamples terms, and a
-    family whose metrics come from state gives its own values), optional.
+    ``state_samples(finals, image_ids, ctx)``: a function of image weights (resamples x
+    images, in ``image_ids`` order) giving the family's metrics and per-predicate values
+    under them, from its states' final forms (by state name): how its metrics get
+    bootstrap intervals (the bootstrap resamples terms; a family whose metrics come from
+    state gives its own values), optional;
+    ``state_swaps(finals_a, finals_b, image_ids, ctx)``: a function of swap masks
+    (permutations x images) giving both models' metrics with those images' contributions
+    swapped (``compare``'s approximate randomization), optional.
     """
 
     name: str
@@ -205,6 +209,8 @@ class Family:
     derive: Callable[[Finals, Context], dict[str, Fraction | float]] | None = None
     derive_columns: Callable[[FinalColumns, Context], dict[str, np.ndarray]] | None = None
     states: tuple[StateSpec, ...] = ()
+    state_swaps: Callable[..., Callable[[np.ndarray], tuple[dict[str, np.ndarray], ...]]] \
+        | None = None
     derive_predicates: Callable[[Finals, Context], dict[str, dict[int, float]]] | None = None
     state_diagnostics: Callable[[Finals], dict[str, int]] | None = None
     state_samples: Callable[..., Callable[[np.ndarray], tuple[dict[str, np.ndarray],

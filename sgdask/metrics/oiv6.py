@@ -288,20 +288,71 @@ def samples(finals: Mapping[str, dict[int, np.ndarray]], image_ids: Sequence[str
             hits += w[:, where] @ hit
         aps = _weighted_aps(tp, image, bounds, np.ascontiguousarray(w.T),
                             np.concatenate([npos, npos]))
-        metrics = {f"R@{K}": hits / (npos.sum(0) + EPS)}
-        per_predicate = {}
-        for kind, name in KINDS.items():
-            ap = aps[kind * n:(kind + 1) * n]
-            per_predicate[f"AP_{name}"] = ap
-            metrics[f"mAP_{name}"] = ap.sum(0) / n
-            metrics[f"wmAP_{name}"] = (ap * npos).sum(0) / npos.sum(0)
-        metrics["score_wtd"] = (0.4 * metrics["wmAP_rel"] + 0.2 * metrics[f"R@{K}"]
-                                + 0.4 * metrics["wmAP_phr"])
-        return metrics, per_predicate
+        return _sampled_values(aps, npos, hits, n)
+
+    return under
+
+
+def _sampled_values(aps: np.ndarray, npos: np.ndarray, hits: np.ndarray, n: int
+                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Metrics (columns,) and per-predicate APs from every run's AP (rel runs, then phr
+    runs; runs x columns), GT counts (predicates x columns) and recall hits (columns,)."""
+    metrics = {f"R@{K}": hits / (npos.sum(0) + EPS)}
+    per_predicate = {}
+    for kind, name in KINDS.items():
+        ap = aps[kind * n:(kind + 1) * n]
+        per_predicate[f"AP_{name}"] = ap
+        metrics[f"mAP_{name}"] = ap.sum(0) / n
+        metrics[f"wmAP_{name}"] = (ap * npos).sum(0) / npos.sum(0)
+    metrics["score_wtd"] = (0.4 * metrics["wmAP_rel"] + 0.2 * metrics[f"R@{K}"]
+                            + 0.4 * metrics["wmAP_phr"])
+    return metrics, per_predicate
+
+
+def swapped(finals_a: Mapping[str, dict[int, np.ndarray]],
+            finals_b: Mapping[str, dict[int, np.ndarray]], image_ids: Sequence[str],
+            ctx: Context) -> Callable[[np.ndarray], tuple[dict[str, np.ndarray], ...]]:
+    """A function of swap masks (permutations x images, 1: the image's candidates change
+    models) giving both swapped models' metrics (and per-predicate APs): the two models'
+    runs merged in one fixed order once, each detection weighing 1 in the model it goes
+    to and 0 in the other (approximate randomization without re-sorting)."""
+    positions = _image_index(image_ids)
+    n_images = len(image_ids)
+    gt_a, gt_b = finals_a[GT_ROWS.name], finals_b[GT_ROWS.name]
+    det_a, det_b = finals_a[DETECTIONS.name], finals_b[DETECTIONS.name]
+    n = ctx.n_predicates or (max([*gt_a, *(k // 2 for k in [*det_a, *det_b]), -1]) + 1)
+    npos = np.array([gt_a[p][:, 0].sum() if p in gt_a else 0.0 for p in range(n)])
+    hits = [np.zeros(n_images), np.zeros(n_images)]
+    for gt, out in ((gt_a, hits[0]), (gt_b, hits[1])):
+        for rows in gt.values():
+            np.add.at(out, positions(rows[:, 2]), rows[:, 1])
+    empty = np.empty((0, 3))
+    runs, images = [], []
+    for kind in KINDS:
+        for p in range(n):
+            a, b = det_a.get(2 * p + kind, empty), det_b.get(2 * p + kind, empty)
+            both = np.concatenate([a, b])
+            order = np.lexsort((both[:, 1], both[:, 0]))  # the canonical order: FP first
+            runs.append(both[order])
+            images.append(np.concatenate([positions(a[:, 2]),
+                                          n_images + positions(b[:, 2])])[order])
+    rows = np.concatenate(runs)
+    bounds = np.cumsum([0, *(len(r) for r in runs)])
+    tp, image = rows[:, 1] > 0, np.concatenate(images)
+
+    def under(swaps: np.ndarray) -> tuple[dict[str, np.ndarray], ...]:
+        s = np.asarray(swaps, dtype=np.float64)
+        counts = np.repeat(npos[:, None], len(s), 1)
+        out = []
+        for keep, take in ((1.0 - s, s), (s, 1.0 - s)):
+            weights = np.ascontiguousarray(np.concatenate([keep, take], 1).T)
+            aps = _weighted_aps(tp, image, bounds, weights, np.concatenate([counts, counts]))
+            out.append(_sampled_values(aps, counts, keep @ hits[0] + take @ hits[1], n)[0])
+        return tuple(out)
 
     return under
 
 
 FAMILY = Family("oiv6", METRICS, image_terms, batch_terms, derive=derive,
                 states=(DETECTIONS, GT_ROWS), derive_predicates=predicate_aps,
-                state_diagnostics=tied, state_samples=samples)
+                state_diagnostics=tied, state_samples=samples, state_swaps=swapped)
