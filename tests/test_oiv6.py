@@ -24,6 +24,7 @@ from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ScoringSettings, Settings, Submission
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.ingest import convert_submission, ingest_oi
+from sgdask.io.openimages import is_open_images, oi_train_stats
 from sgdask.io.partition import load_predictions
 from sgdask.io.store import StoreReader
 from sgdask.kernels.selection import parse_ks
@@ -426,3 +427,23 @@ def test_compare_a_model_with_itself_and_another(oi, tmp_path):
     assert set(rows) == set(NAMES)
     assert all(r["delta"] == 0 and r["p_value"] == 1 for r in rows.values())
     assert {r["metric"] for r in comparison.per_predicate} == {"AP_rel", "AP_phr"}
+
+
+def test_malformed_annotations_are_one_line_naming_image_and_field(tmp_path):
+    (tmp_path / "cats.json").write_text(json.dumps({"obj": ["a", "b"], "rel": ["on"]}))
+    good = {"img_fn": "x1", "img_size": [20, 10], "bbox": [[0, 0, 4, 4], [5, 5, 9, 9]],
+            "det_labels": [0, 1], "rel": [[0, 1, 0]]}
+    cases = [({"det_labels": [0, 2]}, "det_labels"), ({"rel": [[0, 2, 0]]}, "rel"),
+             ({"rel": [[0, 1, 1]]}, "rel"), ({"rel": [[1, 1, 0]]}, "rel"),
+             ({"bbox": [[0, 0, 4], [5, 5, 9, 9]]}, "bbox"), ({"img_size": [20]}, "img_size")]
+    for change, field_name in cases:
+        (tmp_path / "anno.json").write_text(json.dumps([{**good, **change}]))
+        with pytest.raises(InputError, match=rf"image x1.*{field_name}"):
+            ingest_oi(str(tmp_path / "anno.json"), str(tmp_path / "gt"),
+                      str(tmp_path / "cats.json"))
+    (tmp_path / "anno.json").write_text(json.dumps([good, good]))
+    with pytest.raises(InputError, match="a second image of this img_fn"):
+        ingest_oi(str(tmp_path / "anno.json"), str(tmp_path / "gt"), str(tmp_path / "cats.json"))
+    assert is_open_images(b" \n[{\"img_fn\"") and not is_open_images(b"{\"data\": [")
+    assert oi_train_stats([good], "train").to_pylist() == [
+        {"subject_category": 0, "object_category": 1, "predicate": 0, "count": 1}]
