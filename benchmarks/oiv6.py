@@ -87,7 +87,7 @@ def run_sgdask(gt: Path, pred: Path, workers: int, interval: float) -> Measureme
                                 workers, interval)
 
 
-def run_worker_processes(gt: Path, pred: Path, workers: int, interval: float) -> Measurement:
+def _run_worker_processes(gt: Path, pred: Path, workers: int, interval: float) -> Measurement:
     """B with worker processes, so that each worker's memory is measured on its own."""
     argv = python("-m", "benchmarks._evaluate", "--gt", str(gt), "--pred", str(pred),
                   "--protocol", "oiv6", "--workers", str(workers), "--processes")
@@ -112,7 +112,7 @@ def median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def row(series: list[Measurement], n_images: int, ratio: str, role: str | None = None
+def _row(series: list[Measurement], n_images: int, ratio: str, role: str | None = None
         ) -> dict[str, Any]:
     """A table row: the series' median wall, work and CPU, the peak RSS of its largest
     process (of ``role``: a worker process)."""
@@ -165,13 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     agree = agreement(refs[0].extra["metrics"], fasts[0].extra["metrics"])
     quarter = args.images // 4
     log("worker processes on all images and on a quarter (memory against images)")
-    large = run_worker_processes(gt, pred, args.workers, args.interval)
-    small = run_worker_processes(*prepare(args.cache, quarter, args.seed), args.workers,
+    large = _run_worker_processes(gt, pred, args.workers, args.interval)
+    small = _run_worker_processes(*prepare(args.cache, quarter, args.seed), args.workers,
                                  args.interval)
     ref_wall = median([m.wall_s for m in refs])
-    rows = [row(refs, args.images, f"{1.0:.1f}x"),
-            row(fasts, args.images, f"{ref_wall / median([m.wall_s for m in fasts]):.1f}x"),
-            row([large], args.images, "-", "worker"), row([small], quarter, "-", "worker")]
+    rows = [_row(refs, args.images, f"{1.0:.1f}x"),
+            _row(fasts, args.images, f"{ref_wall / median([m.wall_s for m in fasts]):.1f}x"),
+            _row([large], args.images, "-", "worker"), _row([small], quarter, "-", "worker")]
     fast_wall = rows[1]["wall"]
     worker_mb, small_mb = rows[2]["worker_mb"], rows[3]["worker_mb"]
     targets = [("B >= 10x faster than R (median wall)", f"{ref_wall / fast_wall:.1f}x",

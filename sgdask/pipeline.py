@@ -280,7 +280,7 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
                             bool(sub.manifest.get("has_ng")))
                  for (name, url, protocols), sub in zip(submissions, inputs, strict=True))
     for sub, given in zip(subs, inputs, strict=True):
-        check_pair_scores(sub, given)
+        _check_pair_scores(sub, given)
     keep = tuple((keep_stores or {}).get(sub.name) if given.keeps else None
                  for sub, given in zip(subs, inputs, strict=True))
     scoring = ScoringSettings(options, zero_shot, tuple(FAMILIES))
@@ -309,7 +309,7 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
     return ManyResult(reports, result.gt_parts_read)
 
 
-def check_pair_scores(sub: Submission, given: SubmissionInput) -> None:
+def _check_pair_scores(sub: Submission, given: SubmissionInput) -> None:
     """A one-line error for a submission scored under ``oiv6`` without each pair's
     predicate scores (it ranks them itself)."""
     if any(p.open_images for p in sub.protocols) and not given.manifest.get("pair_scores"):

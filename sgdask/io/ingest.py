@@ -335,7 +335,7 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
             source=str(submission), instances="masks" if source.is_zip else "boxes",
             has_ng=has_ng, n_images=len(images), partition_size=partition_size,
             triplets_from=from_scores, rank_by=rank_by if from_scores else None,
-            ng_limit=ng_limit if from_scores else None, pair_scores=pair_places(images))
+            ng_limit=ng_limit if from_scores else None, pair_scores=_pair_places(images))
 
 
 def convert_images(images: list[SubmissionImage], out: str, gt: str | None,
@@ -377,22 +377,22 @@ def lists_from_scores(images: list[SubmissionImage], lists: dict[str, DerivedLis
     an image without score rows gets empty lists and no pair."""
     empty = DerivedLists(EMPTY_TRIPLETS, np.empty(0), EMPTY_TRIPLETS, np.empty(0))
     return [replace(img, graph=d.graph, graph_scores=d.graph_scores, ng=d.ng,
-                    pairs=d.pairs if d.pairs is not None else no_pairs(per_pair))
-            for per_pair in [pair_places_of(lists)]
+                    pairs=d.pairs if d.pairs is not None else _no_pairs(per_pair))
+            for per_pair in [_pair_places_of(lists)]
             for img in images for d in [lists.get(img.image_id, empty)]]
 
 
-def pair_places_of(lists: dict[str, DerivedLists]) -> int:
+def _pair_places_of(lists: dict[str, DerivedLists]) -> int:
     """Predicates kept per pair (2; 1 for a vocabulary of one predicate)."""
     return next((d.pairs.per_pair for d in lists.values() if d.pairs is not None), 2)
 
 
-def no_pairs(per_pair: int) -> TopPredicates:
+def _no_pairs(per_pair: int) -> TopPredicates:
     empty = np.empty(0, np.int64)
     return TopPredicates(empty, empty, empty, np.empty(0, np.float32), per_pair)
 
 
-def pair_places(images: list[SubmissionImage]) -> int | None:
+def _pair_places(images: list[SubmissionImage]) -> int | None:
     """The manifest's ``pair_scores``: predicates kept per pair when the lists were derived
     from scores (the pair rows the ``oiv6`` protocol ranks), else None."""
     return next((img.pairs.per_pair for img in images if img.pairs is not None), None)

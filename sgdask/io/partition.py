@@ -267,11 +267,11 @@ def load_predictions(reader: StoreReader, parts: list[str], ids: list[str],
             bits = (masks.of(i, (int(rows.height[i]), int(rows.width[i])))
                     if rows.has_masks[i] else None)
             out[image_id] = ImagePred(image_id, labels, graph, ng, boxes, bits, scores,
-                                      pairs_of(reader, rows, end, rows.trip[i + 1]))
+                                      _pairs_of(reader, rows, end, rows.trip[i + 1]))
     return out
 
 
-def pairs_of(reader: StoreReader, rows: PartRows, start: int, end: int
+def _pairs_of(reader: StoreReader, rows: PartRows, start: int, end: int
              ) -> TopPredicates | None:
     """The pair rows ``start:end`` of a store converted ``--from-scores`` (None for a store
     without them)."""

@@ -68,8 +68,8 @@ def _union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @njit(**JIT)
-def candidate_rows(subjects: np.ndarray, objects: np.ndarray, scores: np.ndarray,
-                   instance_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _candidate_rows(subjects: np.ndarray, objects: np.ndarray, scores: np.ndarray,
+                    instance_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(rows, scores) of the image's candidates, most confident first: the first
     ``CANDIDATES`` rows by descending ``(s * o) * score`` (float32; equal scores keep row
     order), then those scoring ``<= SCORE_FLOOR`` dropped."""
@@ -84,9 +84,9 @@ def candidate_rows(subjects: np.ndarray, objects: np.ndarray, scores: np.ndarray
 
 
 @njit(**JIT)
-def matched_candidates(cand_s: np.ndarray, cand_o: np.ndarray, cand_p: np.ndarray,
-                       labels: np.ndarray, boxes: np.ndarray, gt_labels: np.ndarray,
-                       gt_boxes: np.ndarray, relations: np.ndarray
+def _matched_candidates(cand_s: np.ndarray, cand_o: np.ndarray, cand_p: np.ndarray,
+                        labels: np.ndarray, boxes: np.ndarray, gt_labels: np.ndarray,
+                        gt_boxes: np.ndarray, relations: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(first hit of each GT relation, true positives of relationship AP, of phrase AP)
     for candidates (subject, object, predicate) in rank order (module docstring, 3 and 4)."""
@@ -148,7 +148,7 @@ def _repeated(keys: np.ndarray) -> int:
     return -1
 
 
-def duplicate_pair(pred: ImagePred) -> tuple[int, int] | None:
+def _duplicate_pair(pred: ImagePred) -> tuple[int, int] | None:
     """A (subject, object) pair the image's score rows give twice, if any."""
     pairs = pred.pairs
     assert pairs is not None
@@ -174,7 +174,7 @@ def oiv6_hits(gt: ImageGT, pred: ImagePred, relations: np.ndarray) -> ImageHits:
     if gt.size is None:
         raise InstanceMismatch("the oiv6 protocol clips GT boxes to the image, but the GT "
                                "image has no size")
-    twice = duplicate_pair(pred)
+    twice = _duplicate_pair(pred)
     if twice is not None:
         raise InstanceMismatch(f"pair ({twice[0]}, {twice[1]}) is scored twice: the oiv6 "
                                "protocol takes one score vector per pair (the reference "
@@ -182,7 +182,7 @@ def oiv6_hits(gt: ImageGT, pred: ImagePred, relations: np.ndarray) -> ImageHits:
     pairs = pred.pairs
     instance_scores = (np.zeros(pred.n_instances, np.float32) if pred.scores is None
                        else np.ascontiguousarray(pred.scores, dtype=np.float32))
-    rows, scores = candidate_rows(pairs.subjects, pairs.objects,
+    rows, scores = _candidate_rows(pairs.subjects, pairs.objects,
                                   np.ascontiguousarray(pairs.scores, dtype=np.float32),
                                   instance_scores)
     cand_p = pairs.predicates[rows]
@@ -191,7 +191,7 @@ def oiv6_hits(gt: ImageGT, pred: ImagePred, relations: np.ndarray) -> ImageHits:
                                 .reshape(-1, 4), *gt.size)
     labels = np.ascontiguousarray(pred.labels, dtype=np.int64)
     gt_labels = np.ascontiguousarray(gt.labels, dtype=np.int64)
-    first, tp_rel, tp_phr = matched_candidates(
+    first, tp_rel, tp_phr = _matched_candidates(
         pairs.subjects[rows], pairs.objects[rows], cand_p, labels, boxes, gt_labels,
         gt_boxes, relations)
     n_gt = gt.n_instances

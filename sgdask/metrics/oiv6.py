@@ -61,7 +61,7 @@ METRICS = (
 )
 
 
-def image_key(image_id: str) -> float:
+def _image_key(image_id: str) -> float:
     """A number naming the image in state rows: 48 bits of its id's SHA-256 (exact in a
     float64)."""
     return float(int.from_bytes(hashlib.sha256(image_id.encode()).digest()[:6], "big"))
@@ -70,7 +70,7 @@ def image_key(image_id: str) -> float:
 def image_terms(hits: ImageHits, ctx: Context) -> Terms:
     """The image's state rows: its candidates (none for an image without prediction) and
     per predicate its GT relations and how many of them the first 50 candidates hit."""
-    key = image_key(hits.image_id)
+    key = _image_key(hits.image_id)
     predicates, counts = np.unique(hits.predicates, return_counts=True)
     hit = np.bincount(np.searchsorted(predicates, hits.predicates),
                       weights=hits.graph_first < K, minlength=len(predicates))
@@ -78,10 +78,10 @@ def image_terms(hits: ImageHits, ctx: Context) -> Terms:
     det = hits.detections
     if det is None or not len(det):
         return Terms(states=[gt, DETECTIONS.empty()])
-    return Terms(states=[gt, detection_rows(det, np.full(len(det), key))])
+    return Terms(states=[gt, _detection_rows(det, np.full(len(det), key))])
 
 
-def detection_rows(det: Detections, keys: np.ndarray) -> StateRows:
+def _detection_rows(det: Detections, keys: np.ndarray) -> StateRows:
     """``DETECTIONS`` rows of candidates from images of these keys."""
     score = -det.scores.astype(np.float64)
     rows = np.concatenate([np.stack([score, det.tp_rel, keys], 1),
@@ -93,17 +93,17 @@ def detection_rows(det: Detections, keys: np.ndarray) -> StateRows:
 def batch_terms(batch: HitsBatch, ctx: Context) -> list[StateRows]:
     """``image_terms`` of every image of a partition at once (the same rows, in image
     order)."""
-    keys = np.array([image_key(i) for i in batch.image_ids])
+    keys = np.array([_image_key(i) for i in batch.image_ids])
     hit = np.bincount(batch.group, weights=batch.graph_first < K,
                       minlength=len(batch.group_count))
     gt = GT_ROWS.rows(batch.group_predicate,
                       np.stack([batch.group_count, hit, keys[batch.group_image]], 1))
     if batch.detections is None or batch.d_image is None:
         return [gt, DETECTIONS.empty()]
-    return [gt, detection_rows(batch.detections, keys[batch.d_image])]
+    return [gt, _detection_rows(batch.detections, keys[batch.d_image])]
 
 
-def average_precision(tp: np.ndarray, npos: float) -> float:
+def _average_precision(tp: np.ndarray, npos: float) -> float:
     """``ap_eval``'s AP of true-positive flags in rank order (float64, its operations in
     its order: cumulative sums, recall over ``npos + 1e-12``, the precision envelope, the
     sum over recall changes)."""
@@ -119,7 +119,7 @@ def average_precision(tp: np.ndarray, npos: float) -> float:
     return float(np.sum((mrec[i + 1] - mrec[i]) * mpre[i + 1]))
 
 
-def vocabulary(finals: Finals, ctx: Context) -> int:
+def _vocabulary(finals: Finals, ctx: Context) -> int:
     """Predicates of the vocabulary (the GT's; else the largest predicate seen + 1)."""
     if ctx.n_predicates:
         return ctx.n_predicates
@@ -128,7 +128,7 @@ def vocabulary(finals: Finals, ctx: Context) -> int:
     return max([*gt, *(k // 2 for k in det), -1]) + 1
 
 
-def npos_of(finals: Finals, n: int) -> list[int]:
+def _npos_of(finals: Finals, n: int) -> list[int]:
     """GT relations per predicate (0 for a predicate without)."""
     gt = finals.state(GT_ROWS.name) or {}
     return [int(gt[p][:, 0].sum()) if p in gt else 0 for p in range(n)]
@@ -139,10 +139,10 @@ def predicate_aps(finals: Finals, ctx: Context) -> dict[str, dict[int, float]]:
     runs = finals.state(DETECTIONS.name)
     if finals.state(GT_ROWS.name) is None or runs is None:
         return {}
-    n = vocabulary(finals, ctx)
-    npos = npos_of(finals, n)
+    n = _vocabulary(finals, ctx)
+    npos = _npos_of(finals, n)
     empty = np.empty((0, 3))
-    return {f"AP_{name}": {p: average_precision(runs.get(2 * p + kind, empty)[:, 1], npos[p])
+    return {f"AP_{name}": {p: _average_precision(runs.get(2 * p + kind, empty)[:, 1], npos[p])
                            for p in range(n)}
             for kind, name in KINDS.items()}
 
@@ -155,10 +155,10 @@ def derive(finals: Finals, ctx: Context) -> dict[str, float]:
         return {}
     hits = sum(int(rows[:, 1].sum()) for rows in gt.values())
     total = sum(int(rows[:, 0].sum()) for rows in gt.values())
-    return means(aps, npos_of(finals, vocabulary(finals, ctx)), hits, total)
+    return _means(aps, _npos_of(finals, _vocabulary(finals, ctx)), hits, total)
 
 
-def means(aps: dict[str, dict[int, float]], npos: list[int], hits: float, total: float
+def _means(aps: dict[str, dict[int, float]], npos: list[int], hits: float, total: float
           ) -> dict[str, float]:
     """The dataset values from per-predicate APs, GT counts and the recall's hits."""
     out = {f"R@{K}": float(hits) / (float(total) + EPS)}
@@ -251,7 +251,7 @@ def _weighted_aps(tp: np.ndarray, image: np.ndarray, bounds: np.ndarray,
 
 def _image_index(image_ids: Sequence[str]) -> Callable[[np.ndarray], np.ndarray]:
     """Image keys -> positions in ``image_ids``."""
-    known = np.array([image_key(i) for i in image_ids])
+    known = np.array([_image_key(i) for i in image_ids])
     order = np.argsort(known)
     if len(np.unique(known)) != len(known):
         raise ValueError("two image ids share an image key (48 bits of their SHA-256)")

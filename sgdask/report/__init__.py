@@ -282,7 +282,7 @@ def derived_metrics(acc: Accumulator, settings: EvalSettings,
     return out
 
 
-def cached_states(acc: Accumulator) -> Callable[[str], dict[int, Any] | None]:
+def _cached_states(acc: Accumulator) -> Callable[[str], dict[int, Any] | None]:
     """``acc.state_final``, each state put in its final order once (a sort of every row:
     oiv6's detections are a million rows on Open Images V6)."""
     found: dict[str, dict[int, Any] | None] = {}
@@ -295,8 +295,8 @@ def cached_states(acc: Accumulator) -> Callable[[str], dict[int, Any] | None]:
     return state
 
 
-def derived_predicate_values(settings: EvalSettings, state: Callable[[str], Any],
-                             n_predicates: int | None) -> dict[str, dict[int, float]]:
+def _derived_predicate_values(settings: EvalSettings, state: Callable[[str], Any],
+                              n_predicates: int | None) -> dict[str, dict[int, float]]:
     """Per-predicate values the active families derive from their state (oiv6's AP)."""
     out: dict[str, dict[int, float]] = {}
     for family in FAMILIES:
@@ -307,7 +307,7 @@ def derived_predicate_values(settings: EvalSettings, state: Callable[[str], Any]
     return out
 
 
-def state_diagnostics(settings: EvalSettings, state: Callable[[str], Any]) -> dict[str, int]:
+def _state_diagnostics(settings: EvalSettings, state: Callable[[str], Any]) -> dict[str, int]:
     """Counts the active families read from their state (oiv6's tied detections)."""
     out: dict[str, int] = {}
     for family in FAMILIES:
@@ -380,7 +380,7 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     absent = len(names) - len(acc.gt_per_predicate)
     occurring, vocabulary_notes = vocabulary_means(acc, metrics, settings, len(names), absent)
     notes += vocabulary_notes
-    state = cached_states(acc)
+    state = _cached_states(acc)
     metrics = in_order({**metrics, **derived_metrics(acc, settings, composition, metrics,
                                                      len(names) or None, state)})
     reasons = left_out(settings.inputs, metrics)
@@ -400,7 +400,7 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     notes += [m.note for m in registered() if m.note and any(
         metric_of(name) is m for name in metrics)]
     diagnostics = {**counts, **{k: v for k, v in acc.diagnostics.items() if k != "images"},
-                   **state_diagnostics(settings, state)}
+                   **_state_diagnostics(settings, state)}
     if protocol.mean_over_vocabulary and names:
         diagnostics["predicates_absent"] = max(absent, 0)
     provenance = {"sgdask_version": __version__,
@@ -412,7 +412,7 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                   ks=[k.label for k in settings.ks], metrics=metrics,
                   per_predicate=predicate_table(
                       acc, names, settings.aggregation,
-                      derived_predicate_values(settings, state, len(names) or None)),
+                      _derived_predicate_values(settings, state, len(names) or None)),
                   per_image=uniform_rows(images, acc.image_metric_names()),
                   diagnostics=diagnostics, left_out=reasons,
                   notes=notes, provenance=provenance, options=settings.options(),

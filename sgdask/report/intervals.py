@@ -159,7 +159,7 @@ def add_intervals(report: Report, settings: CISettings,
         raise SgdaskError("intervals need the per-image terms (per_image_terms.parquet); "
                           "evaluate again")
     names = selected(report, settings.metrics)
-    found = state_intervals(report, settings, names)
+    found = _state_intervals(report, settings, names)
     if report.terms.names:
         terms = bootstrap(report.terms, scoring_of(report, composition), settings.level,
                           settings.resamples, settings.seed, names, mapper)
@@ -174,7 +174,7 @@ def add_intervals(report: Report, settings: CISettings,
             row[f"{name}_lo"], row[f"{name}_hi"] = interval if interval else (None, None)
 
 
-def state_intervals(report: Report, settings: CISettings, names: list[str] | None
+def _state_intervals(report: Report, settings: CISettings, names: list[str] | None
                     ) -> Intervals:
     """Intervals of the metrics families derive from their merged state (oiv6's AP),
     from the family's own values under the bootstrap's image weights

@@ -219,7 +219,7 @@ def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: 
         per_predicate += predicate_differences(a["name"], b["name"], points[ia], points[ib],
                                                samples[ia], samples[ib], level)
     if state_context is not None:
-        from_state = StateComparison(models, [str(i) for i in image_ids], state_context,
+        from_state = _StateComparison(models, [str(i) for i in image_ids], state_context,
                                      resamples, seed, names)
         for summary, found in zip(summaries, from_state.summaries(level), strict=True):
             summary["metrics"].update(found)
@@ -238,7 +238,7 @@ def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: 
     return Comparison(settings, summaries, rows, per_predicate, image_ids, per_image)
 
 
-class StateComparison:
+class _StateComparison:
     """The models' metrics derived from state, through the families' ``state_samples``
     (values under the bootstrap's image weights, the same resamples as the terms') and
     ``state_swaps`` (both models' values with images swapped, for the p-values)."""
