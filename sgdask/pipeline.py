@@ -105,7 +105,7 @@ def predictions(sub: Submission, keep_store: str | None, pred_slice: PredSlice, 
     """A partition's predictions, read by the slice's format; the decoded images of a
     submission file are also written as a store part at ``keep_store``; the digests of the
     files read are kept (a result file's content hash)."""
-    loaded = pred_slice.read(options, not all(p.open_images for p in sub.protocols))
+    loaded = pred_slice.read(options)
     if loaded.digests:
         out.digests.setdefault(sub.name, []).extend(loaded.digests)
     if keep_store is not None and loaded.decoded:

@@ -68,11 +68,8 @@ class PartRows:
     has_areas: np.ndarray  # per image: every instance has an area
 
 
-def part_rows(reader: StoreReader, part: str, wanted: set[str], lists: bool = True
-              ) -> PartRows:
-    """The rows of the wanted images of one part (``lists=False``: of the triplets only
-    each pair's best predicates, the graph and NG lists left empty: what ``oiv6`` reads,
-    a small part of a store whose NG lists hold every predicate of every pair)."""
+def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
+    """The rows of the wanted images of one part."""
     with_pairs = reader.version >= PAIRS_VERSION
     images = reader.table("images", [part],
                           columns=IMAGE_COLUMNS + (["n_pairs"] if with_pairs else []))
@@ -93,12 +90,6 @@ def part_rows(reader: StoreReader, part: str, wanted: set[str], lists: bool = Tr
                           f"corrupt ({len(table)} rows, the images table counts "
                           f"{starts[-1]})")
     n_graph, n_ng = column(images, "n_graph"), column(images, "n_ng")
-    if not lists:  # each image's pair rows follow its graph and NG rows
-        first = trip_all[:-1] + n_graph + n_ng
-        pair_rows = np.repeat(first - starts_of(n_pairs)[:-1], n_pairs) + np.arange(
-            int(n_pairs.sum()))
-        triplets = triplets.take(pa.array(pair_rows, pa.int64()))
-        trip_all, n_graph, n_ng = starts_of(n_pairs), n_graph * 0, n_ng * 0
     inst, trip = kept_rows(instances, inst_all, keep), kept_rows(triplets, trip_all, keep)
     arrays = images["mask_array"].to_pylist()
     n = len(inst)
@@ -114,7 +105,7 @@ def part_rows(reader: StoreReader, part: str, wanted: set[str], lists: bool = Tr
         has_masks=np.array([a is not None for a in arrays], dtype=bool)[keep],
         label_offset=column(images, "mask_offset", np.float64)[keep],
         mask_array=next((a for a in arrays if a is not None), None),
-        inst=inst_starts, trip=starts_of((n_graph + n_ng + n_pairs)[keep]),
+        inst=inst_starts, trip=starts_of(n_trip[keep]),
         category=column(inst, "category"), boxes=boxes, score=score,
         mask_boxes=np.stack([column(inst, c, np.float64)
                              for c in ("mask_y0", "mask_x0", "mask_y1", "mask_x1")], 1)
@@ -249,14 +240,13 @@ def load_gt_images(reader: StoreReader, parts: list[str], ids: list[str]) -> Ite
                               masks=masks.of(i, shape), size=shape)
 
 
-def load_predictions(reader: StoreReader, parts: list[str], ids: list[str],
-                     lists: bool = True) -> dict[str, ImagePred]:
-    """image id -> prediction, for the images of ``ids`` the store has (``lists=False``:
-    with each pair's best predicates but empty graph and NG lists, ``part_rows``)."""
+def load_predictions(reader: StoreReader, parts: list[str], ids: list[str]
+                     ) -> dict[str, ImagePred]:
+    """image id -> prediction, for the images of ``ids`` the store has."""
     wanted = set(ids)
     out = {}
     for part in parts:
-        rows = part_rows(reader, part, wanted, lists)
+        rows = part_rows(reader, part, wanted)
         masks = PartMasks(reader, rows)
         for i, image_id in enumerate(rows.ids):
             labels, boxes, scores = instance_fields(rows, i)

@@ -42,10 +42,7 @@ class Loaded:
 class PredSlice(Protocol):
     """A partition's predictions of one submission, small and picklable."""
 
-    def read(self, options: StorageOptions | None, lists: bool = True) -> Loaded:
-        """The predictions (``lists=False``: the ranked lists may be left out, when every
-        protocol asked for ranks each pair's predicate scores itself, as ``oiv6``)."""
-        ...
+    def read(self, options: StorageOptions | None) -> Loaded: ...
 
 
 class SubmissionInput(Protocol):
@@ -79,11 +76,11 @@ class StoreSlice:
     ids: tuple[str, ...]
     manifest: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
-    def read(self, options: StorageOptions | None, lists: bool = True) -> Loaded:
+    def read(self, options: StorageOptions | None) -> Loaded:
         if not self.ids:
             return Loaded({})
         reader = StoreReader(self.url, options, manifest=self.manifest)
-        return Loaded(load_predictions(reader, list(self.parts), list(self.ids), lists))
+        return Loaded(load_predictions(reader, list(self.parts), list(self.ids)))
 
 
 @dataclass(frozen=True)
@@ -133,7 +130,7 @@ class FileSlice:
         source = SubmissionSource(self.url, options, self.limits)
         return decoded_images(source, list(self.images), dict(self.sizes))
 
-    def read(self, options: StorageOptions | None, lists: bool = True) -> Loaded:
+    def read(self, options: StorageOptions | None) -> Loaded:
         decoded = self.decode(options)
         return Loaded({d.image.image_id: d.prediction() for d in decoded}, decoded=decoded)
 
@@ -235,7 +232,7 @@ class ResultSlice:
             digests.append((entry.position, digest))
         return preds, digests
 
-    def read(self, options: StorageOptions | None, lists: bool = True) -> Loaded:
+    def read(self, options: StorageOptions | None) -> Loaded:
         return Loaded(*self.decode(options))
 
 
