@@ -41,7 +41,8 @@ def synth(out: Annotated[Path, typer.Argument(help="directory to write the datas
 
 
 def ingest_gt(psg_json: Annotated[str, typer.Argument(
-                  help="psg.json, or Visual Genome's VG-SGG-with-attri.h5 (path or URL)")],
+                  help="psg.json, Visual Genome's VG-SGG-with-attri.h5 or Open Images V6's "
+                  "vrd-test-anno.json (path or URL)")],
               out: Annotated[str, typer.Option("--out", help="store URL to create")],
               masks: Annotated[str | None, typer.Option(
                   "--masks", "--gt-masks",
@@ -53,19 +54,29 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
               split: Annotated[str | None, typer.Option(
                   help="Visual Genome: test (split flag 2, the default) or val (the first "
                   "5000 usable images of flag 0)")] = None,
+              categories: Annotated[str | None, typer.Option(
+                  "--categories", help="Open Images V6: categories_dict.json (default: "
+                  "beside the annotation file; --dicts is taken too)")] = None,
               storage_option: StorageOpt = None, overwrite: Overwrite = False,
               scheduler: Scheduler = None, in_process: InProcess = False,
               workers: Workers = None, limit: Limits = None) -> None:
-    """Convert OpenPSG or Visual Genome (VG150) ground truth into a GT store (Parquet + Zarr).
+    """Convert OpenPSG, Visual Genome (VG150) or Open Images V6 ground truth into a GT store
+    (Parquet + Zarr).
 
     psg.json's size and nesting depth and each PNG's pixel count are limited (--limit
     max_json_size, max_json_depth, max_layer_pixels), so are the sizes a VG150 h5 file's
     datasets declare (max_h5_dataset_size, max_h5_total_size)."""
-    from sgdask.io.formats import FORMATS, GT, VG150, recognised
+    from sgdask.io.formats import FORMATS, GT, OIV6, VG150, recognised
 
     options = storage_options(storage_option)
-    fmt = (FORMATS[VG150] if dicts is not None or image_data is not None
-           else recognised(psg_json, options, GT))
+    fmt = FORMATS[VG150] if image_data is not None else recognised(psg_json, options, GT)
+    if fmt.name == OIV6:
+        if masks is not None or split is not None:
+            raise SgdaskError(f"{psg_json}: Open Images V6 ground truth has no --masks or "
+                              "--split (the file is the split)")
+        categories, dicts = categories or dicts, None
+    elif categories is not None:
+        raise SgdaskError("--categories applies to Open Images V6 ground truth")
     visual_genome = fmt.name == VG150
     if visual_genome and (dicts is None or image_data is None or masks is not None):
         raise SgdaskError(f"{psg_json}: Visual Genome ground truth needs --dicts and "
@@ -74,7 +85,8 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
         raise SgdaskError("--split applies to Visual Genome ground truth (psg.json's test "
                           "split is test_image_ids)")
     cluster = cluster_choice(scheduler, in_process, workers)
-    given = {"masks_dir": masks, "dicts": dicts, "image_data": image_data, "split": split}
+    given = {"masks_dir": masks, "dicts": dicts, "image_data": image_data, "split": split,
+             "categories": categories}
     with progress_bar("ingesting GT images", None) as advance:
         manifest = fmt.convert(psg_json, out, None, options, overwrite=overwrite,
                                progress=advance, cluster=cluster,
@@ -234,7 +246,8 @@ def verify(urls: Annotated[list[str] | None, typer.Argument(
         raise typer.Exit(EXIT_ERROR)
 
 
-def stats(psg_json: Annotated[str, typer.Argument(help="psg.json (path or URL)")],
+def stats(psg_json: Annotated[str, typer.Argument(
+              help="psg.json, or Open Images V6's vrd-train-anno.json (path or URL)")],
           out: Annotated[str, typer.Option("--out", help="Parquet file URL to write")],
           storage_option: StorageOpt = None) -> None:
     """Training-split triplet statistics (zero-shot types, wIMR weights) as Parquet."""

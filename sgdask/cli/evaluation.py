@@ -60,8 +60,8 @@ def evaluate(gt: Annotated[str, typer.Option(
              cache_dir: CacheDir = None,
              protocol: Annotated[str, typer.Option(
                  help="singlempo, sgbench (SGBench 1.0.0), sgbench2 (SGBench 2.0.0), "
-                 "multimpo, sgbpytorch (Scene-Graph-Benchmark.pytorch on boxes), or "
-                 "several: singlempo,multimpo")]
+                 "multimpo, sgbpytorch (Scene-Graph-Benchmark.pytorch on boxes), oiv6 (Open "
+                 "Images V6: R@50, AP, score_wtd), or several: singlempo,multimpo")]
              = DEFAULT_PROTOCOL,
              k: Annotated[str, typer.Option("--k", help="ks: integers and relative xF")]
              = DEFAULT_KS,

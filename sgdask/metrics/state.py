@@ -236,11 +236,22 @@ def rows_of_plain(name: str, plain: dict[str, Any]) -> StateRows:
 
 
 def merged_by_name(parts: list[StateRows]) -> list[StateRows]:
-    """One StateRows per state name (in order of first appearance) from many."""
-    out: dict[str, StateRows] = {}
+    """One StateRows per state name (in order of first appearance) from many: the same
+    rows as merging them one after the other, concatenated once per name (merging one by
+    one copies the growing rows again for every part)."""
+    groups: dict[str, list[StateRows]] = {}
     for part in parts:
-        out[part.name] = out[part.name].merged(part) if part.name in out else part
-    return list(out.values())
+        groups.setdefault(part.name, []).append(part)
+    out = []
+    for group in groups.values():
+        spec = group[0].spec
+        if any(p.spec != spec for p in group):
+            other = next(p.spec for p in group if p.spec != spec)
+            raise ValueError(f"state {spec.name}: declared as {spec} and {other}")
+        out.append(group[0] if len(group) == 1 else StateRows(
+            spec, np.concatenate([p.keys for p in group]),
+            np.concatenate([p.values for p in group])))
+    return out
 
 
 def _checked(spec: StateSpec, keys: Any, values: Any) -> tuple[np.ndarray, np.ndarray]:
