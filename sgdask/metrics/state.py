@@ -237,8 +237,9 @@ def rows_of_plain(name: str, plain: dict[str, Any]) -> StateRows:
 
 def merged_by_name(parts: list[StateRows]) -> list[StateRows]:
     """One StateRows per state name (in order of first appearance) from many: the same
-    rows as merging them one after the other, concatenated once per name (merging one by
-    one copies the growing rows again for every part)."""
+    rows (and images, when every part carries them) as merging them one after the other,
+    concatenated once per name (merging one by one copies the growing rows again for every
+    part)."""
     groups: dict[str, list[StateRows]] = {}
     for part in parts:
         groups.setdefault(part.name, []).append(part)
@@ -248,9 +249,11 @@ def merged_by_name(parts: list[StateRows]) -> list[StateRows]:
         if any(p.spec != spec for p in group):
             other = next(p.spec for p in group if p.spec != spec)
             raise ValueError(f"state {spec.name}: declared as {spec} and {other}")
+        images = [p.image for p in group]
         out.append(group[0] if len(group) == 1 else StateRows(
             spec, np.concatenate([p.keys for p in group]),
-            np.concatenate([p.values for p in group])))
+            np.concatenate([p.values for p in group]),
+            None if any(i is None for i in images) else np.concatenate(images)))
     return out
 
 

@@ -412,7 +412,7 @@ def _derived_predicate_values(settings: EvalSettings, state: Callable[[str], Any
         if family.derive_predicates and any(available(m, settings.inputs) is None
                                             for m in family.metrics):
             out.update(family.derive_predicates(Finals(lambda _: {}, state=state),
-                                                settings.context(None, n_predicates)))
+                                                settings.context(None, n_predicates=n_predicates)))
     return out
 
 
