@@ -359,6 +359,26 @@ def test_weighting_the_fixed_order_equals_evaluating_the_resample(data, draw):
     assert per_predicate["AP_phr"][:, 0] == pytest.approx(expected["AP_phr"], abs=1e-12)
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(datasets(), st.data())
+def test_weights_beyond_a_byte_give_the_values_of_their_proportions(data, draw):
+    """Weights above 255 (past the uint8 weights the fast path reads) count as that many
+    copies: weights ``300 w`` give ``w``'s values (every metric is a ratio of weighted
+    counts); a weight that is not a whole number of copies is refused."""
+    images_, n_predicates, _ = data
+    rep = report(images_, n_predicates)
+    ids = [str(i) for i in rep.terms.image_ids]
+    w = np.array([draw.draw(st.lists(st.integers(0, 3), min_size=len(ids),
+                                     max_size=len(ids)).filter(any))], float)
+    under = samples(rep.states, ids, Context(parse_ks("50"), n_predicates=n_predicates))
+    (small, small_ap), (large, large_ap) = under(w), under(300 * w)
+    for name in NAMES:
+        assert large[name] == pytest.approx(small[name], abs=1e-12), name
+    for kind in ("AP_rel", "AP_phr"):
+        assert large_ap[kind] == pytest.approx(small_ap[kind], abs=1e-12)
+    with pytest.raises(ValueError, match="non-negative integers"):
+        under(w / 2 + 0.25)
+
 def test_intervals_for_every_oiv6_metric_and_predicate(oi):
     """evaluate --ci: an interval for R@50, the AP means and score_wtd, per-predicate AP
     bounds; R@50's holds its value (a ratio of sums, unlike AP, is not skewed)."""
