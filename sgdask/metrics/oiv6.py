@@ -11,15 +11,16 @@ set, as ``eval_rel_results`` and ``ap_eval_rel`` of RelDN / BGNN (PySGG) compute
   ``wmAP_rel`` / ``wmAP_phr``: weighted by each predicate's share of the GT relations;
 - ``score_wtd = 0.4 wmAP_rel + 0.2 R@50 + 0.4 wmAP_phr`` (the reference's order of adding).
 
-State (``sgdask.metrics.state``): ``DETECTIONS``, per key ``2 p + kind`` (kind 0
-relationship, 1 phrase) one row ``(-score, true positive, image key)`` per candidate of
-predicate p; ``GT_ROWS``, per predicate one row ``(GT relations, of them hit at 50, image
-key)`` per image. Both merge by concatenation and sort canonically, so any partitioning
-gives the same run. The canonical order is the ranking: score descending and, among equal
-scores, **false positives first**. The reference sorts with numpy's unstable ``argsort``,
-which leaves the order of equal scores to the numpy version and the CPU; of its possible
-orders sgdask takes the one that gives the lowest AP (a model gains nothing from ties),
-and the report counts the tied detections whose order could move the AP
+State (``sgdask.metrics.state``): ``DETECTIONS`` (``FlaggedRuns``: one row per candidate,
+its two true-positive flags packed with its image key), in its final form per key ``2 p +
+kind`` (kind 0 relationship, 1 phrase) one row ``(-score, true positive, image key)`` per
+candidate of predicate p; ``GT_ROWS``, per predicate one row ``(GT relations, of them hit
+at 50, image key)`` per image. Both merge by concatenation and sort canonically, so any
+partitioning gives the same run. The canonical order is the ranking: score descending and,
+among equal scores, **false positives first**. The reference sorts with numpy's unstable
+``argsort``, which leaves the order of equal scores to the numpy version and the CPU; of
+its possible orders sgdask takes the one that gives the lowest AP (a model gains nothing
+from ties), and the report counts the tied detections whose order could move the AP
 (``ap_tied_rel``, ``ap_tied_phr``: detections sharing predicate and score with a detection
 of the other true-positive status). Which image a detection comes from (its key: 48 bits
 of the SHA-256 of the image id) never orders it; it lets the bootstrap weight images.
@@ -35,13 +36,13 @@ from numba import njit
 
 from sgdask.kernels.bits import JIT
 from sgdask.metrics.base import DERIVED, Context, Family, Finals, HitsBatch, Metric, Terms
-from sgdask.metrics.state import Runs, StateRows
+from sgdask.metrics.state import FlaggedRuns, Runs, StateRows
 from sgdask.types import Detections, ImageHits
 
 K = 50
 REL, PHR = 0, 1
 KINDS = {REL: "rel", PHR: "phr"}
-DETECTIONS = Runs("oiv6_detections", 3)
+DETECTIONS = FlaggedRuns("oiv6_detections")
 GT_ROWS = Runs("oiv6_gt", 3)
 EPS = 1e-12  # the reference's guard in both recalls' denominators
 NEED = ("oiv6",)
@@ -82,12 +83,10 @@ def image_terms(hits: ImageHits, ctx: Context) -> Terms:
 
 
 def _detection_rows(det: Detections, keys: np.ndarray) -> StateRows:
-    """``DETECTIONS`` rows of candidates from images of these keys."""
-    score = -det.scores.astype(np.float64)
-    rows = np.concatenate([np.stack([score, det.tp_rel, keys], 1),
-                           np.stack([score, det.tp_phr, keys], 1)])
-    return DETECTIONS.rows(np.concatenate([2 * det.predicates + REL,
-                                           2 * det.predicates + PHR]), rows)
+    """``DETECTIONS`` rows of candidates from images of these keys: one per candidate,
+    its two true-positive flags and its image's key packed in one exact float."""
+    code = det.tp_rel.astype(np.float64) * (1 << REL) + det.tp_phr * (1 << PHR) + 4.0 * keys
+    return DETECTIONS.rows(det.predicates, np.stack([-det.scores.astype(np.float64), code], 1))
 
 
 def batch_terms(batch: HitsBatch, ctx: Context) -> list[StateRows]:

@@ -9,6 +9,8 @@ family declares its state once, as TorchMetrics' ``add_state(name, default, merg
   (score, true positive); its final form is, per key, the rows sorted lexicographically
   (column 0 first), so the family's finalize reads the same array whatever the
   partitioning;
+- ``FlaggedRuns(name)``: ``Runs`` of (value, flag, tag) rows for several flags at once,
+  one row per item (its flags and tag packed in one exact float);
 - ``FloatRows(name)``: per key, one float per row (a true positive's IoU); its final form
   is, per key, ``FloatSum(total, count)`` with ``total = math.fsum`` of the key's values:
   the correctly rounded sum of the exact values, which no order of adding changes;
@@ -104,6 +106,34 @@ class Runs(StateSpec):
 
 
 @dataclass(frozen=True)
+class FlaggedRuns(StateSpec):
+    """``Runs`` of rows (value, flag, tag), one per flag, held as one row per item: per key
+    rows ``(value, code)`` with ``code = flags + 2**n_flags * tag`` (the item's flag bits
+    and an integer tag below ``2**(53 - n_flags)``, exact in a float64). Its final form is
+    the ``Runs`` final form of the rows each flag would have: per key ``key * n_flags +
+    f`` (ascending), rows ``(value, bit f of the flags, tag)`` sorted lexicographically.
+    oiv6 keeps each candidate once with its two true-positive flags (24 bytes a candidate,
+    not the 64 of two ``Runs`` rows), so partitions' states stay small while merged."""
+
+    width: int = 2
+    n_flags: int = 2
+    kind: ClassVar[str] = "flagged_runs"
+
+    def final(self, state: StateRows) -> dict[int, np.ndarray]:
+        code = state.values[:, 1].astype(np.int64)
+        tag = code >> self.n_flags
+        found = {}
+        for flag in range(self.n_flags):
+            bit = (code >> flag) & 1
+            order = np.lexsort((tag, bit, state.values[:, 0], state.keys))
+            rows = np.stack([state.values[order, 0], bit[order], tag[order]], 1
+                            ).astype(np.float64)
+            found.update({k * self.n_flags + flag: rows[a:b]
+                          for k, a, b in _groups(state.keys[order])})
+        return dict(sorted(found.items()))
+
+
+@dataclass(frozen=True)
 class FloatRows(StateSpec):
     """Per key, one float per row (e.g. each true positive's IoU), summed at finalize."""
 
@@ -178,7 +208,8 @@ class Counts(PairState):
         return (first, second)
 
 
-SPECS: dict[str, type[StateSpec]] = {"runs": Runs, "float_rows": FloatRows, "ratios": Ratios,
+SPECS: dict[str, type[StateSpec]] = {"runs": Runs, "flagged_runs": FlaggedRuns,
+                                     "float_rows": FloatRows, "ratios": Ratios,
                                      "counts": Counts}
 
 
