@@ -335,12 +335,14 @@ def optional(images: list[ImageHits], name: str) -> np.ndarray | None:
     """A hit array over all images (an image without it counts as nothing found, e.g. no
     PRank for an image without prediction), or None when no image has it."""
     values = [getattr(h, name) for h in images]
-    if all(v is None for v in values):
+    present = [i for i, v in enumerate(values) if v is not None]
+    if not present:
         return None
-    fill = FILL.get(name, NEVER)
-    return concat([np.full(h.n_gt_triplets, fill) if v is None else v
-                   for h, v in zip(images, values, strict=True)],
-                  bool if name == "zero_shot" else np.int64)
+    starts = np.cumsum([0, *(h.n_gt_triplets for h in images)])
+    out = np.full(starts[-1], FILL.get(name, NEVER), bool if name == "zero_shot" else np.int64)
+    for i in present:  # the filled array written once, not one array per image concatenated
+        out[starts[i]:starts[i + 1]] = values[i]
+    return out
 
 
 def batch_of(images: list[ImageHits]) -> HitsBatch:
