@@ -18,7 +18,8 @@ benchmark host does both once), then:
   the worker that folds last).
 
 Every metric of R must equal B's to 1e-9 (they are bit-identical). Targets (issue 28): B
->= 10x R's wall, and B at most 15 s wall on 2 cores. Writes ``results/oiv6.md`` and
+>= 10x R's wall (and, as the cores are shared, R's CPU seconds against B's), B at most 15 s
+wall on 2 cores, a worker's peak memory flat in images. Writes ``results/oiv6.md`` and
 ``results/oiv6.json``.
 """
 
@@ -174,8 +175,11 @@ def main(argv: list[str] | None = None) -> int:
             _row([large], args.images, "-", "worker"), _row([small], quarter, "-", "worker")]
     fast_wall = rows[1]["wall"]
     worker_mb, small_mb = rows[2]["worker_mb"], rows[3]["worker_mb"]
+    cpu_ratio = rows[0]["cpu"] / rows[1]["cpu"]
     targets = [("B >= 10x faster than R (median wall)", f"{ref_wall / fast_wall:.1f}x",
                 ref_wall / fast_wall >= 10),
+               ("B >= 10x faster than R by CPU seconds (other users' load inflates both "
+                "walls)", f"{cpu_ratio:.1f}x", cpu_ratio >= 10),
                (f"B at most 15 s wall on {args.workers} cores", f"{fast_wall:.1f} s",
                 fast_wall <= 15),
                ("worker memory flat in images (M: a worker process's peak RSS, all images "

@@ -120,16 +120,21 @@ class FlaggedRuns(StateSpec):
     kind: ClassVar[str] = "flagged_runs"
 
     def final(self, state: StateRows) -> dict[int, np.ndarray]:
+        """One sort by (key, value, tag) for every flag; per flag, a stable sort of that
+        order by (its (key, value) run, the flag's bit) puts each run's rows without the
+        bit first, tags still ascending: (key, value, bit, tag) order."""
         code = state.values[:, 1].astype(np.int64)
-        tag = code >> self.n_flags
+        shared = np.lexsort((code >> self.n_flags, state.values[:, 0], state.keys))
+        keys, value, code = state.keys[shared], state.values[shared, 0], code[shared]
+        run = np.cumsum(np.r_[False, (keys[1:] != keys[:-1]) | (value[1:] != value[:-1])])
         found = {}
         for flag in range(self.n_flags):
             bit = (code >> flag) & 1
-            order = np.lexsort((tag, bit, state.values[:, 0], state.keys))
-            rows = np.stack([state.values[order, 0], bit[order], tag[order]], 1
+            order = np.argsort(2 * run + bit, kind="stable")
+            rows = np.stack([value[order], bit[order], code[order] >> self.n_flags], 1
                             ).astype(np.float64)
             found.update({k * self.n_flags + flag: rows[a:b]
-                          for k, a, b in _groups(state.keys[order])})
+                          for k, a, b in _groups(keys[order])})
         return dict(sorted(found.items()))
 
 
