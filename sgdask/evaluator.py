@@ -359,6 +359,10 @@ class Evaluator:
         if len(protocols) != 1:
             raise SgdaskError(f"Evaluator: one protocol, not {self.options.protocols!r}")
         self.protocol, self.ks = protocols[0], self.options.k_specs
+        if self.protocol.open_images:
+            raise SgdaskError("Evaluator: the oiv6 protocol ranks each pair's predicate "
+                              "scores, which update() does not take; convert the "
+                              "submission --from-scores and run sgdask evaluate")
         self.predicates = names_of(predicates, "predicates")
         self.classes = names_of(classes, "classes")
         if things is not None and not (isinstance(things, int) and not isinstance(things, bool)

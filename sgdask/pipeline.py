@@ -290,6 +290,8 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
                             bool(sub.manifest.get("has_ng")),
                             _data_of(gt_reader.manifest, sub.manifest))
                  for (name, url, protocols), sub in zip(submissions, inputs, strict=True))
+    for sub, given in zip(subs, inputs, strict=True):
+        _check_pair_scores(sub, given)
     keep = tuple((keep_stores or {}).get(sub.name) if given.keeps else None
                  for sub, given in zip(subs, inputs, strict=True))
     scoring = ScoringSettings(options, zero_shot, tuple(FAMILIES))
@@ -334,6 +336,16 @@ def _categories_of(gt: dict[str, Any]) -> tuple[tuple[str, ...], frozenset[int]]
     categories."""
     things = list(gt.get("thing_classes", []))
     return (*things, *gt.get("stuff_classes", [])), frozenset(range(len(things)))
+
+
+def _check_pair_scores(sub: Submission, given: SubmissionInput) -> None:
+    """A one-line error for a submission scored under ``oiv6`` without each pair's
+    predicate scores (it ranks them itself)."""
+    if any(p.open_images for p in sub.protocols) and not given.manifest.get("pair_scores"):
+        raise SgdaskError(f"{given.url}: the oiv6 protocol ranks each scored pair's "
+                          "predicate scores, which this submission does not hold (convert "
+                          "it with --from-scores; a store converted before store format 5 "
+                          "holds none: convert it again)")
 
 
 def many_reports(result: PartitionResult, subs: tuple[Submission, ...],

@@ -48,6 +48,12 @@ class Protocol:
     part as -1; the cut at k comes first, so the rule never pulls later triplets in. It
     changes every metric read from the graph list's top k (R@k, mR@k, zR@k, mzR@k), not
     PR@k (the pairs stay the same), the NG list or A@k (which selects its own entries).
+
+    ``open_images``: the Open Images V6 relationship evaluation (``oiv6``): each image's
+    candidates come from its pairs' best predicates (``ImagePred.pairs``), ranked by
+    subject x object x predicate score, and the protocol reports pooled R@50 and average
+    precision (``sgdask.kernels.oiv6``, ``sgdask.metrics.oiv6``); ``ks``: the ks the
+    protocol has (``--k`` is refused), None: any.
     """
 
     name: str
@@ -68,6 +74,8 @@ class Protocol:
     ng_zero_shot: bool = False
     match_boxes: bool = False
     first_triplet_per_remapped_pair: bool = False
+    open_images: bool = False
+    ks: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -143,8 +151,27 @@ SGBPYTORCH = Protocol(
     match_boxes=True,
 )
 
+OIV6 = Protocol(
+    name="oiv6",
+    version="1",
+    normalization="none",
+    matching="triplet",
+    missing_counts_in_means=True,
+    prank_over_cells=False,
+    description="reproduces the Open Images V6 evaluation of RelDN / BGNN (PySGG): the top "
+                "2 predicates of each pair, top 100 candidates by subject x object x "
+                "predicate score, pooled R@50, relationship and phrase AP over the test set, "
+                "score_wtd",
+    box_iou_inclusive=True,
+    clip_gt_boxes=True,
+    keep_duplicate_gt=True,
+    match_boxes=True,
+    open_images=True,
+    ks="50",
+)
+
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (SINGLEMPO, SGBENCH, SGBENCH2, MULTIMPO,
-                                                      SGBPYTORCH)}
+                                                      SGBPYTORCH, OIV6)}
 DEFAULT_PROTOCOL = SINGLEMPO.name
 
 

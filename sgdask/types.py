@@ -138,11 +138,34 @@ class ImageGT:
 
 
 @dataclass
+class TopPredicates:
+    """Each scored pair's best predicates, as Open Images V6 evaluations rank them: one row
+    per (pair, place), pairs in the order of the score file (self pairs left out), each
+    pair's places in a row (best first; equal scores: the lower predicate index first).
+
+    ``subjects``, ``objects``, ``predicates``: (n,) int64; ``scores``: (n,) float32, the
+    pair's score of that predicate as given (no background column); ``per_pair``: places
+    per pair (2, or 1 for a vocabulary of one predicate).
+    """
+
+    subjects: np.ndarray
+    objects: np.ndarray
+    predicates: np.ndarray
+    scores: np.ndarray
+    per_pair: int = 2
+
+    def __len__(self) -> int:
+        return len(self.subjects)
+
+
+@dataclass
 class ImagePred:
     """A model's output for one image: instances plus the graph and no-graph triplet lists.
 
     ``masks`` is a boolean (n, H, W) stack (layer i = instance i) or word masks;
-    ``scores`` are optional per-instance confidences (used by the singlempo mask merge).
+    ``scores`` are optional per-instance confidences (used by the singlempo mask merge);
+    ``pairs``: each scored pair's best predicates (``convert --from-scores``), which the
+    ``oiv6`` protocol ranks itself.
     """
 
     image_id: str
@@ -152,6 +175,7 @@ class ImagePred:
     boxes: np.ndarray | None = None
     masks: np.ndarray | BitMasks | None = None
     scores: np.ndarray | None = None
+    pairs: TopPredicates | None = None
 
     @property
     def n_instances(self) -> int:
@@ -207,6 +231,22 @@ class PanopticHits:
 
 
 @dataclass
+class Detections:
+    """An image's ranked relation candidates under ``oiv6`` (most confident first) and
+    whether each is a true positive of average precision: ``predicates`` (n,) int64,
+    ``scores`` (n,) float32, ``tp_rel`` / ``tp_phr`` (n,) bool (relationship: both boxes;
+    phrase: the union boxes)."""
+
+    predicates: np.ndarray
+    scores: np.ndarray
+    tp_rel: np.ndarray
+    tp_phr: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.predicates)
+
+
+@dataclass
 class ImageHits:
     """What one image under one protocol gives the metric families.
 
@@ -226,6 +266,8 @@ class ImageHits:
     - ``zero_shot``: GT triplets of a type never seen in training (None without statistics);
     - ``panoptic``: panoptic quality's counts (None without masks on both sides, or a GT
       that does not record ``iscrowd``); the same under every protocol.
+    - ``detections``: under ``oiv6``, the image's ranked candidates with their true-positive
+      flags (``graph_first`` is then the first candidate hitting each GT triplet).
     """
 
     image_id: str
@@ -242,6 +284,7 @@ class ImageHits:
     zero_shot: np.ndarray | None = None
     diagnostics: dict[str, int] = field(default_factory=dict)
     panoptic: PanopticHits | None = None
+    detections: Detections | None = None
 
     @property
     def n_gt_triplets(self) -> int:

@@ -20,7 +20,15 @@ from sgdask.kernels.hits import NEVER
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import register, unregister
 from sgdask.metrics.base import DERIVED, Context, Family, Finals, HitsBatch, Metric, Terms
-from sgdask.metrics.state import Counts, FloatRows, FloatSum, Ratios, Runs, StateRows
+from sgdask.metrics.state import (
+    Counts,
+    FlaggedRuns,
+    FloatRows,
+    FloatSum,
+    Ratios,
+    Runs,
+    StateRows,
+)
 from sgdask.metrics.terms import batch_blocks, image_result
 from sgdask.protocols import SINGLEMPO
 from sgdask.types import ImageHits
@@ -220,6 +228,30 @@ def test_ratios_and_counts_merge_to_one_exact_final(rows, rng):
         assert got_counts[key] == (sum(n for n, _ in mine), sum(d for _, d in mine))
     assert list(got_ratios) == keys == list(got_counts)
 
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), floats, st.integers(0, 3),
+                          st.integers(0, 2**48 - 1)), max_size=30),
+       st.randoms(use_true_random=False))
+def test_flagged_runs_finalize_as_the_runs_of_each_flag(rows, rng):
+    """FlaggedRuns (value, flags + 4 tag) rows, split and merged in any order, finalize as
+    Runs of (value, flag, tag) rows under key 2 k + flag would: every key's rows sorted as
+    Python sorts the tuples."""
+    flagged = FlaggedRuns("toy_flagged")
+    shuffled = list(rows)
+    rng.shuffle(shuffled)
+    cut = rng.randint(0, len(shuffled))
+    parts = [flagged.rows([r[0] for r in p], [(r[1], r[2] + 4.0 * r[3]) for r in p])
+             for p in (shuffled[:cut], shuffled[cut:])]
+    final = parts[1].merged(parts[0]).final()
+    expected: dict[int, list[tuple[float, float, float]]] = {}
+    for key, value, flags, tag in rows:
+        for flag in (0, 1):
+            expected.setdefault(2 * key + flag, []).append(
+                (value + 0.0, float(flags >> flag & 1), float(tag)))
+    assert list(final) == sorted(expected)
+    for key, found in final.items():
+        assert [tuple(r) for r in found.tolist()] == sorted(expected[key])
 
 def test_ratios_and_counts_refuse_what_is_not_an_integer():
     for bad in ([[1.5, 2]], [[1, 0]], [[2.0**53, 1]]):

@@ -25,12 +25,19 @@ from hypothesis import strategies as st
 from sgdask.cli import main
 from sgdask.errors import SgdaskError
 from sgdask.io.ingest import convert_submission, ingest_gt
-from sgdask.io.store import SELF_HASH, file_entry, manifest_digest, parquet_bytes
+from sgdask.io.store import (
+    SELF_HASH,
+    StoreReader,
+    file_entry,
+    manifest_digest,
+    parquet_bytes,
+)
 from sgdask.pipeline import evaluate_protocols
 from sgdask.synth import write_dataset
 
 FIXTURE_V1 = Path(__file__).resolve().parent / "fixtures" / "store-v1"
 FIXTURE_V3 = Path(__file__).resolve().parent / "fixtures" / "store-v3"
+FIXTURE_V4 = Path(__file__).resolve().parent / "fixtures" / "store-v4"
 
 
 @pytest.fixture(scope="module")
@@ -438,6 +445,18 @@ def test_v3_fixture_gives_the_recorded_numbers_without_panoptic_quality(client):
         for name, value in metrics.items():
             assert got[name] == pytest.approx(value, abs=1e-12), (protocol, name)
         assert "ingest the GT again" in reports[protocol].left_out["PQ"]
+
+
+def test_v4_fixture_gives_the_recorded_numbers_panoptic_quality_included(client):
+    """A version-4 store pair (iscrowd, no pair rows; tests/fixtures/store-v4/README.md says
+    how it was written) reads under format 5: every number the sgdask that wrote it
+    printed, PQ included, and nothing else."""
+    assert StoreReader(str(FIXTURE_V4 / "pred")).version == 4
+    expected = json.loads((FIXTURE_V4 / "expected_metrics.json").read_text())
+    reports = evaluate_protocols(str(FIXTURE_V4 / "gt"), str(FIXTURE_V4 / "pred"),
+                                 ",".join(expected), client=client)
+    for protocol, metrics in expected.items():
+        assert reports[protocol].metrics == metrics, protocol
 
 
 # ------------------------------------------------------------------- property: flip a byte

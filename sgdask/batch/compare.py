@@ -31,7 +31,7 @@ from sgdask.metrics import check_metric_names, metric_of
 from sgdask.pipeline import evaluate_many
 from sgdask.protocols import DEFAULT_PROTOCOL, get_protocols
 from sgdask.report import Report
-from sgdask.report.intervals import scoring_of, selected
+from sgdask.report.intervals import derive_context, scoring_of, selected
 from sgdask.stats.paired import DEFAULT_PERMUTATIONS, Comparison, Model, compare
 
 REEVALUATE = ("was written before sgdask kept per-image terms (no per_image_terms.parquet): "
@@ -221,13 +221,20 @@ def run_compare(job: CompareJob, client: Client | None = None, scheduler: Any = 
     _, composition = gt_training_stats(gt, job.options.stats, job.storage_options)
     first = reports[job.models[0][1][0]]
     scoring = scoring_of(first, composition, job.options.aggregation)
-    models = [Model(name, [reports[i].terms for i in inputs])  # type: ignore[misc]
-              for name, inputs in job.models]
+    models = [Model(name, [reports[i].terms for i in inputs],  # type: ignore[misc]
+                    [reports[i].states for i in inputs]) for name, inputs in job.models]
     names = selected(first, job.metrics) if job.metrics else None
     lower = frozenset(n for r in reports.values() for n in r.metrics
                       if (m := metric_of(n)) is not None and m.lower_is_better)
+    if get_protocols(job.protocol)[0].open_images and any(r.states is None
+                                                          for r in reports.values()):
+        raise SgdaskError("compare --protocol oiv6: a report read back from disk (a report "
+                          "directory, a cached registry result) holds no ranked detections; "
+                          "give the submission stores")
+    context = derive_context(first, composition)
+    context.n_predicates = len(first.per_predicate)
     comparison = compare(models, job.pairs, scoring, job.level, job.resamples,
-                         job.permutations, job.seed, names, lower)
+                         job.permutations, job.seed, names, lower, context)
     comparison.settings.update(protocol=first.protocol["name"],
                                gt=gt.manifest.get("content_hash"),
                                inputs={name: inputs for name, inputs in job.models})

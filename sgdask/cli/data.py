@@ -26,6 +26,7 @@ from sgdask.io.archive import ArchiveLimits
 from sgdask.io.methods import METHODS
 
 _VISUAL_GENOME, _SCORES, _RESULTS = "Visual Genome", "From scores", "Result files"
+_OPEN_IMAGES = "Open Images V6"
 
 Overwrite = Annotated[bool, typer.Option(help="replace an existing store at --out")]
 _StoreOut = Annotated[str, typer.Option("--out", metavar="PATH", help="store to create")]
@@ -50,7 +51,8 @@ def synth(out: Annotated[Path, typer.Argument(
 
 
 def ingest_gt(psg_json: Annotated[str, typer.Argument(
-                  metavar="GT_FILE", help="psg.json, or Visual Genome's VG-SGG-with-attri.h5")],
+                  metavar="GT_FILE", help="psg.json, Visual Genome's VG-SGG-with-attri.h5 or "
+                  "Open Images V6's vrd-test-anno.json")],
               out: _StoreOut,
               masks: Annotated[str | None, typer.Option(
                   "--masks", "--gt-masks", metavar="DIR", rich_help_panel=INPUT,
@@ -65,16 +67,19 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
                   metavar="SPLIT", rich_help_panel=_VISUAL_GENOME,
                   help="test (split flag 2, the default) or val (5000 images of flag 0)")]
               = None,
+              categories: Annotated[str | None, typer.Option(
+                  "--categories", metavar="PATH", rich_help_panel=_OPEN_IMAGES,
+                  help="categories_dict.json (default: beside the annotation file)")] = None,
               storage_option: StorageOpt = None, overwrite: Overwrite = False,
               scheduler: Scheduler = None, in_process: InProcess = False,
               workers: Workers = None, limit: Limits = None) -> None:
-    """Convert OpenPSG or Visual Genome (VG150) ground truth to a store.
+    """Convert ground truth (OpenPSG, VG150, Open Images V6) to a store.
 
     The store is Parquet tables and Zarr masks. psg.json's size and nesting depth and each
     PNG's pixel count are limited (--limit max_json_size, max_json_depth, max_layer_pixels),
     so are the sizes a VG150 h5 file's datasets declare (max_h5_dataset_size,
     max_h5_total_size)."""
-    from sgdask.io.formats import FORMATS, GT, VG150, recognised
+    from sgdask.io.formats import FORMATS, GT, OIV6, VG150, recognised
     from sgdask.io.sniff import existing, expect
     from sgdask.io.store import check_store_target
 
@@ -90,8 +95,14 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
     if masks is not None:
         expect(masks, "masks", options)
     check_store_target(out, "gt", options)
-    fmt = (FORMATS[VG150] if dicts is not None or image_data is not None
-           else recognised(psg_json, options, GT))
+    fmt = FORMATS[VG150] if image_data is not None else recognised(psg_json, options, GT)
+    if fmt.name == OIV6:
+        if masks is not None or split is not None:
+            raise SgdaskError(f"{psg_json}: Open Images V6 ground truth has no --masks or "
+                              "--split (the file is the split)")
+        categories, dicts = categories or dicts, None
+    elif categories is not None:
+        raise SgdaskError("--categories applies to Open Images V6 ground truth")
     visual_genome = fmt.name == VG150
     if visual_genome and (dicts is None or image_data is None or masks is not None):
         raise SgdaskError(f"{psg_json}: Visual Genome ground truth needs --dicts and "
@@ -100,7 +111,8 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
         raise SgdaskError("--split applies to Visual Genome ground truth (psg.json's test "
                           "split is test_image_ids)")
     cluster = cluster_choice(scheduler, in_process, workers)
-    given = {"masks_dir": masks, "dicts": dicts, "image_data": image_data, "split": split}
+    given = {"masks_dir": masks, "dicts": dicts, "image_data": image_data, "split": split,
+             "categories": categories}
     with progress_bar("ingesting GT images", None) as advance:
         manifest = fmt.convert(psg_json, out, None, options, overwrite=overwrite,
                                progress=advance, cluster=cluster,
@@ -271,7 +283,8 @@ def verify(urls: Annotated[list[str] | None, typer.Argument(
         raise typer.Exit(EXIT_ERROR)
 
 
-def stats(psg_json: Annotated[str, typer.Argument(metavar="PSG_JSON", help="psg.json")],
+def stats(psg_json: Annotated[str, typer.Argument(
+              metavar="GT_FILE", help="psg.json, or Open Images V6's vrd-train-anno.json")],
           out: Annotated[str, typer.Option(
               "--out", metavar="PATH", help="Parquet file to write")],
           storage_option: StorageOpt = None) -> None:

@@ -142,8 +142,12 @@ class Settings:
         """These settings, or a one-line ``SettingError`` naming the first bad field (its
         CLI option on the command line)."""
         _check_types(self)
-        get_protocols(self.protocols)  # raises on an unknown name or an empty list
+        protocols = get_protocols(self.protocols)  # raises on an unknown name or an empty list
         parse_ks(self.ks)  # raises on a malformed k
+        for protocol in protocols:
+            if protocol.ks is not None and self.ks != DEFAULT_KS:
+                raise SettingError("ks", f"the {protocol.name} protocol has its own ks "
+                                   f"({protocol.ks}); leave ", Option("ks"), " out")
         if self.aggregation not in AGGREGATIONS:
             raise SettingError("aggregation", f"unknown mode {self.aggregation!r}",
                                fix=Choose(self.aggregation, tuple(AGGREGATIONS)))

@@ -251,6 +251,8 @@ def check_tables(sub: StoreReader, tables: PartTables, n_classes: int | None,
     instances = tables.table("instances", files, columns)
     check_instances(sub.url, images, instances, n_inst, masked, n_classes)
     n_trip = ints(images, "n_graph") + ints(images, "n_ng")
+    if "n_pairs" in images.column_names:
+        n_trip = n_trip + ints(images, "n_pairs")
     files = tables.files("triplets", per_part(sub, n_trip), "triplet")
     columns = ([] if sub.checksummed and proven(files, "predicate", n_predicates)
                else ["predicate"]) + ["subject", "object"]

@@ -184,6 +184,19 @@ def _ingest_vg(url: str, out: str, gt: str | None, options: StorageOptions | Non
     return ingest_vg(url, out, dicts, image_data, split, options, **kwargs)
 
 
+def _ingest_oi(url: str, out: str, gt: str | None, options: StorageOptions | None, *,
+               categories: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    from sgdask.io.ingest import ingest_oi
+
+    return ingest_oi(url, out, categories, options, **kwargs)
+
+
+def _is_open_images(head: bytes, name: str) -> bool:
+    from sgdask.io.openimages import is_open_images
+
+    return is_open_images(head)
+
+
 def _is_hdf5(head: bytes, name: str) -> bool:
     from sgdask.io.vg import is_hdf5
 
@@ -202,7 +215,8 @@ def _validate_sgbench(url: str, gt: str | None, options: StorageOptions | None,
     return validate_submission(url, gt, options, limits, max_problems)
 
 
-SGBENCH, RESULTS, PSG, VG150 = "sgbench", "results", "psg-json", "vg150-h5"
+SGBENCH, RESULTS, PSG, VG150, OIV6 = ("sgbench", "results", "psg-json", "vg150-h5",
+                                       "oiv6-json")
 #: the formats sgdask itself reads (``sgdask.io.sniff`` knows their files by content)
 BUILT_IN = frozenset({SGBENCH, RESULTS, PSG, VG150})
 
@@ -214,6 +228,10 @@ register(Format(
     VG150, GT, _is_hdf5, ("boxes", "relations", "training_stats"),
     "VG-SGG-with-attri.h5 with its dicts and image_data JSON", _ingest_vg,
     options=("dicts", "image_data", "split")))
+register(Format(
+    OIV6, GT, _is_open_images, ("boxes", "relations", "training_stats"),
+    "vrd-test-anno.json with categories_dict.json (Open Images V6, as RelDN / PySGG)",
+    _ingest_oi, options=("categories",)))
 register(Format(
     SGBENCH, SUBMISSION, lambda head, name: True,
     ("boxes", "masks", "instance_scores", "graph", "graph_scores", "ng"),

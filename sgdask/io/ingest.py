@@ -27,6 +27,15 @@ from sgdask.io.fs import (
     filesystem,
     join,
 )
+from sgdask.io.openimages import (
+    CATEGORIES_FILE,
+    OI_BOXES,
+    OI_FORMAT,
+    TRAIN_FILE,
+    category_names,
+    evaluated_records,
+    oi_train_stats,
+)
 from sgdask.io.psg import GTRecord, class_lists, evaluation_records, panoptic_masks
 from sgdask.io.results import ResultEntry, ResultSource, loaded_pickle
 from sgdask.io.scores import SubmissionInstances, load_score_lists
@@ -41,11 +50,11 @@ from sgdask.io.store import (
     part_name,
     write_part,
 )
-from sgdask.io.training_stats import STATS_FILE, train_stats, write_stats
+from sgdask.io.training_stats import STATS_FILE, STATS_SCHEMA, train_stats, write_stats
 from sgdask.io.validate import GTInfo, checked_submission
 from sgdask.io.vg import VAL_IMAGES, VGFiles, read_vg
 from sgdask.kernels.scores import PREDICATE, DerivedLists
-from sgdask.types import EMPTY_TRIPLETS, BitMasks
+from sgdask.types import EMPTY_TRIPLETS, BitMasks, TopPredicates
 
 DEFAULT_STORE_PARTITION = 64
 # Box-only images are ~100 times smaller than mask images: larger parts keep a task's
@@ -176,6 +185,45 @@ def ingest_vg(h5: str, out: str, dicts: str, image_data: str, split: str = "test
         dropped_images=gt.dropped, boxes=VG_BOXES, **gt.names)
 
 
+def ingest_oi(anno: str, out: str, categories: str | None = None,
+              storage_options: StorageOptions | None = None,
+              partition_size: int = BOX_STORE_PARTITION, overwrite: bool = False,
+              progress: Progress = None, cluster: ClusterSpec = None,
+              limits: ArchiveLimits | None = None) -> dict[str, Any]:
+    """Open Images V6 (``vrd-test-anno.json`` and ``categories_dict.json``, beside it
+    unless ``categories`` names it) -> box GT store, read as PySGG reads it
+    (``sgdask.io.openimages``); ``vrd-train-anno.json`` beside it gives the training
+    statistics. Returns the manifest."""
+    limits = limits or ArchiveLimits()
+    folder = str(anno).rstrip("/").rsplit("/", 1)[0] if "/" in str(anno) else "."
+    categories = categories or join(folder, CATEGORIES_FILE)
+    raw = read_bytes(anno, storage_options, "vrd-test-anno.json", (limits, "max_json_size"))
+    cat_bytes = read_bytes(categories, storage_options, "--categories",
+                           (limits, "max_json_size"))
+    names = category_names(load_json(cat_bytes, categories, limits), categories)
+    records, dropped = evaluated_records(load_json(raw, anno, limits), anno, names)
+    if not records:
+        raise InputError(str(anno), "no image with boxes and relations", field="rel")
+    digest = hashlib.sha256(raw)
+    digest.update(hashlib.sha256(cat_bytes).digest())
+    train = join(folder, TRAIN_FILE)
+    fs, path = filesystem(train, storage_options)
+    stats = STATS_SCHEMA.empty_table()
+    if str(anno).rstrip("/").rsplit("/", 1)[-1] != TRAIN_FILE and fs.exists(path):
+        train_bytes = read_bytes(train, storage_options, TRAIN_FILE,
+                                 (limits, "max_json_size"))
+        stats = oi_train_stats(load_json(train_bytes, train, limits), train)
+        digest.update(hashlib.sha256(train_bytes).digest())
+    else:
+        train = None
+    return write_gt_store(
+        out, storage_options, overwrite, sorted(records, key=lambda r: r.image_id), stats,
+        partition_size, None, progress, cluster, digest, [r.image_id for r in records],
+        limits=limits, source=str(anno), instances="boxes", gt_format=OI_FORMAT,
+        sources={"categories": str(categories), "train": train}, dropped_images=dropped,
+        boxes=OI_BOXES, **names)
+
+
 def write_image_order(out: str, options: StorageOptions | None, ids: list[str]) -> None:
     """The GT store's ``image_order.json``: every test image id in psg.json's order."""
     fs, path = filesystem(out, options)
@@ -222,7 +270,7 @@ def add_gt_rows(tables: PartTables, record: GTRecord, part: str, masks: BitMasks
     cols = tables.images
     for name, value in (("image_id", record.image_id), ("height", record.height),
                         ("width", record.width), ("n_instances", len(record.categories)),
-                        ("n_graph", len(relations)), ("n_ng", 0),
+                        ("n_graph", len(relations)), ("n_ng", 0), ("n_pairs", 0),
                         ("mask_array", None if masks is None else part),
                         ("mask_offset", None), ("source_file", record.pan_seg_file_name)):
         cols[name].append(value)
@@ -278,7 +326,8 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
             source.label, {img.image_id: len(img.categories) for img in images},
             {img.image_id: img.scores for img in images})
         images = lists_from_scores(images, load_score_lists(
-            from_scores, storage_options, ng_limit, rank_by, instances, limits))
+            from_scores, storage_options, ng_limit, rank_by, instances, limits,
+            gt_info.classes.predicates if gt_info else None))
         has_ng = True
         content_hash = derived_content_hash(content_hash, from_scores, storage_options,
                                             rank_by, ng_limit)
@@ -296,7 +345,7 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
             source=str(submission), instances="masks" if source.is_zip else "boxes",
             has_ng=has_ng, n_images=len(images), partition_size=partition_size,
             triplets_from=from_scores, rank_by=rank_by if from_scores else None,
-            ng_limit=ng_limit if from_scores else None)
+            ng_limit=ng_limit if from_scores else None, pair_scores=_pair_places(images))
 
 
 def convert_images(images: list[SubmissionImage], out: str, gt: str | None,
@@ -334,11 +383,29 @@ def derived_content_hash(submission_hash: str, scores_url: str,
 def lists_from_scores(images: list[SubmissionImage], lists: dict[str, DerivedLists]
                       ) -> list[SubmissionImage]:
     """Images with graph and NG lists replaced by the ones derived from score vectors
-    (checked against the images by ``load_score_lists``); an image without score rows gets
-    empty lists."""
+    (checked against the images by ``load_score_lists``), with each pair's best predicates;
+    an image without score rows gets empty lists and no pair."""
     empty = DerivedLists(EMPTY_TRIPLETS, np.empty(0), EMPTY_TRIPLETS, np.empty(0))
-    return [replace(img, graph=d.graph, graph_scores=d.graph_scores, ng=d.ng)
+    return [replace(img, graph=d.graph, graph_scores=d.graph_scores, ng=d.ng,
+                    pairs=d.pairs if d.pairs is not None else _no_pairs(per_pair))
+            for per_pair in [_pair_places_of(lists)]
             for img in images for d in [lists.get(img.image_id, empty)]]
+
+
+def _pair_places_of(lists: dict[str, DerivedLists]) -> int:
+    """Predicates kept per pair (2; 1 for a vocabulary of one predicate)."""
+    return next((d.pairs.per_pair for d in lists.values() if d.pairs is not None), 2)
+
+
+def _no_pairs(per_pair: int) -> TopPredicates:
+    empty = np.empty(0, np.int64)
+    return TopPredicates(empty, empty, empty, np.empty(0, np.float32), per_pair)
+
+
+def _pair_places(images: list[SubmissionImage]) -> int | None:
+    """The manifest's ``pair_scores``: predicates kept per pair when the lists were derived
+    from scores (the pair rows the ``oiv6`` protocol ranks), else None."""
+    return next((img.pairs.per_pair for img in images if img.pairs is not None), None)
 
 
 def write_submission_part(submission: str, out: str, options: StorageOptions | None,
@@ -396,12 +463,18 @@ def add_submission_rows(tables: PartTables, img: SubmissionImage, shape: tuple, 
     for name, value in (("image_id", img.image_id), ("height", int(shape[0])),
                         ("width", int(shape[1])), ("n_instances", len(img.categories)),
                         ("n_graph", len(img.graph)), ("n_ng", len(img.ng)),
+                        ("n_pairs", 0 if img.pairs is None else len(img.pairs)),
                         ("mask_array", None if masks is None else part), ("mask_offset", None),
                         ("source_file", img.seg_filename)):
         cols[name].append(value)
     add_instance_rows(tables, img.image_id, img.categories, img.boxes, img.scores, masks)
     add_triplet_rows(tables, img.image_id, "graph", img.graph, img.graph_scores)
     add_triplet_rows(tables, img.image_id, "ng", img.ng, None)
+    if img.pairs is not None:
+        pairs = img.pairs
+        add_triplet_rows(tables, img.image_id, "pair",
+                         np.stack([pairs.subjects, pairs.objects, pairs.predicates], 1),
+                         pairs.scores.astype(np.float64))
 
 
 def convert_results(results: str, out: str, gt: str, method: str,

@@ -19,12 +19,13 @@ import numpy as np
 import pyarrow as pa
 
 from sgdask.io.codecs.words import sparse_problem, unpack_sparse, v1_crop_words, xor_rows
-from sgdask.io.store import CROWD_VERSION, Corrupt, StoreReader
+from sgdask.io.store import CROWD_VERSION, PAIRS_VERSION, Corrupt, StoreReader
 from sgdask.kernels.bits import word_layout
-from sgdask.types import BitMasks, ImageGT, ImagePred
+from sgdask.types import BitMasks, ImageGT, ImagePred, TopPredicates
 
 IMAGE_COLUMNS = ["image_id", "height", "width", "n_instances", "n_graph", "n_ng",
                  "mask_array", "mask_offset"]
+PAIR_COLUMNS = ["subject", "object", "predicate", "score"]
 INSTANCE_COLUMNS = ["category", "x1", "y1", "x2", "y2", "score", "mask_y0", "mask_x0",
                     "mask_y1", "mask_x1", "mask_offset", "area"]
 TRIPLET_COLUMNS = ["subject", "object", "predicate"]
@@ -61,6 +62,8 @@ class PartRows:
     mask_offset: np.ndarray
     area: np.ndarray
     spo: np.ndarray
+    n_pairs: np.ndarray  # pair rows after the NG list (``TopPredicates``; 0 before format 5)
+    pair_scores: np.ndarray | None  # the triplet rows' scores (read when the store has pairs)
     has_boxes: np.ndarray  # per image: every instance has a box
     has_scores: np.ndarray  # per image: instances, each with a score
     has_areas: np.ndarray  # per image: every instance has an area
@@ -70,22 +73,28 @@ class PartRows:
 
 def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
     """The rows of the wanted images of one part."""
-    images = reader.table("images", [part], columns=IMAGE_COLUMNS)
+    with_pairs = reader.version >= PAIRS_VERSION
+    images = reader.table("images", [part],
+                          columns=IMAGE_COLUMNS + (["n_pairs"] if with_pairs else []))
     ids = images["image_id"].to_pylist()
     n_inst = column(images, "n_instances")
-    n_trip = column(images, "n_graph") + column(images, "n_ng")
+    n_pairs = column(images, "n_pairs") if with_pairs else np.zeros(len(ids), np.int64)
+    n_trip = column(images, "n_graph") + column(images, "n_ng") + n_pairs
+    scored = bool(reader.manifest.get("pair_scores"))
     inst_all, trip_all = starts_of(n_inst), starts_of(n_trip)
     keep = np.array([i in wanted for i in ids], dtype=bool)
     with_crowd = reader.version >= CROWD_VERSION
     instances = reader.table("instances", [part], columns=INSTANCE_COLUMNS
                              + (["iscrowd"] if with_crowd else []))
-    triplets = reader.table("triplets", [part], columns=TRIPLET_COLUMNS)
+    triplets = reader.table("triplets", [part],
+                            columns=PAIR_COLUMNS if scored else TRIPLET_COLUMNS)
     for name, table, starts in (("instances", instances, inst_all),
                                 ("triplets", triplets, trip_all)):
         if len(table) != starts[-1]:
             raise Corrupt(reader.url, f"{name}/{part}.parquet",
                           f"corrupt ({len(table)} rows, the images table counts "
                           f"{starts[-1]})")
+    n_graph, n_ng = column(images, "n_graph"), column(images, "n_ng")
     inst, trip = kept_rows(instances, inst_all, keep), kept_rows(triplets, trip_all, keep)
     arrays = images["mask_array"].to_pylist()
     n = len(inst)
@@ -99,12 +108,11 @@ def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
     return PartRows(
         ids=[i for i, k in zip(ids, keep, strict=True) if k],
         height=column(images, "height")[keep], width=column(images, "width")[keep],
-        n_instances=n_inst[keep], n_graph=column(images, "n_graph")[keep],
-        n_ng=column(images, "n_ng")[keep],
+        n_instances=n_inst[keep], n_graph=n_graph[keep], n_ng=n_ng[keep],
         has_masks=np.array([a is not None for a in arrays], dtype=bool)[keep],
         label_offset=column(images, "mask_offset", np.float64)[keep],
         mask_array=next((a for a in arrays if a is not None), None),
-        inst=inst_starts, trip=starts_of((n_trip)[keep]),
+        inst=inst_starts, trip=starts_of(n_trip[keep]),
         category=column(inst, "category"), boxes=boxes, score=score,
         mask_boxes=np.stack([column(inst, c, np.float64)
                              for c in ("mask_y0", "mask_x0", "mask_y1", "mask_x1")], 1)
@@ -112,6 +120,8 @@ def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
         mask_offset=column(inst, "mask_offset", np.float64), area=area,
         spo=np.stack([column(trip, c) for c in TRIPLET_COLUMNS], 1) if len(trip)
         else np.empty((0, 3), dtype=np.int64),
+        n_pairs=n_pairs[keep],
+        pair_scores=column(trip, "score", np.float64) if scored else None,
         has_boxes=~any_per_image(np.isnan(boxes).any(axis=1), inst_starts),
         has_scores=~any_per_image(np.isnan(score), inst_starts) & (np.diff(inst_starts) > 0),
         has_areas=~any_per_image(np.isnan(area), inst_starts),
@@ -252,8 +262,23 @@ def load_predictions(reader: StoreReader, parts: list[str], ids: list[str]
             labels, boxes, scores = instance_fields(rows, i)
             t, n_graph = rows.trip[i], rows.n_graph[i]
             graph = rows.spo[t:t + n_graph]
-            ng = rows.spo[t + n_graph:rows.trip[i + 1]]
+            end = rows.trip[i + 1] - rows.n_pairs[i]
+            ng = rows.spo[t + n_graph:end]
             bits = (masks.of(i, (int(rows.height[i]), int(rows.width[i])))
                     if rows.has_masks[i] else None)
-            out[image_id] = ImagePred(image_id, labels, graph, ng, boxes, bits, scores)
+            out[image_id] = ImagePred(image_id, labels, graph, ng, boxes, bits, scores,
+                                      _pairs_of(reader, rows, end, rows.trip[i + 1]))
     return out
+
+
+def _pairs_of(reader: StoreReader, rows: PartRows, start: int, end: int
+             ) -> TopPredicates | None:
+    """The pair rows ``start:end`` of a store converted ``--from-scores`` (None for a store
+    without them)."""
+    per_pair = reader.manifest.get("pair_scores")
+    if not per_pair or rows.pair_scores is None:
+        return None
+    spo = rows.spo[start:end]
+    return TopPredicates(np.ascontiguousarray(spo[:, 0]), np.ascontiguousarray(spo[:, 1]),
+                         np.ascontiguousarray(spo[:, 2]),
+                         rows.pair_scores[start:end].astype(np.float32), int(per_pair))

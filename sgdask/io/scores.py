@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 import zipfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO
 
 import numpy as np
@@ -26,6 +26,7 @@ from sgdask.kernels.scores import (
     RANK_BY,
     TRIPLET,
     DerivedLists,
+    top_predicates,
     triplet_lists,
     triplet_ranked_lists,
 )
@@ -68,8 +69,14 @@ class SubmissionInstances:
 def load_score_lists(url: str, storage_options: StorageOptions | None = None,
                      ng_limit: int | None = None, rank_by: str = PREDICATE,
                      instances: SubmissionInstances | None = None,
-                     limits: ArchiveLimits | None = None) -> dict[str, DerivedLists]:
-    """Image id -> derived graph and NG lists, images in the order they first occur.
+                     limits: ArchiveLimits | None = None, n_predicates: int | None = None
+                     ) -> dict[str, DerivedLists]:
+    """Image id -> derived graph and NG lists and each pair's best predicates
+    (``DerivedLists.pairs``, what the ``oiv6`` protocol ranks), images in the order they
+    first occur.
+
+    ``n_predicates``: the GT's predicate vocabulary; a file with one more score column
+    has the background (no relation) in column 0, which is dropped (not renormalised).
 
     With ``instances``, every image of the file must be one of the submission's and its
     indices within its instance count. ``rank_by="triplet"`` needs them, with instance
@@ -81,7 +88,7 @@ def load_score_lists(url: str, storage_options: StorageOptions | None = None,
                            fix=Choose(rank_by, tuple(RANK_BY)))
     if rank_by == TRIPLET and instances is None:
         raise ValueError("rank_by='triplet' needs the submission's instances")
-    rows = read_score_rows(url, storage_options, limits)
+    rows = without_background(read_score_rows(url, storage_options, limits), n_predicates)
     check_values(rows, url, rank_by)
     if rank_by == TRIPLET and rows.no_rel is not None:
         warnings.warn(f"{url}: {NO_RELATION}: ignored under --rank-by triplet (pairs are "
@@ -94,13 +101,22 @@ def load_score_lists(url: str, storage_options: StorageOptions | None = None,
             check_instances(url, image_id, subjects, objects, instances, rank_by)
         if rank_by == TRIPLET:
             assert instances is not None
-            lists[image_id] = triplet_ranked_lists(subjects, objects, scores,
-                                                   instances.scores[image_id], ng_limit)
+            derived = triplet_ranked_lists(subjects, objects, scores,
+                                           instances.scores[image_id], ng_limit)
         else:
-            lists[image_id] = triplet_lists(subjects, objects, scores,
-                                            None if rows.no_rel is None else rows.no_rel[index],
-                                            ng_limit=ng_limit)
+            derived = triplet_lists(subjects, objects, scores,
+                                    None if rows.no_rel is None else rows.no_rel[index],
+                                    ng_limit=ng_limit)
+        lists[image_id] = replace(derived, pairs=top_predicates(subjects, objects, scores))
     return lists
+
+
+def without_background(rows: ScoreRows, n_predicates: int | None) -> ScoreRows:
+    """The rows without their background column: column 0 of a file with one more score
+    column than the ``n_predicates`` of the vocabulary (as PySGG's models write them)."""
+    if n_predicates is None or rows.scores.shape[1] != n_predicates + 1:
+        return rows
+    return replace(rows, scores=np.ascontiguousarray(rows.scores[:, 1:]))
 
 
 def check_instances(url: str, image_id: str, subjects: np.ndarray, objects: np.ndarray,

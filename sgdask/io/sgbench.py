@@ -37,7 +37,7 @@ from sgdask.io.fs import (
 )
 from sgdask.io.tiff import read_tiff_masks
 from sgdask.io.triplets import SUBMISSION, row_problems
-from sgdask.types import EMPTY_TRIPLETS, BitMasks
+from sgdask.types import EMPTY_TRIPLETS, BitMasks, TopPredicates
 
 FILE_VERSIONS = (1, 2)
 INT32_MAX = 2**31 - 1
@@ -141,6 +141,7 @@ class SubmissionImage:
     graph_scores: np.ndarray | None
     ng: np.ndarray
     seg_filename: str | None
+    pairs: TopPredicates | None = None  # derived --from-scores: each pair's best predicates
 
 
 # --------------------------------------------------------------------------- JSON

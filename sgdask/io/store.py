@@ -72,12 +72,14 @@ from sgdask.types import BitMasks
 zarr.config.set({"threading.max_workers": 1})
 
 FORMAT = "sgdask-store"
-FORMAT_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+FORMAT_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 #: the first version whose manifest lists every file with its size and hash
 CHECKSUMMED_VERSION = 3
 #: the first version whose instances table has ``iscrowd``
 CROWD_VERSION = 4
+#: the first version whose images table counts each image's pair rows (``n_pairs``)
+PAIRS_VERSION = 5
 TABLES = ("images", "instances", "triplets")
 MASK_CODEC = ZstdCodec(level=7)
 MASK_CODECS = (MASK_CODEC, Crc32cCodec())
@@ -89,7 +91,8 @@ MASK_CHUNK = 1 << 20
 IMAGE_SCHEMA = pa.schema([
     ("image_id", pa.string()), ("height", pa.int32()), ("width", pa.int32()),
     ("n_instances", pa.int32()), ("n_graph", pa.int32()), ("n_ng", pa.int32()),
-    ("mask_array", pa.string()), ("mask_offset", pa.int64()), ("source_file", pa.string()),
+    ("n_pairs", pa.int32()), ("mask_array", pa.string()), ("mask_offset", pa.int64()),
+    ("source_file", pa.string()),
 ])
 INSTANCE_SCHEMA = pa.schema([
     ("image_id", pa.string()), ("index", pa.int32()), ("category", pa.int32()),
@@ -113,9 +116,11 @@ def part_name(index: int) -> str:
 
 def table_columns(name: str, version: int) -> list[str]:
     """The columns of table ``name`` in a store of format ``version`` (before version 4,
-    the instances table has no ``iscrowd``)."""
-    names = SCHEMAS[name].names
-    return [c for c in names if c != "iscrowd"] if version < CROWD_VERSION else names
+    the instances table has no ``iscrowd``; before version 5, the images table has no
+    ``n_pairs``)."""
+    absent = {*(("iscrowd",) if version < CROWD_VERSION else ()),
+              *(("n_pairs",) if version < PAIRS_VERSION else ())}
+    return [c for c in SCHEMAS[name].names if c not in absent]
 
 
 @dataclass

@@ -49,12 +49,14 @@ def train_stats(doc: Any, file: str) -> pa.Table:
 
 def psg_train_stats(psg_json: str, storage_options: StorageOptions | None = None) -> pa.Table:
     """Triplet-type counts over the training split of the psg.json at ``psg_json`` (path or
-    URL), as ``sgdask stats`` writes them; an error when that split holds no relation."""
+    URL; or over Open Images V6's vrd-train-anno.json, a list of images), as ``sgdask
+    stats`` writes them; an error when that split holds no relation."""
     from sgdask.io.ingest import read_bytes
+    from sgdask.io.openimages import oi_train_stats
     from sgdask.io.sgbench import load_json
 
-    table = train_stats(load_json(read_bytes(psg_json, storage_options, "psg.json"), psg_json),
-                        psg_json)
+    doc = load_json(read_bytes(psg_json, storage_options, "psg.json"), psg_json)
+    table = (oi_train_stats if isinstance(doc, list) else train_stats)(doc, psg_json)
     if not len(table):
         raise SgdaskError(f"{psg_json}: train_image_ids: no training relation found")
     return table

@@ -25,7 +25,6 @@ from sgdask.io.partition import PartMasks, part_rows
 from sgdask.io.sniff import existing
 from sgdask.io.store import (
     MANIFEST,
-    SCHEMAS,
     TABLES,
     Corrupt,
     StoreError,
@@ -134,7 +133,8 @@ def check_part_tables(reader: StoreReader, part: dict[str, Any]) -> bool:
     """A part's three tables: readable, the expected columns, rows as the images table
     counts, ids sorted and inside the part's range."""
     name = part["name"]
-    images = reader.read_table(f"images/{name}.parquet", SCHEMAS["images"].names)
+    images = reader.read_table(f"images/{name}.parquet",
+                               table_columns("images", reader.version))
     ids = images["image_id"].to_pylist()
     rel = f"images/{name}.parquet"
     if len(ids) != part["n_images"]:
@@ -146,7 +146,9 @@ def check_part_tables(reader: StoreReader, part: dict[str, Any]) -> bool:
                       f"range {part['first_id']}..{part['last_id']})")
     counts = {"instances": int(np.sum(images["n_instances"].to_numpy())),
               "triplets": int(np.sum(images["n_graph"].to_numpy())
-                              + np.sum(images["n_ng"].to_numpy()))}
+                              + np.sum(images["n_ng"].to_numpy())
+                              + (np.sum(images["n_pairs"].to_numpy())
+                                 if "n_pairs" in images.column_names else 0))}
     for table in TABLES[1:]:
         rel = f"{table}/{name}.parquet"
         rows = reader.read_table(rel, table_columns(table, reader.version))

@@ -30,6 +30,7 @@ from sgdask.kernels.matching import (
     match_one_to_one,
 )
 from sgdask.kernels.normalize import NormalizedPred, merge_masks, normalize_prediction
+from sgdask.kernels.oiv6 import oiv6_hits
 from sgdask.kernels.panoptic import missing_panoptic_hits, panoptic_hits
 from sgdask.protocols import Protocol
 from sgdask.types import ImageGT, ImageHits, ImagePred, PanopticHits
@@ -143,6 +144,8 @@ def image_hits(gt: ImageGT, pred: ImagePred, protocol: Protocol, with_ng: bool =
     (sgbpytorch's pair accuracy by index).
     """
     relations = gt_relations(gt, protocol.keep_duplicate_gt)
+    if protocol.open_images:
+        return oiv6_hits(gt, pred, relations)
     norm = normalize_prediction(pred, protocol.normalization)
     if protocol.ng_limit is not None and len(norm.ng) > protocol.ng_limit:
         norm.ng = np.ascontiguousarray(norm.ng[:protocol.ng_limit])

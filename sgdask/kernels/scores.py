@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sgdask.types import TopPredicates
+
 PairScores = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]
 PREDICATE, TRIPLET = "predicate", "triplet"
 RANK_BY = (PREDICATE, TRIPLET)
@@ -39,6 +41,7 @@ class DerivedLists:
     graph_scores: np.ndarray
     ng: np.ndarray
     ng_scores: np.ndarray
+    pairs: TopPredicates | None = None
 
 
 def first_occurrence_groups(subjects: np.ndarray, objects: np.ndarray
@@ -144,6 +147,25 @@ def triplet_lists(subjects: np.ndarray, objects: np.ndarray, scores: np.ndarray,
     graph, graph_scores = graph_list(*pairs)
     ng, ng_scores = ng_list(*pairs, limit=ng_limit)
     return DerivedLists(graph, graph_scores, ng, ng_scores)
+
+
+def top_predicates(subjects: np.ndarray, objects: np.ndarray, scores: np.ndarray
+                   ) -> TopPredicates:
+    """Each row's best two predicates (one for a vocabulary of one), as the ``oiv6``
+    protocol takes them: rows as given (self pairs dropped, duplicates kept: ``oiv6``
+    refuses them), scores in float32, each row's predicates by descending float32 score,
+    equal scores by predicate index (a stable sort where the reference's ``argsort`` is
+    unstable)."""
+    keep = np.asarray(subjects) != np.asarray(objects)
+    with np.errstate(over="ignore"):
+        values = np.asarray(scores, dtype=np.float64)[keep].astype(np.float32)
+    per_pair = min(2, values.shape[1]) if values.ndim == 2 else 2
+    order = np.argsort(-values, axis=1, kind="stable")[:, :per_pair]
+    n = len(values)
+    return TopPredicates(np.repeat(np.asarray(subjects, np.int64)[keep], per_pair),
+                         np.repeat(np.asarray(objects, np.int64)[keep], per_pair),
+                         order.reshape(-1).astype(np.int64),
+                         values[np.arange(n)[:, None], order].reshape(-1), per_pair)
 
 
 def descending_stable(values: np.ndarray, limit: int | None = None) -> np.ndarray:

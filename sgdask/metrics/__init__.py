@@ -1,7 +1,7 @@
 """The metric registry: one module per metric family, and everything that asks about metrics.
 
 A family module (``recall``, ``fmeasure``, ``groups``, ``pair``, ``zeroshot``, ``imr``,
-``instances``, ``prank``, ``legacy``, ``panoptic``) declares its metrics (names, kind,
+``instances``, ``prank``, ``legacy``, ``panoptic``, ``oiv6``) declares its metrics (names, kind,
 inputs, display rule, board columns, the reason it is left out) and computes their
 per-image terms, or derives them from other metrics' values. The report, the console
 table, the leaderboard and the left-out lines read this registry; no metric name is spelled
@@ -27,17 +27,18 @@ from sgdask.metrics import (
     imr,
     instances,
     legacy,
+    oiv6,
     pair,
     panoptic,
     prank,
     recall,
     zeroshot,
 )
-from sgdask.metrics.base import NEEDS, NOT_LISTED, RANK, Family, Metric
+from sgdask.metrics.base import EXCLUSIVE, NEEDS, NOT_LISTED, RANK, Family, Metric
 
 FAMILIES: list[Family] = [recall.FAMILY, fmeasure.FAMILY, groups.FAMILY, pair.FAMILY,
                           zeroshot.FAMILY, imr.FAMILY, legacy.FAMILY, instances.FAMILY,
-                          prank.FAMILY, panoptic.FAMILY]
+                          prank.FAMILY, panoptic.FAMILY, oiv6.FAMILY]
 _NAME = re.compile(r"(?P<prefix>[^@\[\]]+)(?:@(?P<k>[^@\[\]]+))?(?:\[(?P<group>[^\[\]]+)\])?")
 
 
@@ -177,7 +178,11 @@ def board_columns() -> list[str]:
 
 
 def available(metric: Metric, inputs: set[str]) -> str | None:
-    """None when every input the metric needs is there, else why it is left out."""
+    """None when every input the metric needs is there, else why it is left out (under a
+    protocol of its own metrics, ``EXCLUSIVE``, every other metric is left out)."""
+    for need, why in EXCLUSIVE.items():
+        if need in inputs and need not in metric.needs:
+            return why
     for need in NEEDS:
         if need in metric.needs and need not in inputs:
             return NEEDS[need]
@@ -191,17 +196,25 @@ def computed_names(inputs: set[str], ks: tuple[KSpec, ...]) -> list[str]:
 
 def left_out(inputs: set[str], values: dict[str, object], protocol: str) -> dict[str, str]:
     """Metric -> reason, for every registered metric without a value (a reason that names
-    the protocol names ``protocol``, the report's)."""
-    reasons = {}
+    the protocol names ``protocol``, the report's; the metrics a protocol of its own
+    metrics, ``EXCLUSIVE``, leaves out: under one key)."""
+    reasons: dict[str, str] = {}
+    excluded: dict[str, list[str]] = {}
     valued = {metric_of(name) for name in values}
     for m in metrics():
         if any(need in m.needs and need not in inputs for need in NOT_LISTED):
             continue
         why = available(m, inputs)
+        if why in EXCLUSIVE.values():
+            if m not in valued:
+                excluded.setdefault(why, []).append(m.left_out_key)
+            continue  # (a metric of this name is reported: oiv6's R@50)
         if why is None and m.empty_reason and m not in valued:
             why = m.empty_reason
         if why is not None:
             reasons[m.left_out_key] = why.replace("{protocol}", protocol)
+    for why, keys in excluded.items():
+        reasons[", ".join(keys)] = why.replace("{protocol}", protocol)
     return reasons
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from sgdask.kernels.hits import NEVER
 from sgdask.kernels.selection import KSpec
 from sgdask.metrics.state import StateRows, StateSpec
-from sgdask.types import ImageHits, PanopticHits, Term
+from sgdask.types import Detections, ImageHits, PanopticHits, Term
 
 IMAGE, MEAN, RATIO, DERIVED = "image", "mean", "ratio", "derived"
 PERCENT, RANK = "percent", "rank"
@@ -53,12 +53,20 @@ NEEDS = {
     "crowd": "the GT store does not record iscrowd (store format version < 4: ingest the GT "
              "again with this sgdask)",
     "things": "the categories' thing/stuff split is unknown (Evaluator(things=N))",
+    "oiv6": "not part of this protocol (oiv6 reports it)",
 }
 
 
 # Inputs whose absence means the metric is not part of the evaluation at all: such a
 # metric is not listed under "left out" (a box evaluation has no panoptic quality).
-NOT_LISTED = frozenset({"ngz", "masks"})
+NOT_LISTED = frozenset({"ngz", "masks", "oiv6"})
+
+# Inputs that make an evaluation report only the metrics that need them: every other
+# metric is left out with this reason.
+EXCLUSIVE = {
+    "oiv6": "not part of the oiv6 protocol (Open Images V6 reports R@50, AP_rel, AP_phr, "
+            "their means and score_wtd)",
+}
 
 
 @dataclass(frozen=True)
@@ -136,6 +144,7 @@ class Context:
     groups: dict[str, tuple[int, ...]] | None = None
     occurring: dict[str, frozenset[int]] | None = None
     things: frozenset[int] | None = None
+    n_predicates: int | None = None  # the GT's predicate vocabulary, when known
 
 
 @dataclass
@@ -225,7 +234,19 @@ class Family:
     resampled state's rows with their images);
     ``category_rows(finals, ctx)``: the family's columns of the report's per-category table
     (one dict per category, with its ``category``; optional);
-    ``notes(diagnostics)``: lines the report carries, from its diagnostic totals (optional).
+    ``notes(diagnostics)``: lines the report carries, from its diagnostic totals (optional);
+    ``derive_predicates(finals, ctx)``: per-predicate values of its own (columns of the
+    per-predicate table, e.g. oiv6's ``AP_rel``), optional;
+    ``state_diagnostics(finals)``: counts the report's diagnostics get from the state
+    (e.g. oiv6's tied detections), optional;
+    ``state_samples(finals, image_ids, ctx)``: a function of image weights (resamples x
+    images, in ``image_ids`` order) giving the family's metrics and per-predicate values
+    under them, from its states' final forms (by state name): how its metrics get
+    bootstrap intervals (the bootstrap resamples terms; a family whose metrics come from
+    state gives its own values), optional;
+    ``state_swaps(finals_a, finals_b, image_ids, ctx)``: a function of swap masks
+    (permutations x images) giving both models' metrics with those images' contributions
+    swapped (``compare``'s approximate randomization), optional.
     """
 
     name: str
@@ -237,6 +258,13 @@ class Family:
     states: tuple[StateSpec, ...] = ()
     category_rows: Callable[[Finals, Context], list[dict[str, Any]]] | None = None
     notes: Callable[[dict[str, int]], list[str]] | None = None
+    state_swaps: Callable[..., Callable[[np.ndarray], tuple[dict[str, np.ndarray], ...]]] \
+        | None = None
+    derive_predicates: Callable[[Finals, Context], dict[str, dict[int, float]]] | None = None
+    state_diagnostics: Callable[[Finals], dict[str, int]] | None = None
+    state_samples: Callable[..., Callable[[np.ndarray], tuple[dict[str, np.ndarray],
+                                                              dict[str, np.ndarray]]]] | None \
+        = None
 
 
 @dataclass
@@ -249,6 +277,8 @@ class HitsBatch:
     ``reachable``: GT triplets whose subject and object were both matched. ``group``
     numbers the (image, predicate) cells of the GT triplets in order; ``group_image``,
     ``group_predicate``, ``group_count`` describe them.
+    ``detections``: under ``oiv6``, every image's ranked candidates concatenated, with
+    ``d_image`` their image (None otherwise).
     """
 
     image_ids: list[str]
@@ -272,6 +302,8 @@ class HitsBatch:
     group_predicate: np.ndarray
     group_count: np.ndarray
     panoptic: list[PanopticHits | None] = field(default_factory=list)
+    detections: Detections | None = None
+    d_image: np.ndarray | None = None
 
     @property
     def n_images(self) -> int:
@@ -303,12 +335,14 @@ def optional(images: list[ImageHits], name: str) -> np.ndarray | None:
     """A hit array over all images (an image without it counts as nothing found, e.g. no
     PRank for an image without prediction), or None when no image has it."""
     values = [getattr(h, name) for h in images]
-    if all(v is None for v in values):
+    present = [i for i, v in enumerate(values) if v is not None]
+    if not present:
         return None
-    fill = FILL.get(name, NEVER)
-    return concat([np.full(h.n_gt_triplets, fill) if v is None else v
-                   for h, v in zip(images, values, strict=True)],
-                  bool if name == "zero_shot" else np.int64)
+    starts = np.cumsum([0, *(h.n_gt_triplets for h in images)])
+    out = np.full(starts[-1], FILL.get(name, NEVER), bool if name == "zero_shot" else np.int64)
+    for i in present:  # the filled array written once, not one array per image concatenated
+        out[starts[i]:starts[i + 1]] = values[i]
+    return out
 
 
 def batch_of(images: list[ImageHits]) -> HitsBatch:
@@ -336,7 +370,20 @@ def batch_of(images: list[ImageHits]) -> HitsBatch:
         zero_shot=optional(images, "zero_shot"),
         group=group.reshape(-1), group_image=cells // top, group_predicate=cells % top,
         group_count=np.bincount(group.reshape(-1), minlength=len(cells)).astype(np.int64),
-        panoptic=[h.panoptic for h in images])
+        panoptic=[h.panoptic for h in images],
+        **detections_of(images))
+
+
+def detections_of(images: list[ImageHits]) -> dict[str, Detections | np.ndarray]:
+    """The images' detections concatenated, with their image (nothing when no image has
+    any: only ``oiv6`` ranks candidates)."""
+    found = [(i, h.detections) for i, h in enumerate(images) if h.detections is not None]
+    if not found:
+        return {}
+    sizes = [len(d) for _, d in found]
+    return {"detections": Detections(*(np.concatenate([getattr(d, f) for _, d in found])
+                                       for f in ("predicates", "scores", "tp_rel", "tp_phr"))),
+            "d_image": np.repeat(np.array([i for i, _ in found], np.int64), sizes)}
 
 
 def recall_blocks(batch: HitsBatch, hit_first: np.ndarray, ks: tuple[KSpec, ...],

@@ -9,6 +9,8 @@ family declares its state once, as TorchMetrics' ``add_state(name, default, merg
   (score, true positive); its final form is, per key, the rows sorted lexicographically
   (column 0 first), so the family's finalize reads the same array whatever the
   partitioning;
+- ``FlaggedRuns(name)``: ``Runs`` of (value, flag, tag) rows for several flags at once,
+  one row per item (its flags and tag packed in one exact float);
 - ``FloatRows(name)``: per key, one float per row (a true positive's IoU); its final form
   is, per key, ``FloatSum(total, count)`` with ``total = math.fsum`` of the key's values:
   the correctly rounded sum of the exact values, which no order of adding changes;
@@ -104,6 +106,39 @@ class Runs(StateSpec):
 
 
 @dataclass(frozen=True)
+class FlaggedRuns(StateSpec):
+    """``Runs`` of rows (value, flag, tag), one per flag, held as one row per item: per key
+    rows ``(value, code)`` with ``code = flags + 2**n_flags * tag`` (the item's flag bits
+    and an integer tag below ``2**(53 - n_flags)``, exact in a float64). Its final form is
+    the ``Runs`` final form of the rows each flag would have: per key ``key * n_flags +
+    f`` (ascending), rows ``(value, bit f of the flags, tag)`` sorted lexicographically.
+    oiv6 keeps each candidate once with its two true-positive flags (24 bytes a candidate,
+    not the 64 of two ``Runs`` rows), so partitions' states stay small while merged."""
+
+    width: int = 2
+    n_flags: int = 2
+    kind: ClassVar[str] = "flagged_runs"
+
+    def final(self, state: StateRows) -> dict[int, np.ndarray]:
+        """One sort by (key, value, tag) for every flag; per flag, a stable sort of that
+        order by (its (key, value) run, the flag's bit) puts each run's rows without the
+        bit first, tags still ascending: (key, value, bit, tag) order."""
+        code = state.values[:, 1].astype(np.int64)
+        shared = np.lexsort((code >> self.n_flags, state.values[:, 0], state.keys))
+        keys, value, code = state.keys[shared], state.values[shared, 0], code[shared]
+        run = np.cumsum(np.r_[False, (keys[1:] != keys[:-1]) | (value[1:] != value[:-1])])
+        found = {}
+        for flag in range(self.n_flags):
+            bit = (code >> flag) & 1
+            order = np.argsort(2 * run + bit, kind="stable")
+            rows = np.stack([value[order], bit[order], code[order] >> self.n_flags], 1
+                            ).astype(np.float64)
+            found.update({k * self.n_flags + flag: rows[a:b]
+                          for k, a, b in _groups(keys[order])})
+        return dict(sorted(found.items()))
+
+
+@dataclass(frozen=True)
 class FloatRows(StateSpec):
     """Per key, one float per row (e.g. each true positive's IoU), summed at finalize."""
 
@@ -178,7 +213,8 @@ class Counts(PairState):
         return (first, second)
 
 
-SPECS: dict[str, type[StateSpec]] = {"runs": Runs, "float_rows": FloatRows, "ratios": Ratios,
+SPECS: dict[str, type[StateSpec]] = {"runs": Runs, "flagged_runs": FlaggedRuns,
+                                     "float_rows": FloatRows, "ratios": Ratios,
                                      "counts": Counts}
 
 
@@ -236,11 +272,25 @@ def rows_of_plain(name: str, plain: dict[str, Any]) -> StateRows:
 
 
 def merged_by_name(parts: list[StateRows]) -> list[StateRows]:
-    """One StateRows per state name (in order of first appearance) from many."""
-    out: dict[str, StateRows] = {}
+    """One StateRows per state name (in order of first appearance) from many: the same
+    rows (and images, when every part carries them) as merging them one after the other,
+    concatenated once per name (merging one by one copies the growing rows again for every
+    part)."""
+    groups: dict[str, list[StateRows]] = {}
     for part in parts:
-        out[part.name] = out[part.name].merged(part) if part.name in out else part
-    return list(out.values())
+        groups.setdefault(part.name, []).append(part)
+    out = []
+    for group in groups.values():
+        spec = group[0].spec
+        if any(p.spec != spec for p in group):
+            other = next(p.spec for p in group if p.spec != spec)
+            raise ValueError(f"state {spec.name}: declared as {spec} and {other}")
+        images = [p.image for p in group]
+        out.append(group[0] if len(group) == 1 else StateRows(
+            spec, np.concatenate([p.keys for p in group]),
+            np.concatenate([p.values for p in group]),
+            None if any(i is None for i in images) else np.concatenate(images)))
+    return out
 
 
 def _checked(spec: StateSpec, keys: Any, values: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -23,9 +23,11 @@ from sgdask.types import ImageGT, ImageHits, ImagePred, ImageResult, ZeroShot
 
 def inputs_of(protocol: Protocol, with_ng: bool, has_stats: bool, legacy: bool,
               data: frozenset[str] = frozenset()) -> set[str]:
-    """The inputs an evaluation has (what metrics may need: ``sgdask.metrics.base.NEEDS``);
-    ``data``: what its data hold beyond lists (``masks`` on both sides, the GT's ``crowd``
-    flags, the categories' ``things`` split)."""
+    """The inputs an evaluation has (what metrics may need: ``sgdask.metrics.base.NEEDS``;
+    under ``oiv6`` only its own, ``EXCLUSIVE``); ``data``: what its data hold beyond lists
+    (``masks`` on both sides, the GT's ``crowd`` flags, the categories' ``things`` split)."""
+    if protocol.open_images:
+        return {"oiv6"}
     inputs = {"graph", *data}
     if with_ng:
         inputs.add("ng")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sgdask import __version__
 from sgdask.accum import Accumulator
-from sgdask.kernels.selection import KSpec
+from sgdask.kernels.selection import KSpec, parse_ks
 from sgdask.metrics import (
     FAMILIES,
     available,
@@ -28,7 +28,7 @@ from sgdask.metrics import (
 from sgdask.metrics import (
     metrics as registered,
 )
-from sgdask.metrics.base import DERIVED, Context, Finals
+from sgdask.metrics.base import DERIVED, Context, Finals, Metric
 from sgdask.metrics.groups import PredicateGroups
 from sgdask.metrics.recall import VOCABULARY_MEANS
 from sgdask.metrics.terms import inputs_of
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 # What the reference tool prints when a predicate of the vocabulary is absent.
 _NAN_WHEN_ABSENT = {"sgbench": "sgbench 1.0.0 prints NaN for mR@k",
                     "sgbench2": "SGBench 2.0.0 prints NaN for mR@k and mR@inf"}
-TABLES = ("per_predicate", "per_image", "per_category", "terms")
+TABLES = ("per_predicate", "per_image", "per_category", "terms", "states")
 TERMS_FILE = "per_image_terms.parquet"
 CATEGORY_FILE = "per_category.parquet"
 
@@ -62,7 +62,9 @@ class Report:
     the predicate groups of the grouped metrics (``mR@50[head]``), their ``source`` and
     ``members`` (group -> predicate ids); empty without groups. ``per_category``: one
     row per category of the vocabulary when a metric family reports per category
-    (panoptic quality), else empty.
+    (panoptic quality), else empty. ``states``: the final form of the families' declared
+    states (``StateSpec.final``; oiv6's ranked detections), kept in memory for intervals
+    and comparisons (None in reports read back).
     """
 
     protocol: dict[str, Any]
@@ -82,6 +84,8 @@ class Report:
     predicate_groups: dict[str, Any] = field(default_factory=dict)
     per_category: list[dict[str, Any]] = field(default_factory=list)
     terms: TermTable | None = field(default=None, compare=False, repr=False)
+    states: dict[str, dict[int, Any]] | None = field(default=None, compare=False,
+                                                     repr=False)
 
     def summary(self) -> dict[str, Any]:
         """Everything but the tables (what metrics.json holds); no interval keys in a
@@ -317,6 +321,9 @@ class EvalSettings:
 
     @property
     def ks(self) -> tuple[KSpec, ...]:
+        """The settings' ks, or the protocol's own (oiv6: 50)."""
+        if self.protocol.ks is not None:
+            return parse_ks(self.protocol.ks)
         return self.settings.k_specs
 
     @property
@@ -341,15 +348,15 @@ class EvalSettings:
 
     def context(self, composition: dict[int, int] | None = None,
                 valued: Callable[[str], Iterable[int]] | None = None,
-                names: Iterable[str] = ()) -> Context:
+                names: Iterable[str] = (), n_predicates: int | None = None) -> Context:
         """The derive functions' view (``valued(name)``: the predicates with a value of the
         mean metric ``name`` of ``names``, read under a protocol whose means run over the
-        vocabulary)."""
+        vocabulary; ``n_predicates``: the GT's predicate vocabulary, when known)."""
         return Context(self.ks, self.aggregation, self.settings.tau, composition,
                        None if self.groups is None else self.groups.members,
                        vocabulary_sets(self.protocol.mean_over_vocabulary and
                                        self.groups is not None, self.aggregation, valued,
-                                       names), things=self.things)
+                                       names), things=self.things, n_predicates=n_predicates)
 
 
 def final_metrics(acc: Accumulator, settings: EvalSettings) -> dict[str, float]:
@@ -376,24 +383,35 @@ def in_order(values: Mapping[str, Fraction | float | None]) -> dict[str, float]:
 
 def derived_metrics(acc: Accumulator, settings: EvalSettings,
                     composition: dict[int, int] | None,
-                    values: Mapping[str, float] | None = None) -> dict[str, Fraction | float]:
+                    values: Mapping[str, float] | None = None,
+                    n_predicates: int | None = None,
+                    state: Callable[[str], dict[int, Any] | None] | None = None
+                    ) -> dict[str, Fraction | float]:
     """Values of the DERIVED metrics whose inputs the evaluation has (e.g. wIMR@k), from
     the per-predicate values, the declared states and ``values``: the non-derived metrics
     as reported (``build_report`` passes them after a protocol's vocabulary means, as the
     bootstrap derives; default: ``final_metrics``)."""
     known = final_metrics(acc, settings) if values is None else values
-    finals = _finals_of(acc, settings, known)
+    finals = _finals_of(acc, settings, known, state)
     inputs = settings.inputs
     ctx = settings.context(composition, lambda name: acc.predicate_values(
-        name, settings.aggregation), acc.mean_metric_names())
+        name, settings.aggregation), acc.mean_metric_names(), n_predicates)
     out: dict[str, Fraction | float] = {}
     for family in FAMILIES:
         derivable = [m for m in family.metrics if m.kind == DERIVED
                      and available(m, inputs) is None]
         if family.derive and derivable:
             out.update({name: value for name, value in family.derive(finals, ctx).items()
-                        if metric_of(name) in derivable})
+                        if _named(name, derivable)})
     return out
+
+
+def _named(name: str, candidates: list[Metric]) -> bool:
+    """Whether ``name`` is the name of one of ``candidates`` (a family's own metric: oiv6's
+    R@50 is not recall's R@k, which ``metric_of`` would name)."""
+    prefix, _, group = split_name(name)
+    return any(m.prefix == prefix and m.grouped == (group is not None) if m.per_k
+               else m.prefix == name for m in candidates)
 
 
 def vocabulary_sets(over_vocabulary: bool, aggregation: str,
@@ -408,11 +426,12 @@ def vocabulary_sets(over_vocabulary: bool, aggregation: str,
             if split_name(name)[0] in VOCABULARY_MEANS and split_name(name)[1] != "inf"}
 
 
-def _finals_of(acc: Accumulator, settings: EvalSettings, values: Mapping[str, float]
-              ) -> Finals:
-    """The finals derived metrics and per-category rows read."""
+def _finals_of(acc: Accumulator, settings: EvalSettings, values: Mapping[str, float],
+               state: Callable[[str], dict[int, Any] | None] | None = None) -> Finals:
+    """The finals derived metrics and per-category rows read (``state``: the states'
+    final forms, default ``acc.state_final``)."""
     return Finals(lambda name: acc.predicate_values(name, settings.aggregation), values.get,
-                  acc.state_final)
+                  state or acc.state_final)
 
 
 def _category_table(acc: Accumulator, settings: EvalSettings,
@@ -439,17 +458,57 @@ def _category_table(acc: Accumulator, settings: EvalSettings,
             for c in sorted(set(found) | set(range(len(names))))]
 
 
+def _cached_states(acc: Accumulator) -> Callable[[str], dict[int, Any] | None]:
+    """``acc.state_final``, each state put in its final order once (a sort of every row:
+    oiv6's detections are a million rows on Open Images V6)."""
+    found: dict[str, dict[int, Any] | None] = {}
+
+    def state(name: str) -> dict[int, Any] | None:
+        if name not in found:
+            found[name] = acc.state_final(name)
+        return found[name]
+
+    return state
+
+
+def _derived_predicate_values(settings: EvalSettings, state: Callable[[str], Any],
+                              n_predicates: int | None) -> dict[str, dict[int, float]]:
+    """Per-predicate values the active families derive from their state (oiv6's AP)."""
+    out: dict[str, dict[int, float]] = {}
+    for family in FAMILIES:
+        if family.derive_predicates and any(available(m, settings.inputs) is None
+                                            for m in family.metrics):
+            out.update(family.derive_predicates(Finals(lambda _: {}, state=state),
+                                                settings.context(None, n_predicates=n_predicates)))
+    return out
+
+
+def _state_diagnostics(settings: EvalSettings, state: Callable[[str], Any]) -> dict[str, int]:
+    """Counts the active families read from their state (oiv6's tied detections)."""
+    out: dict[str, int] = {}
+    for family in FAMILIES:
+        if family.state_diagnostics and any(available(m, settings.inputs) is None
+                                            for m in family.metrics):
+            out.update(family.state_diagnostics(Finals(lambda _: {}, state=state)))
+    return out
+
+
 def predicate_table(acc: Accumulator, names: list[str], aggregation: str,
-                    groups: PredicateGroups | None = None) -> list[dict[str, Any]]:
-    """One row per predicate occurring in the evaluated GT: GT count, its group (with
-    predicate groups; None in none) and every mean metric."""
-    values = {m: acc.predicate_values(m, aggregation) for m in acc.mean_metric_names()}
+                    groups: PredicateGroups | None = None,
+                    derived: Mapping[str, Mapping[int, float]] | None = None
+                    ) -> list[dict[str, Any]]:
+    """One row per predicate occurring in the evaluated GT, or given a ``derived`` value
+    (oiv6's AP of every predicate of the vocabulary): GT count, its group (with predicate
+    groups; None in none), every mean metric and the derived per-predicate values."""
+    values: dict[str, Mapping[int, Any]] = {
+        m: acc.predicate_values(m, aggregation) for m in acc.mean_metric_names()}
+    values.update(derived or {})
     counts = acc.gt_per_predicate
     group_of = None if groups is None else groups.group_of()
     rows = []
-    for p in sorted(counts):
+    for p in sorted({*counts, *(q for v in (derived or {}).values() for q in v)}):
         row: dict[str, Any] = {"predicate": p, "name": names[p] if p < len(names) else str(p),
-                               "gt_count": counts[p]}
+                               "gt_count": counts.get(p, 0)}
         if group_of is not None:
             row["group"] = group_of.get(p)
         row.update({m: as_float(v.get(p)) for m, v in values.items()})
@@ -501,7 +560,9 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     absent = len(names) - len(acc.gt_per_predicate)
     occurring, vocabulary_notes = vocabulary_means(acc, metrics, settings, len(names), absent)
     notes += vocabulary_notes
-    metrics = in_order({**metrics, **derived_metrics(acc, settings, composition, metrics)})
+    state = _cached_states(acc)
+    metrics = in_order({**metrics, **derived_metrics(acc, settings, composition, metrics,
+                                                     len(names) or None, state)})
     reasons = left_out(settings.inputs, metrics, protocol.name)
     not_gt = acc.diagnostics.get("pred_boxes_not_gt", 0)
     if protocol.pair_accuracy_by_index and not_gt:
@@ -526,7 +587,8 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     notes += [line for family in FAMILIES if family.notes and any(
         metric_of(name) in family.metrics for name in metrics)
         for line in family.notes(acc.diagnostics)]
-    diagnostics = {**counts, **{k: v for k, v in acc.diagnostics.items() if k != "images"}}
+    diagnostics = {**counts, **{k: v for k, v in acc.diagnostics.items() if k != "images"},
+                   **_state_diagnostics(settings, state)}
     if protocol.mean_over_vocabulary and names:
         diagnostics["predicates_absent"] = max(absent, 0)
     provenance = {"sgdask_version": __version__, "metrics_version": METRICS_VERSION,
@@ -536,15 +598,16 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                   "packages": dependency_versions()}
     return Report(protocol=protocol.as_dict(), aggregation=settings.aggregation,
                   ks=[k.label for k in settings.ks], metrics=metrics,
-                  per_predicate=predicate_table(acc, names, settings.aggregation,
-                                                groups),
+                  per_predicate=predicate_table(
+                      acc, names, settings.aggregation, groups,
+                      _derived_predicate_values(settings, state, len(names) or None)),
                   per_image=uniform_rows(images, acc.image_metric_names()),
                   diagnostics=diagnostics, left_out=reasons,
                   notes=notes, provenance=provenance, options=settings.options(),
                   mean_over_occurring=occurring,
                   predicate_groups={} if groups is None else groups.as_dict(),
                   per_category=_category_table(acc, settings, composition, metrics),
-                  terms=terms)
+                  terms=terms, states={name: state(name) for name in acc.states})
 
 
 def vocabulary_means(acc: Accumulator, metrics: dict[str, float], settings: EvalSettings,

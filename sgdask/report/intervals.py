@@ -22,7 +22,16 @@ from sgdask.metrics.base import DERIVED, Context, Family, FinalColumns, Finals
 from sgdask.metrics.groups import PredicateGroups
 from sgdask.metrics.recall import VOCABULARY_MEANS
 from sgdask.report import Report, vocabulary_sets
-from sgdask.stats.bootstrap import ColumnDerive, Derive, Mapper, Scoring, bootstrap
+from sgdask.stats.bootstrap import (
+    ColumnDerive,
+    Derive,
+    Intervals,
+    Mapper,
+    Scoring,
+    bootstrap,
+    count_chunks,
+    percentile_intervals,
+)
 
 INTERVAL_SUFFIXES = ("_lo", "_hi")
 
@@ -162,9 +171,13 @@ def add_intervals(report: Report, settings: CISettings,
     if report.terms is None:
         raise SgdaskError("intervals need the per-image terms (per_image_terms.parquet); "
                           "evaluate again")
-    found = bootstrap(report.terms, scoring_of(report, composition), settings.level,
-                      settings.resamples, settings.seed, selected(report, settings.metrics),
-                      mapper)
+    names = selected(report, settings.metrics)
+    found = _state_intervals(report, settings, names)
+    if report.terms.names:
+        terms = bootstrap(report.terms, scoring_of(report, composition), settings.level,
+                          settings.resamples, settings.seed, names, mapper)
+        found.metrics.update(terms.metrics)
+        found.predicates.update(terms.predicates)
     report.intervals = {n: list(found.metrics[n]) for n in report.metrics
                         if n in found.metrics}
     report.ci = found.settings()
@@ -172,6 +185,41 @@ def add_intervals(report: Report, settings: CISettings,
         for name, by_predicate in found.predicates.items():
             interval = by_predicate.get(row["predicate"])
             row[f"{name}_lo"], row[f"{name}_hi"] = interval if interval else (None, None)
+
+
+def _state_intervals(report: Report, settings: CISettings, names: list[str] | None
+                    ) -> Intervals:
+    """Intervals of the metrics families derive from their merged state (oiv6's AP),
+    from the family's own values under the bootstrap's image weights
+    (``Family.state_samples``: the same resamples as the terms' bootstrap)."""
+    found = Intervals(settings.level, settings.resamples, settings.seed, {}, {})
+    families = [f for f in FAMILIES if f.state_samples is not None and report.states
+                and all(s.name in report.states for s in f.states)
+                and any(metric_of(n) in f.metrics for n in report.metrics)]
+    if not families or report.terms is None:
+        return found
+    ids = [str(i) for i in report.terms.image_ids]
+    ctx = derive_context(report, None)
+    ctx.n_predicates = len(report.per_predicate)
+    metrics: dict[str, list[np.ndarray]] = {}
+    predicates: dict[str, list[np.ndarray]] = {}
+    under = [f.state_samples(report.states, ids, ctx) for f in families
+             if f.state_samples is not None]
+    for weights in count_chunks(len(ids), settings.resamples, settings.seed):
+        for values_under in under:
+            values, per_predicate = values_under(weights)
+            for name, value in values.items():
+                metrics.setdefault(name, []).append(value)
+            for name, value in per_predicate.items():
+                predicates.setdefault(name, []).append(value)
+    shown = [n for n in metrics if n in report.metrics and (names is None or n in names)]
+    bounds = percentile_intervals(np.array([np.concatenate(metrics[n]) for n in shown])
+                                  .reshape(len(shown), -1), settings.level)
+    found.metrics = {n: b for n, b in zip(shown, bounds, strict=True) if b is not None}
+    for name, parts in predicates.items():
+        rows = percentile_intervals(np.concatenate(parts, axis=1), settings.level)
+        found.predicates[name] = {p: b for p, b in enumerate(rows) if b is not None}
+    return found
 
 
 def is_interval_column(column: str, columns: list[str]) -> bool:

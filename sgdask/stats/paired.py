@@ -29,7 +29,7 @@ import numpy as np
 
 from sgdask.errors import SgdaskError
 from sgdask.metrics import sort_key
-from sgdask.metrics.base import IMAGE, RATIO
+from sgdask.metrics.base import IMAGE, RATIO, Context
 from sgdask.stats.bootstrap import (
     CHUNK_CELLS,
     METHOD,
@@ -38,6 +38,7 @@ from sgdask.stats.bootstrap import (
     Values,
     block_samples,
     bootstrap_samples,
+    count_chunks,
     percentile_interval,
     plan_for,
     term_matrix,
@@ -51,10 +52,13 @@ TIE = 1e-12
 
 @dataclass
 class Model:
-    """A model to compare: one run, or several (a group of training seeds)."""
+    """A model to compare: one run, or several (a group of training seeds); ``states``:
+    per run, its report's final states (``Report.states``; metrics derived from state,
+    as oiv6's AP, are compared when every run has them)."""
 
     name: str
     runs: list[TermTable]
+    states: list[dict[str, Any] | None] = field(default_factory=list)
 
 
 def same_images(models: Sequence[Model]) -> np.ndarray:
@@ -171,9 +175,11 @@ def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: 
             level: float = 0.95, resamples: int = 1000,
             permutations: int = DEFAULT_PERMUTATIONS, seed: int = 0,
             names: Sequence[str] | None = None,
-            lower_is_better: frozenset[str] = frozenset()) -> Comparison:
+            lower_is_better: frozenset[str] = frozenset(),
+            state_context: Context | None = None) -> Comparison:
     """Compare models pairwise (``pairs`` of indices into ``models``: (baseline, other))
-    on every metric they all have (or ``names``)."""
+    on every metric they all have (or ``names``); metrics derived from state (oiv6's AP)
+    too, when every run has its states and ``state_context`` is given."""
     image_ids = same_images(models)
     tables = [run for m in models for run in m.runs]
     plan = plan_for(tables, names, scoring)
@@ -213,6 +219,15 @@ def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: 
                          "b_runs": b["runs"]})
         per_predicate += predicate_differences(a["name"], b["name"], points[ia], points[ib],
                                                samples[ia], samples[ib], level)
+    if state_context is not None:
+        from_state = _StateComparison(models, [str(i) for i in image_ids], state_context,
+                                     resamples, seed, names)
+        for summary, found in zip(summaries, from_state.summaries(level), strict=True):
+            summary["metrics"].update(found)
+        for ia, ib in pairs:
+            rows += from_state.rows(ia, ib, level, permutations)
+            per_predicate += from_state.predicate_rows(ia, ib, level)
+        compared += [n for n in from_state.names if n not in compared]
     for name in compared:
         mine = [r for r in rows if r["metric"] == name and r["p_value"] is not None]
         for row, adjusted in zip(mine, holm([r["p_value"] for r in mine]), strict=True):
@@ -222,6 +237,125 @@ def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: 
                 "approximate randomization; Holm per metric", "aggregation":
                 scoring.aggregation, "images": len(image_ids)}
     return Comparison(settings, summaries, rows, per_predicate, image_ids, per_image)
+
+
+class _StateComparison:
+    """The models' metrics derived from state, through the families' ``state_samples``
+    (values under the bootstrap's image weights, the same resamples as the terms') and
+    ``state_swaps`` (both models' values with images swapped, for the p-values)."""
+
+    def __init__(self, models: Sequence[Model], image_ids: list[str], ctx: Context,
+                 resamples: int, seed: int, names: Sequence[str] | None) -> None:
+        from sgdask.metrics import FAMILIES
+
+        self.models, self.ids, self.ctx, self.seed = models, image_ids, ctx, seed
+        runs = [st for m in models for st in (m.states or [None])]
+        self.families = [f for f in FAMILIES if f.state_samples and f.state_swaps and all(
+            st is not None and all(spec.name in st for spec in f.states) for st in runs)]
+        ones = np.ones((1, len(image_ids)))
+        self.points = [[self.values(st, ones) for st in m.states] for m in models]
+        found = self.points[0][0][0] if self.families else {}
+        self.names = sorted((n for n in found if names is None or n in names), key=sort_key)
+        self.samples = [[self.sampled(st, resamples) for st in m.states] for m in models]
+
+    def values(self, states: dict[str, Any], weights: np.ndarray
+               ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        metrics: dict[str, np.ndarray] = {}
+        predicates: dict[str, np.ndarray] = {}
+        for family in self.families:
+            assert family.state_samples is not None
+            found, per_predicate = family.state_samples(states, self.ids, self.ctx)(weights)
+            metrics.update(found)
+            predicates.update(per_predicate)
+        return metrics, predicates
+
+    def sampled(self, states: dict[str, Any], resamples: int
+                ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        parts = [self.values(states, w) for w in count_chunks(len(self.ids), resamples,
+                                                              self.seed)]
+        return ({n: np.concatenate([p[0][n] for p in parts]) for n in parts[0][0]},
+                {n: np.concatenate([p[1][n] for p in parts], 1) for n in parts[0][1]})
+
+    def mean(self, runs: list, i: int, name: str) -> np.ndarray:
+        return np.mean([r[i][name] for r in runs], axis=0)
+
+    def summaries(self, level: float) -> list[dict[str, Any]]:
+        out = []
+        for points, samples in zip(self.points, self.samples, strict=True):
+            metrics = {}
+            for name in self.names:
+                runs = np.array([p[0][name][0] for p in points])
+                interval = percentile_interval(self.mean(samples, 0, name), level)
+                metrics[name] = {"value": nan_none(float(np.mean(runs))),
+                                 "sd": nan_none(float(np.std(runs, ddof=1)))
+                                 if len(runs) > 1 else None,
+                                 "runs": [nan_none(v) for v in runs.tolist()],
+                                 "ci_low": (interval or (None, None))[0],
+                                 "ci_high": (interval or (None, None))[1]}
+            out.append(metrics)
+        return out
+
+    def rows(self, ia: int, ib: int, level: float, permutations: int
+             ) -> list[dict[str, Any]]:
+        a, b = self.models[ia], self.models[ib]
+        observed = {n: float(self.mean(self.points[ib], 0, n)[0]
+                             - self.mean(self.points[ia], 0, n)[0]) for n in self.names}
+        p_values = self.randomization_p(ia, ib, observed, permutations)
+        rows = []
+        for name in self.names:
+            delta = self.mean(self.samples[ib], 0, name) - self.mean(self.samples[ia], 0, name)
+            low, high = percentile_interval(delta, level) or (None, None)
+            value_a = float(self.mean(self.points[ia], 0, name)[0])
+            value_b = float(self.mean(self.points[ib], 0, name)[0])
+            rows.append({"metric": name, "a": a.name, "b": b.name,
+                         "a_value": nan_none(value_a), "b_value": nan_none(value_b),
+                         "delta": nan_none(observed[name]), "ci_low": low, "ci_high": high,
+                         "p_value": p_values[name], "p_holm": None, "wins": None,
+                         "ties": None, "losses": None,
+                         "a_sd": None if len(a.runs) < 2 else nan_none(float(np.std(
+                             [p[0][name][0] for p in self.points[ia]], ddof=1))),
+                         "b_sd": None if len(b.runs) < 2 else nan_none(float(np.std(
+                             [p[0][name][0] for p in self.points[ib]], ddof=1))),
+                         "a_runs": len(a.runs), "b_runs": len(b.runs)})
+        return rows
+
+    def randomization_p(self, ia: int, ib: int, observed: dict[str, float],
+                        permutations: int) -> dict[str, float | None]:
+        """As ``randomization_p``: each permutation swaps each image's candidates between
+        the two models (every pair of their runs, differences averaged)."""
+        swaps = [family.state_swaps(sa, sb, self.ids, self.ctx)
+                 for sa in self.models[ia].states for sb in self.models[ib].states
+                 for family in self.families if family.state_swaps is not None]
+        extreme = dict.fromkeys(self.names, 0)
+        for mask in swap_chunks(len(self.ids), permutations, self.seed):
+            diffs: dict[str, list[np.ndarray]] = {name: [] for name in self.names}
+            for under in swaps:
+                va, vb = under(mask)
+                for name in self.names:
+                    if name in va:
+                        diffs[name].append(vb[name] - va[name])
+            for name in self.names:
+                d = np.mean(diffs[name], axis=0)
+                limit = abs(observed[name]) - TIE * max(1.0, abs(observed[name]))
+                extreme[name] += int((np.abs(d[~np.isnan(d)]) >= limit).sum())
+        return {name: (1 + extreme[name]) / (1 + permutations)
+                if np.isfinite(observed[name]) else None for name in self.names}
+
+    def predicate_rows(self, ia: int, ib: int, level: float) -> list[dict[str, Any]]:
+        rows = []
+        for name in self.points[ia][0][1]:
+            value_a, value_b = (self.mean(self.points[i], 1, name)[:, 0] for i in (ia, ib))
+            sampled = self.mean(self.samples[ib], 1, name) - self.mean(self.samples[ia], 1,
+                                                                      name)
+            for predicate in range(len(value_a)):
+                low, high = percentile_interval(sampled[predicate], level) or (None, None)
+                rows.append({"a": self.models[ia].name, "b": self.models[ib].name,
+                             "metric": name, "predicate": predicate,
+                             "a_value": nan_none(value_a[predicate]),
+                             "b_value": nan_none(value_b[predicate]),
+                             "delta": nan_none(value_b[predicate] - value_a[predicate]),
+                             "ci_low": low, "ci_high": high})
+        return rows
 
 
 def model_summary(model: Model, points: list[Values], samples: Values, names: list[str],

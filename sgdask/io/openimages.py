@@ -1,0 +1,156 @@
+"""Reader of Open Images V6 relationship annotations as RelDN and BGNN/PySGG read them.
+
+``vrd-{train,val,test}-anno.json``: a JSON list of images, each ``img_fn`` (the id),
+``img_size`` ``[width, height]``, ``bbox`` (``[x1, y1, x2, y2]`` pixels), ``det_labels``
+(0-based classes) and ``rel`` (``[subject, object, predicate]``, 0-based); beside it
+``categories_dict.json`` with the names (``obj``: classes, ``rel``: predicates). As
+PySGG's ``open_image.load_annotations`` does for the test split:
+
+- images without relations or without boxes are dropped (counted in the manifest);
+- relations are kept as given (duplicates count: no dedup on the test split), boxes as
+  given (the ``oiv6`` protocol clips GT boxes to the image when it evaluates).
+
+The file is recognised by its content: a JSON list (a psg.json is an object). Training
+statistics (zero-shot types, wIMR weights) count the relations of
+``vrd-train-anno.json`` when it lies beside the test file, or come from ``sgdask stats
+vrd-train-anno.json``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sgdask.errors import InputError
+from sgdask.io.psg import GTRecord
+from sgdask.io.training_stats import STATS_SCHEMA
+
+CATEGORIES_FILE = "categories_dict.json"
+TRAIN_FILE = "vrd-train-anno.json"
+OI_FORMAT = "oiv6-json"
+#: how an Open Images V6 GT store's boxes relate to the images
+OI_BOXES = {"coordinates": "pixels [x1, y1, x2, y2] as vrd-*-anno.json gives them",
+            "clipped": False, "image_size": "img_size of each image"}
+
+
+def is_open_images(head: bytes) -> bool:
+    """Whether a file starting with ``head`` is a JSON list (vrd-*-anno.json)."""
+    return head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"["
+
+
+def category_names(doc: Any, file: str) -> dict[str, list[str]]:
+    """categories_dict.json's names as a GT store's manifest keeps them."""
+    if not isinstance(doc, dict):
+        raise InputError(file, "not a JSON object", expected="{\"obj\": [...], \"rel\": [...]}")
+    out = {}
+    for key, field in (("obj", "thing_classes"), ("rel", "predicate_classes")):
+        names = doc.get(key)
+        if not isinstance(names, list) or not names:
+            raise InputError(file, "missing or not a list of names", field=key)
+        out[field] = [str(n) for n in names]
+    return {**out, "stuff_classes": []}
+
+
+def _entries(doc: Any, file: str) -> list[dict[str, Any]]:
+    if not isinstance(doc, list):
+        raise InputError(file, "not a JSON list of images",
+                         expected="vrd-*-anno.json: [{img_fn, img_size, bbox, det_labels, rel}]")
+    for index, entry in enumerate(doc):
+        if not isinstance(entry, dict):
+            raise InputError(file, "not an object", field=f"[{index}]")
+    return doc
+
+
+def _array(entry: dict[str, Any], key: str, shape: tuple[int, ...], file: str,
+           image: str, dtype: type) -> np.ndarray:
+    """A field as an array of ``shape`` (-1: any length), or the InputError naming it."""
+    value = entry.get(key)
+    try:
+        arr = np.asarray(value if value is not None else [], dtype=dtype)
+        if arr.size == 0:
+            arr = arr.reshape((0, *shape[1:]))
+        if arr.ndim != len(shape) or any(s not in (-1, n) for s, n in zip(shape, arr.shape,
+                                                                           strict=True)):
+            raise ValueError(f"shape {arr.shape}")
+    except (TypeError, ValueError) as err:
+        what = {"bbox": "[[x1, y1, x2, y2], ...]", "det_labels": "[label, ...]",
+                "rel": "[[subject, object, predicate], ...]", "img_size": "[width, height]"}
+        raise InputError(file, f"malformed ({err})", image=image, field=key,
+                         expected=what[key]) from None
+    if dtype is np.float64 and not np.isfinite(arr).all():
+        raise InputError(file, "not finite", image=image, field=key)
+    return arr
+
+
+def _record(entry: dict[str, Any], file: str, n_classes: int, n_predicates: int
+            ) -> GTRecord:
+    image = entry.get("img_fn")
+    if not isinstance(image, str | int) or isinstance(image, bool):
+        raise InputError(file, "missing or not a string", field="img_fn")
+    image = str(image)
+    width, height = (int(v) for v in _array(entry, "img_size", (2,), file, image, np.int64))
+    boxes = _array(entry, "bbox", (-1, 4), file, image, np.float64)
+    labels = _array(entry, "det_labels", (-1,), file, image, np.int64)
+    rels = _array(entry, "rel", (-1, 3), file, image, np.int64)
+    checks = [
+        (len(labels) != len(boxes), "det_labels", f"{len(labels)} labels for {len(boxes)} "
+         "boxes", "one label per box"),
+        (width <= 0 or height <= 0, "img_size", f"{width} x {height}", "positive sizes"),
+        (((labels < 0) | (labels >= n_classes)).any(), "det_labels",
+         f"label {labels.min(initial=0)}..{labels.max(initial=0)}",
+         f"labels in 0..{n_classes - 1} (categories_dict.json's obj)"),
+        (((rels[:, :2] < 0) | (rels[:, :2] >= len(boxes))).any(), "rel",
+         "a box index out of range", f"indices in 0..{len(boxes) - 1}"),
+        (((rels[:, 2] < 0) | (rels[:, 2] >= n_predicates)).any(), "rel",
+         "a predicate out of range", f"predicates in 0..{n_predicates - 1} "
+         "(categories_dict.json's rel)"),
+        ((rels[:, 0] == rels[:, 1]).any(), "rel", "a relation of a box with itself",
+         "subject != object"),
+    ]
+    for bad, field, what, expected in checks:
+        if bad:
+            raise InputError(file, what, image=image, field=field, expected=expected)
+    return GTRecord(image, height, width, labels, boxes, None, rels, None)
+
+
+def evaluated_records(doc: Any, file: str, names: dict[str, list[str]]
+                 ) -> tuple[list[GTRecord], dict[str, int]]:
+    """The evaluated images of a vrd-*-anno.json in file order (those with boxes and
+    relations), and how many were dropped for lacking either."""
+    n_classes, n_predicates = len(names["thing_classes"]), len(names["predicate_classes"])
+    records, seen = [], set()
+    dropped = {"no_boxes": 0, "no_relations": 0}
+    for entry in _entries(doc, file):
+        record = _record(entry, file, n_classes, n_predicates)
+        if record.image_id in seen:
+            raise InputError(file, "a second image of this img_fn", image=record.image_id,
+                             field="img_fn", expected="each image once")
+        seen.add(record.image_id)
+        if not len(record.boxes):
+            dropped["no_boxes"] += 1
+        elif not len(record.relations):
+            dropped["no_relations"] += 1
+        else:
+            records.append(record)
+    return records, dropped
+
+
+def oi_train_stats(doc: Any, file: str) -> pa.Table:
+    """Triplet-type counts of a vrd-train-anno.json (every relation as given)."""
+    counts: Counter[tuple[int, int, int]] = Counter()
+    for entry in _entries(doc, file):
+        image = str(entry.get("img_fn"))
+        labels = _array(entry, "det_labels", (-1,), file, image, np.int64)
+        rels = _array(entry, "rel", (-1, 3), file, image, np.int64)
+        if ((rels[:, :2] < 0) | (rels[:, :2] >= len(labels))).any():
+            raise InputError(file, "a box index out of range", image=image, field="rel")
+        counts.update(zip(labels[rels[:, 0]].tolist(), labels[rels[:, 1]].tolist(),
+                          rels[:, 2].tolist(), strict=True))
+    rows = sorted(counts.items())
+    return pa.table({"subject_category": [r[0][0] for r in rows],
+                     "object_category": [r[0][1] for r in rows],
+                     "predicate": [r[0][2] for r in rows],
+                     "count": [r[1] for r in rows]}, schema=STATS_SCHEMA)
