@@ -12,11 +12,14 @@ from pathlib import Path
 import pytest
 
 from sgdask.cli import main
+from sgdask.cli.process import EXIT_ERROR
 from sgdask.io.sniff import (
     GT_STORE,
     MASK_ZIP,
     MISSING,
     NPZ,
+    OI_ANNO,
+    OI_CATEGORIES,
     PICKLE,
     PNG_DIR,
     PSG_JSON,
@@ -29,6 +32,7 @@ from sgdask.io.sniff import (
     what_is,
 )
 from sgdask.io.verify import verify_store
+from sgdask.synth_oi import oi_synth_paths, write_oi_dataset
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(32)
 
@@ -81,7 +85,21 @@ def test_what_is_tells_every_kind_by_content(dataset, stores, odd, tmp_path):
              str(odd["masks.zip"]): MASK_ZIP, str(odd["arrays.npz"]): NPZ,
              str(odd["vg.h5"]): VG_H5, str(tmp_path / "nothing.zip"): MISSING,
              str(truncated): ZIP}
+    oi = oi_synth_paths(tmp_path / "oi")
+    write_oi_dataset(tmp_path / "oi", n_test=2, n_train=2)
+    kinds |= {str(oi.anno): OI_ANNO, str(oi.train): OI_ANNO, str(oi.categories): OI_CATEGORIES,
+              str(oi.submission): SGBENCH_JSON}
     assert {path: what_is(path).kind for path in kinds} == kinds
+
+
+def test_open_images_annotations_are_ground_truth(tmp_path, capsys):
+    oi = oi_synth_paths(tmp_path)
+    write_oi_dataset(tmp_path, n_test=2, n_train=2)
+    with pytest.raises(SystemExit) as done:
+        main(["convert", str(oi.anno), "--out", str(tmp_path / "s.store")])
+    err = capsys.readouterr().err.strip()
+    assert done.value.code == EXIT_ERROR and len(err.splitlines()) == 1, err
+    assert "Open Images V6 annotations" in err and "ingest it with sgdask ingest-gt" in err
 
 
 def test_evaluate_says_what_it_was_given(capsys, dataset, stores, odd, tmp_path):
@@ -126,7 +144,7 @@ def test_other_commands_say_what_they_were_given(capsys, dataset, stores, odd, t
          "masks.zip: a ZIP of PNG masks, where a directory of panoptic PNGs is expected "
          "(masks need --gt-masks: unzip it and pass the directory)"),
         (("stats", boxes, "--out", str(out)), f"{boxes}: an SGBench submission (JSON), "
-         "where psg.json is expected"),
+         "where psg.json or Open Images V6's vrd-train-anno.json is expected"),
         (("compare", "--gt", stores.pred, stores.pred), "(pass it as --pred)"),
         (("evaluate", "--gt", str(odd["vg.h5"]), "--pred", stores.pred),
          "(ingest it with sgdask ingest-gt --dicts --image-data, then pass the store as "

@@ -218,7 +218,7 @@ def _validate_sgbench(url: str, gt: str | None, options: StorageOptions | None,
 SGBENCH, RESULTS, PSG, VG150, OIV6 = ("sgbench", "results", "psg-json", "vg150-h5",
                                        "oiv6-json")
 #: the formats sgdask itself reads (``sgdask.io.sniff`` knows their files by content)
-BUILT_IN = frozenset({SGBENCH, RESULTS, PSG, VG150})
+BUILT_IN = frozenset({SGBENCH, RESULTS, PSG, VG150, OIV6})
 
 register(Format(
     PSG, GT, lambda head, name: True,

@@ -3,7 +3,8 @@
 ``what_is`` looks at a path the way a user would want sgdask to before any work: a store
 by its manifest (GT or submission), a ZIP by its member names (an SGBench submission, a
 ZIP of PNG masks, an ``.npz``), a JSON file by its first keys (an SGBench submission,
-OpenPSG's psg.json, Visual Genome's dicts), other files by their magic bytes (HDF5, pickle,
+OpenPSG's psg.json, Visual Genome's dicts, Open Images V6's annotation list and
+categories), other files by their magic bytes (HDF5, pickle,
 Parquet, images). ``expect`` then says, in one line naming the file, what it is, what was
 expected, and the option that fixes it ("psg.json: a ground-truth file (psg.json), where
 a submission store, an SGBench ZIP or JSON is expected (pass it as --gt)"); a missing
@@ -30,11 +31,11 @@ from sgdask.io.store import MANIFEST, StoreReader, store_kind
 
 #: the kinds of path ``what_is`` tells apart
 (MISSING, GT_STORE, SUBMISSION_STORE, DIRECTORY, NPZ_DIR, PNG_DIR, SGBENCH_ZIP, MASK_ZIP,
- NPZ, ZIP, SGBENCH_JSON, PSG_JSON, VG_DICTS, JSON, VG_H5, PICKLE, PARQUET, IMAGE,
- OTHER) = (
+ NPZ, ZIP, SGBENCH_JSON, PSG_JSON, VG_DICTS, OI_ANNO, OI_CATEGORIES, JSON, VG_H5, PICKLE,
+ PARQUET, IMAGE, OTHER) = (
     "missing", "gt store", "submission store", "directory", "npz directory", "png directory",
-    "sgbench zip", "mask zip", "npz", "zip", "sgbench json", "psg json", "vg dicts", "json",
-    "vg h5", "pickle", "parquet", "image", "other")
+    "sgbench zip", "mask zip", "npz", "zip", "sgbench json", "psg json", "vg dicts",
+    "oi annotations", "oi categories", "json", "vg h5", "pickle", "parquet", "image", "other")
 #: bytes read to recognise a JSON file by its keys, or any file by its magic bytes
 _HEAD = 64 << 10
 _IMAGES = {b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image",
@@ -42,6 +43,8 @@ _IMAGES = {b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image",
 _PSG_KEYS = {"data", "thing_classes", "stuff_classes", "predicate_classes", "test_image_ids"}
 _SGBENCH_KEYS = {"version", "images"}
 _VG_DICT_KEYS = {"idx_to_label", "label_to_idx", "idx_to_predicate", "predicate_to_idx"}
+#: an Open Images V6 annotation file is a list of these objects; its categories_dict.json
+_OI_KEYS, _OI_CATEGORY_KEYS = {"img_fn", "det_labels"}, {"obj", "rel"}
 #: a ZIP's member names are read up to this many entries (an SGBench ZIP of PSG's test
 #: split holds about 9,000; more than this is left to the reader and its entry limit)
 _MAX_NAMES = 60_000
@@ -153,6 +156,8 @@ def _file(head: bytes) -> Found:
             return Found(IMAGE, what)
     if head.lstrip()[:1] == b"{":
         return _json(head)
+    if head.lstrip()[:1] == b"[" and {k.decode() for k in _KEY.findall(head)} >= _OI_KEYS:
+        return Found(OI_ANNO, "Open Images V6 annotations (vrd-*-anno.json)")
     if head.lstrip()[:1] == b"[" or not head:
         return Found(JSON, "a JSON file")
     return Found(OTHER, "a file sgdask does not recognise")
@@ -162,6 +167,8 @@ def _json(head: bytes) -> Found:
     """A JSON object by its first key (psg.json starts with its huge ``data`` list, so the
     first key decides), else by the keys in its first bytes."""
     keys = [k.decode() for k in _KEY.findall(head)]
+    if set(keys) >= _OI_CATEGORY_KEYS:
+        return Found(OI_CATEGORIES, "Open Images V6's categories_dict.json")
     for key in keys[:1] + keys:
         if key in _PSG_KEYS:
             return Found(PSG_JSON, "a ground-truth file (psg.json)")
@@ -193,9 +200,11 @@ ROLES = {r.name: r for r in (
          "a model's result file: a pickle or a directory of .npz files"),
     Role("submission file", frozenset({SGBENCH_ZIP, SGBENCH_JSON}) | _UNSURE,
          "an SGBench ZIP or JSON"),
-    Role("gt source", frozenset({PSG_JSON, VG_H5}) | _UNSURE,
-         "psg.json or Visual Genome's VG-SGG-with-attri.h5"),
-    Role("psg", frozenset({PSG_JSON}) | _UNSURE, "psg.json"),
+    Role("gt source", frozenset({PSG_JSON, VG_H5, OI_ANNO}) | _UNSURE,
+         "psg.json, Visual Genome's VG-SGG-with-attri.h5 or Open Images V6's "
+         "vrd-test-anno.json"),
+    Role("psg", frozenset({PSG_JSON, OI_ANNO}) | _UNSURE,
+         "psg.json or Open Images V6's vrd-train-anno.json"),
     Role("masks", frozenset({PNG_DIR, DIRECTORY}), "a directory of panoptic PNGs"),
 )}
 
@@ -204,8 +213,8 @@ _SUBMITTED, _GROUND_TRUTH = "a submission: convert it with sgdask convert", (
     "ground truth: ingest it with sgdask ingest-gt")
 #: hints by role where the command, not an option, is what fixes it
 _COMMANDS: dict[str, dict[str, Text]] = {
-    "submission file": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH},
-    "results": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH},
+    "submission file": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH, OI_ANNO: _GROUND_TRUTH},
+    "results": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH, OI_ANNO: _GROUND_TRUTH},
     "gt source": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED},
     "psg": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED},
 }
@@ -225,8 +234,12 @@ def _hint(kind: str, role: str) -> Text | None:
     if kind == VG_H5:
         return ("ingest it with sgdask ingest-gt ", Option("dicts"), " ",
                 Option("image_data"), ", then pass the store as ", Option("gt"))
+    if kind == OI_ANNO:
+        return ("ingest it with sgdask ingest-gt, then pass the store as ", Option("gt"))
     if kind == VG_DICTS:
         return ("pass it to sgdask ingest-gt as ", Option("dicts"))
+    if kind == OI_CATEGORIES:
+        return ("pass it to sgdask ingest-gt as ", Option("categories"))
     if kind == MASK_ZIP:
         return ("masks need ", Option("gt_masks"), ": unzip it and pass the directory")
     if kind == PNG_DIR:
