@@ -16,6 +16,11 @@ from sgdask.report.page import esc, link, page
 
 Entry = dict[str, Any]
 
+#: rows are ranked within their matching mode, one board per mode, in this order
+MATCHING_MODES = ("masks", "boxes")
+#: the mode of a row published before rows named theirs (sgdask ranked masks then)
+DEFAULT_MATCHING = "masks"
+MATCHING_TITLES = {"masks": "mask matching", "boxes": "box matching"}
 DELTA_COLUMN = "Δ multimpo"
 RANGE_COLUMN = "rank range"
 MISSING = "-"
@@ -83,13 +88,44 @@ SORTER_JS = """
 
 def render_leaderboard(boards: dict[str, list[Entry]], columns: list[str],
                        title: str = "sgdask leaderboard", generated_at: str = "",
-                       previous_generated_at: str | None = None) -> str:
-    """The whole page; ``boards`` maps board name -> entries in rank order."""
+                       previous_generated_at: str | None = None,
+                       titles: dict[str, str] | None = None) -> str:
+    """The whole page; ``boards`` maps board name -> entries in rank order, ``titles`` a
+    board's name to its heading (default: the name)."""
     body = "\n".join([header(title, generated_at, previous_generated_at),
                       '<div class="boards">',
-                      *(board_section(name, entries, columns) for name, entries in boards.items()),
+                      *(board_section(name, entries, columns, (titles or {}).get(name))
+                        for name, entries in boards.items()),
                       "</div>"])
     return page(title, body, CSS, script=SORTER_JS)
+
+
+def by_matching(rows: list[Entry]) -> dict[str, list[Entry]]:
+    """The rows of each matching mode present, in ``MATCHING_MODES`` order, order kept."""
+    out: dict[str, list[Entry]] = {}
+    for mode in MATCHING_MODES:
+        found = [r for r in rows if r.get("matching", DEFAULT_MATCHING) == mode]
+        if found:
+            out[mode] = found
+    return out
+
+
+def matching_boards(public: list[Entry], approved: list[Entry]
+                    ) -> tuple[dict[str, list[Entry]], dict[str, str]]:
+    """The page's boards and their headings: a public and an approved board per matching
+    mode present (the mask boards when there is no row). The mask boards keep the names
+    ``public`` and ``approved`` (their ids ``board-public``, ``board-approved``), the box
+    boards are ``public-boxes`` and ``approved-boxes``."""
+    modes = list(by_matching(public)) or [DEFAULT_MATCHING]
+    boards: dict[str, list[Entry]] = {}
+    titles: dict[str, str] = {}
+    split = {"public": by_matching(public), "approved": by_matching(approved)}
+    for mode in modes:
+        for kind, rows in split.items():
+            name = kind if mode == DEFAULT_MATCHING else f"{kind}-{mode}"
+            boards[name] = rows.get(mode, [])
+            titles[name] = f"{kind}: {MATCHING_TITLES[mode]}"
+    return boards, titles
 
 
 # --- header ----------------------------------------------------------------------------------
@@ -106,15 +142,19 @@ def header(title: str, generated_at: str, previous_generated_at: str | None) -> 
                  f"points. Under {esc(RANK_BY)}: its bootstrap interval over the test "
                  f"images; {esc(RANGE_COLUMN)}: from 1 + the number of models significantly "
                  "better to the number of models not significantly worse (paired bootstrap). "
+                 "Mask and box submissions are ranked on separate boards, each titled "
+                 "with its matching mode: their numbers are not comparable. "
                  "Click a column header to sort.</p>")
     return "\n".join(parts)
 
 
 # --- one board -------------------------------------------------------------------------------
 
-def board_section(name: str, entries: list[Entry], columns: list[str]) -> str:
+def board_section(name: str, entries: list[Entry], columns: list[str],
+                  heading: str | None = None) -> str:
     ranges = any(e.get("rank_range") for e in entries)
-    return (f'<section>\n<h2>{esc(name)}</h2>\n<table class="board" id="{esc(board_id(name))}">\n'
+    return (f'<section>\n<h2>{esc(heading or name)}</h2>\n'
+            f'<table class="board" id="{esc(board_id(name))}">\n'
             f"<thead><tr>{header_cells(columns, ranges)}</tr></thead>\n"
             f"<tbody>\n{body_rows(entries, columns, ranges)}\n</tbody>\n</table>\n</section>")
 

@@ -29,7 +29,13 @@ import pyarrow.parquet as pq
 from distributed import Client
 
 from sgdask import __version__
-from sgdask.batch.leaderboard_html import render_leaderboard
+from sgdask.batch.leaderboard_html import (
+    DEFAULT_MATCHING,
+    MATCHING_MODES,
+    by_matching,
+    matching_boards,
+    render_leaderboard,
+)
 from sgdask.batch.many import Log, ManyJob, ManyOutcome, run_many
 from sgdask.batch.registry import Entry, Registry
 from sgdask.core.settings import Settings
@@ -46,6 +52,8 @@ from sgdask.stats.paired import rank_ranges
 from sgdask.stats.table import TermTable
 
 BOARD_PROTOCOLS = ("singlempo", "multimpo")
+#: what a published board holds beyond its inputs: a new layout republishes once
+BOARD_LAYOUT = 2
 #: beside a kept report page: its SHA-256, written after it
 PAGE_HASH = ".sha256"
 EXIT_LOCKED = 3
@@ -80,9 +88,12 @@ def rank_key(row: dict[str, Any]) -> tuple:
 
 
 def board_rows(entries: list[Entry], reports: dict[str, dict[str, Report]],
-               previous: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Entries in rank order with metrics, multimpo delta and rank change."""
-    before = {r["submission_id"]: r["rank"] for r in previous or []}
+               previous: list[dict[str, Any]] | None,
+               matching: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Entries with metrics, multimpo delta, matching mode and rank change, ranked within
+    their matching mode (``MATCHING_MODES`` order: the mask board's rows first)."""
+    before = {r["submission_id"]: (r.get("matching", DEFAULT_MATCHING), r["rank"])
+              for r in previous or []}
     rows = []
     for e in entries:
         by_protocol = reports.get(e.submission_id, {})
@@ -95,31 +106,37 @@ def board_rows(entries: list[Entry], reports: dict[str, dict[str, Report]],
         rows.append({"submission_id": e.submission_id, "name": e.name,
                      "approved": e.approved, "submitted_at": e.submitted_at,
                      "paper": e.paper, "report": f"reports/{e.submission_id}.html",
+                     "matching": (matching or {}).get(e.submission_id, DEFAULT_MATCHING),
                      "metrics": metrics, "delta": delta})
-    rows.sort(key=rank_key)
-    for rank, row in enumerate(rows, start=1):
-        row["rank"] = rank
-        old = before.get(row["submission_id"])
-        row["rank_change"] = None if old is None else old - rank
+    rows.sort(key=lambda r: (MATCHING_MODES.index(r["matching"]), rank_key(r)))
+    for mode_rows in by_matching(rows).values():
+        for rank, row in enumerate(mode_rows, start=1):
+            row["rank"] = rank
+            old = before.get(row["submission_id"])
+            row["rank_change"] = None if old is None or old[0] != row["matching"] \
+                else old[1] - rank
     return rows
 
 
 def approved_board(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None,
                    ranges: dict[str, list[int] | None] | None = None
                    ) -> list[dict[str, Any]]:
-    """The approved entries ranked among themselves (``ranges``: their rank ranges among
-    themselves, by submission id)."""
-    before = {r["submission_id"]: r.get("approved_rank") for r in previous or []}
+    """The approved entries ranked among themselves within their matching mode
+    (``ranges``: their rank ranges among themselves, by submission id)."""
+    before = {r["submission_id"]: (r.get("matching", DEFAULT_MATCHING), r.get("approved_rank"))
+              for r in previous or []}
     board = []
-    for rank, row in enumerate((r for r in rows if r["approved"]), start=1):
-        old = before.get(row["submission_id"])
-        change = None if old is None else old - rank
-        entry = {**row, "rank": rank, "rank_change": change}
-        if ranges is not None:
-            entry["rank_range"] = ranges.get(row["submission_id"])
-            row["approved_rank_range"] = entry["rank_range"]
-        board.append(entry)
-        row["approved_rank"], row["approved_rank_change"] = rank, change
+    for mode_rows in by_matching([r for r in rows if r["approved"]]).values():
+        for rank, row in enumerate(mode_rows, start=1):
+            old = before.get(row["submission_id"])
+            change = None if old is None or old[1] is None or old[0] != row["matching"] \
+                else old[1] - rank
+            entry = {**row, "rank": rank, "rank_change": change}
+            if ranges is not None:
+                entry["rank_range"] = ranges.get(row["submission_id"])
+                row["approved_rank_range"] = entry["rank_range"]
+            board.append(entry)
+            row["approved_rank"], row["approved_rank_change"] = rank, change
     return board
 
 
@@ -160,20 +177,24 @@ def board_ranges(rows: list[dict[str, Any]], reports: dict[str, dict[str, Report
 def with_ranges(board: list[dict[str, Any]], reports: dict[str, dict[str, Report]],
                 composition: dict[int, int] | None, ci: BoardCI
                 ) -> dict[str, list[int] | None]:
-    """Put the ranking metric's interval (``intervals``) and the rank range (``rank_range``)
-    into every row; returns the rank ranges among the approved rows, by submission id."""
+    """Put the ranking metric's interval (``intervals``) and the rank range among its
+    matching mode's rows (``rank_range``) into every row; returns the rank ranges among the
+    approved rows of each mode, by submission id."""
     first = next((reports[r["submission_id"]]["singlempo"] for r in board
                   if ranking_terms(r, reports) is not None), None)
     if first is None:
         return {}
     scoring = scoring_of(first, composition)
-    public = board_ranges(board, reports, scoring, ci)
-    for row in board:
-        found = public.get(row["submission_id"], {})
-        row["intervals"] = {RANK_BY: found.get("interval")}
-        row["rank_range"] = found.get("range")
-    approved = board_ranges([r for r in board if r["approved"]], reports, scoring, ci)
-    return {sid: found["range"] for sid, found in approved.items()}
+    approved: dict[str, list[int] | None] = {}
+    for mode_rows in by_matching(board).values():
+        public = board_ranges(mode_rows, reports, scoring, ci)
+        for row in mode_rows:
+            found = public.get(row["submission_id"], {})
+            row["intervals"] = {RANK_BY: found.get("interval")}
+            row["rank_range"] = found.get("range")
+        ranked = board_ranges([r for r in mode_rows if r["approved"]], reports, scoring, ci)
+        approved.update({sid: found["range"] for sid, found in ranked.items()})
+    return approved
 
 
 @dataclass
@@ -188,7 +209,7 @@ def inputs_digest(entries: list[Entry], options: Settings, ci: BoardCI | None = 
     """What a board depends on: the entries, the evaluation and interval settings."""
     payload = [(e.submission_id, e.content_hash, e.approved) for e in entries]
     text = json.dumps([payload, BOARD_PROTOCOLS, options.__dict__, protocol_versions(),
-                       asdict(ci or BoardCI())])
+                       asdict(ci or BoardCI()), BOARD_LAYOUT])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -240,7 +261,7 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
             return RerankOutcome(None, outcome.evaluated, outcome.cached, [])
         previous = read_json(fs, join(root, current["board"], "leaderboard.json")) \
             if current else None
-        board = board_rows(entries, outcome.reports, previous)
+        board = board_rows(entries, outcome.reports, previous, outcome.matching)
         _, composition = gt_training_stats(StoreReader(gt, storage_options, "gt"), options.stats,
                                         storage_options)
         ranges = with_ranges(board, outcome.reports, composition, ci or BoardCI())
@@ -294,10 +315,11 @@ def leaderboard_page(board: list[dict[str, Any]], approved: list[dict[str, Any]]
     def linked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{**r, "report": report_prefix + r["report"]} for r in rows]
 
+    boards, titles = matching_boards(linked(board), linked(approved))
     return render_leaderboard(
-        {"public": linked(board), "approved": linked(approved)}, board_columns(),
-        generated_at=stamp,
-        previous_generated_at=current["published_at"] if current else None).encode()
+        boards, board_columns(), generated_at=stamp,
+        previous_generated_at=current["published_at"] if current else None,
+        titles=titles).encode()
 
 
 def report_title(submission_id: str) -> str:
@@ -382,7 +404,8 @@ def board_files(board: list[dict[str, Any]], approved: list[dict[str, Any]],
                 stamp: str) -> dict[str, bytes]:
     """Every file of one dated board, by relative path."""
     table = pa.Table.from_pylist([
-        {"rank": r["rank"], "approved_rank": r.get("approved_rank"), "name": r["name"],
+        {"rank": r["rank"], "approved_rank": r.get("approved_rank"),
+         "matching": r.get("matching", DEFAULT_MATCHING), "name": r["name"],
          "submission_id": r["submission_id"], "approved": r["approved"],
          "submitted_at": r["submitted_at"], "paper": r["paper"],
          "rank_change": r["rank_change"],

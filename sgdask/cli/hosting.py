@@ -115,8 +115,8 @@ def rerank(registry: Annotated[str, typer.Option(help="registry URL")],
     except LockHeld as err:
         print(f"sgdask: {err}", file=sys.stderr)
         sys.exit(EXIT_LOCKED)
-    for row in outcome.board:
-        out_console.print(f"{row['rank']:3d}. {row['name']}  {RANK_BY} "
+    for row in outcome.board:  # ranked within its matching mode's board
+        out_console.print(f"{row['matching']:>5} {row['rank']:3d}. {row['name']}  {RANK_BY} "
                           f"{format_value(RANK_BY, row['metrics'].get(RANK_BY))}")
 
 
@@ -148,8 +148,9 @@ def _team_limits(daily: int, total: int, concurrent: int = 0) -> TeamLimits:
     return Limits(daily or None, total or None, concurrent or None)
 
 
-def serve(registry: Registry, gt: GT,
-          out: Board,
+def serve(registry: Registry, out: Board,
+          gt: Annotated[str | None, typer.Option(
+              help="GT store URL (one phase; or --benchmark)")] = None,
           scheduler: Scheduler = None,
           host: Annotated[str, typer.Option(
               help="address to listen on (put a TLS proxy in front for anything public)")]
@@ -169,20 +170,29 @@ def serve(registry: Registry, gt: GT,
           title: Annotated[str, typer.Option(help="the leaderboard's title")]
           = "sgdask leaderboard",
           poll: Poll = 1.0, lease: Lease = DEFAULT_LEASE, max_attempts: MaxAttempts = 3,
+          benchmark: Annotated[str | None, typer.Option(
+              help="benchmark file (YAML: phases with their GT, dates, limits and boards; "
+              "schemas/benchmark.schema.json); replaces --gt, --title and the limits")] = None,
           limit: Limits = None, storage_option: StorageOpt = None) -> None:
     """Serve the benchmark: upload form, status pages, leaderboard, JSON API, and the queue
-    worker (in this process unless --no-worker)."""
+    workers, one per phase (in this process unless --no-worker)."""
     from sgdask.service.app import ServiceConfig
+    from sgdask.service.benchmark import load_benchmark, one_phase
     from sgdask.service.server import serve as run_server
     from sgdask.service.worker import WorkerConfig
 
+    limits = _team_limits(daily_limit, total_limit, concurrent_limit)
+    if benchmark is None and gt is None:
+        raise SgdaskError("serve: give --gt GT (one phase) or --benchmark FILE (phases)")
+    phases = load_benchmark(benchmark, registry, out) if benchmark is not None \
+        else one_phase(registry, out, gt, limits, title)
     service = ServiceConfig(registry, out, storage_options(storage_option), tokens,
-                            max_upload_mb,
-                            _team_limits(daily_limit, total_limit, concurrent_limit),
-                            open_uploads, title, lease)
-    worker = None if no_worker else WorkerConfig.beside(
-        service, gt, poll, max_attempts, ArchiveLimits.from_pairs(limit))
-    run_server(service, worker, scheduler, host, port)
+                            max_upload_mb, limits, open_uploads, phases.title, lease,
+                            benchmark=phases if benchmark is not None else None)
+    workers = [] if no_worker else [
+        WorkerConfig.beside(service, phase, poll, max_attempts,
+                            ArchiveLimits.from_pairs(limit)) for phase in phases.phases]
+    run_server(service, workers, scheduler, host, port)
 
 
 def worker(registry: Registry, gt: GT, out: Board,

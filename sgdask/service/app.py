@@ -37,10 +37,11 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from sgdask.batch.registry import Entry, Registry, utc_now
+from sgdask.batch.registry import STAMP_FORMAT, Entry, Registry
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.service import pages
 from sgdask.service.access import Refusal, authorize, checked_name, checked_paper
+from sgdask.service.benchmark import DATE_FORMAT, Benchmark, Phase, one_phase
 from sgdask.service.limits import LimitReached, Limits, check_limits, team_of
 from sgdask.service.queue import (
     Submission,
@@ -80,10 +81,19 @@ class ServiceConfig:
     open_uploads: bool = False
     title: str = "sgdask leaderboard"
     lease: float = 60.0  # in-flight markers beat every quarter lease; orphans age in leases
+    #: the phases (``sgdask serve --benchmark``); None: one phase at ``registry`` and ``out``
+    benchmark: Benchmark | None = None
+    #: what time it is: the phases' dates and the limits read it (tests set it)
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
     @property
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * 2**20)
+
+    @property
+    def challenge(self) -> Benchmark:
+        return self.benchmark or one_phase(self.registry, self.out, None, self.limits,
+                                           self.title)
 
 
 class Service:
@@ -91,9 +101,29 @@ class Service:
 
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
-        self.registry = Registry(config.registry, config.storage_options)
+        self.benchmark = config.challenge
+        self.registries = {p.name: Registry(p.registry, config.storage_options)
+                           for p in self.benchmark.phases}
         self.tokens = TokenBook(config.tokens)
         self.register_lock = asyncio.Lock()  # limits are checked, entries added under it
+
+    def phase(self, name: str | None) -> Phase:
+        """The phase named (None: the current one), or a 404."""
+        if not name:
+            return self.benchmark.current(self.config.clock())
+        found = self.benchmark.phase(name)
+        if found is None:
+            raise Refusal(404, f"phase: no phase {name!r} (phases: "
+                          f"{', '.join(p.name for p in self.benchmark.phases)})")
+        return found
+
+    def find(self, submission_id: str) -> tuple[Phase, Submission] | None:
+        """A submission and its phase, looked up in every phase's registry."""
+        for phase in self.benchmark.phases:
+            sub = submission(self.registries[phase.name], submission_id)
+            if sub is not None:
+                return phase, sub
+        return None
 
     async def run(self, func: Callable[..., Any], *args: Any) -> Any:
         """Blocking storage calls run in worker threads, never on the event loop."""
@@ -101,9 +131,10 @@ class Service:
 
     # --- the board ----------------------------------------------------------------------
 
-    def board_file(self, name: str) -> bytes | None:
-        """A file of the published board (one GET, never from a stale listing cache)."""
-        fs, root = filesystem(self.config.out, self.config.storage_options)
+    def board_file(self, phase: Phase, name: str) -> bytes | None:
+        """A file of a phase's published board (one GET, never from a stale listing
+        cache)."""
+        fs, root = filesystem(phase.out, self.config.storage_options)
         path = join(root, name)
         fs.invalidate_cache(fs._parent(path))  # the listing cache may predate the file
         try:
@@ -111,23 +142,27 @@ class Service:
         except FileNotFoundError:
             return None
 
-    def board(self) -> tuple[list[dict[str, Any]] | None, str | None]:
-        """(the published rows, when they were published) or (None, None)."""
-        data = self.board_file("leaderboard.json")
+    def board(self, phase: Phase) -> tuple[list[dict[str, Any]] | None, str | None]:
+        """(the phase's published rows, when they were published) or (None, None)."""
+        data = self.board_file(phase, "leaderboard.json")
         if data is None:
             return None, None
-        current = json.loads(self.board_file("current.json") or b"{}")
+        current = json.loads(self.board_file(phase, "current.json") or b"{}")
         return json.loads(data), current.get("published_at")
 
-    def ranks(self) -> dict[str, int]:
-        rows, _ = self.board()
+    def boards(self) -> list[tuple[Phase, list[dict[str, Any]] | None, str | None]]:
+        """Every phase with its published rows and when they were published."""
+        return [(phase, *self.board(phase)) for phase in self.benchmark.phases]
+
+    def ranks(self, phase: Phase) -> dict[str, int]:
+        rows, _ = self.board(phase)
         return {r["submission_id"]: r["rank"] for r in rows or []}
 
-    def report(self, submission_id: str) -> bytes | None:
-        current = json.loads(self.board_file("current.json") or b"null")
+    def report(self, phase: Phase, submission_id: str) -> bytes | None:
+        current = json.loads(self.board_file(phase, "current.json") or b"null")
         if not current:
             return None
-        return self.board_file(f"{current['board']}/reports/{submission_id}.html")
+        return self.board_file(phase, f"{current['board']}/reports/{submission_id}.html")
 
 
 # --- who is asking -------------------------------------------------------------------------
@@ -209,22 +244,27 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
     """Stream an upload into the registry and register it; returns the submission and
     the token that was used (for the form's cookie). Raises Refusal / LimitReached."""
     config = svc.config
-    submitted_at = utc_now()
+    submitted_at = config.clock().strftime(STAMP_FORMAT)
     submission_id = new_id(submitted_at)
     slot = _InFlight(svc, submission_id)
+    chosen: list[Phase] = []  # the phase the fields before the file name
 
     def who(fields: dict[str, str]) -> tuple[Account | None, str | None]:
         used = fields.get("token") or token
         account = svc.tokens.account(used)
-        authorize(account, bool(used), fields.get("board") or "public", config.open_uploads)
+        board = fields.get("board") or "public"
+        authorize(account, bool(used), board, config.open_uploads)
+        phase = chosen[0] if chosen else svc.phase(fields.get("phase"))
+        check_phase(phase, board, config.clock())
+        chosen[:] = [phase]
         return account, used
 
     async def start_file(fields: dict[str, str]) -> UploadSink:
         if form:
             check_csrf(request, fields.get("csrf"))
         account, _ = who(fields)
-        await slot.take(account)
-        return UploadSink(svc.registry, submission_id)
+        await slot.take(account, chosen[0])
+        return UploadSink(svc.registries[chosen[0].name], submission_id)
 
     try:
         upload = await receive(request, config.max_upload_bytes, start_file)
@@ -233,14 +273,16 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
             account, used = who(upload.fields)
             name = checked_name(upload.fields.get("name"))
             paper = checked_paper(upload.fields.get("paper"))
+            phase = chosen[0]
+            registry = svc.registries[phase.name]
             async with svc.register_lock:
-                await svc.run(_team_limits, svc, account, submission_id)
+                await svc.run(_team_limits, svc, account, submission_id, phase)
                 await svc.run(upload.sink.commit)
-                entry = Entry(submission_id, name, svc.registry.store_url(submission_id),
-                              upload_url(svc.registry, submission_id), submitted_at,
+                entry = Entry(submission_id, name, registry.store_url(submission_id),
+                              upload_url(registry, submission_id), submitted_at,
                               upload.fields.get("board") == "approved", paper, "received", "",
                               account.team if account else None, upload.filename)
-                await svc.run(svc.registry.add, entry)
+                await svc.run(registry.add, entry)
         except BaseException:
             await svc.run(upload.sink.abort)
             raise
@@ -249,14 +291,28 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
     return Submission(entry, []), used
 
 
-def _team_limits(svc: Service, account: Account | None, submission_id: str) -> None:
-    """Raise LimitReached when the team may not add ``submission_id``: its submissions and
-    its other uploads streaming into any server sharing the registry count."""
-    subs = submissions(svc.registry)
+def check_phase(phase: Phase, board: str, now: datetime) -> None:
+    """Refuse an upload outside the phase's dates or to a board the phase does not feed."""
+    if not phase.is_open(now):
+        when = "has not started" if phase.start and now < phase.start else "has ended"
+        raise Refusal(403, f"phase {phase.name}: {when}; it takes uploads from "
+                      f"{phase.dates()}, it is {now.strftime(DATE_FORMAT)}")
+    if board not in phase.boards:
+        raise Refusal(400, f"board: phase {phase.name} feeds only the "
+                      f"{' and '.join(phase.boards)} board(s)")
+
+
+def _team_limits(svc: Service, account: Account | None, submission_id: str,
+                 phase: Phase) -> None:
+    """Raise LimitReached when the team may not add ``submission_id`` to ``phase``: its
+    submissions to the phase and its other uploads streaming into the phase on any server
+    sharing the registry count."""
+    registry = svc.registries[phase.name]
+    subs = submissions(registry)
     registered = {s.id for s in subs}
-    others = [sid for sid, team in uploads_in_flight(svc.registry, svc.config.lease).items()
+    others = [sid for sid, team in uploads_in_flight(registry, svc.config.lease).items()
               if team == team_of(account) and sid != submission_id and sid not in registered]
-    check_limits(account, subs, svc.config.limits, in_flight=len(others))
+    check_limits(account, subs, phase.limits, svc.config.clock(), in_flight=len(others))
 
 
 class _InFlight:
@@ -267,31 +323,31 @@ class _InFlight:
     def __init__(self, svc: Service, submission_id: str) -> None:
         self.svc, self.id = svc, submission_id
         self.beating: asyncio.Task | None = None
-        self.marked = False
+        self.registry: Registry | None = None  # the phase's, once marked
 
-    async def take(self, account: Account | None) -> None:
+    async def take(self, account: Account | None, phase: Phase) -> None:
         """Mark the upload, then check the limits counting it (written first, so two
         servers racing for a team's last slot cannot both get it)."""
         team = team_of(account)
         async with self.svc.register_lock:
-            self.marked = True
-            await self.svc.run(mark_in_flight, self.svc.registry, self.id, team)
-            await self.svc.run(_team_limits, self.svc, account, self.id)
-        self.beating = asyncio.create_task(self.beat(team))
+            self.registry = self.svc.registries[phase.name]
+            await self.svc.run(mark_in_flight, self.registry, self.id, team)
+            await self.svc.run(_team_limits, self.svc, account, self.id, phase)
+        self.beating = asyncio.create_task(self.beat(self.registry, team))
 
-    async def beat(self, team: str) -> None:
+    async def beat(self, registry: Registry, team: str) -> None:
         while True:
             await asyncio.sleep(self.svc.config.lease / 4)
             with contextlib.suppress(Exception):  # an unreachable store: the next beat
-                await self.svc.run(mark_in_flight, self.svc.registry, self.id, team)
+                await self.svc.run(mark_in_flight, registry, self.id, team)
 
     async def release(self) -> None:
         if self.beating is not None:
             self.beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.beating
-        if self.marked:
-            await self.svc.run(unmark_in_flight, self.svc.registry, self.id)
+        if self.registry is not None:
+            await self.svc.run(unmark_in_flight, self.registry, self.id)
 
 
 # --- JSON ----------------------------------------------------------------------------------
@@ -301,9 +357,10 @@ def status_url(request: Request, submission_id: str) -> str:
 
 
 def submission_json(request: Request, sub: Submission, rank: int | None,
-                    account: Account | None) -> dict[str, Any]:
+                    account: Account | None, phase: Phase) -> dict[str, Any]:
     e, errors_visible = sub.entry, may_see_errors(sub, account)
-    out = {"id": sub.id, "name": e.name, "team": e.team, "board": sub.board,
+    out = {"id": sub.id, "name": e.name, "team": e.team, "phase": phase.name,
+           "board": sub.board,
            "paper": e.paper, "file": e.filename, "status": sub.status, "steps": sub.steps,
            "errors": sub.shown_errors if errors_visible else [],
            "warnings": (sub.latest("warnings") or []) if errors_visible else [],
@@ -374,17 +431,20 @@ async def api_submit(svc: Service, request: Request) -> Response:
 
 
 async def api_submission(svc: Service, request: Request) -> Response:
-    sub, account = await visible_submission(svc, request, svc.tokens.account(bearer(request)))
-    rank = (await svc.run(svc.ranks)).get(sub.id)
-    return JSONResponse(submission_json(request, sub, rank, account))
+    phase, sub, account = await visible_submission(svc, request,
+                                                   svc.tokens.account(bearer(request)))
+    rank = (await svc.run(svc.ranks, phase)).get(sub.id)
+    return JSONResponse(submission_json(request, sub, rank, account, phase))
 
 
 async def api_submissions(svc: Service, request: Request) -> Response:
     account = svc.tokens.account(bearer(request))
     if account is None:
         raise Refusal(401, "token: missing or unknown")
-    subs, ranks = await svc.run(own_submissions, svc, account), await svc.run(svc.ranks)
-    return JSONResponse([submission_json(request, s, ranks.get(s.id), account) for s in subs])
+    found = await svc.run(own_submissions, svc, account)
+    ranks = {p.name: await svc.run(svc.ranks, p) for p in svc.benchmark.phases}
+    return JSONResponse([submission_json(request, s, ranks[p.name].get(s.id), account, p)
+                         for p, s in found])
 
 
 async def api_visibility(svc: Service, request: Request) -> Response:
@@ -395,9 +455,9 @@ async def api_visibility(svc: Service, request: Request) -> Response:
         raise Refusal(400, "expected JSON {\"hidden\": true|false}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("hidden"), bool):
         raise Refusal(400, "hidden: expected true or false")
-    sub = await change_visibility(svc, request, account, doc["hidden"])
-    rank = (await svc.run(svc.ranks)).get(sub.id)
-    return JSONResponse(submission_json(request, sub, rank, account))
+    phase, sub = await change_visibility(svc, request, account, doc["hidden"])
+    rank = (await svc.run(svc.ranks, phase)).get(sub.id)
+    return JSONResponse(submission_json(request, sub, rank, account, phase))
 
 
 async def api_whoami(svc: Service, request: Request) -> Response:
@@ -409,64 +469,98 @@ async def api_whoami(svc: Service, request: Request) -> Response:
         raise Refusal(401, "token: unknown or revoked token")
     if account is None and not svc.config.open_uploads:
         raise Refusal(401, "token: missing (send Authorization: Bearer TOKEN)")
-    limits = svc.config.limits
+    now = svc.config.clock()
+    current = svc.benchmark.current(now)
+    phases = {} if svc.config.benchmark is None else {
+        "phase": current.name, "phases": [phase_json(p, now) for p in svc.benchmark.phases]}
     return JSONResponse({"team": account.team if account else None,
                          "role": account.role if account else None,
                          "open_uploads": svc.config.open_uploads,
                          "max_upload_bytes": svc.config.max_upload_bytes,
-                         "limits": {"daily": limits.daily, "total": limits.total,
-                                    "concurrent": limits.concurrent}})
+                         "limits": limits_json(current), **phases})
+
+
+def limits_json(phase: Phase) -> dict[str, int | None]:
+    """The phase's limits (``monthly`` only when set: a service from flags has none)."""
+    limits = phase.limits
+    monthly = {} if limits.monthly is None else {"monthly": limits.monthly}
+    return {"daily": limits.daily, **monthly, "total": limits.total,
+            "concurrent": limits.concurrent}
+
+
+def phase_json(phase: Phase, now: datetime) -> dict[str, Any]:
+    def when(moment: datetime | None) -> str | None:
+        return moment.strftime(DATE_FORMAT) if moment else None
+    return {"name": phase.name, "start": when(phase.start), "end": when(phase.end),
+            "open": phase.is_open(now), "boards": list(phase.boards),
+            "limits": limits_json(phase)}
 
 
 async def api_leaderboard(svc: Service, request: Request) -> Response:
-    data = await svc.run(svc.board_file, "leaderboard.json")
+    """A phase's board (``?phase=NAME``; default: the current phase)."""
+    phase = svc.phase(request.query_params.get("phase"))
+    data = await svc.run(svc.board_file, phase, "leaderboard.json")
     if data is None:
         raise Refusal(404, "no leaderboard has been published yet")
     return Response(data, media_type="application/json")
 
 
 async def visible_submission(svc: Service, request: Request, account: Account | None
-                             ) -> tuple[Submission, Account | None]:
-    """The submission named in the path, if the caller may see it (else 404)."""
+                             ) -> tuple[Phase, Submission, Account | None]:
+    """The submission named in the path and its phase, if the caller may see it (else
+    404)."""
     submission_id = request.path_params["submission_id"]
     if not is_submission_id(submission_id):
         raise not_found()
-    sub = await svc.run(submission, svc.registry, submission_id)
-    if sub is None or not can_view(sub, account):
+    found = await svc.run(svc.find, submission_id)
+    if found is None or not can_view(found[1], account):
         raise not_found()
-    return sub, account
+    return found[0], found[1], account
 
 
 async def change_visibility(svc: Service, request: Request, account: Account | None,
-                            hidden: bool) -> Submission:
+                            hidden: bool) -> tuple[Phase, Submission]:
     if account is None:
         raise Refusal(401, "token: missing or unknown")
-    sub, _ = await visible_submission(svc, request, account)
-    visibility = await svc.run(svc.registry.visibility, sub.id)
+    phase, sub, _ = await visible_submission(svc, request, account)
+    registry = svc.registries[phase.name]
+    visibility = await svc.run(registry.visibility, sub.id)
     if not may_set_hidden(sub, account, hidden, visibility):
         raise Refusal(403, f"team {account.team} may not change this submission's visibility")
     by = f"{'maintainer' if account.is_maintainer else 'team'}:{account.team}"
-    await svc.run(svc.registry.set_hidden, sub.id, hidden, by)
-    return await svc.run(submission, svc.registry, sub.id)
+    await svc.run(registry.set_hidden, sub.id, hidden, by)
+    return phase, await svc.run(submission, registry, sub.id)
 
 
-def own_submissions(svc: Service, account: Account) -> list[Submission]:
-    """The team's submissions (every submission for maintainers)."""
-    return [s for s in submissions(svc.registry)
+def own_submissions(svc: Service, account: Account) -> list[tuple[Phase, Submission]]:
+    """The team's submissions with their phases (every submission for maintainers)."""
+    return [(phase, s) for phase in svc.benchmark.phases
+            for s in submissions(svc.registries[phase.name])
             if account.is_maintainer or s.entry.team == account.team]
 
 
 # --- pages ---------------------------------------------------------------------------------
 
 async def leaderboard_page(svc: Service, request: Request, csrf: str) -> Response:
-    rows, published = await svc.run(svc.board)
-    return HTMLResponse(pages.leaderboard(rows, published, svc.config.title,
-                                          cookie_account(svc, request), csrf))
+    boards = await svc.run(svc.boards)
+    return HTMLResponse(pages.leaderboard(boards, svc.benchmark.title,
+                                          cookie_account(svc, request), csrf,
+                                          svc.config.benchmark is not None))
 
 
 async def submit_form(svc: Service, request: Request, csrf: str) -> Response:
     return HTMLResponse(pages.upload_form(cookie_account(svc, request), csrf,
-                                          svc.config.max_upload_mb, svc.config.open_uploads))
+                                          svc.config.max_upload_mb, svc.config.open_uploads,
+                                          open_phases(svc)))
+
+
+def open_phases(svc: Service) -> list[Phase] | None:
+    """The phases taking uploads now, for the form's phase choice (None: one phase from
+    the flags, no choice to show)."""
+    if svc.config.benchmark is None:
+        return None
+    now = svc.config.clock()
+    return [p for p in svc.benchmark.phases if p.is_open(now)]
 
 
 async def submit_post(svc: Service, request: Request, csrf: str) -> Response:
@@ -479,7 +573,8 @@ async def submit_post(svc: Service, request: Request, csrf: str) -> Response:
         status = err.status if isinstance(err, Refusal) else 429
         return HTMLResponse(pages.upload_form(cookie_account(svc, request), csrf,
                                               svc.config.max_upload_mb,
-                                              svc.config.open_uploads, str(err)), status)
+                                              svc.config.open_uploads, open_phases(svc),
+                                              str(err)), status)
     response = RedirectResponse(f"/submissions/{sub.id}", 303)
     keep = used if used and used != request.cookies.get(TOKEN_COOKIE) else None
     return with_cookies(response, request, csrf, False, keep)
@@ -487,25 +582,26 @@ async def submit_post(svc: Service, request: Request, csrf: str) -> Response:
 
 async def status_page(svc: Service, request: Request, csrf: str) -> Response:
     account = cookie_account(svc, request)
-    sub, _ = await visible_submission(svc, request, account)
-    rank = (await svc.run(svc.ranks)).get(sub.id)
+    phase, sub, _ = await visible_submission(svc, request, account)
+    rank = (await svc.run(svc.ranks, phase)).get(sub.id)
     owner = is_owner(sub, account) or bool(account and account.is_maintainer)
     return HTMLResponse(pages.status_page(sub, rank, rank is not None,
-                                          may_see_errors(sub, account), owner, account, csrf))
+                                          may_see_errors(sub, account), owner, account, csrf,
+                                          phase.name))
 
 
 async def visibility_post(svc: Service, request: Request, csrf: str) -> Response:
     fields = await small_form(request)
     check_csrf(request, fields.get("csrf"))
-    sub = await change_visibility(svc, request, cookie_account(svc, request),
-                                  fields.get("visibility") == "hidden")
+    _, sub = await change_visibility(svc, request, cookie_account(svc, request),
+                                     fields.get("visibility") == "hidden")
     return RedirectResponse(f"/submissions/{sub.id}", 303)
 
 
 async def mine_page(svc: Service, request: Request, csrf: str) -> Response:
     account = cookie_account(svc, request)
-    subs = await svc.run(own_submissions, svc, account) if account else []
-    return HTMLResponse(pages.mine_page(subs, account, csrf))
+    found = await svc.run(own_submissions, svc, account) if account else []
+    return HTMLResponse(pages.mine_page([s for _, s in found], account, csrf))
 
 
 async def login_form(svc: Service, request: Request, csrf: str) -> Response:
@@ -531,8 +627,8 @@ async def logout_post(svc: Service, request: Request, csrf: str) -> Response:
 
 
 async def report_page(svc: Service, request: Request, csrf: str) -> Response:
-    await visible_submission(svc, request, cookie_account(svc, request))
-    data = await svc.run(svc.report, request.path_params["submission_id"])
+    phase, sub, _ = await visible_submission(svc, request, cookie_account(svc, request))
+    data = await svc.run(svc.report, phase, sub.id)
     if data is None:
         raise Refusal(404, "no published report for this submission")
     response = HTMLResponse(data)
@@ -584,15 +680,16 @@ def _log_stderr(line: str) -> None:
 
 
 async def _sweep_every(svc: Service, log: Callable[[str], None]) -> None:
-    """Sweep orphaned uploads now and every lease."""
+    """Sweep every phase's orphaned uploads now and every lease."""
     while True:
-        try:
-            swept = await svc.run(sweep_orphans, svc.registry, svc.config.lease)
-        except Exception as err:  # an unreachable store: the next sweep
-            log(f"sweeping orphaned uploads failed: {type(err).__name__}: {err}")
-        else:
-            if swept:
-                log(f"swept {len(swept)} orphaned file(s): {', '.join(swept)}")
+        for registry in svc.registries.values():
+            try:
+                swept = await svc.run(sweep_orphans, registry, svc.config.lease)
+            except Exception as err:  # an unreachable store: the next sweep
+                log(f"sweeping orphaned uploads failed: {type(err).__name__}: {err}")
+            else:
+                if swept:
+                    log(f"swept {len(swept)} orphaned file(s): {', '.join(swept)}")
         await asyncio.sleep(svc.config.lease)
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from sgdask.batch.leaderboard_html import CSS as BOARD_CSS
-from sgdask.batch.leaderboard_html import SORTER_JS, board_section, header
+from sgdask.batch.leaderboard_html import SORTER_JS, board_section, header, matching_boards
 from sgdask.metrics import RANK_BY, board_columns, format_value
 from sgdask.report import page as html_page
 from sgdask.report.page import esc, link, script_hash
 from sgdask.service.access import BOARDS
+from sgdask.service.benchmark import Phase
 from sgdask.service.queue import FINAL, Submission
 from sgdask.service.tokens import Account
 
@@ -68,36 +69,61 @@ def csrf_field(csrf: str) -> str:
 
 # --- leaderboard ---------------------------------------------------------------------------
 
-def leaderboard(rows: list[dict[str, Any]] | None, published_at: str | None, title: str,
-                account: Account | None, csrf: str) -> str:
-    if rows is None:
-        body = (f"<h1>{esc(title)}</h1>\n<p class=\"note\">No leaderboard has been published "
-                'yet: <a href="/submit">submit a model</a>.</p>')
-        return page(title, body, account, csrf)
+def leaderboard(phases: list[tuple[Phase, list[dict[str, Any]] | None, str | None]],
+                title: str, account: Account | None, csrf: str, phased: bool) -> str:
+    """Every phase's boards; ``phased``: a benchmark file's phases, each under its name and
+    dates (without it, the one phase of the flags, as before phases existed)."""
+    if not phased:
+        _, rows, published = phases[0]
+        if rows is None:
+            body = (f"<h1>{esc(title)}</h1>\n<p class=\"note\">No leaderboard has been "
+                    'published yet: <a href="/submit">submit a model</a>.</p>')
+            return page(title, body, account, csrf)
+        body = "\n".join([header(title, published or "", None), phase_boards(rows, "")])
+        return page(title, body, account, csrf, script=SORTER_JS)
+    parts = [header(title, "", None)]
+    for phase, rows, published in phases:
+        parts.append(f'<h2 class="phase" id="phase-{esc(phase.name)}">phase {esc(phase.name)}'
+                     f'</h2>\n<p class="meta">uploads {esc(phase.dates())}'
+                     + (f"; published {esc(published)}" if published else "") + "</p>")
+        parts.append(phase_boards(rows, f"{phase.name}-") if rows is not None else
+                     '<p class="note">No board has been published for this phase yet.</p>')
+    return page(title, "\n".join(parts), account, csrf, script=SORTER_JS)
+
+
+def phase_boards(rows: list[dict[str, Any]], prefix: str) -> str:
+    """A phase's boards, one public and one approved board per matching mode; ``prefix``
+    keeps the table ids of several phases apart."""
     public = [{**r, "report": f"/reports/{r['submission_id']}"} for r in rows]
     approved = sorted(({**r, "rank": r["approved_rank"],
                         "rank_change": r.get("approved_rank_change")}
                        for r in public if r.get("approved_rank") is not None),
                       key=lambda r: r["rank"])
-    body = "\n".join([header(title, published_at or "", None), '<div class="boards">',
-                      board_section("public", public, board_columns()),
-                      board_section("approved", approved, board_columns()), "</div>"])
-    return page(title, body, account, csrf, script=SORTER_JS)
+    boards, titles = matching_boards(public, approved)
+    return "\n".join(['<div class="boards">',
+                      *(board_section(prefix + name, entries, board_columns(), titles[name])
+                        for name, entries in boards.items()), "</div>"])
 
 
 # --- upload form ---------------------------------------------------------------------------
 
 def upload_form(account: Account | None, csrf: str, max_mb: float, open_uploads: bool,
-                error: str | None = None) -> str:
+                phases: list[Phase] | None = None, error: str | None = None) -> str:
+    """The upload form; ``phases``: the phases open now to choose from (None: no choice)."""
     token = ("" if account is not None else
              '<label for="token">Token' + (" (optional for the public board)"
                                            if open_uploads else "") + "</label>\n"
              '<input type="password" id="token" name="token" autocomplete="off">\n')
     boards = "".join(f'<option value="{b}">{b}</option>' for b in BOARDS)
+    phase = "" if phases is None else (
+        '<label for="phase">Phase</label>\n<select id="phase" name="phase">'
+        + "".join(f'<option value="{esc(p.name)}">{esc(p.name)} (until '
+                  f'{esc(p.dates().split(" to ")[1])})</option>' for p in reversed(phases))
+        + "</select>\n" if phases else '<p class="error-box">No phase takes uploads now.</p>\n')
     body = f"""<h1>Submit a model</h1>
 {error_box(error)}<form class="upload" method="post" action="/submit" enctype="multipart/form-data">
 {csrf_field(csrf)}
-{token}<label for="name">Model name</label>
+{token}{phase}<label for="name">Model name</label>
 <input type="text" id="name" name="name" required maxlength="200">
 <label for="paper">Paper link (http or https, optional)</label>
 <input type="url" id="paper" name="paper" maxlength="2000">
@@ -136,9 +162,10 @@ def error_page(status: int, message: str, account: Account | None, csrf: str) ->
 # --- one submission ------------------------------------------------------------------------
 
 def status_page(sub: Submission, rank: int | None, has_report: bool, may_see_errors: bool,
-                may_change: bool, account: Account | None, csrf: str) -> str:
+                may_change: bool, account: Account | None, csrf: str, phase: str) -> str:
     e = sub.entry
-    facts = [("id", esc(sub.id)), ("team", esc(e.team or "-")), ("board", esc(sub.board)),
+    facts = [("id", esc(sub.id)), ("team", esc(e.team or "-")), ("phase", esc(phase)),
+             ("board", esc(sub.board)),
              ("file", esc(e.filename or "-")), ("submitted", esc(e.submitted_at)),
              ("updated", esc(sub.updated_at)), ("attempts", esc(sub.attempts)),
              ("paper", link(e.paper, e.paper) if e.paper else "-"),

@@ -51,19 +51,20 @@ def bound_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(service: ServiceConfig, worker: WorkerConfig | None, scheduler: str | None,
+def serve(service: ServiceConfig, workers: list[WorkerConfig], scheduler: str | None,
           host: str = "127.0.0.1", port: int = 8000, log: Log = log_stderr) -> None:
-    """Serve until interrupted; the worker (unless None) runs in a thread meanwhile."""
+    """Serve until interrupted; the workers (one per phase, or none) run in threads
+    meanwhile."""
     import uvicorn
 
     stop = threading.Event()
 
     @asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
-        thread = worker_thread(worker, scheduler, stop, log) if worker else None
+        threads = [worker_thread(worker, scheduler, stop, log) for worker in workers]
         yield
         stop.set()
-        if thread is not None:
+        for thread in threads:
             thread.join(timeout=30)
 
     if not service.tokens and not service.open_uploads:
@@ -71,7 +72,7 @@ def serve(service: ServiceConfig, worker: WorkerConfig | None, scheduler: str | 
     sock = bound_socket(host, port)
     shown = f"[{host}]" if ":" in host else host
     log(f"serving http://{shown}:{sock.getsockname()[1]}/ (registry {service.registry}, "
-        f"board {service.out}; worker {'in this process' if worker else 'not started'})")
+        f"board {service.out}; {len(workers) or 'no'} worker(s) in this process)")
     config = uvicorn.Config(create_app(service, lifespan), log_level="warning",
                             proxy_headers=True, timeout_graceful_shutdown=5)
     uvicorn.Server(config).run(sockets=[sock])

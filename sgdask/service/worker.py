@@ -54,6 +54,7 @@ from sgdask.service.tokens import TokenBook
 
 if TYPE_CHECKING:
     from sgdask.service.app import ServiceConfig
+    from sgdask.service.benchmark import Phase
 
 Log = Callable[[str], None]
 DEFAULT_MAX_ERRORS = 20
@@ -78,12 +79,13 @@ class WorkerConfig:
     settings: Settings = field(default_factory=Settings)
 
     @classmethod
-    def beside(cls, service: ServiceConfig, gt: str, poll: float, max_attempts: int,
+    def beside(cls, service: ServiceConfig, phase: Phase, poll: float, max_attempts: int,
                archive_limits: ArchiveLimits | None) -> WorkerConfig:
-        """The worker of ``sgdask serve``: the service's registry, board, storage options,
-        tokens, limits and lease."""
-        return cls(service.registry, gt, service.out, service.storage_options, poll,
-                   service.lease, max_attempts, tokens=service.tokens, limits=service.limits,
+        """A worker of ``sgdask serve``: one phase's registry, GT, board and limits, the
+        service's storage options, tokens and lease."""
+        assert phase.gt is not None
+        return cls(phase.registry, phase.gt, phase.out, service.storage_options, poll,
+                   service.lease, max_attempts, tokens=service.tokens, limits=phase.limits,
                    open_uploads=service.open_uploads, archive_limits=archive_limits)
 
 

@@ -1,0 +1,203 @@
+"""Challenges (issue 29): a benchmark file's phases, their dates and per-phase limits, on a
+real uvicorn on 127.0.0.1. The dates are tested through the clock the app reads (set by the
+test, no sleeping); `sgdask serve --benchmark` runs as a real process with its workers on the
+session's cluster."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from sgdask.cli import main
+from sgdask.errors import InputError
+from sgdask.service.app import ServiceConfig, create_app
+from sgdask.service.benchmark import load_benchmark
+from sgdask.service.server import bound_socket
+from sgdask.service.tokens import add_token
+from tests.servicekit import Proc, entry_ids, upload, wait_final
+
+TWO_PHASES = """\
+title: PSG challenge
+phases:
+  - name: validation
+    gt: {gt}
+    start: 2030-01-01T00:00:00Z
+    end: 2030-02-01T00:00:00Z
+    limits: {{per_day: 1, per_month: 2}}
+  - name: test
+    gt: {gt}
+    start: 2030-02-01T00:00:00Z
+    end: 2030-02-15T00:00:00Z
+    boards: [public]
+    limits: {{per_day: 5, total: 1}}
+"""
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+@dataclass
+class Clock:
+    """The time the app reads; the test moves it."""
+
+    now: datetime
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@dataclass
+class Site:
+    base: str
+    clock: Clock
+    registry: Path
+    token: str
+    maintainer: str
+
+
+@pytest.fixture
+def site(tiny, tmp_path) -> Iterator[Site]:
+    """The app of a two-phase benchmark file on uvicorn in a thread (uploads only)."""
+    benchmark = tmp_path / "challenge.yaml"
+    benchmark.write_text(TWO_PHASES.format(gt=tiny.gt))
+    tokens = tmp_path / "tokens.json"
+    token = add_token(tokens, "team-a", "participant")
+    maintainer = add_token(tokens, "lab", "maintainer")
+    registry, out = str(tmp_path / "registry"), str(tmp_path / "board")
+    clock = Clock(at("2029-12-31T23:59:59Z"))
+    config = ServiceConfig(registry, out, tokens=str(tokens),
+                           benchmark=load_benchmark(str(benchmark), registry, out), clock=clock)
+    sock = bound_socket("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(create_app(config, log=lambda _: None),
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        while not server.started:
+            thread.join(0.05)
+        yield Site(base, clock, tmp_path / "registry", token, maintainer)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_uploads_follow_each_phases_dates_and_limits(site, tiny):
+    def send(i: int, **fields: str) -> httpx.Response:
+        return upload(site.base, site.token, tiny.variant(i), f"model {i}", **fields)
+
+    early = send(1)                                  # before the first phase
+    assert early.status_code == 403
+    assert early.json()["detail"] == (
+        "phase validation: has not started; it takes uploads from 2030-01-01T00:00:00Z to "
+        "2030-02-01T00:00:00Z (UTC), it is 2029-12-31T23:59:59Z")
+    site.clock.now = at("2030-01-10T12:00:00Z")
+    assert send(1).status_code == 202                # during validation: the current phase
+    assert send(2).status_code == 429                # validation's per_day of 1
+    ahead = send(2, phase="test")                    # test has not started
+    assert ahead.status_code == 403 and "2030-02-01T00:00:00Z" in ahead.json()["detail"]
+    assert len(entry_ids(site.registry / "phases" / "validation")) == 1
+    site.clock.now = at("2030-01-12T12:00:00Z")
+    assert send(3, phase="validation").status_code == 202
+    site.clock.now = at("2030-01-20T12:00:00Z")
+    month = send(4, phase="validation")              # validation's per_month of 2
+    assert month.status_code == 429 and "per 30 days" in month.json()["detail"]
+
+    site.clock.now = at("2030-02-01T00:00:00Z")      # validation ended, test began
+    approved = upload(site.base, site.maintainer, tiny.variant(5), "m", board="approved")
+    assert approved.status_code == 400                       # test feeds the public board only
+    assert approved.json()["detail"] == "board: phase test feeds only the public board(s)"
+    accepted = send(5)
+    assert accepted.status_code == 202
+    doc = httpx.get(accepted.json()["url"].replace("/submissions/", "/api/submissions/"),
+                    headers={"Authorization": f"Bearer {site.token}"}, timeout=30).json()
+    assert doc["phase"] == "test"
+    assert send(6).status_code == 429                # test's total of 1
+    late = send(7, phase="validation")
+    assert late.status_code == 403 and late.json()["detail"].startswith(
+        "phase validation: has ended; it takes uploads from 2030-01-01T00:00:00Z to "
+        "2030-02-01T00:00:00Z (UTC)")
+    site.clock.now = at("2030-03-01T00:00:00Z")
+    assert send(8).status_code == 403
+    assert [len(entry_ids(site.registry / "phases" / p)) for p in ("validation", "test")] \
+        == [2, 1]
+    whoami = httpx.get(f"{site.base}/api/whoami",
+                       headers={"Authorization": f"Bearer {site.token}"}, timeout=30).json()
+    assert [(p["name"], p["open"]) for p in whoami["phases"]] == \
+        [("validation", False), ("test", False)]
+    assert whoami["phases"][0]["limits"]["monthly"] == 2
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("phases: []", "phases: must contain at least 1 items"),
+    ("phases:\n  - {name: Val, gt: g}", "phases[0].name"),
+    ("phases:\n  - {name: a, gt: g, limits: {per_week: 3}}", "phases[0].limits"),
+    ("phases:\n  - {name: a, gt: g, start: 2030-02-01T00:00:00Z, end: 2030-01-01T00:00:00Z}",
+     "phases[0].end: 2030-01-01T00:00:00Z is not after start"),
+    ("phases:\n  - {name: a, gt: g}\n  - {name: a, gt: h}", "phases[1].name: 'a' names two"),
+    ("phases:\n  - {name: a, gt: g, start: 'next monday'}", "phases[0].start"),
+])
+def test_a_bad_benchmark_file_is_one_line_naming_file_and_field(tmp_path, text, fragment):
+    path = tmp_path / "bench.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        load_benchmark(str(path), "registry", "board")
+    line = err.value.render("cli")
+    assert "\n" not in line and line.startswith(str(path)) and fragment in line, line
+
+
+def test_serve_refuses_a_bad_benchmark_file_before_listening(tmp_path, capsys):
+    path = tmp_path / "bench.yaml"
+    path.write_text("phases:\n  - {name: a, gt: g, boards: [secret]}\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--registry", str(tmp_path / "r"), "--out", str(tmp_path / "o"),
+              "--benchmark", str(path), "--port", "0"])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1
+    assert str(path) in err and "phases[0].boards[0]" in err and "Traceback" not in err
+
+
+def test_serve_benchmark_ranks_each_phase_on_its_own_board(tiny, client, tmp_path):
+    """`sgdask serve --benchmark`: the open phase's upload is ranked on the phase's board
+    (OUT/NAME), the page shows each phase under its name and dates; the closed phase
+    refuses with its dates."""
+    benchmark = tmp_path / "challenge.yaml"
+    benchmark.write_text(f"""title: two phases
+phases:
+  - {{name: old, gt: {tiny.gt}, start: 2000-01-01T00:00:00Z, end: 2001-01-01T00:00:00Z}}
+  - {{name: open, gt: {tiny.gt}, start: 2000-01-01T00:00:00Z}}
+""")
+    tokens = tmp_path / "tokens.json"
+    token = add_token(tokens, "team-a", "participant")
+    proc = Proc(["serve", "--registry", str(tmp_path / "registry"), "--out",
+                 str(tmp_path / "board"), "--benchmark", str(benchmark), "--tokens",
+                 str(tokens), "--port", "0", "--scheduler", client.scheduler.address,
+                 "--poll", "0.2"], tmp_path / "serve.log")
+    try:
+        base = proc.url()
+        closed = upload(base, token, tiny.variant(1), "m", phase="old")
+        assert closed.status_code == 403
+        assert "2000-01-01T00:00:00Z to 2001-01-01T00:00:00Z" in closed.json()["detail"]
+        sent = upload(base, token, tiny.variant(1), "phase model")
+        assert sent.status_code == 202
+        doc = wait_final(base, token, sent.json()["id"], 180)
+        assert doc["status"] == "ranked" and doc["phase"] == "open" and doc["rank"] == 1
+        assert (tmp_path / "board" / "open" / "leaderboard.json").is_file()
+        assert not (tmp_path / "board" / "old" / "leaderboard.json").exists()
+        rows = httpx.get(f"{base}/api/leaderboard?phase=open", timeout=30).json()
+        assert [r["name"] for r in rows] == ["phase model"]
+        page = httpx.get(base + "/", timeout=30).text
+        assert 'id="phase-old"' in page and 'id="phase-open"' in page
+        assert 'id="board-open-public"' in page and "phase model" in page
+        assert httpx.get(f"{base}/api/leaderboard?phase=nope", timeout=30).status_code == 404
+    finally:
+        proc.stop()
+        print(proc.text()[-3000:])
