@@ -5,6 +5,7 @@ session's cluster."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from sgdask.service.app import ServiceConfig, create_app
 from sgdask.service.benchmark import load_benchmark
 from sgdask.service.server import bound_socket
 from sgdask.service.tokens import add_token
-from tests.servicekit import Proc, entry_ids, upload, wait_final
+from tests.servicekit import Proc, auth, entry_ids, upload, wait_final
+from tests.test_leaderboard_html import chromium_page  # noqa: F401  (the browser fixture)
 
 TWO_PHASES = """\
 title: PSG challenge
@@ -36,6 +38,7 @@ phases:
     start: 2030-02-01T00:00:00Z
     end: 2030-02-15T00:00:00Z
     boards: [public]
+    visibility: private
     limits: {{per_day: 5, total: 1}}
 """
 
@@ -165,39 +168,155 @@ def test_serve_refuses_a_bad_benchmark_file_before_listening(tmp_path, capsys):
     assert str(path) in err and "phases[0].boards[0]" in err and "Traceback" not in err
 
 
-def test_serve_benchmark_ranks_each_phase_on_its_own_board(tiny, client, tmp_path):
-    """`sgdask serve --benchmark`: the open phase's upload is ranked on the phase's board
-    (OUT/NAME), the page shows each phase under its name and dates; the closed phase
-    refuses with its dates."""
-    benchmark = tmp_path / "challenge.yaml"
-    benchmark.write_text(f"""title: two phases
+@dataclass
+class Served:
+    base: str
+    root: Path
+    tokens: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def served(tiny, client, tmp_path_factory) -> Iterator[Served]:
+    """`sgdask serve --benchmark` as a real process, its workers on the session's cluster: a
+    closed phase, an open public one and an open private one (ending in 2999)."""
+    root = tmp_path_factory.mktemp("served")
+    benchmark = root / "challenge.yaml"
+    benchmark.write_text(f"""title: three phases
 phases:
   - {{name: old, gt: {tiny.gt}, start: 2000-01-01T00:00:00Z, end: 2001-01-01T00:00:00Z}}
   - {{name: open, gt: {tiny.gt}, start: 2000-01-01T00:00:00Z}}
+  - {{name: test, gt: {tiny.gt}, end: 2999-01-01T00:00:00Z, visibility: private}}
 """)
-    tokens = tmp_path / "tokens.json"
-    token = add_token(tokens, "team-a", "participant")
-    proc = Proc(["serve", "--registry", str(tmp_path / "registry"), "--out",
-                 str(tmp_path / "board"), "--benchmark", str(benchmark), "--tokens",
-                 str(tokens), "--port", "0", "--scheduler", client.scheduler.address,
-                 "--poll", "0.2"], tmp_path / "serve.log")
+    path = root / "tokens.json"
+    tokens = {team: add_token(path, team, "participant") for team in ("team-a", "team-b")}
+    tokens["lab"] = add_token(path, "lab", "maintainer")
+    proc = Proc(["serve", "--registry", str(root / "registry"), "--out",
+                 str(root / "board"), "--benchmark", str(benchmark), "--tokens",
+                 str(path), "--port", "0", "--scheduler", client.scheduler.address,
+                 "--poll", "0.2"], root / "serve.log")
     try:
-        base = proc.url()
-        closed = upload(base, token, tiny.variant(1), "m", phase="old")
-        assert closed.status_code == 403
-        assert "2000-01-01T00:00:00Z to 2001-01-01T00:00:00Z" in closed.json()["detail"]
-        sent = upload(base, token, tiny.variant(1), "phase model")
-        assert sent.status_code == 202
-        doc = wait_final(base, token, sent.json()["id"], 180)
-        assert doc["status"] == "ranked" and doc["phase"] == "open" and doc["rank"] == 1
-        assert (tmp_path / "board" / "open" / "leaderboard.json").is_file()
-        assert not (tmp_path / "board" / "old" / "leaderboard.json").exists()
-        rows = httpx.get(f"{base}/api/leaderboard?phase=open", timeout=30).json()
-        assert [r["name"] for r in rows] == ["phase model"]
-        page = httpx.get(base + "/", timeout=30).text
-        assert 'id="phase-old"' in page and 'id="phase-open"' in page
-        assert 'id="board-open-public"' in page and "phase model" in page
-        assert httpx.get(f"{base}/api/leaderboard?phase=nope", timeout=30).status_code == 404
+        yield Served(proc.url(), root, tokens)
     finally:
         proc.stop()
         print(proc.text()[-3000:])
+
+
+def test_serve_benchmark_ranks_each_phase_on_its_own_board(served, tiny):
+    """The open phase's upload is ranked on the phase's board (OUT/NAME), the page shows
+    each phase under its name and dates; the closed phase refuses with its dates."""
+    base, token, root = served.base, served.tokens["team-a"], served.root
+    closed = upload(base, token, tiny.variant(1), "m", phase="old")
+    assert closed.status_code == 403
+    assert "2000-01-01T00:00:00Z to 2001-01-01T00:00:00Z" in closed.json()["detail"]
+    sent = upload(base, token, tiny.variant(1), "phase model", phase="open")
+    assert sent.status_code == 202
+    doc = wait_final(base, token, sent.json()["id"], 180)
+    assert doc["status"] == "ranked" and doc["phase"] == "open" and doc["rank"] == 1
+    assert (root / "board" / "open" / "leaderboard.json").is_file()
+    assert not (root / "board" / "old" / "leaderboard.json").exists()
+    rows = httpx.get(f"{base}/api/leaderboard?phase=open", timeout=30).json()
+    assert [r["name"] for r in rows] == ["phase model"]
+    page = httpx.get(base + "/", timeout=30).text
+    assert 'id="phase-old"' in page and 'id="phase-open"' in page
+    assert 'id="board-open-public"' in page and "phase model" in page
+    assert httpx.get(f"{base}/api/leaderboard?phase=nope", timeout=30).status_code == 404
+
+
+PRIVATE = "phase test: scores are private until the phase ends (2999-01-01T00:00:00Z)"
+
+
+@pytest.fixture(scope="module")
+def private_submission(served, tiny) -> str:
+    """A submission of team-a to the private phase, ranked."""
+    sent = upload(served.base, served.tokens["team-a"], tiny.variant(2), "hidden test model",
+                  phase="test")
+    assert sent.status_code == 202
+    sid = sent.json()["id"]
+    assert wait_final(served.base, served.tokens["team-a"], sid, 180)["status"] == "ranked"
+    return sid
+
+
+def test_a_private_phase_answers_carry_no_score_for_participants(served, private_submission):
+    """Over HTTP: a ranked submission of the private phase shows its status and nothing
+    scored (no metric, rank or report) to its team and to anyone; maintainers see it all."""
+    base, team, lab = served.base, served.tokens["team-a"], served.tokens["lab"]
+    sid = private_submission
+    doc = wait_final(base, team, sid, 30)
+    assert doc["status"] == "ranked" and doc["phase"] == "test"
+    assert doc["rank"] is None and "metrics" not in doc and "report" not in doc
+    for token in (None, team, served.tokens["team-b"]):
+        board = httpx.get(f"{base}/api/leaderboard?phase=test", headers=auth(token), timeout=30)
+        assert board.status_code == 403 and board.json()["detail"] == PRIVATE
+    listed = httpx.get(f"{base}/api/submissions", headers=auth(team), timeout=30).json()
+    assert all("metrics" not in d and d["rank"] is None for d in listed if d["phase"] == "test")
+    assert httpx.get(f"{base}/reports/{sid}", timeout=30).status_code == 404
+    status_html = httpx.get(f"{base}/submissions/{sid}", timeout=30).text
+    assert 'id="metrics"' not in status_html and "mR@50" not in status_html
+    assert PRIVATE in status_html and f"/reports/{sid}" not in status_html
+    page = httpx.get(base + "/", timeout=30).text
+    assert "hidden test model" not in page and 'id="note-test"' in page
+    assert not (served.root / "registry" / "phases" / "test" / "actions").exists()
+
+    seen = httpx.get(f"{base}/api/submissions/{sid}", headers=auth(lab), timeout=30).json()
+    assert seen["rank"] == 1 and "mR@50" in seen["metrics"] and seen["report"]
+    rows = httpx.get(f"{base}/api/leaderboard?phase=test", headers=auth(lab), timeout=30)
+    assert [r["name"] for r in rows.json()] == ["hidden test model"]
+
+
+def test_a_private_phase_in_chromium_and_the_maintainers_reveal(
+        served, private_submission, chromium_page, tmp_path):  # noqa: F811
+    """In the browser: the team sees its status without scores; the maintainer sees the
+    board and reveals it; then the team sees its scores. The reveal is logged."""
+    base, page, sid = served.base, chromium_page, private_submission
+
+    def sign_in(token: str) -> None:
+        page.goto(f"{base}/login")
+        page.fill("#token", token)
+        page.click("form.upload button[type=submit]")
+        page.wait_for_url(f"{base}/mine")
+
+    sign_in(served.tokens["team-a"])
+    page.goto(f"{base}/submissions/{sid}")
+    assert page.locator("#status").get_attribute("data-status") == "ranked"
+    assert page.locator("#metrics").count() == 0
+    assert page.locator("#private").inner_text() == PRIVATE + "."
+    assert page.goto(f"{base}/reports/{sid}").status == 404
+    page.goto(base + "/")
+    assert page.locator("#note-test").count() == 1
+    assert page.locator("#board-test-public").count() == 0
+    assert page.locator("#reveal-test").count() == 0
+
+    sign_in(served.tokens["lab"])
+    page.goto(base + "/")
+    assert page.locator("#board-test-public tbody tr", has_text="hidden test model").count() == 1
+    page.click("#reveal-test")
+    page.wait_for_url(f"{base}/")
+    assert page.locator("#reveal-test").count() == 0
+    log = sorted((served.root / "registry" / "phases" / "test" / "actions" / "host")
+                 .glob("*.json"))
+    assert [json.loads(p.read_text())["by"] for p in log] == ["maintainer:lab"]
+
+    sign_in(served.tokens["team-a"])
+    page.goto(f"{base}/submissions/{sid}")
+    assert page.locator("#metrics").count() == 1 and page.locator("#private").count() == 0
+    page.goto(base + "/")
+    assert page.locator("#board-test-public tbody tr", has_text="hidden test model").count() == 1
+    page.screenshot(path=str(tmp_path / "revealed.png"), full_page=True)
+
+
+def test_a_private_phase_is_revealed_when_it_ends(site):
+    """The clock passes the private phase's end: its board is no longer refused."""
+    def board() -> httpx.Response:
+        return httpx.get(f"{site.base}/api/leaderboard?phase=test", timeout=30)
+
+    site.clock.now = at("2030-02-14T23:59:59Z")
+    assert board().status_code == 403
+    site.clock.now = at("2030-02-15T00:00:00Z")
+    assert board().json() == {"detail": "no leaderboard has been published yet"}
+
+
+def test_the_example_challenge_file_is_valid():
+    example = Path(__file__).parent.parent / "jobs" / "examples" / "challenge.yaml"
+    benchmark = load_benchmark(str(example), "registry", "board")
+    assert [(p.name, p.visibility) for p in benchmark.phases] == \
+        [("validation", "public"), ("test", "private")]

@@ -9,7 +9,9 @@ An entry's status can move on (the benchmarking service's queue) without rewriti
 sequence number, so the latest record is the status and two processes racing to move the
 same entry cannot both win (the exclusive create is the compare-and-swap). Entries without
 records keep the status they were written with (``sgdask submit --registry``: ``ready``).
-Visibility (a team hiding its result) is a second append-only log, ``URL/visibility/<id>/``.
+Visibility (a team hiding its result) is a second append-only log, ``URL/visibility/<id>/``,
+what maintainers did to a phase (``sgdask serve``: revealing its scores) a third,
+``URL/actions/host/``.
 Every file is immutable once written, so a long-lived reader caches what it has read.
 """
 
@@ -134,11 +136,23 @@ class Registry:
 
     def set_hidden(self, submission_id: str, hidden: bool, by: str) -> None:
         """Append a visibility record at the next free sequence number."""
+        self.append_next("visibility", submission_id, {"hidden": hidden, "by": by})
+
+    def host_actions(self) -> list[dict[str, Any]]:
+        """What maintainers did to the registry's phase (``action``, ``by``, ``at``), in
+        order (``URL/actions/host/``)."""
+        return self.logs("actions", "host").get("host", [])
+
+    def log_action(self, action: str, by: str) -> None:
+        self.append_next("actions", "host", {"action": action, "by": by})
+
+    def append_next(self, log: str, key: str, record: dict[str, Any]) -> None:
+        """Append ``record`` to ``log`` of ``key`` at the next free sequence number."""
         for _ in range(100):
-            seq = len(self.logs("visibility", submission_id).get(submission_id, [])) + 1
-            if self.append("visibility", submission_id, seq, {"hidden": hidden, "by": by}):
+            seq = len(self.logs(log, key).get(key, [])) + 1
+            if self.append(log, key, seq, record):
                 return
-        raise SgdaskError(f"{submission_id}: visibility keeps changing; try again")
+        raise SgdaskError(f"{key}: {log.rstrip('s')} keeps changing; try again")
 
     def append(self, log: str, submission_id: str, seq: int, record: dict[str, Any]) -> bool:
         path = join(self.path, log, submission_id, f"{seq:06d}.json")

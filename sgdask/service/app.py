@@ -117,6 +117,24 @@ class Service:
                           f"{', '.join(p.name for p in self.benchmark.phases)})")
         return found
 
+    def revealed(self, phase: Phase) -> bool:
+        """A private phase's scores are revealed when it ends or a maintainer reveals them."""
+        return phase.ended(self.config.clock()) or any(
+            a["action"] == "reveal" for a in self.registries[phase.name].host_actions())
+
+    def scores_shown(self, phase: Phase, account: Account | None) -> bool:
+        """Whether ``account`` sees the phase's scores (metrics, ranks, reports)."""
+        if (account is not None and account.is_maintainer) or phase.visibility != "private":
+            return True
+        return self.revealed(phase)
+
+    def board_shown(self, phase: Phase, account: Account | None) -> bool:
+        """Whether ``account`` sees the phase's board: never for participants of an
+        unlisted phase."""
+        if account is not None and account.is_maintainer:
+            return True
+        return phase.visibility != "unlisted" and self.scores_shown(phase, account)
+
     def find(self, submission_id: str) -> tuple[Phase, Submission] | None:
         """A submission and its phase, looked up in every phase's registry."""
         for phase in self.benchmark.phases:
@@ -357,8 +375,12 @@ def status_url(request: Request, submission_id: str) -> str:
 
 
 def submission_json(request: Request, sub: Submission, rank: int | None,
-                    account: Account | None, phase: Phase) -> dict[str, Any]:
+                    account: Account | None, phase: Phase, scores: bool = True
+                    ) -> dict[str, Any]:
+    """A submission as the API shows it; without ``scores`` (a private phase before its
+    reveal) no rank, metric or report."""
     e, errors_visible = sub.entry, may_see_errors(sub, account)
+    rank = rank if scores else None
     out = {"id": sub.id, "name": e.name, "team": e.team, "phase": phase.name,
            "board": sub.board,
            "paper": e.paper, "file": e.filename, "status": sub.status, "steps": sub.steps,
@@ -367,7 +389,7 @@ def submission_json(request: Request, sub: Submission, rank: int | None,
            "submitted_at": e.submitted_at, "updated_at": sub.updated_at,
            "attempts": sub.attempts, "hidden": sub.hidden, "rank": rank,
            "url": status_url(request, sub.id)}
-    if sub.status == "ranked":
+    if sub.status == "ranked" and scores:
         out["metrics"] = sub.latest("metrics") or {}
         out["report"] = str(request.url_for("report_page", submission_id=sub.id)) \
             if rank is not None else None
@@ -434,7 +456,8 @@ async def api_submission(svc: Service, request: Request) -> Response:
     phase, sub, account = await visible_submission(svc, request,
                                                    svc.tokens.account(bearer(request)))
     rank = (await svc.run(svc.ranks, phase)).get(sub.id)
-    return JSONResponse(submission_json(request, sub, rank, account, phase))
+    scores = await svc.run(svc.scores_shown, phase, account)
+    return JSONResponse(submission_json(request, sub, rank, account, phase, scores))
 
 
 async def api_submissions(svc: Service, request: Request) -> Response:
@@ -443,8 +466,10 @@ async def api_submissions(svc: Service, request: Request) -> Response:
         raise Refusal(401, "token: missing or unknown")
     found = await svc.run(own_submissions, svc, account)
     ranks = {p.name: await svc.run(svc.ranks, p) for p in svc.benchmark.phases}
-    return JSONResponse([submission_json(request, s, ranks[p.name].get(s.id), account, p)
-                         for p, s in found])
+    scores = {p.name: await svc.run(svc.scores_shown, p, account)
+              for p in svc.benchmark.phases}
+    return JSONResponse([submission_json(request, s, ranks[p.name].get(s.id), account, p,
+                                         scores[p.name]) for p, s in found])
 
 
 async def api_visibility(svc: Service, request: Request) -> Response:
@@ -457,7 +482,8 @@ async def api_visibility(svc: Service, request: Request) -> Response:
         raise Refusal(400, "hidden: expected true or false")
     phase, sub = await change_visibility(svc, request, account, doc["hidden"])
     rank = (await svc.run(svc.ranks, phase)).get(sub.id)
-    return JSONResponse(submission_json(request, sub, rank, account, phase))
+    scores = await svc.run(svc.scores_shown, phase, account)
+    return JSONResponse(submission_json(request, sub, rank, account, phase, scores))
 
 
 async def api_whoami(svc: Service, request: Request) -> Response:
@@ -488,17 +514,47 @@ def limits_json(phase: Phase) -> dict[str, int | None]:
             "concurrent": limits.concurrent}
 
 
+def private_note(phase: Phase) -> str:
+    end = f"the phase ends ({phase.end.strftime(DATE_FORMAT)})" if phase.end else \
+        "the maintainers reveal them"
+    return f"phase {phase.name}: scores are private until {end}"
+
+
+async def api_reveal(svc: Service, request: Request) -> Response:
+    """A maintainer reveals a private phase's scores now (logged with who did it)."""
+    account = svc.tokens.account(bearer(request))
+    phase = await reveal(svc, request.path_params["phase"], account)
+    return JSONResponse({"phase": phase.name, "revealed": True,
+                         "actions": await svc.run(svc.registries[phase.name].host_actions)})
+
+
+async def reveal(svc: Service, name: str, account: Account | None) -> Phase:
+    if account is None or not account.is_maintainer:
+        raise Refusal(403, "only maintainers reveal a phase's scores")
+    phase = svc.phase(name)
+    await svc.run(svc.registries[phase.name].log_action, "reveal",
+                  f"maintainer:{account.team}")
+    return phase
+
+
 def phase_json(phase: Phase, now: datetime) -> dict[str, Any]:
     def when(moment: datetime | None) -> str | None:
         return moment.strftime(DATE_FORMAT) if moment else None
     return {"name": phase.name, "start": when(phase.start), "end": when(phase.end),
-            "open": phase.is_open(now), "boards": list(phase.boards),
+            "open": phase.is_open(now), "visibility": phase.visibility,
+            "boards": list(phase.boards),
             "limits": limits_json(phase)}
 
 
 async def api_leaderboard(svc: Service, request: Request) -> Response:
-    """A phase's board (``?phase=NAME``; default: the current phase)."""
+    """A phase's board (``?phase=NAME``; default: the current phase), if the caller may
+    see it."""
     phase = svc.phase(request.query_params.get("phase"))
+    account = svc.tokens.account(bearer(request))
+    if not await svc.run(svc.board_shown, phase, account):
+        if phase.visibility == "unlisted":
+            raise Refusal(404, f"phase {phase.name}: its board is not public")
+        raise Refusal(403, private_note(phase))
     data = await svc.run(svc.board_file, phase, "leaderboard.json")
     if data is None:
         raise Refusal(404, "no leaderboard has been published yet")
@@ -542,10 +598,31 @@ def own_submissions(svc: Service, account: Account) -> list[tuple[Phase, Submiss
 # --- pages ---------------------------------------------------------------------------------
 
 async def leaderboard_page(svc: Service, request: Request, csrf: str) -> Response:
-    boards = await svc.run(svc.boards)
-    return HTMLResponse(pages.leaderboard(boards, svc.benchmark.title,
-                                          cookie_account(svc, request), csrf,
+    account = cookie_account(svc, request)
+    boards = await svc.run(shown_boards, svc, account)
+    return HTMLResponse(pages.leaderboard(boards, svc.benchmark.title, account, csrf,
                                           svc.config.benchmark is not None))
+
+
+def shown_boards(svc: Service, account: Account | None) -> list[pages.PhaseBoard]:
+    """Every phase with what ``account`` may see of its board."""
+    out = []
+    for phase in svc.benchmark.phases:
+        shown = svc.board_shown(phase, account)
+        rows, published = svc.board(phase) if shown else (None, None)
+        note = None if shown else ("its board is not public" if phase.visibility == "unlisted"
+                                   else private_note(phase).partition(": ")[2])
+        private = phase.visibility == "private" and not svc.revealed(phase)
+        out.append(pages.PhaseBoard(phase, rows, published, note,
+                                    private and bool(account and account.is_maintainer)))
+    return out
+
+
+async def reveal_post(svc: Service, request: Request, csrf: str) -> Response:
+    fields = await small_form(request)
+    check_csrf(request, fields.get("csrf"))
+    await reveal(svc, request.path_params["phase"], cookie_account(svc, request))
+    return RedirectResponse("/", 303)
 
 
 async def submit_form(svc: Service, request: Request, csrf: str) -> Response:
@@ -583,8 +660,12 @@ async def submit_post(svc: Service, request: Request, csrf: str) -> Response:
 async def status_page(svc: Service, request: Request, csrf: str) -> Response:
     account = cookie_account(svc, request)
     phase, sub, _ = await visible_submission(svc, request, account)
-    rank = (await svc.run(svc.ranks, phase)).get(sub.id)
     owner = is_owner(sub, account) or bool(account and account.is_maintainer)
+    if not await svc.run(svc.scores_shown, phase, account):
+        return HTMLResponse(pages.status_page(sub, None, False, may_see_errors(sub, account),
+                                              owner, account, csrf, phase.name,
+                                              private_note(phase)))
+    rank = (await svc.run(svc.ranks, phase)).get(sub.id)
     return HTMLResponse(pages.status_page(sub, rank, rank is not None,
                                           may_see_errors(sub, account), owner, account, csrf,
                                           phase.name))
@@ -627,7 +708,10 @@ async def logout_post(svc: Service, request: Request, csrf: str) -> Response:
 
 
 async def report_page(svc: Service, request: Request, csrf: str) -> Response:
-    phase, sub, _ = await visible_submission(svc, request, cookie_account(svc, request))
+    account = cookie_account(svc, request)
+    phase, sub, _ = await visible_submission(svc, request, account)
+    if not await svc.run(svc.scores_shown, phase, account):
+        raise Refusal(404, "no published report for this submission")
     data = await svc.run(svc.report, phase, sub.id)
     if data is None:
         raise Refusal(404, "no published report for this submission")
@@ -733,6 +817,8 @@ def create_app(config: ServiceConfig, lifespan: Any = None,
         Route("/api/submissions/{submission_id}/visibility", api(api_visibility),
               methods=["POST"]),
         Route("/api/leaderboard", api(api_leaderboard), methods=["GET"]),
+        Route("/api/phases/{phase}/reveal", api(api_reveal), methods=["POST"]),
+        Route("/phases/{phase}/reveal", html(reveal_post), methods=["POST"]),
         Route("/api/whoami", api(api_whoami), methods=["GET"]),
         Route("/healthz", health, methods=["GET"]),
     ]

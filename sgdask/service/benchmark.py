@@ -37,6 +37,10 @@ class Phase:
     end: datetime | None = None
     limits: Limits = field(default_factory=Limits)
     boards: tuple[str, ...] = BOARDS
+    visibility: str = "public"  # or private (scores hidden until revealed), unlisted
+
+    def ended(self, now: datetime) -> bool:
+        return self.end is not None and now >= self.end
 
     def is_open(self, now: datetime) -> bool:
         return (self.start is None or self.start <= now) and (self.end is None or now < self.end)
@@ -121,7 +125,7 @@ def _phase(path: str, i: int, doc: dict[str, Any], base: Path, registry: str, ou
                  start, end,
                  Limits(limits.get("per_day", 5) or None, limits.get("total") or None,
                         limits.get("concurrent", 5) or None, limits.get("per_month") or None),
-                 tuple(doc.get("boards", BOARDS)))
+                 tuple(doc.get("boards", BOARDS)), doc.get("visibility", "public"))
 
 
 def _date(path: str, field_name: str, text: str | None) -> datetime | None:

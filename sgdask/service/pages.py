@@ -7,6 +7,7 @@ until the submission is final.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sgdask.batch.leaderboard_html import CSS as BOARD_CSS
@@ -69,12 +70,25 @@ def csrf_field(csrf: str) -> str:
 
 # --- leaderboard ---------------------------------------------------------------------------
 
-def leaderboard(phases: list[tuple[Phase, list[dict[str, Any]] | None, str | None]],
-                title: str, account: Account | None, csrf: str, phased: bool) -> str:
+@dataclass(frozen=True)
+class PhaseBoard:
+    """What the page shows of one phase: its published rows (None: none published, or not
+    shown), when they were published, why they are not shown (``note``), and whether the
+    reader may reveal its scores (a maintainer, a private phase not yet revealed)."""
+
+    phase: Phase
+    rows: list[dict[str, Any]] | None
+    published: str | None
+    note: str | None = None
+    may_reveal: bool = False
+
+
+def leaderboard(phases: list[PhaseBoard], title: str, account: Account | None, csrf: str,
+                phased: bool) -> str:
     """Every phase's boards; ``phased``: a benchmark file's phases, each under its name and
     dates (without it, the one phase of the flags, as before phases existed)."""
     if not phased:
-        _, rows, published = phases[0]
+        rows, published = phases[0].rows, phases[0].published
         if rows is None:
             body = (f"<h1>{esc(title)}</h1>\n<p class=\"note\">No leaderboard has been "
                     'published yet: <a href="/submit">submit a model</a>.</p>')
@@ -82,12 +96,24 @@ def leaderboard(phases: list[tuple[Phase, list[dict[str, Any]] | None, str | Non
         body = "\n".join([header(title, published or "", None), phase_boards(rows, "")])
         return page(title, body, account, csrf, script=SORTER_JS)
     parts = [header(title, "", None)]
-    for phase, rows, published in phases:
+    for shown in phases:
+        phase = shown.phase
         parts.append(f'<h2 class="phase" id="phase-{esc(phase.name)}">phase {esc(phase.name)}'
-                     f'</h2>\n<p class="meta">uploads {esc(phase.dates())}'
-                     + (f"; published {esc(published)}" if published else "") + "</p>")
-        parts.append(phase_boards(rows, f"{phase.name}-") if rows is not None else
-                     '<p class="note">No board has been published for this phase yet.</p>')
+                     f' ({esc(phase.visibility)})</h2>\n<p class="meta">uploads '
+                     f"{esc(phase.dates())}"
+                     + (f"; published {esc(shown.published)}" if shown.published else "")
+                     + "</p>")
+        if shown.may_reveal:
+            parts.append(f'<form method="post" action="/phases/{esc(phase.name)}/reveal">'
+                         f'{csrf_field(csrf)}<button type="submit" id="reveal-{esc(phase.name)}"'
+                         ">Reveal the scores now (private until then)</button></form>")
+        if shown.note:
+            parts.append(f'<p class="note private" id="note-{esc(phase.name)}">Scores are '
+                         f"hidden: {esc(shown.note)}.</p>")
+        elif shown.rows is None:
+            parts.append('<p class="note">No board has been published for this phase yet.</p>')
+        else:
+            parts.append(phase_boards(shown.rows, f"{phase.name}-"))
     return page(title, "\n".join(parts), account, csrf, script=SORTER_JS)
 
 
@@ -162,7 +188,9 @@ def error_page(status: int, message: str, account: Account | None, csrf: str) ->
 # --- one submission ------------------------------------------------------------------------
 
 def status_page(sub: Submission, rank: int | None, has_report: bool, may_see_errors: bool,
-                may_change: bool, account: Account | None, csrf: str, phase: str) -> str:
+                may_change: bool, account: Account | None, csrf: str, phase: str,
+                private: str | None = None) -> str:
+    """A submission's page; ``private``: why its scores are not shown (a private phase)."""
     e = sub.entry
     facts = [("id", esc(sub.id)), ("team", esc(e.team or "-")), ("phase", esc(phase)),
              ("board", esc(sub.board)),
@@ -181,9 +209,11 @@ def status_page(sub: Submission, rank: int | None, has_report: bool, may_see_err
     if may_see_errors:
         parts.append(problem_list("errors", sub.shown_errors))
         parts.append(problem_list("warnings", sub.latest("warnings")))
-    metrics = sub.latest("metrics") if sub.status == "ranked" else None
+    metrics = sub.latest("metrics") if sub.status == "ranked" and private is None else None
     if metrics:
         parts.append(metrics_table(metrics))
+    if private is not None:
+        parts.append(f'<p class="note private" id="private">{esc(private)}.</p>')
     if may_change:
         parts.append(visibility_form(sub, csrf))
     return page(f"{e.name}: {sub.status}", "\n".join(p for p in parts if p), account, csrf,
