@@ -9,9 +9,10 @@ An entry's status can move on (the benchmarking service's queue) without rewriti
 sequence number, so the latest record is the status and two processes racing to move the
 same entry cannot both win (the exclusive create is the compare-and-swap). Entries without
 records keep the status they were written with (``sgdask submit --registry``: ``ready``).
-Visibility (a team hiding its result) is a second append-only log, ``URL/visibility/<id>/``,
-what maintainers did to a phase (``sgdask serve``: revealing its scores) a third,
-``URL/actions/host/``.
+Visibility (a team hiding its result) is a second append-only log, ``URL/visibility/<id>/``;
+the service keeps three more: a team's choice for the board (``URL/chosen/<team>/``),
+baselines maintainers marked (``URL/baselines/<id>/``) and what maintainers did to a phase
+(``URL/actions/host/``: revealing its scores).
 Every file is immutable once written, so a long-lived reader caches what it has read.
 """
 
@@ -45,6 +46,11 @@ class Entry:
     content_hash: str
     team: str | None = None
     filename: str | None = None
+    #: what the team says of its method (the service's upload fields; the board's columns)
+    method: str | None = None
+    description: str | None = None
+    code: str | None = None
+    external_data: bool | None = None
 
 
 # Statuses an entry moves through in the service's queue; ``evaluated`` (scored and cached,
@@ -138,6 +144,21 @@ class Registry:
         """Append a visibility record at the next free sequence number."""
         self.append_next("visibility", submission_id, {"hidden": hidden, "by": by})
 
+    def chosen(self) -> dict[str, str]:
+        """Team -> the submission it chose for the board (a phase's ``chosen`` rule)."""
+        return {team: log[-1]["submission_id"] for team, log in self.logs("chosen").items()}
+
+    def choose(self, team: str, submission_id: str, by: str) -> None:
+        self.append_next("chosen", team, {"submission_id": submission_id, "by": by})
+
+    def baselines(self) -> frozenset[str]:
+        """The submissions maintainers marked as baselines (shown outside the ranking)."""
+        return frozenset(sid for sid, log in self.logs("baselines").items()
+                         if log[-1]["baseline"])
+
+    def set_baseline(self, submission_id: str, baseline: bool, by: str) -> None:
+        self.append_next("baselines", submission_id, {"baseline": baseline, "by": by})
+
     def host_actions(self) -> list[dict[str, Any]]:
         """What maintainers did to the registry's phase (``action``, ``by``, ``at``), in
         order (``URL/actions/host/``)."""
@@ -221,7 +242,7 @@ def parse_entry(raw: bytes, path: str) -> Entry:
                                  expected="every field of a registry entry")
             continue
         value = doc[f.name]
-        kind = "bool" if f.type == "bool" else "str"
+        kind = "bool" if str(f.type).startswith("bool") else "str"
         ok = isinstance(value, bool) if kind == "bool" else isinstance(value, str)
         if not ok and not (value is None and "None" in str(f.type)):
             raise InputError(path, f"{type(value).__name__} {value!r:.40}", field=f.name,

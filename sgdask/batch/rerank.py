@@ -87,11 +87,56 @@ def rank_key(row: dict[str, Any]) -> tuple:
     return (neg(RANK_BY), neg(TIE_BREAK), row["submitted_at"])
 
 
+SELECTIONS = ("all", "best", "last", "chosen")
+
+
+@dataclass(frozen=True)
+class BoardRule:
+    """Which rows a board shows: every submission (``all``), or one per team and matching
+    mode: its ``best`` by the ranking metric, its ``last``, or the one it ``chosen`` (its
+    last until it chooses); ``baselines`` (submission ids) are shown outside the ranking.
+    An entry without a team (``sgdask submit --registry``) is a team of its own."""
+
+    selection: str = "all"
+    chosen: tuple[tuple[str, str], ...] = ()  # (team, submission id)
+    baselines: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, registry: Registry, selection: str = "all") -> BoardRule:
+        """The rule with the registry's choices and baselines."""
+        chosen = tuple(sorted(registry.chosen().items())) if selection == "chosen" else ()
+        return cls(selection, chosen, tuple(sorted(registry.baselines())))
+
+
+def selected(rows: list[dict[str, Any]], rule: BoardRule) -> list[dict[str, Any]]:
+    """The rows the rule keeps, order kept (``rows`` in rank order: best first)."""
+    if rule.selection == "all":
+        return rows
+    chosen = dict(rule.chosen)
+    teams: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        if not row["baseline"]:
+            key = (row.get("team") or row["submission_id"], row["matching"])
+            teams.setdefault(key, []).append(row)
+    keep = set()
+    for (team, _), group in teams.items():
+        pick = group[0]
+        if rule.selection != "best":
+            pick = max(group, key=lambda r: r["submitted_at"])
+            pick = next((r for r in group if r["submission_id"] == chosen.get(team)), pick) \
+                if rule.selection == "chosen" else pick
+        keep.add(pick["submission_id"])
+    return [r for r in rows if r["baseline"] or r["submission_id"] in keep]
+
+
 def board_rows(entries: list[Entry], reports: dict[str, dict[str, Report]],
                previous: list[dict[str, Any]] | None,
-               matching: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """Entries with metrics, multimpo delta, matching mode and rank change, ranked within
-    their matching mode (``MATCHING_MODES`` order: the mask board's rows first)."""
+               matching: dict[str, str] | None = None,
+               rule: BoardRule | None = None) -> list[dict[str, Any]]:
+    """The rows ``rule`` keeps, with metrics, multimpo delta, matching mode, the entry's
+    metadata and rank change, ranked within their matching mode (``MATCHING_MODES`` order:
+    the mask board's rows first); baselines follow their mode's ranked rows, unranked."""
+    rule = rule or BoardRule()
     before = {r["submission_id"]: (r.get("matching", DEFAULT_MATCHING), r["rank"])
               for r in previous or []}
     rows = []
@@ -103,18 +148,26 @@ def board_rows(entries: list[Entry], reports: dict[str, dict[str, Report]],
         delta = {}
         if single and multi and RANK_BY in single.metrics and RANK_BY in multi.metrics:
             delta[RANK_BY] = multi.metrics[RANK_BY] - single.metrics[RANK_BY]
+        baseline = e.submission_id in rule.baselines
         rows.append({"submission_id": e.submission_id, "name": e.name,
-                     "approved": e.approved, "submitted_at": e.submitted_at,
+                     "approved": e.approved and not baseline, "submitted_at": e.submitted_at,
                      "paper": e.paper, "report": f"reports/{e.submission_id}.html",
                      "matching": (matching or {}).get(e.submission_id, DEFAULT_MATCHING),
+                     "team": e.team, "method": e.method, "description": e.description,
+                     "code": e.code, "external_data": e.external_data, "baseline": baseline,
                      "metrics": metrics, "delta": delta})
-    rows.sort(key=lambda r: (MATCHING_MODES.index(r["matching"]), rank_key(r)))
+    rows.sort(key=lambda r: (MATCHING_MODES.index(r["matching"]), r["baseline"], rank_key(r)))
+    rows = selected(rows, rule)
     for mode_rows in by_matching(rows).values():
-        for rank, row in enumerate(mode_rows, start=1):
+        ranked = [r for r in mode_rows if not r["baseline"]]
+        for rank, row in enumerate(ranked, start=1):
             row["rank"] = rank
             old = before.get(row["submission_id"])
             row["rank_change"] = None if old is None or old[0] != row["matching"] \
-                else old[1] - rank
+                or old[1] is None else old[1] - rank
+    for row in rows:
+        if row["baseline"]:
+            row["rank"], row["rank_change"] = None, None
     return rows
 
 
@@ -186,7 +239,7 @@ def with_ranges(board: list[dict[str, Any]], reports: dict[str, dict[str, Report
         return {}
     scoring = scoring_of(first, composition)
     approved: dict[str, list[int] | None] = {}
-    for mode_rows in by_matching(board).values():
+    for mode_rows in by_matching([r for r in board if not r.get("baseline")]).values():
         public = board_ranges(mode_rows, reports, scoring, ci)
         for row in mode_rows:
             found = public.get(row["submission_id"], {})
@@ -205,11 +258,13 @@ class RerankOutcome:
     board: list[dict[str, Any]]
 
 
-def inputs_digest(entries: list[Entry], options: Settings, ci: BoardCI | None = None) -> str:
-    """What a board depends on: the entries, the evaluation and interval settings."""
+def inputs_digest(entries: list[Entry], options: Settings, ci: BoardCI | None = None,
+                  rule: BoardRule | None = None) -> str:
+    """What a board depends on: the entries, the evaluation and interval settings, the
+    selection rule with the teams' choices and the baselines."""
     payload = [(e.submission_id, e.content_hash, e.approved) for e in entries]
     text = json.dumps([payload, BOARD_PROTOCOLS, options.__dict__, protocol_versions(),
-                       asdict(ci or BoardCI()), BOARD_LAYOUT])
+                       asdict(ci or BoardCI()), BOARD_LAYOUT, asdict(rule or BoardRule())])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -233,13 +288,15 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
            storage_options: StorageOptions | None = None, client: Client | None = None,
            scheduler: str | None = None, dry_run: bool = False, progress: bool = False,
            log: Log = print, lease: float = DEFAULT_LEASE,
-           ci: BoardCI | None = None) -> RerankOutcome:
+           ci: BoardCI | None = None, selection: str = "all") -> RerankOutcome:
     """Evaluate missing results and publish a new leaderboard if anything changed (each
     model's ranking metric with its bootstrap interval and rank range, ``ci``), holding
     ``OUT/lock.json`` meanwhile (``sgdask.io.lock``: taken over from a dead holder at once,
     from a silent one after ``lease`` seconds)."""
     options = options or Settings()
-    entries = Registry(registry_url, storage_options).rankable()
+    registry = Registry(registry_url, storage_options)
+    entries = registry.rankable()
+    rule = BoardRule.of(registry, selection)
     job = board_job(registry_url, gt, entries, options, storage_options)
     fs, root = filesystem(out, storage_options)
     if not entries and read_json(fs, join(root, "current.json")) is None:
@@ -253,7 +310,7 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
                         holder="another rerank"):
         outcome = run_many(job, client, scheduler, progress, log=log)
         current = read_json(fs, join(root, "current.json"))
-        digest = inputs_digest(entries, options, ci)
+        digest = inputs_digest(entries, options, ci, rule)
         if current and current.get("inputs") == digest:
             if publish_copies(fs, root, current["board"]):
                 log(f"top-level copies did not match {current['board']}: rewritten")
@@ -261,7 +318,7 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
             return RerankOutcome(None, outcome.evaluated, outcome.cached, [])
         previous = read_json(fs, join(root, current["board"], "leaderboard.json")) \
             if current else None
-        board = board_rows(entries, outcome.reports, previous, outcome.matching)
+        board = board_rows(entries, outcome.reports, previous, outcome.matching, rule)
         _, composition = gt_training_stats(StoreReader(gt, storage_options, "gt"), options.stats,
                                         storage_options)
         ranges = with_ranges(board, outcome.reports, composition, ci or BoardCI())

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import csv
+import io
 import json
 import math
 import secrets
@@ -37,10 +39,21 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from sgdask.batch import leaderboard_html
 from sgdask.batch.registry import STAMP_FORMAT, Entry, Registry
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.service import pages
-from sgdask.service.access import Refusal, authorize, checked_name, checked_paper
+from sgdask.service.access import (
+    DESCRIPTION_MAX,
+    NAME_MAX,
+    Refusal,
+    authorize,
+    checked_flag,
+    checked_link,
+    checked_name,
+    checked_paper,
+    checked_text,
+)
 from sgdask.service.benchmark import DATE_FORMAT, Benchmark, Phase, one_phase
 from sgdask.service.limits import LimitReached, Limits, check_limits, team_of
 from sgdask.service.queue import (
@@ -291,6 +304,13 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
             account, used = who(upload.fields)
             name = checked_name(upload.fields.get("name"))
             paper = checked_paper(upload.fields.get("paper"))
+            fields = upload.fields
+            meta = {"method": checked_text(fields.get("method"), "method", NAME_MAX),
+                    "description": checked_text(fields.get("description"), "description",
+                                                DESCRIPTION_MAX),
+                    "code": checked_link(fields.get("code"), "code"),
+                    "external_data": checked_flag(fields.get("external_data"),
+                                                  "external_data")}
             phase = chosen[0]
             registry = svc.registries[phase.name]
             async with svc.register_lock:
@@ -299,7 +319,7 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
                 entry = Entry(submission_id, name, registry.store_url(submission_id),
                               upload_url(registry, submission_id), submitted_at,
                               upload.fields.get("board") == "approved", paper, "received", "",
-                              account.team if account else None, upload.filename)
+                              account.team if account else None, upload.filename, **meta)
                 await svc.run(registry.add, entry)
         except BaseException:
             await svc.run(upload.sink.abort)
@@ -382,7 +402,8 @@ def submission_json(request: Request, sub: Submission, rank: int | None,
     e, errors_visible = sub.entry, may_see_errors(sub, account)
     rank = rank if scores else None
     out = {"id": sub.id, "name": e.name, "team": e.team, "phase": phase.name,
-           "board": sub.board,
+           "board": sub.board, "method": e.method, "description": e.description,
+           "code": e.code, "external_data": e.external_data,
            "paper": e.paper, "file": e.filename, "status": sub.status, "steps": sub.steps,
            "errors": sub.shown_errors if errors_visible else [],
            "warnings": (sub.latest("warnings") or []) if errors_visible else [],
@@ -514,6 +535,51 @@ def limits_json(phase: Phase) -> dict[str, int | None]:
             "concurrent": limits.concurrent}
 
 
+async def api_choose(svc: Service, request: Request) -> Response:
+    """The team chooses this submission for its board row (a phase selecting ``chosen``)."""
+    account = svc.tokens.account(bearer(request))
+    phase, sub = await choose(svc, request, account)
+    return JSONResponse({"id": sub.id, "phase": phase.name, "chosen": True})
+
+
+async def choose(svc: Service, request: Request, account: Account | None
+                 ) -> tuple[Phase, Submission]:
+    if account is None:
+        raise Refusal(401, "token: missing or unknown")
+    phase, sub, _ = await visible_submission(svc, request, account)
+    if phase.selection != "chosen":
+        raise Refusal(409, f"phase {phase.name}: the board shows each team's "
+                      f"{phase.selection} submission; there is nothing to choose")
+    if not (is_owner(sub, account) or account.is_maintainer) or sub.entry.team is None:
+        raise Refusal(403, f"team {account.team} may not choose this submission")
+    await svc.run(svc.registries[phase.name].choose, sub.entry.team, sub.id,
+                  f"{'maintainer' if account.is_maintainer else 'team'}:{account.team}")
+    return phase, sub
+
+
+async def api_baseline(svc: Service, request: Request) -> Response:
+    """A maintainer marks a submission as a baseline (or not): shown outside the ranking."""
+    account = svc.tokens.account(bearer(request))
+    try:
+        doc = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise Refusal(400, "expected JSON {\"baseline\": true|false}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("baseline"), bool):
+        raise Refusal(400, "baseline: expected true or false")
+    phase, sub = await mark_baseline(svc, request, account, doc["baseline"])
+    return JSONResponse({"id": sub.id, "phase": phase.name, "baseline": doc["baseline"]})
+
+
+async def mark_baseline(svc: Service, request: Request, account: Account | None,
+                        baseline: bool) -> tuple[Phase, Submission]:
+    if account is None or not account.is_maintainer:
+        raise Refusal(403, "only maintainers mark baselines")
+    phase, sub, _ = await visible_submission(svc, request, account)
+    await svc.run(svc.registries[phase.name].set_baseline, sub.id, baseline,
+                  f"maintainer:{account.team}")
+    return phase, sub
+
+
 def private_note(phase: Phase) -> str:
     end = f"the phase ends ({phase.end.strftime(DATE_FORMAT)})" if phase.end else \
         "the maintainers reveal them"
@@ -542,6 +608,7 @@ def phase_json(phase: Phase, now: datetime) -> dict[str, Any]:
         return moment.strftime(DATE_FORMAT) if moment else None
     return {"name": phase.name, "start": when(phase.start), "end": when(phase.end),
             "open": phase.is_open(now), "visibility": phase.visibility,
+            "selection": phase.selection,
             "boards": list(phase.boards),
             "limits": limits_json(phase)}
 
@@ -599,9 +666,35 @@ def own_submissions(svc: Service, account: Account) -> list[tuple[Phase, Submiss
 
 async def leaderboard_page(svc: Service, request: Request, csrf: str) -> Response:
     account = cookie_account(svc, request)
+    if svc.config.benchmark is None:
+        rows, published = await svc.run(svc.board, svc.benchmark.phases[0])
+        return HTMLResponse(pages.leaderboard(rows, published, svc.config.title, account,
+                                              csrf))
     boards = await svc.run(shown_boards, svc, account)
-    return HTMLResponse(pages.leaderboard(boards, svc.benchmark.title, account, csrf,
-                                          svc.config.benchmark is not None))
+    return HTMLResponse(pages.challenge_page(boards, svc.benchmark.title, account, csrf))
+
+
+async def board_export(svc: Service, request: Request, csrf: str) -> Response:
+    """One board of a phase as CSV or JSON: the columns and values the page shows (numbers
+    unrounded), if the reader may see the board."""
+    phase = svc.phase(request.path_params["phase"])
+    account = cookie_account(svc, request) or svc.tokens.account(bearer(request))
+    if not await svc.run(svc.board_shown, phase, account):
+        raise Refusal(403 if phase.visibility == "private" else 404,
+                      private_note(phase) if phase.visibility == "private"
+                      else f"phase {phase.name}: its board is not public")
+    rows, _ = await svc.run(svc.board, phase)
+    boards, _, columns, extra = pages.board_view(rows or [], phase)
+    name, fmt = request.path_params["board"], request.path_params["fmt"]
+    if name not in boards or fmt not in ("csv", "json"):
+        raise Refusal(404, f"phase {phase.name}: no board {name}.{fmt}")
+    labels, values = leaderboard_html.board_export(boards[name], columns, extra)
+    if fmt == "json":
+        return JSONResponse([dict(zip(labels, row, strict=True)) for row in values])
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerows([labels, *values])
+    return Response(out.getvalue(), media_type="text/csv; charset=utf-8")
 
 
 def shown_boards(svc: Service, account: Account | None) -> list[pages.PhaseBoard]:
@@ -811,12 +904,16 @@ def create_app(config: ServiceConfig, lifespan: Any = None,
               methods=["POST"]),
         Route("/reports/{submission_id}", html(report_page), methods=["GET"],
               name="report_page"),
+        Route("/boards/{phase}/{board}.{fmt}", html(board_export), methods=["GET"]),
         Route("/api/submissions", api(api_submit), methods=["POST"]),
         Route("/api/submissions", api(api_submissions), methods=["GET"]),
         Route("/api/submissions/{submission_id}", api(api_submission), methods=["GET"]),
         Route("/api/submissions/{submission_id}/visibility", api(api_visibility),
               methods=["POST"]),
         Route("/api/leaderboard", api(api_leaderboard), methods=["GET"]),
+        Route("/api/submissions/{submission_id}/choose", api(api_choose), methods=["POST"]),
+        Route("/api/submissions/{submission_id}/baseline", api(api_baseline),
+              methods=["POST"]),
         Route("/api/phases/{phase}/reveal", api(api_reveal), methods=["POST"]),
         Route("/phases/{phase}/reveal", html(reveal_post), methods=["POST"]),
         Route("/api/whoami", api(api_whoami), methods=["GET"]),

@@ -9,6 +9,7 @@ one-phase benchmark that keeps the registry and board at ``REGISTRY`` and ``OUT`
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +20,7 @@ import yaml
 from sgdask.errors import InputError
 from sgdask.io.fs import join
 from sgdask.io.schemas import BENCHMARK, schema_problem
+from sgdask.metrics import board_columns
 from sgdask.service.access import BOARDS
 from sgdask.service.limits import Limits
 
@@ -38,6 +40,11 @@ class Phase:
     limits: Limits = field(default_factory=Limits)
     boards: tuple[str, ...] = BOARDS
     visibility: str = "public"  # or private (scores hidden until revealed), unlisted
+    selection: str = "all"  # which of a team's submissions the board shows (BoardRule)
+    columns: tuple[str, ...] = ()  # the boards' metric columns (empty: every board column)
+    meta_columns: tuple[str, ...] = ()  # entry metadata shown as columns
+    intervals: bool = True
+    rank_ranges: bool = True
 
     def ended(self, now: datetime) -> bool:
         return self.end is not None and now >= self.end
@@ -118,14 +125,30 @@ def _phase(path: str, i: int, doc: dict[str, Any], base: Path, registry: str, ou
     if start is not None and end is not None and end <= start:
         raise InputError(path, f"{doc['end']} is not after start {doc['start']}",
                          field=f"phases[{i}].end")
-    limits = doc.get("limits", {})
+    limits, board = doc.get("limits", {}), doc.get("board", {})
     gt = doc["gt"] if "://" in doc["gt"] or Path(doc["gt"]).is_absolute() \
         else str(base / doc["gt"])
     return Phase(doc["name"], gt, join(registry, "phases", doc["name"]), join(out, doc["name"]),
                  start, end,
                  Limits(limits.get("per_day", 5) or None, limits.get("total") or None,
                         limits.get("concurrent", 5) or None, limits.get("per_month") or None),
-                 tuple(doc.get("boards", BOARDS)), doc.get("visibility", "public"))
+                 tuple(doc.get("boards", BOARDS)), doc.get("visibility", "public"),
+                 doc.get("selection", "all"), _columns(path, i, board.get("columns", [])),
+                 tuple(board.get("meta", [])), board.get("intervals", True),
+                 board.get("rank_ranges", True))
+
+
+def _columns(path: str, i: int, columns: list[str]) -> tuple[str, ...]:
+    """The board's metric columns, each one the board knows."""
+    known = board_columns()
+    for j, column in enumerate(columns):
+        if column not in known:
+            near = difflib.get_close_matches(column, known, 1)
+            raise InputError(path, f"{column!r} is not a board column"
+                             + (f" (did you mean {near[0]!r}?)" if near else ""),
+                             field=f"phases[{i}].board.columns[{j}]",
+                             expected=f"one of {', '.join(known)}")
+    return tuple(columns)
 
 
 def _date(path: str, field_name: str, text: str | None) -> datetime | None:

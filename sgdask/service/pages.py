@@ -83,18 +83,21 @@ class PhaseBoard:
     may_reveal: bool = False
 
 
-def leaderboard(phases: list[PhaseBoard], title: str, account: Account | None, csrf: str,
-                phased: bool) -> str:
-    """Every phase's boards; ``phased``: a benchmark file's phases, each under its name and
-    dates (without it, the one phase of the flags, as before phases existed)."""
-    if not phased:
-        rows, published = phases[0].rows, phases[0].published
-        if rows is None:
-            body = (f"<h1>{esc(title)}</h1>\n<p class=\"note\">No leaderboard has been "
-                    'published yet: <a href="/submit">submit a model</a>.</p>')
-            return page(title, body, account, csrf)
-        body = "\n".join([header(title, published or "", None), phase_boards(rows, "")])
-        return page(title, body, account, csrf, script=SORTER_JS)
+def leaderboard(rows: list[dict[str, Any]] | None, published_at: str | None, title: str,
+                account: Account | None, csrf: str) -> str:
+    """The board of ``sgdask serve`` without a benchmark file (one phase)."""
+    if rows is None:
+        body = (f"<h1>{esc(title)}</h1>\n<p class=\"note\">No leaderboard has been published "
+                'yet: <a href="/submit">submit a model</a>.</p>')
+        return page(title, body, account, csrf)
+    body = "\n".join([header(title, published_at or "", None), phase_boards(rows)])
+    return page(title, body, account, csrf, script=SORTER_JS)
+
+
+def challenge_page(phases: list[PhaseBoard], title: str, account: Account | None,
+                   csrf: str) -> str:
+    """Every phase of a benchmark file under its name, visibility and dates, with what the
+    reader may see of its boards."""
     parts = [header(title, "", None)]
     for shown in phases:
         phase = shown.phase
@@ -113,22 +116,39 @@ def leaderboard(phases: list[PhaseBoard], title: str, account: Account | None, c
         elif shown.rows is None:
             parts.append('<p class="note">No board has been published for this phase yet.</p>')
         else:
-            parts.append(phase_boards(shown.rows, f"{phase.name}-"))
+            parts.append(phase_boards(shown.rows, phase))
     return page(title, "\n".join(parts), account, csrf, script=SORTER_JS)
 
 
-def phase_boards(rows: list[dict[str, Any]], prefix: str) -> str:
-    """A phase's boards, one public and one approved board per matching mode; ``prefix``
-    keeps the table ids of several phases apart."""
+def phase_boards(rows: list[dict[str, Any]], phase: Phase | None = None) -> str:
+    """A phase's boards (``board_view``), each with links to its exports."""
+    boards, titles, columns, extra = board_view(rows, phase)
+    return "\n".join(['<div class="boards">',
+                      *(board_section(f"{phase.name}-{name}" if phase else name, entries,
+                                      columns, titles[name], extra,
+                                      f"/boards/{phase.name}/{name}" if phase else None)
+                        for name, entries in boards.items()), "</div>"])
+
+
+def board_view(rows: list[dict[str, Any]], phase: Phase | None = None
+               ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str], list[str],
+                          tuple[str, ...]]:
+    """A phase's boards as the page shows them (one public and one approved board per
+    matching mode), their headings, metric columns and metadata columns: what ``phase``
+    names (None: the default board). The page and the exports both show this."""
+    columns = list(phase.columns) if phase and phase.columns else board_columns()
+    extra = phase.meta_columns if phase else ()
+    if phase is not None and not phase.intervals:
+        rows = [{**r, "intervals": {}} for r in rows]
+    if phase is not None and not phase.rank_ranges:
+        rows = [{**r, "rank_range": None} for r in rows]
     public = [{**r, "report": f"/reports/{r['submission_id']}"} for r in rows]
     approved = sorted(({**r, "rank": r["approved_rank"],
                         "rank_change": r.get("approved_rank_change")}
                        for r in public if r.get("approved_rank") is not None),
                       key=lambda r: r["rank"])
     boards, titles = matching_boards(public, approved)
-    return "\n".join(['<div class="boards">',
-                      *(board_section(prefix + name, entries, board_columns(), titles[name])
-                        for name, entries in boards.items()), "</div>"])
+    return boards, titles, columns, extra
 
 
 # --- upload form ---------------------------------------------------------------------------
@@ -153,6 +173,15 @@ def upload_form(account: Account | None, csrf: str, max_mb: float, open_uploads:
 <input type="text" id="name" name="name" required maxlength="200">
 <label for="paper">Paper link (http or https, optional)</label>
 <input type="url" id="paper" name="paper" maxlength="2000">
+<label for="method">Method name (optional)</label>
+<input type="text" id="method" name="method" maxlength="200">
+<label for="description">Description (optional)</label>
+<input type="text" id="description" name="description" maxlength="2000">
+<label for="code">Code link (http or https, optional)</label>
+<input type="url" id="code" name="code" maxlength="2000">
+<label for="external_data">Uses external data</label>
+<select id="external_data" name="external_data"><option value="">not said</option>
+<option value="no">no</option><option value="yes">yes</option></select>
 <label for="board">Board</label>
 <select id="board" name="board">{boards}</select>
 <label for="file">Submission: SGBench ZIP or JSON (at most {max_mb:g} MiB)</label>
@@ -188,7 +217,7 @@ def error_page(status: int, message: str, account: Account | None, csrf: str) ->
 # --- one submission ------------------------------------------------------------------------
 
 def status_page(sub: Submission, rank: int | None, has_report: bool, may_see_errors: bool,
-                may_change: bool, account: Account | None, csrf: str, phase: str,
+                may_change: bool, account: Account | None, csrf: str, phase: str = "main",
                 private: str | None = None) -> str:
     """A submission's page; ``private``: why its scores are not shown (a private phase)."""
     e = sub.entry
@@ -197,6 +226,10 @@ def status_page(sub: Submission, rank: int | None, has_report: bool, may_see_err
              ("file", esc(e.filename or "-")), ("submitted", esc(e.submitted_at)),
              ("updated", esc(sub.updated_at)), ("attempts", esc(sub.attempts)),
              ("paper", link(e.paper, e.paper) if e.paper else "-"),
+             ("method", esc(e.method or "-")), ("description", esc(e.description or "-")),
+             ("code", link(e.code, e.code) if e.code else "-"),
+             ("external data", "-" if e.external_data is None
+              else "yes" if e.external_data else "no"),
              ("visibility", "hidden" if sub.hidden else "public"),
              ("rank", esc(rank) if rank is not None else "-")]
     if has_report:

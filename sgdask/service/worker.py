@@ -23,6 +23,7 @@ from distributed import Client
 from sgdask.batch.many import run_many
 from sgdask.batch.registry import Registry
 from sgdask.batch.rerank import (
+    BoardRule,
     board_job,
     inputs_digest,
     read_json,
@@ -77,6 +78,8 @@ class WorkerConfig:
     archive_limits: ArchiveLimits | None = None
     #: how the board's submissions are evaluated (rerank's, so rerank finds them cached)
     settings: Settings = field(default_factory=Settings)
+    #: which of a team's submissions the board shows (``sgdask.batch.rerank.BoardRule``)
+    selection: str = "all"
 
     @classmethod
     def beside(cls, service: ServiceConfig, phase: Phase, poll: float, max_attempts: int,
@@ -86,7 +89,8 @@ class WorkerConfig:
         assert phase.gt is not None
         return cls(phase.registry, phase.gt, phase.out, service.storage_options, poll,
                    service.lease, max_attempts, tokens=service.tokens, limits=phase.limits,
-                   open_uploads=service.open_uploads, archive_limits=archive_limits)
+                   open_uploads=service.open_uploads, archive_limits=archive_limits,
+                   selection=phase.selection)
 
 
 class LostClaim(Exception):
@@ -367,14 +371,15 @@ class Worker:
         fs, root = filesystem(self.config.out, self.config.storage_options)
         fs.invalidate_cache(root)
         current = read_json(fs, join(root, "current.json"))
-        digest = inputs_digest(rankable, self.config.settings)
+        digest = inputs_digest(rankable, self.config.settings,
+                               rule=BoardRule.of(self.registry, self.config.selection))
         up_to_date = current.get("inputs") == digest if current else not rankable
         if not waiting and up_to_date:
             return False
         try:
             rerank(self.config.registry, self.config.gt, self.config.out, self.config.settings,
                    self.config.storage_options, client=self.client, log=self.log,
-                   lease=self.config.lease)
+                   lease=self.config.lease, selection=self.config.selection)
         except LockHeld:
             return False
         for sub in waiting:
