@@ -5,6 +5,8 @@ session's cluster."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import threading
 from collections.abc import Iterator
@@ -22,7 +24,7 @@ from sgdask.service.app import ServiceConfig, create_app
 from sgdask.service.benchmark import load_benchmark
 from sgdask.service.server import bound_socket
 from sgdask.service.tokens import add_token
-from tests.servicekit import Proc, auth, entry_ids, upload, wait_final
+from tests.servicekit import Proc, auth, entry_ids, upload, wait_final, wait_for
 from tests.test_leaderboard_html import chromium_page  # noqa: F401  (the browser fixture)
 
 TWO_PHASES = """\
@@ -184,7 +186,10 @@ def served(tiny, client, tmp_path_factory) -> Iterator[Served]:
     benchmark.write_text(f"""title: three phases
 phases:
   - {{name: old, gt: {tiny.gt}, start: 2000-01-01T00:00:00Z, end: 2001-01-01T00:00:00Z}}
-  - {{name: open, gt: {tiny.gt}, start: 2000-01-01T00:00:00Z}}
+  - name: open
+    gt: {tiny.gt}
+    start: 2000-01-01T00:00:00Z
+    board: {{columns: [R@50, mR@50, PRank], meta: [method, external_data], intervals: false}}
   - {{name: test, gt: {tiny.gt}, end: 2999-01-01T00:00:00Z, visibility: private}}
 """)
     path = root / "tokens.json"
@@ -201,16 +206,23 @@ phases:
         print(proc.text()[-3000:])
 
 
-def test_serve_benchmark_ranks_each_phase_on_its_own_board(served, tiny):
+@pytest.fixture(scope="module")
+def open_model(served, tiny) -> str:
+    """team-a's submission to the open phase, with metadata, ranked."""
+    sent = upload(served.base, served.tokens["team-a"], tiny.variant(1), "phase model",
+                  phase="open", method="Two-stage <b>", external_data="no")
+    assert sent.status_code == 202
+    return sent.json()["id"]
+
+
+def test_serve_benchmark_ranks_each_phase_on_its_own_board(served, tiny, open_model):
     """The open phase's upload is ranked on the phase's board (OUT/NAME), the page shows
     each phase under its name and dates; the closed phase refuses with its dates."""
     base, token, root = served.base, served.tokens["team-a"], served.root
     closed = upload(base, token, tiny.variant(1), "m", phase="old")
     assert closed.status_code == 403
     assert "2000-01-01T00:00:00Z to 2001-01-01T00:00:00Z" in closed.json()["detail"]
-    sent = upload(base, token, tiny.variant(1), "phase model", phase="open")
-    assert sent.status_code == 202
-    doc = wait_final(base, token, sent.json()["id"], 180)
+    doc = wait_final(base, token, open_model, 180)
     assert doc["status"] == "ranked" and doc["phase"] == "open" and doc["rank"] == 1
     assert (root / "board" / "open" / "leaderboard.json").is_file()
     assert not (root / "board" / "old" / "leaderboard.json").exists()
@@ -320,3 +332,49 @@ def test_the_example_challenge_file_is_valid():
     benchmark = load_benchmark(str(example), "registry", "board")
     assert [(p.name, p.visibility) for p in benchmark.phases] == \
         [("validation", "public"), ("test", "private")]
+
+
+def test_exports_equal_the_page_and_baselines_stand_outside(
+        served, tiny, open_model, chromium_page, tmp_path):  # noqa: F811
+    """The open phase's board (its columns from the benchmark file, metadata included) read
+    in Chromium equals its CSV and JSON exports; a maintainer's baseline is shown unranked;
+    choosing is refused where the phase selects every submission."""
+    base, team, lab = served.base, served.tokens["team-b"], served.tokens["lab"]
+    assert wait_final(base, team, open_model, 180)["status"] == "ranked"
+    sent = upload(base, team, tiny.variant(3), "a baseline", phase="open")
+    sid = sent.json()["id"]
+    assert wait_final(base, team, sid, 180)["status"] == "ranked"
+    baseline = f"{base}/api/submissions/{sid}/baseline"
+    refused = httpx.post(baseline, json={"baseline": True}, headers=auth(team), timeout=30)
+    assert refused.status_code == 403
+    assert httpx.post(baseline, json={"baseline": True}, headers=auth(lab),
+                      timeout=30).status_code == 200
+    choose = httpx.post(f"{base}/api/submissions/{sid}/choose", headers=auth(team), timeout=30)
+    assert choose.status_code == 409 and "all submission" in choose.json()["detail"]
+
+    def board() -> list[dict] | None:
+        rows = httpx.get(f"{base}/api/leaderboard?phase=open", timeout=30).json()
+        return rows if any(r["baseline"] for r in rows) else None
+    rows = wait_for(board, 60, "the baseline on the board")
+    assert [(r["name"], r["rank"]) for r in rows] == [("phase model", 1), ("a baseline", None)]
+
+    page = chromium_page
+    page.goto(base + "/")
+    table = page.locator("#board-open-public")
+    labels = table.locator("thead th").all_inner_texts()
+    assert labels == ["#", "rank range", "model", "method", "external data", "submitted",
+                      "R@50", "mR@50", "PRank", "Δ multimpo"]
+    shown = [[cell.get_attribute("data-value") for cell in row.locator("td").all()]
+             for row in table.locator("tbody tr").all()]
+    assert shown[0][:2] == ["1", "1"] and shown[0][3:5] == ["Two-stage <b>", "no"]
+    assert shown[1][:2] == ["", ""]                                 # the baseline: unranked
+    assert table.locator("tbody tr.baseline td").first.inner_text() == "baseline"
+    assert table.locator(".ci").count() == 0                       # intervals: false
+    exported = httpx.get(f"{base}/boards/open/public.csv", timeout=30)
+    assert exported.headers["content-type"].startswith("text/csv")
+    assert list(csv.reader(io.StringIO(exported.text))) == [labels, *shown]
+    as_json = httpx.get(f"{base}/boards/open/public.json", timeout=30).json()
+    assert [[str(v) for v in row.values()] for row in as_json] == shown
+    assert [list(row) for row in as_json] == [labels] * len(shown)
+    assert httpx.get(f"{base}/boards/test/public.csv", timeout=30).status_code == 403
+    page.screenshot(path=str(tmp_path / "export-board.png"), full_page=True)
