@@ -18,8 +18,11 @@ import httpx
 import pytest
 import uvicorn
 
+from sgdask.batch.registry import Entry, Registry
+from sgdask.batch.rerank import rerank
 from sgdask.cli import main
 from sgdask.errors import InputError
+from sgdask.io.ingest import convert_submission
 from sgdask.service.app import ServiceConfig, create_app
 from sgdask.service.benchmark import load_benchmark
 from sgdask.service.server import bound_socket
@@ -378,3 +381,39 @@ def test_exports_equal_the_page_and_baselines_stand_outside(
     assert [list(row) for row in as_json] == [labels] * len(shown)
     assert httpx.get(f"{base}/boards/test/public.csv", timeout=30).status_code == 403
     page.screenshot(path=str(tmp_path / "export-board.png"), full_page=True)
+
+
+def test_best_last_and_chosen_show_one_row_per_team(tiny, client, tmp_path):
+    """rerank's selection rules: one row per team, its best, its last or the one it chose
+    (its last until it chooses); a baseline stays outside the ranking under every rule."""
+    registry_url, out = str(tmp_path / "registry"), str(tmp_path / "board")
+    registry = Registry(registry_url)
+    sent = {}
+    for n, (team, variant) in enumerate((("a", 1), ("a", 6), ("a", 3), ("b", 2), (None, 8))):
+        sid = f"2030010{n}T000000-{n:08x}"
+        convert_submission(str(tiny.variant(variant)), registry.store_url(sid), tiny.gt,
+                           cluster=client)
+        manifest = json.loads(Path(registry.store_url(sid), "manifest.json").read_text())
+        registry.add(Entry(sid, f"{team}{variant}", registry.store_url(sid), "upload",
+                           f"2030-01-0{n + 1}T00:00:00.000000Z", False, None, "ready",
+                           manifest["content_hash"], team))
+        sent[f"{team}{variant}"] = sid
+    registry.set_baseline(sent["None8"], True, "maintainer:lab")
+
+    def board(selection: str) -> list[tuple[str, int | None]]:
+        rerank(registry_url, tiny.gt, out, client=client, log=lambda _: None,
+               selection=selection)
+        rows = json.loads(Path(out, "leaderboard.json").read_text())
+        ranked = [r for r in rows if not r["baseline"]]
+        assert [r["rank"] for r in ranked] == list(range(1, len(ranked) + 1))
+        assert [r["metrics"]["mR@50"] for r in ranked] == \
+            sorted((r["metrics"]["mR@50"] for r in ranked), reverse=True)
+        assert [(r["name"], r["rank"]) for r in rows if r["baseline"]] == [("None8", None)]
+        return sorted(r["name"] for r in ranked)
+
+    assert board("all") == ["a1", "a3", "a6", "b2"]
+    assert board("best") == ["a1", "b2"]
+    assert board("last") == ["a3", "b2"]
+    assert board("chosen") == ["a3", "b2"]                  # nothing chosen yet: the last
+    registry.choose("a", sent["a6"], "team:a")
+    assert board("chosen") == ["a6", "b2"]
