@@ -417,3 +417,66 @@ def test_best_last_and_chosen_show_one_row_per_team(tiny, client, tmp_path):
     assert board("chosen") == ["a3", "b2"]                  # nothing chosen yet: the last
     registry.choose("a", sent["a6"], "team:a")
     assert board("chosen") == ["a6", "b2"]
+
+
+def test_host_actions_close_move_and_log_who_did_what(site, tiny):
+    """A maintainer closes the validation phase early (uploads refused with its dates) and
+    moves its submissions into the test phase (once); the host page lists who did what;
+    participants may do neither."""
+    lab, team = {"Authorization": f"Bearer {site.maintainer}"}, auth(site.token)
+    site.clock.now = at("2030-01-10T12:00:00Z")
+    ids = [upload(site.base, site.token, tiny.variant(1), "first").json()["id"]]
+    site.clock.now = at("2030-01-12T12:00:00Z")
+    ids.append(upload(site.base, site.token, tiny.variant(2), "second").json()["id"])
+
+    def act(action: str, headers: dict[str, str]) -> httpx.Response:
+        return httpx.post(f"{site.base}/api/phases/validation/{action}", headers=headers,
+                          timeout=30)
+
+    assert act("close", team).status_code == 403
+    closed = act("close", lab)
+    assert closed.status_code == 200 and closed.json()["actions"][0]["by"] == "maintainer:lab"
+    refused = upload(site.base, site.token, tiny.variant(3), "late", phase="validation")
+    assert refused.status_code == 403 and refused.json()["detail"] == (
+        "phase validation: closed early by the maintainers; it took uploads from "
+        "2030-01-01T00:00:00Z to 2030-02-01T00:00:00Z (UTC)")
+    whoami = httpx.get(f"{site.base}/api/whoami", headers=team, timeout=30).json()
+    assert [p["open"] for p in whoami["phases"]] == [False, False]
+
+    moved = act("move", lab)
+    assert moved.json()["note"] == ("moved 2 submission(s) from phase validation to phase "
+                                    "test (maintainer:lab)")
+    assert act("move", lab).status_code == 409                      # once
+    test_ids = entry_ids(site.registry / "phases" / "test")
+    assert len(test_ids) == 2 and not test_ids & set(ids)
+    listed = httpx.get(f"{site.base}/api/submissions", headers=team, timeout=30).json()
+    assert sorted((d["phase"], d["name"]) for d in listed) == [
+        ("test", "first"), ("test", "second"), ("validation", "first"),
+        ("validation", "second")]
+    assert act("launch", lab).status_code == 404
+
+    host = httpx.get(f"{site.base}/host", cookies={"sgdask_token": site.maintainer},
+                     timeout=30)
+    assert host.status_code == 200
+    assert host.text.count("<td class=\"text\">maintainer:lab</td>") == 2
+    assert 'id="rerun-test"' in host.text and 'id="close-validation"' in host.text
+    assert httpx.get(f"{site.base}/host", cookies={"sgdask_token": site.token},
+                     timeout=30).status_code == 403
+
+
+def test_a_rerun_publishes_the_phase_again_from_the_cache(served, open_model):
+    """`rerun`: the worker publishes the phase's board again; every result comes from the
+    result cache (a protocol version bump would miss it and evaluate each submission once:
+    test_batch.py::test_protocol_version_bump_reevaluates)."""
+    base, lab = served.base, {"Authorization": f"Bearer {served.tokens['lab']}"}
+    assert wait_final(base, served.tokens["team-a"], open_model, 180)["status"] == "ranked"
+    pointer = served.root / "board" / "open" / "current.json"
+    wait_for(pointer.is_file, 60, "the open phase's board")
+    before = json.loads(pointer.read_text())["published_at"]
+    log_size = len(Path(served.root / "serve.log").read_text())
+    assert httpx.post(f"{base}/api/phases/open/rerun", headers=lab, timeout=30).json()[
+        "actions"][-1]["action"] == "rerun"
+    wait_for(lambda: json.loads(pointer.read_text())["published_at"] != before, 60,
+             "the board published again")
+    since = Path(served.root / "serve.log").read_text()[log_size:]
+    assert "cached: " in since and "to evaluate" not in since

@@ -100,12 +100,15 @@ class BoardRule:
     selection: str = "all"
     chosen: tuple[tuple[str, str], ...] = ()  # (team, submission id)
     baselines: tuple[str, ...] = ()
+    #: how often maintainers asked to re-rank the phase: each request publishes again
+    reruns: int = 0
 
     @classmethod
     def of(cls, registry: Registry, selection: str = "all") -> BoardRule:
-        """The rule with the registry's choices and baselines."""
+        """The rule with the registry's choices, baselines and re-run requests."""
         chosen = tuple(sorted(registry.chosen().items())) if selection == "chosen" else ()
-        return cls(selection, chosen, tuple(sorted(registry.baselines())))
+        reruns = sum(a["action"] == "rerun" for a in registry.host_actions())
+        return cls(selection, chosen, tuple(sorted(registry.baselines())), reruns)
 
 
 def selected(rows: list[dict[str, Any]], rule: BoardRule) -> list[dict[str, Any]]:

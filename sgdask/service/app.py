@@ -27,7 +27,7 @@ import secrets
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -123,17 +123,34 @@ class Service:
     def phase(self, name: str | None) -> Phase:
         """The phase named (None: the current one), or a 404."""
         if not name:
-            return self.benchmark.current(self.config.clock())
+            return self.current()
         found = self.benchmark.phase(name)
         if found is None:
             raise Refusal(404, f"phase: no phase {name!r} (phases: "
                           f"{', '.join(p.name for p in self.benchmark.phases)})")
         return found
 
+    def current(self) -> Phase:
+        """The phase an upload naming none goes to: the last one open now, else the first."""
+        now = self.config.clock()
+        open_now = [p for p in self.benchmark.phases if self.is_open(p, now)]
+        return open_now[-1] if open_now else self.benchmark.phases[0]
+
+    def done(self, phase: Phase, action: str) -> bool:
+        """Whether a maintainer did ``action`` to the phase."""
+        return any(a["action"] == action for a in self.registries[phase.name].host_actions())
+
+    def is_open(self, phase: Phase, now: datetime) -> bool:
+        """Within its dates and not closed early by a maintainer."""
+        return phase.is_open(now) and not self.done(phase, "close")
+
+    def ended(self, phase: Phase) -> bool:
+        return phase.ended(self.config.clock()) or self.done(phase, "close")
+
     def revealed(self, phase: Phase) -> bool:
-        """A private phase's scores are revealed when it ends or a maintainer reveals them."""
-        return phase.ended(self.config.clock()) or any(
-            a["action"] == "reveal" for a in self.registries[phase.name].host_actions())
+        """A private phase's scores are revealed when it ends (at its end date or closed
+        early) or a maintainer reveals them."""
+        return self.ended(phase) or self.done(phase, "reveal")
 
     def scores_shown(self, phase: Phase, account: Account | None) -> bool:
         """Whether ``account`` sees the phase's scores (metrics, ranks, reports)."""
@@ -283,17 +300,17 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
     def who(fields: dict[str, str]) -> tuple[Account | None, str | None]:
         used = fields.get("token") or token
         account = svc.tokens.account(used)
-        board = fields.get("board") or "public"
-        authorize(account, bool(used), board, config.open_uploads)
-        phase = chosen[0] if chosen else svc.phase(fields.get("phase"))
-        check_phase(phase, board, config.clock())
-        chosen[:] = [phase]
+        authorize(account, bool(used), fields.get("board") or "public", config.open_uploads)
         return account, used
 
     async def start_file(fields: dict[str, str]) -> UploadSink:
         if form:
             check_csrf(request, fields.get("csrf"))
         account, _ = who(fields)
+        phase = await svc.run(svc.phase, fields.get("phase"))
+        check_phase(phase, fields.get("board") or "public", config.clock(),
+                    await svc.run(svc.done, phase, "close"))
+        chosen[:] = [phase]
         await slot.take(account, chosen[0])
         return UploadSink(svc.registries[chosen[0].name], submission_id)
 
@@ -329,8 +346,12 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
     return Submission(entry, []), used
 
 
-def check_phase(phase: Phase, board: str, now: datetime) -> None:
-    """Refuse an upload outside the phase's dates or to a board the phase does not feed."""
+def check_phase(phase: Phase, board: str, now: datetime, closed: bool = False) -> None:
+    """Refuse an upload outside the phase's dates (or to a phase ``closed`` early) or to a
+    board the phase does not feed."""
+    if closed:
+        raise Refusal(403, f"phase {phase.name}: closed early by the maintainers; it took "
+                      f"uploads from {phase.dates()}")
     if not phase.is_open(now):
         when = "has not started" if phase.start and now < phase.start else "has ended"
         raise Refusal(403, f"phase {phase.name}: {when}; it takes uploads from "
@@ -516,15 +537,22 @@ async def api_whoami(svc: Service, request: Request) -> Response:
         raise Refusal(401, "token: unknown or revoked token")
     if account is None and not svc.config.open_uploads:
         raise Refusal(401, "token: missing (send Authorization: Bearer TOKEN)")
-    now = svc.config.clock()
-    current = svc.benchmark.current(now)
-    phases = {} if svc.config.benchmark is None else {
-        "phase": current.name, "phases": [phase_json(p, now) for p in svc.benchmark.phases]}
+    current, phases = await svc.run(phases_json, svc)
     return JSONResponse({"team": account.team if account else None,
                          "role": account.role if account else None,
                          "open_uploads": svc.config.open_uploads,
                          "max_upload_bytes": svc.config.max_upload_bytes,
                          "limits": limits_json(current), **phases})
+
+
+def phases_json(svc: Service) -> tuple[Phase, dict[str, Any]]:
+    """The current phase, and what whoami says of the phases (nothing for a service from
+    flags, whose one phase has no dates)."""
+    now, current = svc.config.clock(), svc.current()
+    if svc.config.benchmark is None:
+        return current, {}
+    return current, {"phase": current.name, "phases": [
+        phase_json(p, now, svc.is_open(p, now)) for p in svc.benchmark.phases]}
 
 
 def limits_json(phase: Phase) -> dict[str, int | None]:
@@ -586,28 +614,74 @@ def private_note(phase: Phase) -> str:
     return f"phase {phase.name}: scores are private until {end}"
 
 
-async def api_reveal(svc: Service, request: Request) -> Response:
-    """A maintainer reveals a private phase's scores now (logged with who did it)."""
+#: what maintainers may do to a phase (``POST /api/phases/NAME/ACTION``, the host page)
+HOST_ACTIONS = {
+    "reveal": "reveal a private phase's scores now",
+    "close": "close the phase now: no more uploads; a private phase's scores are revealed",
+    "rerun": "re-rank every submission of the phase: the worker publishes the board again, "
+             "evaluating whatever the result cache lacks (everything after a protocol or "
+             "metric version bump, nothing otherwise: the numbers are exact)",
+    "move": "register every accepted submission of the phase again in the next phase, "
+            "where it is validated and scored against that phase's GT",
+}
+
+
+async def api_host_action(svc: Service, request: Request) -> Response:
+    """A maintainer's action on a phase, logged with who did it."""
     account = svc.tokens.account(bearer(request))
-    phase = await reveal(svc, request.path_params["phase"], account)
-    return JSONResponse({"phase": phase.name, "revealed": True,
+    phase, note = await host_action(svc, request.path_params["phase"],
+                                    request.path_params["action"], account)
+    return JSONResponse({"phase": phase.name, "action": request.path_params["action"],
+                         "note": note,
                          "actions": await svc.run(svc.registries[phase.name].host_actions)})
 
 
-async def reveal(svc: Service, name: str, account: Account | None) -> Phase:
+async def host_action(svc: Service, name: str, action: str, account: Account | None
+                      ) -> tuple[Phase, str]:
+    """Do and log ``action`` on phase ``name``; returns the phase and what was done."""
+    if action not in HOST_ACTIONS:
+        raise Refusal(404, f"action: {action!r} is not one of {', '.join(HOST_ACTIONS)}")
     if account is None or not account.is_maintainer:
-        raise Refusal(403, "only maintainers reveal a phase's scores")
+        raise Refusal(403, f"only maintainers may {action} a phase")
     phase = svc.phase(name)
-    await svc.run(svc.registries[phase.name].log_action, "reveal",
-                  f"maintainer:{account.team}")
-    return phase
+    by = f"maintainer:{account.team}"
+    note = HOST_ACTIONS[action]
+    if action == "move":
+        note = await svc.run(move_entries, svc, phase, by)
+    await svc.run(svc.registries[phase.name].log_action, action, by)
+    return phase, note
 
 
-def phase_json(phase: Phase, now: datetime) -> dict[str, Any]:
+def move_entries(svc: Service, phase: Phase, by: str) -> str:
+    """Register the phase's accepted submissions in the next phase (once), each a new
+    submission there from the same upload; returns what was moved."""
+    phases = list(svc.benchmark.phases)
+    at = phases.index(phase)
+    if at + 1 == len(phases):
+        raise Refusal(409, f"phase {phase.name} is the last phase: there is no next one")
+    if svc.done(phase, "move"):
+        raise Refusal(409, f"phase {phase.name}: its submissions were moved already")
+    target = phases[at + 1]
+    source, registry = svc.registries[phase.name], svc.registries[target.name]
+    moved = 0
+    for sub in submissions(source):
+        if sub.state in ("rejected", "failed"):
+            continue
+        new = new_id(sub.entry.submitted_at)
+        registry.fs.makedirs(join(registry.path, "uploads"), exist_ok=True)
+        registry.fs.copy(upload_url(source, sub.id), upload_url(registry, new))
+        registry.add(replace(sub.entry, submission_id=new, url=registry.store_url(new),
+                             source=upload_url(registry, new), status="received",
+                             content_hash=""))
+        moved += 1
+    return f"moved {moved} submission(s) from phase {phase.name} to phase {target.name} ({by})"
+
+
+def phase_json(phase: Phase, now: datetime, open_now: bool) -> dict[str, Any]:
     def when(moment: datetime | None) -> str | None:
         return moment.strftime(DATE_FORMAT) if moment else None
     return {"name": phase.name, "start": when(phase.start), "end": when(phase.end),
-            "open": phase.is_open(now), "visibility": phase.visibility,
+            "open": open_now, "visibility": phase.visibility,
             "selection": phase.selection,
             "boards": list(phase.boards),
             "limits": limits_json(phase)}
@@ -616,7 +690,7 @@ def phase_json(phase: Phase, now: datetime) -> dict[str, Any]:
 async def api_leaderboard(svc: Service, request: Request) -> Response:
     """A phase's board (``?phase=NAME``; default: the current phase), if the caller may
     see it."""
-    phase = svc.phase(request.query_params.get("phase"))
+    phase = await svc.run(svc.phase, request.query_params.get("phase"))
     account = svc.tokens.account(bearer(request))
     if not await svc.run(svc.board_shown, phase, account):
         if phase.visibility == "unlisted":
@@ -677,7 +751,7 @@ async def leaderboard_page(svc: Service, request: Request, csrf: str) -> Respons
 async def board_export(svc: Service, request: Request, csrf: str) -> Response:
     """One board of a phase as CSV or JSON: the columns and values the page shows (numbers
     unrounded), if the reader may see the board."""
-    phase = svc.phase(request.path_params["phase"])
+    phase = await svc.run(svc.phase, request.path_params["phase"])
     account = cookie_account(svc, request) or svc.tokens.account(bearer(request))
     if not await svc.run(svc.board_shown, phase, account):
         raise Refusal(403 if phase.visibility == "private" else 404,
@@ -711,17 +785,30 @@ def shown_boards(svc: Service, account: Account | None) -> list[pages.PhaseBoard
     return out
 
 
-async def reveal_post(svc: Service, request: Request, csrf: str) -> Response:
+async def host_post(svc: Service, request: Request, csrf: str) -> Response:
+    """A host action from the leaderboard's reveal button or the host page."""
     fields = await small_form(request)
     check_csrf(request, fields.get("csrf"))
-    await reveal(svc, request.path_params["phase"], cookie_account(svc, request))
-    return RedirectResponse("/", 303)
+    await host_action(svc, request.path_params["phase"], request.path_params["action"],
+                      cookie_account(svc, request))
+    return RedirectResponse("/host" if fields.get("back") == "host" else "/", 303)
+
+
+async def host_page(svc: Service, request: Request, csrf: str) -> Response:
+    """The maintainers' page: every phase, its state, its actions and who did what."""
+    account = cookie_account(svc, request)
+    if account is None or not account.is_maintainer:
+        raise Refusal(403, "the host page is for maintainers (sign in with a maintainer token)")
+    now = svc.config.clock()
+    phases = [(p, svc.is_open(p, now), await svc.run(svc.registries[p.name].host_actions))
+              for p in svc.benchmark.phases]
+    return HTMLResponse(pages.host_page(phases, HOST_ACTIONS, account, csrf))
 
 
 async def submit_form(svc: Service, request: Request, csrf: str) -> Response:
     return HTMLResponse(pages.upload_form(cookie_account(svc, request), csrf,
                                           svc.config.max_upload_mb, svc.config.open_uploads,
-                                          open_phases(svc)))
+                                          await svc.run(open_phases, svc)))
 
 
 def open_phases(svc: Service) -> list[Phase] | None:
@@ -730,7 +817,7 @@ def open_phases(svc: Service) -> list[Phase] | None:
     if svc.config.benchmark is None:
         return None
     now = svc.config.clock()
-    return [p for p in svc.benchmark.phases if p.is_open(now)]
+    return [p for p in svc.benchmark.phases if svc.is_open(p, now)]
 
 
 async def submit_post(svc: Service, request: Request, csrf: str) -> Response:
@@ -743,8 +830,9 @@ async def submit_post(svc: Service, request: Request, csrf: str) -> Response:
         status = err.status if isinstance(err, Refusal) else 429
         return HTMLResponse(pages.upload_form(cookie_account(svc, request), csrf,
                                               svc.config.max_upload_mb,
-                                              svc.config.open_uploads, open_phases(svc),
-                                              str(err)), status)
+                                              svc.config.open_uploads,
+                                              await svc.run(open_phases, svc), str(err)),
+                            status)
     response = RedirectResponse(f"/submissions/{sub.id}", 303)
     keep = used if used and used != request.cookies.get(TOKEN_COOKIE) else None
     return with_cookies(response, request, csrf, False, keep)
@@ -914,8 +1002,9 @@ def create_app(config: ServiceConfig, lifespan: Any = None,
         Route("/api/submissions/{submission_id}/choose", api(api_choose), methods=["POST"]),
         Route("/api/submissions/{submission_id}/baseline", api(api_baseline),
               methods=["POST"]),
-        Route("/api/phases/{phase}/reveal", api(api_reveal), methods=["POST"]),
-        Route("/phases/{phase}/reveal", html(reveal_post), methods=["POST"]),
+        Route("/api/phases/{phase}/{action}", api(api_host_action), methods=["POST"]),
+        Route("/phases/{phase}/{action}", html(host_post), methods=["POST"]),
+        Route("/host", html(host_page), methods=["GET"]),
         Route("/api/whoami", api(api_whoami), methods=["GET"]),
         Route("/healthz", health, methods=["GET"]),
     ]

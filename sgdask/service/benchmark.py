@@ -67,11 +67,6 @@ class Benchmark:
     def phase(self, name: str) -> Phase | None:
         return next((p for p in self.phases if p.name == name), None)
 
-    def current(self, now: datetime) -> Phase:
-        """The phase an upload naming none goes to: the last one open now, else the first."""
-        open_now = [p for p in self.phases if p.is_open(now)]
-        return open_now[-1] if open_now else self.phases[0]
-
 
 def one_phase(registry: str, out: str, gt: str | None, limits: Limits, title: str
               ) -> Benchmark:

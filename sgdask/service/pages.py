@@ -41,6 +41,7 @@ ol.steps li.bad { background: #c62828; color: #fff; }
 dl.facts { display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }
 dl.facts dt { color: #555; }
 .error-box { border: 1px solid #c62828; padding: 0.6em 1em; color: #c62828; }
+.actions form { display: inline; margin-right: 0.6em; }
 """
 
 
@@ -55,6 +56,8 @@ def page(title: str, body: str, account: Account | None, csrf: str,
 def nav(account: Account | None, csrf: str) -> str:
     links = ['<a href="/">Leaderboard</a>', '<a href="/submit">Submit</a>',
              '<a href="/mine">My submissions</a>']
+    if account is not None and account.is_maintainer:
+        links.append('<a href="/host">Host</a>')
     if account is None:
         links.append('<a href="/login">Sign in</a>')
     else:
@@ -309,3 +312,31 @@ def mine_page(subs: list[Submission], account: Account | None, csrf: str) -> str
             f"<tbody>{rows or empty}</tbody></table>")
     return page("My submissions", body, account, csrf, refresh=any(
         s.status not in FINAL for s in subs))
+
+
+# --- the maintainers' page -----------------------------------------------------------------
+
+def host_page(phases: list[tuple[Phase, bool, list[dict[str, Any]]]], actions: dict[str, str],
+              account: Account | None, csrf: str) -> str:
+    """Every phase with its state, a button per host action and the log of who did what."""
+    parts = ["<h1>Host</h1>", '<p class="note">' + "; ".join(
+        f"<strong>{esc(a)}</strong>: {esc(what)}" for a, what in actions.items()) + ".</p>"]
+    for phase, is_open, log in phases:
+        buttons = "".join(
+            f'<form method="post" action="/phases/{esc(phase.name)}/{esc(a)}">'
+            f'{csrf_field(csrf)}<input type="hidden" name="back" value="host">'
+            f'<button type="submit" id="{esc(a)}-{esc(phase.name)}">{esc(a)}</button></form>'
+            for a in actions)
+        rows = "".join(f'<tr><td class="text">{esc(r.get("at", ""))}</td>'
+                       f'<td class="text">{esc(r["action"])}</td>'
+                       f'<td class="text">{esc(r["by"])}</td></tr>' for r in log)
+        empty = '<tr><td colspan="3" class="empty">nothing done yet</td></tr>'
+        parts.append(
+            f'<h2 id="host-{esc(phase.name)}">phase {esc(phase.name)} ({esc(phase.visibility)}, '
+            f'{"open" if is_open else "closed"})</h2>\n<p class="meta">uploads '
+            f'{esc(phase.dates())}; selection {esc(phase.selection)}</p>\n'
+            f'<div class="actions">{buttons}</div>\n'
+            f'<table id="log-{esc(phase.name)}"><thead><tr><th class="text">at</th>'
+            '<th class="text">action</th><th class="text">by</th></tr></thead>'
+            f"<tbody>{rows or empty}</tbody></table>")
+    return page("Host", "\n".join(parts), account, csrf)
