@@ -265,6 +265,7 @@ def test_a_private_phase_answers_carry_no_score_for_participants(served, private
     listed = httpx.get(f"{base}/api/submissions", headers=auth(team), timeout=30).json()
     assert all("metrics" not in d and d["rank"] is None for d in listed if d["phase"] == "test")
     assert httpx.get(f"{base}/reports/{sid}", timeout=30).status_code == 404
+    assert httpx.get(f"{base}/boards/test/public.csv", timeout=30).status_code == 403
     status_html = httpx.get(f"{base}/submissions/{sid}", timeout=30).text
     assert 'id="metrics"' not in status_html and "mR@50" not in status_html
     assert PRIVATE in status_html and f"/reports/{sid}" not in status_html
@@ -379,7 +380,7 @@ def test_exports_equal_the_page_and_baselines_stand_outside(
     as_json = httpx.get(f"{base}/boards/open/public.json", timeout=30).json()
     assert [[str(v) for v in row.values()] for row in as_json] == shown
     assert [list(row) for row in as_json] == [labels] * len(shown)
-    assert httpx.get(f"{base}/boards/test/public.csv", timeout=30).status_code == 403
+    assert httpx.get(f"{base}/boards/open/nope.csv", timeout=30).status_code == 404
     page.screenshot(path=str(tmp_path / "export-board.png"), full_page=True)
 
 

@@ -139,6 +139,9 @@ Lease = Annotated[float, typer.Option(
     "are swept after 3 leases")]
 MaxAttempts = Annotated[int, typer.Option(
     min=1, help="claims of one entry before it is marked failed")]
+BenchmarkFile = Annotated[str | None, typer.Option(
+    "--benchmark", help="benchmark file (YAML: phases with their GT, dates, limits and "
+    "boards; schemas/benchmark.schema.json); replaces --gt, --title and the limits")]
 
 
 def _team_limits(daily: int, total: int, concurrent: int = 0) -> TeamLimits:
@@ -170,9 +173,7 @@ def serve(registry: Registry, out: Board,
           title: Annotated[str, typer.Option(help="the leaderboard's title")]
           = "sgdask leaderboard",
           poll: Poll = 1.0, lease: Lease = DEFAULT_LEASE, max_attempts: MaxAttempts = 3,
-          benchmark: Annotated[str | None, typer.Option(
-              help="benchmark file (YAML: phases with their GT, dates, limits and boards; "
-              "schemas/benchmark.schema.json); replaces --gt, --title and the limits")] = None,
+          benchmark: BenchmarkFile = None,
           limit: Limits = None, storage_option: StorageOpt = None) -> None:
     """Serve the benchmark: upload form, status pages, leaderboard, JSON API, and the queue
     workers, one per phase (in this process unless --no-worker)."""
@@ -195,23 +196,36 @@ def serve(registry: Registry, out: Board,
     run_server(service, workers, scheduler, host, port)
 
 
-def worker(registry: Registry, gt: GT, out: Board,
+def worker(registry: Registry, out: Board,
+           gt: Annotated[str | None, typer.Option(
+               help="GT store URL (one phase; or --benchmark)")] = None,
            scheduler: Scheduler = None, tokens: TokensFile = None,
            daily_limit: DailyLimit = 5, total_limit: TotalLimit = 0,
            open_uploads: OpenUploads = False,
            poll: Poll = 1.0, lease: Lease = DEFAULT_LEASE, max_attempts: MaxAttempts = 3,
+           benchmark: BenchmarkFile = None,
            limit: Limits = None, storage_option: StorageOpt = None) -> None:
-    """Work the service's queue and inbox: validate, convert, evaluate, publish.
+    """Work the service's queue and inbox: validate, convert, evaluate, publish (with
+    --benchmark: every phase's).
 
     Any number of workers may poll one registry; each entry and inbox file is taken once.
     Tokens and limits apply to inbox submissions."""
+    from sgdask.service.benchmark import load_benchmark
     from sgdask.service.server import work
     from sgdask.service.worker import WorkerConfig
 
-    work(WorkerConfig(registry, gt, out, storage_options(storage_option), poll, lease,
-                      max_attempts, tokens=tokens,
-                      limits=_team_limits(daily_limit, total_limit), open_uploads=open_uploads,
-                      archive_limits=ArchiveLimits.from_pairs(limit)), scheduler)
+    options, archive = storage_options(storage_option), ArchiveLimits.from_pairs(limit)
+    if benchmark is None:
+        if gt is None:
+            raise SgdaskError("worker: give --gt GT (one phase) or --benchmark FILE (phases)")
+        work([WorkerConfig(registry, gt, out, options, poll, lease, max_attempts,
+                           tokens=tokens, limits=_team_limits(daily_limit, total_limit),
+                           open_uploads=open_uploads, archive_limits=archive)], scheduler)
+        return
+    work([WorkerConfig(p.registry, p.gt or "", p.out, options, poll, lease, max_attempts,
+                       tokens=tokens, limits=p.limits, open_uploads=open_uploads,
+                       archive_limits=archive, selection=p.selection)
+          for p in load_benchmark(benchmark, registry, out).phases], scheduler)
 
 
 def tokens_add(file: Annotated[Path, typer.Argument(help="tokens file (created if absent)")],

@@ -21,21 +21,28 @@ def log_stderr(line: str) -> None:
     print(f"sgdask: {line}", file=sys.stderr, flush=True)
 
 
-def run_worker(config: WorkerConfig, scheduler: str | None, stop: threading.Event,
-               log: Log = log_stderr) -> None:
-    """Work the queue on the cluster (``scheduler``, or a LocalCluster) until ``stop``."""
+def run_workers(configs: list[WorkerConfig], scheduler: str | None, stop: threading.Event,
+                log: Log = log_stderr) -> None:
+    """Work the queues (one per phase) on one cluster (``scheduler``, or a LocalCluster)
+    until ``stop``, each in its own thread."""
     with dask_client(None, scheduler) as client:
-        Worker(config, client, log).run(stop)
+        threads = [threading.Thread(target=Worker(config, client, log).run, args=(stop,),
+                                    name=f"sgdask-worker-{i}", daemon=True)
+                   for i, config in enumerate(configs)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
 
-def worker_thread(config: WorkerConfig, scheduler: str | None, stop: threading.Event,
+def worker_thread(configs: list[WorkerConfig], scheduler: str | None, stop: threading.Event,
                   log: Log) -> threading.Thread:
     def main() -> None:
         try:
-            run_worker(config, scheduler, stop, log)
+            run_workers(configs, scheduler, stop, log)
         except Exception as err:  # the server keeps taking uploads; say why none is processed
             log(f"error: the worker stopped: {type(err).__name__}: {err}")
-    thread = threading.Thread(target=main, name="sgdask-worker", daemon=True)
+    thread = threading.Thread(target=main, name="sgdask-workers", daemon=True)
     thread.start()
     return thread
 
@@ -61,10 +68,10 @@ def serve(service: ServiceConfig, workers: list[WorkerConfig], scheduler: str | 
 
     @asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
-        threads = [worker_thread(worker, scheduler, stop, log) for worker in workers]
+        thread = worker_thread(workers, scheduler, stop, log) if workers else None
         yield
         stop.set()
-        for thread in threads:
+        if thread is not None:
             thread.join(timeout=30)
 
     if not service.tokens and not service.open_uploads:
@@ -78,9 +85,10 @@ def serve(service: ServiceConfig, workers: list[WorkerConfig], scheduler: str | 
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def work(config: WorkerConfig, scheduler: str | None, log: Log = log_stderr) -> None:
-    """``sgdask worker``: until SIGINT or SIGTERM (finishing the current step first)."""
+def work(configs: list[WorkerConfig], scheduler: str | None, log: Log = log_stderr) -> None:
+    """``sgdask worker`` (one queue, or one per phase): until SIGINT or SIGTERM (finishing
+    the current step first)."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    run_worker(config, scheduler, stop, log)
+    run_workers(configs, scheduler, stop, log)
