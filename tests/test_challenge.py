@@ -29,6 +29,7 @@ from sgdask.service.server import bound_socket
 from sgdask.service.tokens import add_token
 from tests.servicekit import Proc, auth, entry_ids, upload, wait_final, wait_for
 from tests.test_leaderboard_html import chromium_page  # noqa: F401  (the browser fixture)
+from tests.test_service_hygiene import HeldUpload
 
 TWO_PHASES = """\
 title: PSG challenge
@@ -44,7 +45,7 @@ phases:
     end: 2030-02-15T00:00:00Z
     boards: [public]
     visibility: private
-    limits: {{per_day: 5, total: 1}}
+    limits: {{per_day: 5, total: 2, concurrent: 1}}
 """
 
 
@@ -123,12 +124,22 @@ def test_uploads_follow_each_phases_dates_and_limits(site, tiny):
     approved = upload(site.base, site.maintainer, tiny.variant(5), "m", board="approved")
     assert approved.status_code == 400                       # test feeds the public board only
     assert approved.json()["detail"] == "board: phase test feeds only the public board(s)"
+    held = HeldUpload(site.base, site.token, "held")   # streaming into test
+    flight = site.registry / "phases" / "test" / "uploads" / ".inflight"
+    wait_for(lambda: len(list(flight.glob("*.json"))) == 1, 30, "an upload in flight")
+    capped = send(5)                                 # test's concurrent of 1
+    assert capped.status_code == 429
+    assert "the limit of 1 at a time is reached" in capped.json()["detail"]
+    held.close()
+    wait_for(lambda: not list(flight.glob("*.json")), 30, "the stalled upload to end")
     accepted = send(5)
     assert accepted.status_code == 202
     doc = httpx.get(accepted.json()["url"].replace("/submissions/", "/api/submissions/"),
                     headers={"Authorization": f"Bearer {site.token}"}, timeout=30).json()
     assert doc["phase"] == "test"
-    assert send(6).status_code == 429                # test's total of 1
+    assert send(6).status_code == 202
+    total = send(7)                                  # test's total of 2
+    assert total.status_code == 429 and "2 submissions in total" in total.json()["detail"]
     late = send(7, phase="validation")
     assert late.status_code == 403 and late.json()["detail"].startswith(
         "phase validation: has ended; it takes uploads from 2030-01-01T00:00:00Z to "
@@ -136,7 +147,7 @@ def test_uploads_follow_each_phases_dates_and_limits(site, tiny):
     site.clock.now = at("2030-03-01T00:00:00Z")
     assert send(8).status_code == 403
     assert [len(entry_ids(site.registry / "phases" / p)) for p in ("validation", "test")] \
-        == [2, 1]
+        == [2, 2]
     whoami = httpx.get(f"{site.base}/api/whoami",
                        headers={"Authorization": f"Bearer {site.token}"}, timeout=30).json()
     assert [(p["name"], p["open"]) for p in whoami["phases"]] == \
