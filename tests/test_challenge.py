@@ -10,7 +10,7 @@ import io
 import json
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,9 +24,11 @@ from sgdask.cli import main
 from sgdask.errors import InputError
 from sgdask.io.ingest import convert_submission
 from sgdask.service.app import ServiceConfig, create_app
-from sgdask.service.benchmark import load_benchmark
+from sgdask.service.benchmark import Phase, load_benchmark
+from sgdask.service.inbox import pick_inbox
+from sgdask.service.limits import Limits
 from sgdask.service.server import bound_socket
-from sgdask.service.tokens import add_token
+from sgdask.service.tokens import TokenBook, add_token
 from tests.servicekit import Proc, auth, entry_ids, upload, wait_final, wait_for
 from tests.test_leaderboard_html import chromium_page  # noqa: F401  (the browser fixture)
 from tests.test_service_hygiene import HeldUpload
@@ -492,3 +494,30 @@ def test_a_rerun_publishes_the_phase_again_from_the_cache(served, open_model):
              "the board published again")
     since = Path(served.root / "serve.log").read_text()[log_size:]
     assert "cached: " in since and "to evaluate" not in since
+
+
+def test_an_inbox_drop_outside_its_phase_is_rejected_with_the_dates(tiny, tmp_path):
+    """The inbox of a phase that has ended: the drop is registered as rejected, the dates in
+    its error; in an open phase the same drop is queued."""
+    tokens = tmp_path / "tokens.json"
+    token = add_token(tokens, "team-a", "participant")
+    ended = Phase("old", tiny.gt, str(tmp_path / "old"), str(tmp_path / "old-board"),
+                  start=at("2000-01-01T00:00:00Z"), end=at("2001-01-01T00:00:00Z"))
+    for phase, status in ((ended, "rejected"),
+                          (replace(ended, name="open", registry=str(tmp_path / "open"),
+                                   end=None), "received")):
+        registry = Registry(phase.registry)
+        inbox = Path(phase.registry, "inbox")
+        inbox.mkdir(parents=True)
+        (inbox / "m.zip").write_bytes(tiny.variant(1).read_bytes())
+        (inbox / "m.meta.json").write_text(json.dumps({"name": "dropped", "token": token}))
+        (picked,) = pick_inbox(registry, "w", TokenBook(str(tokens)), Limits(), False, 10,
+                               lambda _: None, phase)
+        history = registry.history(picked)
+        assert (history[-1]["status"] if history else registry.entry(picked).status) == status
+    assert history == [] and registry.entry(picked).status == "received"
+    rejected = Registry(ended.registry).history(
+        next(iter(entry_ids(Path(ended.registry)))))[-1]["errors"]
+    assert len(rejected) == 1 and rejected[0].startswith(
+        "error: m.zip: sidecar: phase old: has ended; it takes uploads from "
+        "2000-01-01T00:00:00Z to 2001-01-01T00:00:00Z (UTC), it is ")

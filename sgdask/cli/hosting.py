@@ -224,7 +224,7 @@ def worker(registry: Registry, out: Board,
         return
     work([WorkerConfig(p.registry, p.gt or "", p.out, options, poll, lease, max_attempts,
                        tokens=tokens, limits=p.limits, open_uploads=open_uploads,
-                       archive_limits=archive, selection=p.selection)
+                       archive_limits=archive, selection=p.selection, phase=p)
           for p in load_benchmark(benchmark, registry, out).phases], scheduler)
 
 

@@ -54,7 +54,7 @@ from sgdask.service.access import (
     checked_paper,
     checked_text,
 )
-from sgdask.service.benchmark import DATE_FORMAT, Benchmark, Phase, one_phase
+from sgdask.service.benchmark import DATE_FORMAT, Benchmark, Phase, check_phase, one_phase
 from sgdask.service.limits import LimitReached, Limits, check_limits, team_of
 from sgdask.service.queue import (
     Submission,
@@ -344,21 +344,6 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
     finally:
         await slot.release()
     return Submission(entry, []), used
-
-
-def check_phase(phase: Phase, board: str, now: datetime, closed: bool = False) -> None:
-    """Refuse an upload outside the phase's dates (or to a phase ``closed`` early) or to a
-    board the phase does not feed."""
-    if closed:
-        raise Refusal(403, f"phase {phase.name}: closed early by the maintainers; it took "
-                      f"uploads from {phase.dates()}")
-    if not phase.is_open(now):
-        when = "has not started" if phase.start and now < phase.start else "has ended"
-        raise Refusal(403, f"phase {phase.name}: {when}; it takes uploads from "
-                      f"{phase.dates()}, it is {now.strftime(DATE_FORMAT)}")
-    if board not in phase.boards:
-        raise Refusal(400, f"board: phase {phase.name} feeds only the "
-                      f"{' and '.join(phase.boards)} board(s)")
 
 
 def _team_limits(svc: Service, account: Account | None, submission_id: str,

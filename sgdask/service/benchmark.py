@@ -21,7 +21,7 @@ from sgdask.errors import InputError
 from sgdask.io.fs import join
 from sgdask.io.schemas import BENCHMARK, schema_problem
 from sgdask.metrics import board_columns
-from sgdask.service.access import BOARDS
+from sgdask.service.access import BOARDS, Refusal
 from sgdask.service.limits import Limits
 
 DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -66,6 +66,21 @@ class Benchmark:
 
     def phase(self, name: str) -> Phase | None:
         return next((p for p in self.phases if p.name == name), None)
+
+
+def check_phase(phase: Phase, board: str, now: datetime, closed: bool = False) -> None:
+    """Refuse an upload outside the phase's dates (or to a phase ``closed`` early) or to a
+    board the phase does not feed."""
+    if closed:
+        raise Refusal(403, f"phase {phase.name}: closed early by the maintainers; it took "
+                      f"uploads from {phase.dates()}")
+    if not phase.is_open(now):
+        when = "has not started" if phase.start and now < phase.start else "has ended"
+        raise Refusal(403, f"phase {phase.name}: {when}; it takes uploads from "
+                      f"{phase.dates()}, it is {now.strftime(DATE_FORMAT)}")
+    if board not in phase.boards:
+        raise Refusal(400, f"board: phase {phase.name} feeds only the "
+                      f"{' and '.join(phase.boards)} board(s)")
 
 
 def one_phase(registry: str, out: str, gt: str | None, limits: Limits, title: str

@@ -80,6 +80,9 @@ class WorkerConfig:
     settings: Settings = field(default_factory=Settings)
     #: which of a team's submissions the board shows (``sgdask.batch.rerank.BoardRule``)
     selection: str = "all"
+    #: the benchmark file's phase this worker serves: inbox drops outside its dates are
+    #: rejected (None: a service from flags, always open)
+    phase: Phase | None = None
 
     @classmethod
     def beside(cls, service: ServiceConfig, phase: Phase, poll: float, max_attempts: int,
@@ -90,7 +93,8 @@ class WorkerConfig:
         return cls(phase.registry, phase.gt, phase.out, service.storage_options, poll,
                    service.lease, max_attempts, tokens=service.tokens, limits=phase.limits,
                    open_uploads=service.open_uploads, archive_limits=archive_limits,
-                   selection=phase.selection)
+                   selection=phase.selection,
+                   phase=phase if service.benchmark is not None else None)
 
 
 class LostClaim(Exception):
@@ -179,7 +183,8 @@ class Worker:
     def cycle(self) -> bool:
         """One pass over the inbox and the queue; True if it did anything."""
         picked = pick_inbox(self.registry, self.id, self.tokens, self.config.limits,
-                            self.config.open_uploads, self.config.lease, self.log)
+                            self.config.open_uploads, self.config.lease, self.log,
+                            self.config.phase)
         ready = self.prepare_batch()
         if ready:
             self.evaluate(ready)
