@@ -521,3 +521,13 @@ def test_an_inbox_drop_outside_its_phase_is_rejected_with_the_dates(tiny, tmp_pa
     assert len(rejected) == 1 and rejected[0].startswith(
         "error: m.zip: sidecar: phase old: has ended; it takes uploads from "
         "2000-01-01T00:00:00Z to 2001-01-01T00:00:00Z (UTC), it is ")
+
+
+def test_rerank_refuses_an_unknown_selection_rule(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["rerank", "--registry", str(tmp_path / "r"), "--gt", str(tmp_path / "g"),
+              "--out", str(tmp_path / "o"), "--selection", "worst"])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and err == (
+        "sgdask: error: --selection: 'worst' is not one of all, best, last, chosen")
+    assert not (tmp_path / "o").exists()

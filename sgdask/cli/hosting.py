@@ -95,14 +95,20 @@ def rerank(registry: Annotated[str, typer.Option(help="registry URL")],
                "whose process is gone: at once)")] = DEFAULT_LEASE,
            stale_lock_after: Annotated[float | None, typer.Option(
                min=0.5, hidden=True, help="deprecated: use --lease")] = None,
+           selection: Annotated[str, typer.Option(
+               help="which of a team's submissions the board shows: all, best, last or "
+               "chosen (a benchmark file's phase: its `selection`)")] = "all",
            storage_option: StorageOpt = None) -> None:
     """Evaluate what is missing under the current protocols and publish the leaderboard.
 
     Exit codes: 0 published or up to date, 2 bad input, 3 another rerank holds the lock.
     """
-    from sgdask.batch.rerank import EXIT_LOCKED
+    from sgdask.batch.rerank import EXIT_LOCKED, SELECTIONS
     from sgdask.batch.rerank import rerank as run_rerank
     from sgdask.io.lock import LockHeld
+
+    if selection not in SELECTIONS:
+        raise SgdaskError(f"--selection: {selection!r} is not one of {', '.join(SELECTIONS)}")
 
     if stale_lock_after is not None:
         print("sgdask: warning: --stale-lock-after is deprecated: use --lease", file=sys.stderr)
@@ -111,12 +117,13 @@ def rerank(registry: Annotated[str, typer.Option(help="registry URL")],
         outcome = run_rerank(registry, gt, out, storage_options=storage_options(storage_option),
                              scheduler=cluster_choice(scheduler, False, workers),
                              dry_run=dry_run, progress=True,
-                             log=err_console.print, lease=lease)
+                             log=err_console.print, lease=lease, selection=selection)
     except LockHeld as err:
         print(f"sgdask: {err}", file=sys.stderr)
         sys.exit(EXIT_LOCKED)
-    for row in outcome.board:  # ranked within its matching mode's board
-        out_console.print(f"{row['matching']:>5} {row['rank']:3d}. {row['name']}  {RANK_BY} "
+    for row in outcome.board:  # ranked within its matching mode's board; baselines unranked
+        rank = "  -" if row["rank"] is None else f"{row['rank']:3d}"
+        out_console.print(f"{row['matching']:>5} {rank}. {row['name']}  {RANK_BY} "
                           f"{format_value(RANK_BY, row['metrics'].get(RANK_BY))}")
 
 
