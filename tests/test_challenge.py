@@ -165,6 +165,10 @@ def test_uploads_follow_each_phases_dates_and_limits(site, tiny):
      "phases[0].end: 2030-01-01T00:00:00Z is not after start"),
     ("phases:\n  - {name: a, gt: g}\n  - {name: a, gt: h}", "phases[1].name: 'a' names two"),
     ("phases:\n  - {name: a, gt: g, start: 'next monday'}", "phases[0].start"),
+    ("phases:\n  - {name: a, gt: g, headline: mR@55}",
+     "phases[0].headline: 'mR@55' is not a board column (did you mean 'mR@50'?)"),
+    ("phases:\n  - {name: a, gt: g, board: {columns: [R@50, AP]}}",
+     "phases[0].board.columns[1]: 'AP' is not a board column"),
 ])
 def test_a_bad_benchmark_file_is_one_line_naming_file_and_field(tmp_path, text, fragment):
     path = tmp_path / "bench.yaml"
@@ -414,14 +418,15 @@ def test_best_last_and_chosen_show_one_row_per_team(tiny, client, tmp_path):
         sent[f"{team}{variant}"] = sid
     registry.set_baseline(sent["None8"], True, "maintainer:lab")
 
-    def board(selection: str) -> list[tuple[str, int | None]]:
+    def board(selection: str, rank_by: str = "mR@50") -> list[tuple[str, int | None]]:
         rerank(registry_url, tiny.gt, out, client=client, log=lambda _: None,
-               selection=selection)
+               selection=selection, rank_by=rank_by)
         rows = json.loads(Path(out, "leaderboard.json").read_text())
         ranked = [r for r in rows if not r["baseline"]]
         assert [r["rank"] for r in ranked] == list(range(1, len(ranked) + 1))
-        assert [r["metrics"]["mR@50"] for r in ranked] == \
-            sorted((r["metrics"]["mR@50"] for r in ranked), reverse=True)
+        assert [r["metrics"][rank_by] for r in ranked] == \
+            sorted((r["metrics"][rank_by] for r in ranked), reverse=rank_by != "PRank")
+        assert all(set(r["intervals"]) == {rank_by} for r in ranked)
         assert [(r["name"], r["rank"]) for r in rows if r["baseline"]] == [("None8", None)]
         return sorted(r["name"] for r in ranked)
 
@@ -431,6 +436,7 @@ def test_best_last_and_chosen_show_one_row_per_team(tiny, client, tmp_path):
     assert board("chosen") == ["a3", "b2"]                  # nothing chosen yet: the last
     registry.choose("a", sent["a6"], "team:a")
     assert board("chosen") == ["a6", "b2"]
+    assert len(board("all", "PRank")) == 4          # a phase's headline: lower is better
 
 
 def test_host_actions_close_move_and_log_who_did_what(site, tiny):

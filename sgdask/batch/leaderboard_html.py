@@ -132,7 +132,10 @@ def matching_boards(public: list[Entry], approved: list[Entry]
 
 # --- header ----------------------------------------------------------------------------------
 
-def header(title: str, generated_at: str, previous_generated_at: str | None) -> str:
+def header(title: str, generated_at: str, previous_generated_at: str | None,
+           rank_by: str = RANK_BY) -> str:
+    """The page's title, dates and the note on its columns (``rank_by``: what the
+    intervals are of, as the note names it)."""
     parts = [f"<h1>{esc(title)}</h1>"]
     if generated_at:
         parts.append(f'<p class="meta">generated {esc(generated_at)}</p>')
@@ -141,7 +144,7 @@ def header(title: str, generated_at: str, previous_generated_at: str | None) -> 
                      f"{esc(previous_generated_at)}</p>")
     parts.append('<p class="note">Recalls in percent, PRank in ranks (lower is better); '
                  f"{esc(DELTA_COLUMN)} is multimpo − singlempo {esc(RANK_BY)} in percentage "
-                 f"points. Under {esc(RANK_BY)}: its bootstrap interval over the test "
+                 f"points. Under {esc(rank_by)}: its bootstrap interval over the test "
                  f"images; {esc(RANGE_COLUMN)}: from 1 + the number of models significantly "
                  "better to the number of models not significantly worse (paired bootstrap). "
                  "Mask and box submissions are ranked on separate boards, each titled "

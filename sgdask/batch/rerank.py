@@ -78,13 +78,15 @@ def write_atomic(fs: Any, path: str, data: bytes) -> None:
         fs.pipe_file(path, data)
 
 
-def rank_key(row: dict[str, Any]) -> tuple:
-    """The ranking metric descending, then the tie-break metric descending, then earlier
-    submission first."""
+def rank_key(row: dict[str, Any], rank_by: str = RANK_BY) -> tuple:
+    """The ranking metric best first (descending; ascending for a metric where lower is
+    better), then the tie-break metric descending, then earlier submission first."""
     def neg(name: str) -> float:
         value = row["metrics"].get(name)
-        return float("inf") if value is None else -value
-    return (neg(RANK_BY), neg(TIE_BREAK), row["submitted_at"])
+        metric = metric_of(name)
+        sign = 1 if metric is not None and metric.lower_is_better else -1
+        return float("inf") if value is None else sign * value
+    return (neg(rank_by), neg(TIE_BREAK), row["submitted_at"])
 
 
 SELECTIONS = ("all", "best", "last", "chosen")
@@ -102,13 +104,16 @@ class BoardRule:
     baselines: tuple[str, ...] = ()
     #: how often maintainers asked to re-rank the phase: each request publishes again
     reruns: int = 0
+    #: the ranking metric (a board column; a phase's ``headline``)
+    rank_by: str = RANK_BY
 
     @classmethod
-    def of(cls, registry: Registry, selection: str = "all") -> BoardRule:
+    def of(cls, registry: Registry, selection: str = "all", rank_by: str = RANK_BY
+           ) -> BoardRule:
         """The rule with the registry's choices, baselines and re-run requests."""
         chosen = tuple(sorted(registry.chosen().items())) if selection == "chosen" else ()
         reruns = sum(a["action"] == "rerun" for a in registry.host_actions())
-        return cls(selection, chosen, tuple(sorted(registry.baselines())), reruns)
+        return cls(selection, chosen, tuple(sorted(registry.baselines())), reruns, rank_by)
 
 
 def selected(rows: list[dict[str, Any]], rule: BoardRule) -> list[dict[str, Any]]:
@@ -159,7 +164,8 @@ def board_rows(entries: list[Entry], reports: dict[str, dict[str, Report]],
                      "team": e.team, "method": e.method, "description": e.description,
                      "code": e.code, "external_data": e.external_data, "baseline": baseline,
                      "metrics": metrics, "delta": delta})
-    rows.sort(key=lambda r: (MATCHING_MODES.index(r["matching"]), r["baseline"], rank_key(r)))
+    rows.sort(key=lambda r: (MATCHING_MODES.index(r["matching"]), r["baseline"],
+                             rank_key(r, rule.rank_by)))
     rows = selected(rows, rule)
     for mode_rows in by_matching(rows).values():
         ranked = [r for r in mode_rows if not r["baseline"]]
@@ -205,25 +211,26 @@ class BoardCI:
     seed: int = 0
 
 
-def ranking_terms(row: dict[str, Any], reports: dict[str, dict[str, Report]]
-                  ) -> TermTable | None:
+def ranking_terms(row: dict[str, Any], reports: dict[str, dict[str, Report]],
+                  rank_by: str = RANK_BY) -> TermTable | None:
     """The per-image terms a row is ranked by (its singlempo report's), if any."""
     report = reports.get(row["submission_id"], {}).get("singlempo")
-    if report is None or row["metrics"].get(RANK_BY) is None:
+    if report is None or row["metrics"].get(rank_by) is None:
         return None
     return report.terms
 
 
 def board_ranges(rows: list[dict[str, Any]], reports: dict[str, dict[str, Report]],
-                 scoring: Scoring, ci: BoardCI) -> dict[str, dict[str, Any]]:
+                 scoring: Scoring, ci: BoardCI, rank_by: str = RANK_BY
+                 ) -> dict[str, dict[str, Any]]:
     """Per submission id: the ranking metric's interval and the rank range among ``rows``,
     from the cached per-image terms (no evaluation); rows without terms get none."""
-    usable = [r for r in rows if ranking_terms(r, reports) is not None]
+    usable = [r for r in rows if ranking_terms(r, reports, rank_by) is not None]
     if not usable:
         return {}
-    metric = metric_of(RANK_BY)
-    found = rank_ranges([ranking_terms(r, reports) for r in usable],  # type: ignore[misc]
-                        RANK_BY, scoring, ci.level, ci.resamples, ci.seed,
+    metric = metric_of(rank_by)
+    found = rank_ranges([ranking_terms(r, reports, rank_by) for r in usable],  # type: ignore[misc]
+                        rank_by, scoring, ci.level, ci.resamples, ci.seed,
                         bool(metric and metric.lower_is_better))
     return {r["submission_id"]: {"interval": list(interval) if interval else None,
                                  "range": [lo, hi]}
@@ -231,24 +238,25 @@ def board_ranges(rows: list[dict[str, Any]], reports: dict[str, dict[str, Report
 
 
 def with_ranges(board: list[dict[str, Any]], reports: dict[str, dict[str, Report]],
-                composition: dict[int, int] | None, ci: BoardCI
+                composition: dict[int, int] | None, ci: BoardCI, rank_by: str = RANK_BY
                 ) -> dict[str, list[int] | None]:
     """Put the ranking metric's interval (``intervals``) and the rank range among its
     matching mode's rows (``rank_range``) into every row; returns the rank ranges among the
     approved rows of each mode, by submission id."""
     first = next((reports[r["submission_id"]]["singlempo"] for r in board
-                  if ranking_terms(r, reports) is not None), None)
+                  if ranking_terms(r, reports, rank_by) is not None), None)
     if first is None:
         return {}
     scoring = scoring_of(first, composition)
     approved: dict[str, list[int] | None] = {}
     for mode_rows in by_matching([r for r in board if not r.get("baseline")]).values():
-        public = board_ranges(mode_rows, reports, scoring, ci)
+        public = board_ranges(mode_rows, reports, scoring, ci, rank_by)
         for row in mode_rows:
             found = public.get(row["submission_id"], {})
-            row["intervals"] = {RANK_BY: found.get("interval")}
+            row["intervals"] = {rank_by: found.get("interval")}
             row["rank_range"] = found.get("range")
-        ranked = board_ranges([r for r in mode_rows if r["approved"]], reports, scoring, ci)
+        ranked = board_ranges([r for r in mode_rows if r["approved"]], reports, scoring, ci,
+                              rank_by)
         approved.update({sid: found["range"] for sid, found in ranked.items()})
     return approved
 
@@ -291,7 +299,8 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
            storage_options: StorageOptions | None = None, client: Client | None = None,
            scheduler: str | None = None, dry_run: bool = False, progress: bool = False,
            log: Log = print, lease: float = DEFAULT_LEASE,
-           ci: BoardCI | None = None, selection: str = "all") -> RerankOutcome:
+           ci: BoardCI | None = None, selection: str = "all", rank_by: str = RANK_BY
+           ) -> RerankOutcome:
     """Evaluate missing results and publish a new leaderboard if anything changed (each
     model's ranking metric with its bootstrap interval and rank range, ``ci``), holding
     ``OUT/lock.json`` meanwhile (``sgdask.io.lock``: taken over from a dead holder at once,
@@ -299,7 +308,7 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
     options = options or Settings()
     registry = Registry(registry_url, storage_options)
     entries = registry.rankable()
-    rule = BoardRule.of(registry, selection)
+    rule = BoardRule.of(registry, selection, rank_by)
     job = board_job(registry_url, gt, entries, options, storage_options)
     fs, root = filesystem(out, storage_options)
     if not entries and read_json(fs, join(root, "current.json")) is None:
@@ -324,12 +333,13 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
         board = board_rows(entries, outcome.reports, previous, outcome.matching, rule)
         _, composition = gt_training_stats(StoreReader(gt, storage_options, "gt"), options.stats,
                                         storage_options)
-        ranges = with_ranges(board, outcome.reports, composition, ci or BoardCI())
+        ranges = with_ranges(board, outcome.reports, composition, ci or BoardCI(),
+                             rule.rank_by)
         approved = approved_board(board, previous, ranges)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         board_dir = f"history/{stamp}"
         pages = report_pages(outcome, join(registry_url, "cache"), storage_options, client, log)
-        files = board_files(board, approved, pages, current, stamp)
+        files = board_files(board, approved, pages, current, stamp, rule.rank_by)
         files[TOP_PAGE] = leaderboard_page(board, approved, current, stamp,
                                            report_prefix=f"{board_dir}/")
         for name, data in files.items():
@@ -450,18 +460,18 @@ def report_pages(outcome: ManyOutcome, cache: str, storage_options: StorageOptio
     return pages
 
 
-def interval_columns(row: dict[str, Any]) -> dict[str, Any]:
+def interval_columns(row: dict[str, Any], rank_by: str = RANK_BY) -> dict[str, Any]:
     """The ranking metric's interval and the rank range as flat Parquet columns."""
-    interval = (row.get("intervals") or {}).get(RANK_BY) or [None, None]
+    interval = (row.get("intervals") or {}).get(rank_by) or [None, None]
     ranks = row.get("rank_range") or [None, None]
-    return {f"singlempo {RANK_BY} ci_low": interval[0],
-            f"singlempo {RANK_BY} ci_high": interval[1],
+    return {f"singlempo {rank_by} ci_low": interval[0],
+            f"singlempo {rank_by} ci_high": interval[1],
             "rank_range_low": ranks[0], "rank_range_high": ranks[1]}
 
 
 def board_files(board: list[dict[str, Any]], approved: list[dict[str, Any]],
                 pages: dict[str, bytes], current: dict[str, Any] | None,
-                stamp: str) -> dict[str, bytes]:
+                stamp: str, rank_by: str = RANK_BY) -> dict[str, bytes]:
     """Every file of one dated board, by relative path."""
     table = pa.Table.from_pylist([
         {"rank": r["rank"], "approved_rank": r.get("approved_rank"),
@@ -470,7 +480,7 @@ def board_files(board: list[dict[str, Any]], approved: list[dict[str, Any]],
          "submitted_at": r["submitted_at"], "paper": r["paper"],
          "rank_change": r["rank_change"],
          **{f"singlempo {c}": r["metrics"].get(c) for c in board_columns()},
-         **interval_columns(r),
+         **interval_columns(r, rank_by),
          f"multimpo - singlempo {RANK_BY}": r["delta"].get(RANK_BY)} for r in board])
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)

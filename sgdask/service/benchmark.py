@@ -20,7 +20,7 @@ import yaml
 from sgdask.errors import InputError
 from sgdask.io.fs import join
 from sgdask.io.schemas import BENCHMARK, schema_problem
-from sgdask.metrics import board_columns
+from sgdask.metrics import RANK_BY, board_columns
 from sgdask.service.access import BOARDS, Refusal
 from sgdask.service.limits import Limits
 
@@ -41,6 +41,7 @@ class Phase:
     boards: tuple[str, ...] = BOARDS
     visibility: str = "public"  # or private (scores hidden until revealed), unlisted
     selection: str = "all"  # which of a team's submissions the board shows (BoardRule)
+    headline: str = RANK_BY  # the ranking metric
     columns: tuple[str, ...] = ()  # the boards' metric columns (empty: every board column)
     meta_columns: tuple[str, ...] = ()  # entry metadata shown as columns
     intervals: bool = True
@@ -143,20 +144,24 @@ def _phase(path: str, i: int, doc: dict[str, Any], base: Path, registry: str, ou
                  Limits(limits.get("per_day", 5) or None, limits.get("total") or None,
                         limits.get("concurrent", 5) or None, limits.get("per_month") or None),
                  tuple(doc.get("boards", BOARDS)), doc.get("visibility", "public"),
-                 doc.get("selection", "all"), _columns(path, i, board.get("columns", [])),
+                 doc.get("selection", "all"),
+                 _columns(path, f"phases[{i}].headline", [doc.get("headline", RANK_BY)])[0],
+                 _columns(path, f"phases[{i}].board.columns", board.get("columns", [])),
                  tuple(board.get("meta", [])), board.get("intervals", True),
                  board.get("rank_ranges", True))
 
 
-def _columns(path: str, i: int, columns: list[str]) -> tuple[str, ...]:
-    """The board's metric columns, each one the board knows."""
+def _columns(path: str, field_name: str, columns: list[str]) -> tuple[str, ...]:
+    """Metric columns of a board (its ``columns``, its ``headline``), each one the board
+    knows."""
     known = board_columns()
     for j, column in enumerate(columns):
         if column not in known:
             near = difflib.get_close_matches(column, known, 1)
             raise InputError(path, f"{column!r} is not a board column"
                              + (f" (did you mean {near[0]!r}?)" if near else ""),
-                             field=f"phases[{i}].board.columns[{j}]",
+                             field=field_name if field_name.endswith("headline")
+                             else f"{field_name}[{j}]",
                              expected=f"one of {', '.join(known)}")
     return tuple(columns)
 

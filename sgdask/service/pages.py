@@ -101,12 +101,12 @@ def challenge_page(phases: list[PhaseBoard], title: str, account: Account | None
                    csrf: str) -> str:
     """Every phase of a benchmark file under its name, visibility and dates, with what the
     reader may see of its boards."""
-    parts = [header(title, "", None)]
+    parts = [header(title, "", None, "each phase's ranking metric")]
     for shown in phases:
         phase = shown.phase
         parts.append(f'<h2 class="phase" id="phase-{esc(phase.name)}">phase {esc(phase.name)}'
-                     f' ({esc(phase.visibility)})</h2>\n<p class="meta">uploads '
-                     f"{esc(phase.dates())}"
+                     f' ({esc(phase.visibility)})</h2>\n<p class="meta">ranked by '
+                     f"{esc(phase.headline)}; uploads {esc(phase.dates())}"
                      + (f"; published {esc(shown.published)}" if shown.published else "")
                      + "</p>")
         if shown.may_reveal:

@@ -80,6 +80,7 @@ class WorkerConfig:
     settings: Settings = field(default_factory=Settings)
     #: which of a team's submissions the board shows (``sgdask.batch.rerank.BoardRule``)
     selection: str = "all"
+    rank_by: str = RANK_BY  # the board's ranking metric (a phase's ``headline``)
     #: the benchmark file's phase this worker serves: inbox drops outside its dates are
     #: rejected (None: a service from flags, always open)
     phase: Phase | None = None
@@ -93,7 +94,7 @@ class WorkerConfig:
         return cls(phase.registry, phase.gt, phase.out, service.storage_options, poll,
                    service.lease, max_attempts, tokens=service.tokens, limits=phase.limits,
                    open_uploads=service.open_uploads, archive_limits=archive_limits,
-                   selection=phase.selection,
+                   selection=phase.selection, rank_by=phase.headline,
                    phase=phase if service.benchmark is not None else None)
 
 
@@ -377,14 +378,16 @@ class Worker:
         fs.invalidate_cache(root)
         current = read_json(fs, join(root, "current.json"))
         digest = inputs_digest(rankable, self.config.settings,
-                               rule=BoardRule.of(self.registry, self.config.selection))
+                               rule=BoardRule.of(self.registry, self.config.selection,
+                                                 self.config.rank_by))
         up_to_date = current.get("inputs") == digest if current else not rankable
         if not waiting and up_to_date:
             return False
         try:
             rerank(self.config.registry, self.config.gt, self.config.out, self.config.settings,
                    self.config.storage_options, client=self.client, log=self.log,
-                   lease=self.config.lease, selection=self.config.selection)
+                   lease=self.config.lease, selection=self.config.selection,
+                   rank_by=self.config.rank_by)
         except LockHeld:
             return False
         for sub in waiting:
