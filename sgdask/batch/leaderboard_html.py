@@ -189,7 +189,7 @@ def board_id(name: str) -> str:
     return "board-" + re.sub(r"[^A-Za-z0-9_-]", "-", name)
 
 
-def header_labels(columns: list[str], ranges: bool = False, extra: tuple[str, ...] = ()
+def _header_labels(columns: list[str], ranges: bool = False, extra: tuple[str, ...] = ()
                   ) -> list[tuple[str, str, bool]]:
     """(column key, label, is text) of every column, in page order."""
     return [("rank", "#", False), *([(RANGE_COLUMN, RANGE_COLUMN, False)] if ranges else []),
@@ -201,7 +201,7 @@ def header_labels(columns: list[str], ranges: bool = False, extra: tuple[str, ..
 def header_cells(columns: list[str], ranges: bool = False, extra: tuple[str, ...] = ()
                  ) -> str:
     return "".join(th(col, label, text) for col, label, text in
-                   header_labels(columns, ranges, extra))
+                   _header_labels(columns, ranges, extra))
 
 
 def th(col: str, label: str, text: bool = False) -> str:
@@ -212,7 +212,7 @@ def th(col: str, label: str, text: bool = False) -> str:
 def body_rows(entries: list[Entry], columns: list[str], ranges: bool = False,
               extra: tuple[str, ...] = ()) -> str:
     if not entries:
-        width = len(header_labels(columns, ranges, extra))
+        width = len(_header_labels(columns, ranges, extra))
         return f'<tr><td class="empty" colspan="{width}">no submissions</td></tr>'
     return "\n".join(entry_row(order, entry, columns, ranges, extra)
                      for order, entry in enumerate(entries))
@@ -222,21 +222,21 @@ def entry_row(order: int, entry: Entry, columns: list[str], ranges: bool = False
               extra: tuple[str, ...] = ()) -> str:
     kind = ' class="baseline"' if entry.get("baseline") else ""
     return (f'<tr data-order="{order}"{kind}>'
-            + "".join(td(*cell) for cell in row_cells(entry, columns, ranges, extra))
+            + "".join(td(*cell) for cell in _row_cells(entry, columns, ranges, extra))
             + "</tr>")
 
 
-def row_cells(entry: Entry, columns: list[str], ranges: bool = False,
+def _row_cells(entry: Entry, columns: list[str], ranges: bool = False,
               extra: tuple[str, ...] = ()) -> list[Cell]:
     """A row's cells in page order (the page and the exports both read these)."""
     metrics = entry.get("metrics") or {}
     delta = (entry.get("delta") or {}).get(RANK_BY)
     submitted = str(entry.get("submitted_at") or "")
     intervals = entry.get("intervals") or {}
-    return [rank_cell(entry),
+    return [_rank_cell(entry),
             *([range_cell(entry.get("rank_range"))] if ranges else []),
             Cell(entry["name"], name_cell(entry), True),
-            *(meta_cell(c, entry.get(c)) for c in extra),
+            *(_meta_cell(c, entry.get(c)) for c in extra),
             Cell(submitted, esc(submitted[:10]), True),
             *(metric_cell(c, metrics.get(c), intervals.get(c)) for c in columns),
             number_cell(delta, fmt_delta(delta))]
@@ -247,12 +247,12 @@ def board_export(entries: list[Entry], columns: list[str], extra: tuple[str, ...
     """The board as the page shows it: the column labels and every row's cell values
     (``data-value``; numbers unrounded), for the CSV and JSON exports."""
     ranges = any(e.get("rank_range") for e in entries)
-    labels = [label for _, label, _ in header_labels(columns, ranges, extra)]
-    return labels, [[cell.value for cell in row_cells(e, columns, ranges, extra)]
+    labels = [label for _, label, _ in _header_labels(columns, ranges, extra)]
+    return labels, [[cell.value for cell in _row_cells(e, columns, ranges, extra)]
                     for e in entries]
 
 
-def meta_cell(column: str, value: Any) -> Cell:
+def _meta_cell(column: str, value: Any) -> Cell:
     """A metadata cell: a link for ``code``, yes/no for ``external_data``."""
     if value is None:
         return Cell("", MISSING, True)
@@ -263,7 +263,7 @@ def meta_cell(column: str, value: Any) -> Cell:
     return Cell(value, esc(value), True)
 
 
-def rank_cell(entry: Entry) -> Cell:
+def _rank_cell(entry: Entry) -> Cell:
     """The rank and its change; a baseline is outside the ranking: no rank."""
     if entry.get("baseline"):
         return Cell("", '<span class="baseline" title="a baseline, outside the ranking">'

@@ -106,7 +106,7 @@ class ManyOutcome:
     matching: dict[str, str] = field(default_factory=dict)
 
 
-def matching_mode(gt_manifest: dict[str, Any], sub_manifest: dict[str, Any]) -> str:
+def _matching_mode(gt_manifest: dict[str, Any], sub_manifest: dict[str, Any]) -> str:
     """``masks`` when the GT and the submission both hold masks (mask IoU), else ``boxes``:
     numbers of the two modes are not comparable, so boards never rank them together."""
     both = gt_manifest.get("instances") == "masks" == sub_manifest.get("instances")
@@ -126,7 +126,7 @@ def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print
     keys, hits, matching = {}, {}, {}
     for name, url, protocols in job.submissions:
         sub_manifest = StoreReader(url, job.storage_options, "submission").manifest
-        matching[name] = matching_mode(gt_manifest, sub_manifest)
+        matching[name] = _matching_mode(gt_manifest, sub_manifest)
         for protocol in get_protocols(protocols):
             key = cache_key(gt_manifest, sub_manifest, protocol, job.options, stats_hash,
                             groups_hash)

@@ -116,7 +116,7 @@ class BoardRule:
         return cls(selection, chosen, tuple(sorted(registry.baselines())), reruns, rank_by)
 
 
-def selected(rows: list[dict[str, Any]], rule: BoardRule) -> list[dict[str, Any]]:
+def _selected(rows: list[dict[str, Any]], rule: BoardRule) -> list[dict[str, Any]]:
     """The rows the rule keeps, order kept (``rows`` in rank order: best first)."""
     if rule.selection == "all":
         return rows
@@ -166,7 +166,7 @@ def board_rows(entries: list[Entry], reports: dict[str, dict[str, Report]],
                      "metrics": metrics, "delta": delta})
     rows.sort(key=lambda r: (MATCHING_MODES.index(r["matching"]), r["baseline"],
                              rank_key(r, rule.rank_by)))
-    rows = selected(rows, rule)
+    rows = _selected(rows, rule)
     for mode_rows in by_matching(rows).values():
         ranked = [r for r in mode_rows if not r["baseline"]]
         for rank, row in enumerate(ranked, start=1):

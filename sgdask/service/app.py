@@ -522,25 +522,25 @@ async def api_whoami(svc: Service, request: Request) -> Response:
         raise Refusal(401, "token: unknown or revoked token")
     if account is None and not svc.config.open_uploads:
         raise Refusal(401, "token: missing (send Authorization: Bearer TOKEN)")
-    current, phases = await svc.run(phases_json, svc)
+    current, phases = await svc.run(_phases_json, svc)
     return JSONResponse({"team": account.team if account else None,
                          "role": account.role if account else None,
                          "open_uploads": svc.config.open_uploads,
                          "max_upload_bytes": svc.config.max_upload_bytes,
-                         "limits": limits_json(current), **phases})
+                         "limits": _limits_json(current), **phases})
 
 
-def phases_json(svc: Service) -> tuple[Phase, dict[str, Any]]:
+def _phases_json(svc: Service) -> tuple[Phase, dict[str, Any]]:
     """The current phase, and what whoami says of the phases (nothing for a service from
     flags, whose one phase has no dates)."""
     now, current = svc.config.clock(), svc.current()
     if svc.config.benchmark is None:
         return current, {}
     return current, {"phase": current.name, "phases": [
-        phase_json(p, now, svc.is_open(p, now)) for p in svc.benchmark.phases]}
+        _phase_json(p, now, svc.is_open(p, now)) for p in svc.benchmark.phases]}
 
 
-def limits_json(phase: Phase) -> dict[str, int | None]:
+def _limits_json(phase: Phase) -> dict[str, int | None]:
     """The phase's limits (``monthly`` only when set: a service from flags has none)."""
     limits = phase.limits
     monthly = {} if limits.monthly is None else {"monthly": limits.monthly}
@@ -551,11 +551,11 @@ def limits_json(phase: Phase) -> dict[str, int | None]:
 async def api_choose(svc: Service, request: Request) -> Response:
     """The team chooses this submission for its board row (a phase selecting ``chosen``)."""
     account = svc.tokens.account(bearer(request))
-    phase, sub = await choose(svc, request, account)
+    phase, sub = await _choose(svc, request, account)
     return JSONResponse({"id": sub.id, "phase": phase.name, "chosen": True})
 
 
-async def choose(svc: Service, request: Request, account: Account | None
+async def _choose(svc: Service, request: Request, account: Account | None
                  ) -> tuple[Phase, Submission]:
     if account is None:
         raise Refusal(401, "token: missing or unknown")
@@ -579,11 +579,11 @@ async def api_baseline(svc: Service, request: Request) -> Response:
         raise Refusal(400, "expected JSON {\"baseline\": true|false}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("baseline"), bool):
         raise Refusal(400, "baseline: expected true or false")
-    phase, sub = await mark_baseline(svc, request, account, doc["baseline"])
+    phase, sub = await _mark_baseline(svc, request, account, doc["baseline"])
     return JSONResponse({"id": sub.id, "phase": phase.name, "baseline": doc["baseline"]})
 
 
-async def mark_baseline(svc: Service, request: Request, account: Account | None,
+async def _mark_baseline(svc: Service, request: Request, account: Account | None,
                         baseline: bool) -> tuple[Phase, Submission]:
     if account is None or not account.is_maintainer:
         raise Refusal(403, "only maintainers mark baselines")
@@ -593,7 +593,7 @@ async def mark_baseline(svc: Service, request: Request, account: Account | None,
     return phase, sub
 
 
-def private_note(phase: Phase) -> str:
+def _private_note(phase: Phase) -> str:
     end = f"the phase ends ({phase.end.strftime(DATE_FORMAT)})" if phase.end else \
         "the maintainers reveal them"
     return f"phase {phase.name}: scores are private until {end}"
@@ -614,14 +614,14 @@ HOST_ACTIONS = {
 async def api_host_action(svc: Service, request: Request) -> Response:
     """A maintainer's action on a phase, logged with who did it."""
     account = svc.tokens.account(bearer(request))
-    phase, note = await host_action(svc, request.path_params["phase"],
+    phase, note = await _host_action(svc, request.path_params["phase"],
                                     request.path_params["action"], account)
     return JSONResponse({"phase": phase.name, "action": request.path_params["action"],
                          "note": note,
                          "actions": await svc.run(svc.registries[phase.name].host_actions)})
 
 
-async def host_action(svc: Service, name: str, action: str, account: Account | None
+async def _host_action(svc: Service, name: str, action: str, account: Account | None
                       ) -> tuple[Phase, str]:
     """Do and log ``action`` on phase ``name``; returns the phase and what was done."""
     if action not in HOST_ACTIONS:
@@ -632,12 +632,12 @@ async def host_action(svc: Service, name: str, action: str, account: Account | N
     by = f"maintainer:{account.team}"
     note = HOST_ACTIONS[action]
     if action == "move":
-        note = await svc.run(move_entries, svc, phase, by)
+        note = await svc.run(_move_entries, svc, phase, by)
     await svc.run(svc.registries[phase.name].log_action, action, by)
     return phase, note
 
 
-def move_entries(svc: Service, phase: Phase, by: str) -> str:
+def _move_entries(svc: Service, phase: Phase, by: str) -> str:
     """Register the phase's accepted submissions in the next phase (once), each a new
     submission there from the same upload; returns what was moved."""
     phases = list(svc.benchmark.phases)
@@ -662,14 +662,14 @@ def move_entries(svc: Service, phase: Phase, by: str) -> str:
     return f"moved {moved} submission(s) from phase {phase.name} to phase {target.name} ({by})"
 
 
-def phase_json(phase: Phase, now: datetime, open_now: bool) -> dict[str, Any]:
+def _phase_json(phase: Phase, now: datetime, open_now: bool) -> dict[str, Any]:
     def when(moment: datetime | None) -> str | None:
         return moment.strftime(DATE_FORMAT) if moment else None
     return {"name": phase.name, "start": when(phase.start), "end": when(phase.end),
             "open": open_now, "visibility": phase.visibility,
             "selection": phase.selection,
             "boards": list(phase.boards),
-            "limits": limits_json(phase)}
+            "limits": _limits_json(phase)}
 
 
 async def api_leaderboard(svc: Service, request: Request) -> Response:
@@ -680,7 +680,7 @@ async def api_leaderboard(svc: Service, request: Request) -> Response:
     if not await svc.run(svc.board_shown, phase, account):
         if phase.visibility == "unlisted":
             raise Refusal(404, f"phase {phase.name}: its board is not public")
-        raise Refusal(403, private_note(phase))
+        raise Refusal(403, _private_note(phase))
     data = await svc.run(svc.board_file, phase, "leaderboard.json")
     if data is None:
         raise Refusal(404, "no leaderboard has been published yet")
@@ -729,7 +729,7 @@ async def leaderboard_page(svc: Service, request: Request, csrf: str) -> Respons
         rows, published = await svc.run(svc.board, svc.benchmark.phases[0])
         return HTMLResponse(pages.leaderboard(rows, published, svc.config.title, account,
                                               csrf))
-    boards = await svc.run(shown_boards, svc, account)
+    boards = await svc.run(_shown_boards, svc, account)
     return HTMLResponse(pages.challenge_page(boards, svc.benchmark.title, account, csrf))
 
 
@@ -740,7 +740,7 @@ async def board_export(svc: Service, request: Request, csrf: str) -> Response:
     account = cookie_account(svc, request) or svc.tokens.account(bearer(request))
     if not await svc.run(svc.board_shown, phase, account):
         raise Refusal(403 if phase.visibility == "private" else 404,
-                      private_note(phase) if phase.visibility == "private"
+                      _private_note(phase) if phase.visibility == "private"
                       else f"phase {phase.name}: its board is not public")
     rows, _ = await svc.run(svc.board, phase)
     boards, _, columns, extra = pages.board_view(rows or [], phase)
@@ -756,14 +756,14 @@ async def board_export(svc: Service, request: Request, csrf: str) -> Response:
     return Response(out.getvalue(), media_type="text/csv; charset=utf-8")
 
 
-def shown_boards(svc: Service, account: Account | None) -> list[pages.PhaseBoard]:
+def _shown_boards(svc: Service, account: Account | None) -> list[pages.PhaseBoard]:
     """Every phase with what ``account`` may see of its board."""
     out = []
     for phase in svc.benchmark.phases:
         shown = svc.board_shown(phase, account)
         rows, published = svc.board(phase) if shown else (None, None)
         note = None if shown else ("its board is not public" if phase.visibility == "unlisted"
-                                   else private_note(phase).partition(": ")[2])
+                                   else _private_note(phase).partition(": ")[2])
         private = phase.visibility == "private" and not svc.revealed(phase)
         out.append(pages.PhaseBoard(phase, rows, published, note,
                                     private and bool(account and account.is_maintainer)))
@@ -774,7 +774,7 @@ async def host_post(svc: Service, request: Request, csrf: str) -> Response:
     """A host action from the leaderboard's reveal button or the host page."""
     fields = await small_form(request)
     check_csrf(request, fields.get("csrf"))
-    await host_action(svc, request.path_params["phase"], request.path_params["action"],
+    await _host_action(svc, request.path_params["phase"], request.path_params["action"],
                       cookie_account(svc, request))
     return RedirectResponse("/host" if fields.get("back") == "host" else "/", 303)
 
@@ -793,10 +793,10 @@ async def host_page(svc: Service, request: Request, csrf: str) -> Response:
 async def submit_form(svc: Service, request: Request, csrf: str) -> Response:
     return HTMLResponse(pages.upload_form(cookie_account(svc, request), csrf,
                                           svc.config.max_upload_mb, svc.config.open_uploads,
-                                          await svc.run(open_phases, svc)))
+                                          await svc.run(_open_phases, svc)))
 
 
-def open_phases(svc: Service) -> list[Phase] | None:
+def _open_phases(svc: Service) -> list[Phase] | None:
     """The phases taking uploads now, for the form's phase choice (None: one phase from
     the flags, no choice to show)."""
     if svc.config.benchmark is None:
@@ -816,7 +816,7 @@ async def submit_post(svc: Service, request: Request, csrf: str) -> Response:
         return HTMLResponse(pages.upload_form(cookie_account(svc, request), csrf,
                                               svc.config.max_upload_mb,
                                               svc.config.open_uploads,
-                                              await svc.run(open_phases, svc), str(err)),
+                                              await svc.run(_open_phases, svc), str(err)),
                             status)
     response = RedirectResponse(f"/submissions/{sub.id}", 303)
     keep = used if used and used != request.cookies.get(TOKEN_COOKIE) else None
@@ -830,7 +830,7 @@ async def status_page(svc: Service, request: Request, csrf: str) -> Response:
     if not await svc.run(svc.scores_shown, phase, account):
         return HTMLResponse(pages.status_page(sub, None, False, may_see_errors(sub, account),
                                               owner, account, csrf, phase.name,
-                                              private_note(phase)))
+                                              _private_note(phase)))
     rank = (await svc.run(svc.ranks, phase)).get(sub.id)
     return HTMLResponse(pages.status_page(sub, rank, rank is not None,
                                           may_see_errors(sub, account), owner, account, csrf,

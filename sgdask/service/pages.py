@@ -93,7 +93,7 @@ def leaderboard(rows: list[dict[str, Any]] | None, published_at: str | None, tit
         body = (f"<h1>{esc(title)}</h1>\n<p class=\"note\">No leaderboard has been published "
                 'yet: <a href="/submit">submit a model</a>.</p>')
         return page(title, body, account, csrf)
-    body = "\n".join([header(title, published_at or "", None), phase_boards(rows)])
+    body = "\n".join([header(title, published_at or "", None), _phase_boards(rows)])
     return page(title, body, account, csrf, script=SORTER_JS)
 
 
@@ -119,11 +119,11 @@ def challenge_page(phases: list[PhaseBoard], title: str, account: Account | None
         elif shown.rows is None:
             parts.append('<p class="note">No board has been published for this phase yet.</p>')
         else:
-            parts.append(phase_boards(shown.rows, phase))
+            parts.append(_phase_boards(shown.rows, phase))
     return page(title, "\n".join(parts), account, csrf, script=SORTER_JS)
 
 
-def phase_boards(rows: list[dict[str, Any]], phase: Phase | None = None) -> str:
+def _phase_boards(rows: list[dict[str, Any]], phase: Phase | None = None) -> str:
     """A phase's boards (``board_view``), each with links to its exports."""
     boards, titles, columns, extra = board_view(rows, phase)
     return "\n".join(['<div class="boards">',
