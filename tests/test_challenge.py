@@ -210,7 +210,8 @@ phases:
     gt: {tiny.gt}
     start: 2000-01-01T00:00:00Z
     board: {{columns: [R@50, mR@50, PRank], meta: [method, external_data], intervals: false}}
-  - {{name: test, gt: {tiny.gt}, end: 2999-01-01T00:00:00Z, visibility: private}}
+  - {{name: test, gt: {tiny.gt}, end: 2999-01-01T00:00:00Z, visibility: private,
+      selection: chosen}}
 """)
     path = root / "tokens.json"
     tokens = {team: add_token(path, team, "participant") for team in ("team-a", "team-b")}
@@ -313,6 +314,11 @@ def test_a_private_phase_in_chromium_and_the_maintainers_reveal(
     assert page.locator("#status").get_attribute("data-status") == "ranked"
     assert page.locator("#metrics").count() == 0
     assert page.locator("#private").inner_text() == PRIVATE + "."
+    assert page.locator("#baseline").count() == 0                  # maintainers only
+    page.click("#choose")                                            # the `chosen` rule
+    page.wait_for_url(f"{base}/submissions/{sid}")
+    chosen = served.root / "registry" / "phases" / "test" / "chosen" / "team-a"
+    assert [json.loads(p.read_text())["submission_id"] for p in chosen.glob("*.json")] == [sid]
     assert page.goto(f"{base}/reports/{sid}").status == 404
     page.goto(base + "/")
     assert page.locator("#note-test").count() == 1
@@ -320,6 +326,8 @@ def test_a_private_phase_in_chromium_and_the_maintainers_reveal(
     assert page.locator("#reveal-test").count() == 0
 
     sign_in(served.tokens["lab"])
+    page.goto(f"{base}/submissions/{sid}")
+    assert page.locator("#baseline").count() == 1 and page.locator("#metrics").count() == 1
     page.goto(base + "/")
     assert page.locator("#board-test-public tbody tr", has_text="hidden test model").count() == 1
     page.click("#reveal-test")

@@ -827,14 +827,42 @@ async def status_page(svc: Service, request: Request, csrf: str) -> Response:
     account = cookie_account(svc, request)
     phase, sub, _ = await visible_submission(svc, request, account)
     owner = is_owner(sub, account) or bool(account and account.is_maintainer)
+    marks = await svc.run(_marks, svc, phase, sub, account)
     if not await svc.run(svc.scores_shown, phase, account):
         return HTMLResponse(pages.status_page(sub, None, False, may_see_errors(sub, account),
                                               owner, account, csrf, phase.name,
-                                              _private_note(phase)))
+                                              _private_note(phase), marks))
     rank = (await svc.run(svc.ranks, phase)).get(sub.id)
     return HTMLResponse(pages.status_page(sub, rank, rank is not None,
                                           may_see_errors(sub, account), owner, account, csrf,
-                                          phase.name))
+                                          phase.name, marks=marks))
+
+
+def _marks(svc: Service, phase: Phase, sub: Submission, account: Account | None
+           ) -> tuple[str, ...]:
+    """The board marks ``account`` may set on ``sub`` (its status page's buttons)."""
+    if account is None:
+        return ()
+    choose = phase.selection == "chosen" and sub.entry.team is not None and (
+        is_owner(sub, account) or account.is_maintainer)
+    baseline = () if not account.is_maintainer else (
+        ("unbaseline",) if sub.id in svc.registries[phase.name].baselines() else ("baseline",))
+    return (*(("choose",) if choose else ()), *baseline)
+
+
+async def choose_post(svc: Service, request: Request, csrf: str) -> Response:
+    fields = await small_form(request)
+    check_csrf(request, fields.get("csrf"))
+    _, sub = await _choose(svc, request, cookie_account(svc, request))
+    return RedirectResponse(f"/submissions/{sub.id}", 303)
+
+
+async def baseline_post(svc: Service, request: Request, csrf: str) -> Response:
+    fields = await small_form(request)
+    check_csrf(request, fields.get("csrf"))
+    _, sub = await _mark_baseline(svc, request, cookie_account(svc, request),
+                                  fields.get("value") == "yes")
+    return RedirectResponse(f"/submissions/{sub.id}", 303)
 
 
 async def visibility_post(svc: Service, request: Request, csrf: str) -> Response:
@@ -975,6 +1003,8 @@ def create_app(config: ServiceConfig, lifespan: Any = None,
               name="status_page"),
         Route("/submissions/{submission_id}/visibility", html(visibility_post),
               methods=["POST"]),
+        Route("/submissions/{submission_id}/choose", html(choose_post), methods=["POST"]),
+        Route("/submissions/{submission_id}/baseline", html(baseline_post), methods=["POST"]),
         Route("/reports/{submission_id}", html(report_page), methods=["GET"],
               name="report_page"),
         Route("/boards/{phase}/{board}.{fmt}", html(board_export), methods=["GET"]),

@@ -221,8 +221,10 @@ def error_page(status: int, message: str, account: Account | None, csrf: str) ->
 
 def status_page(sub: Submission, rank: int | None, has_report: bool, may_see_errors: bool,
                 may_change: bool, account: Account | None, csrf: str, phase: str = "main",
-                private: str | None = None) -> str:
-    """A submission's page; ``private``: why its scores are not shown (a private phase)."""
+                private: str | None = None, marks: tuple[str, ...] = ()) -> str:
+    """A submission's page; ``private``: why its scores are not shown (a private phase);
+    ``marks``: the board marks the reader may set (``choose``: the team's row under the
+    ``chosen`` rule; ``baseline`` or ``unbaseline``: a maintainer's)."""
     e = sub.entry
     facts = [("id", esc(sub.id)), ("team", esc(e.team or "-")), ("phase", esc(phase)),
              ("board", esc(sub.board)),
@@ -252,6 +254,7 @@ def status_page(sub: Submission, rank: int | None, has_report: bool, may_see_err
         parts.append(f'<p class="note private" id="private">{esc(private)}.</p>')
     if may_change:
         parts.append(visibility_form(sub, csrf))
+    parts += [_mark_form(sub, mark, csrf) for mark in marks]
     return page(f"{e.name}: {sub.status}", "\n".join(p for p in parts if p), account, csrf,
                 refresh=sub.status not in FINAL)
 
@@ -289,6 +292,18 @@ def visibility_form(sub: Submission, csrf: str) -> str:
     return (f'<form method="post" action="/submissions/{esc(sub.id)}/visibility">'
             f'{csrf_field(csrf)}<input type="hidden" name="visibility" value="{action}">'
             f'<button type="submit" id="visibility">{label}</button></form>')
+
+
+_MARKS = {"choose": ("choose", "", "Choose for the board"),
+          "baseline": ("baseline", "yes", "Mark as baseline"),
+          "unbaseline": ("baseline", "no", "Unmark baseline")}
+
+
+def _mark_form(sub: Submission, mark: str, csrf: str) -> str:
+    action, value, label = _MARKS[mark]
+    return (f'<form method="post" action="/submissions/{esc(sub.id)}/{action}">'
+            f'{csrf_field(csrf)}<input type="hidden" name="value" value="{value}">'
+            f'<button type="submit" id="{mark}">{label}</button></form>')
 
 
 # --- the caller's submissions --------------------------------------------------------------
