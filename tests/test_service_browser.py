@@ -10,10 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from sgdask.service.tokens import add_token
-from tests.servicekit import Proc
+from tests.servicekit import Proc, upload, wait_final
 from tests.test_leaderboard_html import chromium_page  # noqa: F401  (the browser fixture)
 
 XSS_NAME = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
@@ -129,3 +130,29 @@ def test_upload_rank_reject_and_escape_in_chromium(site, tiny, chromium_page,  #
     shot(page, folder, "mine")
     assert page.evaluate("window.__pwned") is None
     assert dialogs == [] and errors == []
+
+
+def test_board_per_matching_mode_in_chromium(site, tiny, chromium_page,  # noqa: F811
+                                             tmp_path):
+    """Issue 27 item 5: the same model as masks (ZIP) and as boxes (JSON) is ranked on two
+    boards, each titled with its matching mode, never on one."""
+    base, token = site
+    ids = [upload(base, token, path, "same model").json()["id"]
+           for path in (tiny.variant(4), tiny.paths.submission_boxes)]
+    for submission_id in ids:
+        assert wait_final(base, token, submission_id, 180)["status"] == "ranked"
+    rows = httpx.get(f"{base}/api/leaderboard", timeout=30).json()
+    mine = {r["submission_id"]: r for r in rows if r["submission_id"] in ids}
+    assert [mine[i]["matching"] for i in ids] == ["masks", "boxes"]
+    assert mine[ids[1]]["rank"] == 1                    # alone on the box board
+    page = chromium_page
+    page.goto(base + "/")
+    headings = page.locator("section h2").all_inner_texts()
+    assert headings == ["public: mask matching", "approved: mask matching",
+                        "public: box matching", "approved: box matching"]
+    masks = page.locator("#board-public tbody tr", has_text="same model")
+    boxes = page.locator("#board-public-boxes tbody tr", has_text="same model")
+    assert masks.count() == 1 and boxes.count() == 1
+    assert page.locator("#board-public-boxes tbody tr").count() == 1
+    assert boxes.locator("td").first.get_attribute("data-value") == "1"
+    shot(page, artifacts(tmp_path), "boards-per-matching-mode")

@@ -9,13 +9,18 @@ sorter compares the exact numbers, not the rounded text. Only http(s) and relati
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from sgdask.metrics import RANK_BY, format_value
 from sgdask.report.page import esc, link, page
 
 Entry = dict[str, Any]
 
+#: rows are ranked within their matching mode, one board per mode, in this order
+MATCHING_MODES = ("masks", "boxes")
+#: the mode of a row published before rows named theirs (sgdask ranked masks then)
+DEFAULT_MATCHING = "masks"
+MATCHING_TITLES = {"masks": "mask matching", "boxes": "box matching"}
 DELTA_COLUMN = "Δ multimpo"
 RANGE_COLUMN = "rank range"
 MISSING = "-"
@@ -36,6 +41,8 @@ td.empty { text-align: center; color: #777; font-style: italic; }
 .new { color: #1565c0; font-size: 0.85em; }
 .approved { color: #1a7f37; }
 .ci { color: #666; font-size: 0.8em; }
+tr.baseline td { background: #f4f4f4; font-style: italic; }
+span.baseline { color: #6a1b9a; font-size: 0.85em; }
 """
 
 # Rows are sorted by the clicked column's data-value: numerically when both values are
@@ -83,18 +90,52 @@ SORTER_JS = """
 
 def render_leaderboard(boards: dict[str, list[Entry]], columns: list[str],
                        title: str = "sgdask leaderboard", generated_at: str = "",
-                       previous_generated_at: str | None = None) -> str:
-    """The whole page; ``boards`` maps board name -> entries in rank order."""
+                       previous_generated_at: str | None = None,
+                       titles: dict[str, str] | None = None) -> str:
+    """The whole page; ``boards`` maps board name -> entries in rank order, ``titles`` a
+    board's name to its heading (default: the name)."""
     body = "\n".join([header(title, generated_at, previous_generated_at),
                       '<div class="boards">',
-                      *(board_section(name, entries, columns) for name, entries in boards.items()),
+                      *(board_section(name, entries, columns, (titles or {}).get(name))
+                        for name, entries in boards.items()),
                       "</div>"])
     return page(title, body, CSS, script=SORTER_JS)
 
 
+def by_matching(rows: list[Entry]) -> dict[str, list[Entry]]:
+    """The rows of each matching mode present, in ``MATCHING_MODES`` order, order kept."""
+    out: dict[str, list[Entry]] = {}
+    for mode in MATCHING_MODES:
+        found = [r for r in rows if r.get("matching", DEFAULT_MATCHING) == mode]
+        if found:
+            out[mode] = found
+    return out
+
+
+def matching_boards(public: list[Entry], approved: list[Entry]
+                    ) -> tuple[dict[str, list[Entry]], dict[str, str]]:
+    """The page's boards and their headings: a public and an approved board per matching
+    mode present (the mask boards when there is no row). The mask boards keep the names
+    ``public`` and ``approved`` (their ids ``board-public``, ``board-approved``), the box
+    boards are ``public-boxes`` and ``approved-boxes``."""
+    modes = list(by_matching(public)) or [DEFAULT_MATCHING]
+    boards: dict[str, list[Entry]] = {}
+    titles: dict[str, str] = {}
+    split = {"public": by_matching(public), "approved": by_matching(approved)}
+    for mode in modes:
+        for kind, rows in split.items():
+            name = kind if mode == DEFAULT_MATCHING else f"{kind}-{mode}"
+            boards[name] = rows.get(mode, [])
+            titles[name] = f"{kind}: {MATCHING_TITLES[mode]}"
+    return boards, titles
+
+
 # --- header ----------------------------------------------------------------------------------
 
-def header(title: str, generated_at: str, previous_generated_at: str | None) -> str:
+def header(title: str, generated_at: str, previous_generated_at: str | None,
+           rank_by: str = RANK_BY) -> str:
+    """The page's title, dates and the note on its columns (``rank_by``: what the
+    intervals are of, as the note names it)."""
     parts = [f"<h1>{esc(title)}</h1>"]
     if generated_at:
         parts.append(f'<p class="meta">generated {esc(generated_at)}</p>')
@@ -103,32 +144,64 @@ def header(title: str, generated_at: str, previous_generated_at: str | None) -> 
                      f"{esc(previous_generated_at)}</p>")
     parts.append('<p class="note">Recalls in percent, PRank in ranks (lower is better); '
                  f"{esc(DELTA_COLUMN)} is multimpo − singlempo {esc(RANK_BY)} in percentage "
-                 f"points. Under {esc(RANK_BY)}: its bootstrap interval over the test "
+                 f"points. Under {esc(rank_by)}: its bootstrap interval over the test "
                  f"images; {esc(RANGE_COLUMN)}: from 1 + the number of models significantly "
                  "better to the number of models not significantly worse (paired bootstrap). "
+                 "Mask and box submissions are ranked on separate boards, each titled "
+                 "with its matching mode: their numbers are not comparable. "
                  "Click a column header to sort.</p>")
     return "\n".join(parts)
 
 
 # --- one board -------------------------------------------------------------------------------
 
-def board_section(name: str, entries: list[Entry], columns: list[str]) -> str:
+#: the entry metadata a board may show as columns (``sgdask serve --benchmark``), with labels
+META_COLUMNS = {"team": "team", "method": "method", "description": "description",
+                "code": "code", "external_data": "external data"}
+
+
+class Cell(NamedTuple):
+    """One cell: its raw value (``data-value``, what the sorter and the exports read), its
+    HTML content (escaped by whoever made it) and whether it is text (left-aligned)."""
+
+    value: Any
+    content: str
+    text: bool = False
+
+
+def board_section(name: str, entries: list[Entry], columns: list[str],
+                  heading: str | None = None, extra: tuple[str, ...] = (),
+                  exports: str | None = None) -> str:
+    """One board; ``extra``: metadata columns after the model's name; ``exports``: the URL
+    prefix of its CSV and JSON exports (``PREFIX.csv``, ``PREFIX.json``), linked under it."""
     ranges = any(e.get("rank_range") for e in entries)
-    return (f'<section>\n<h2>{esc(name)}</h2>\n<table class="board" id="{esc(board_id(name))}">\n'
-            f"<thead><tr>{header_cells(columns, ranges)}</tr></thead>\n"
-            f"<tbody>\n{body_rows(entries, columns, ranges)}\n</tbody>\n</table>\n</section>")
+    links = "" if exports is None else (
+        f'<p class="meta">export: {link(exports + ".csv", "CSV")} · '
+        f'{link(exports + ".json", "JSON")}</p>\n')
+    return (f'<section>\n<h2>{esc(heading or name)}</h2>\n'
+            f'<table class="board" id="{esc(board_id(name))}">\n'
+            f"<thead><tr>{header_cells(columns, ranges, extra)}</tr></thead>\n"
+            f"<tbody>\n{body_rows(entries, columns, ranges, extra)}\n</tbody>\n</table>\n"
+            f"{links}</section>")
 
 
 def board_id(name: str) -> str:
     return "board-" + re.sub(r"[^A-Za-z0-9_-]", "-", name)
 
 
-def header_cells(columns: list[str], ranges: bool = False) -> str:
-    cells = [th("rank", "#"), *([th(RANGE_COLUMN, RANGE_COLUMN)] if ranges else []),
-             th("name", "model", text=True),
-             th("submitted_at", "submitted", text=True),
-             *(th(c, c) for c in columns), th(DELTA_COLUMN, DELTA_COLUMN)]
-    return "".join(cells)
+def _header_labels(columns: list[str], ranges: bool = False, extra: tuple[str, ...] = ()
+                  ) -> list[tuple[str, str, bool]]:
+    """(column key, label, is text) of every column, in page order."""
+    return [("rank", "#", False), *([(RANGE_COLUMN, RANGE_COLUMN, False)] if ranges else []),
+            ("name", "model", True), *((c, META_COLUMNS[c], True) for c in extra),
+            ("submitted_at", "submitted", True), *((c, c, False) for c in columns),
+            (DELTA_COLUMN, DELTA_COLUMN, False)]
+
+
+def header_cells(columns: list[str], ranges: bool = False, extra: tuple[str, ...] = ()
+                 ) -> str:
+    return "".join(th(col, label, text) for col, label, text in
+                   _header_labels(columns, ranges, extra))
 
 
 def th(col: str, label: str, text: bool = False) -> str:
@@ -136,44 +209,84 @@ def th(col: str, label: str, text: bool = False) -> str:
     return f'<th data-col="{esc(col)}"{cls}>{esc(label)}</th>'
 
 
-def body_rows(entries: list[Entry], columns: list[str], ranges: bool = False) -> str:
+def body_rows(entries: list[Entry], columns: list[str], ranges: bool = False,
+              extra: tuple[str, ...] = ()) -> str:
     if not entries:
-        return (f'<tr><td class="empty" colspan="{len(columns) + 4 + ranges}">no submissions'
-                "</td></tr>")
-    return "\n".join(entry_row(order, entry, columns, ranges)
+        width = len(_header_labels(columns, ranges, extra))
+        return f'<tr><td class="empty" colspan="{width}">no submissions</td></tr>'
+    return "\n".join(entry_row(order, entry, columns, ranges, extra)
                      for order, entry in enumerate(entries))
 
 
-def entry_row(order: int, entry: Entry, columns: list[str], ranges: bool = False) -> str:
+def entry_row(order: int, entry: Entry, columns: list[str], ranges: bool = False,
+              extra: tuple[str, ...] = ()) -> str:
+    kind = ' class="baseline"' if entry.get("baseline") else ""
+    return (f'<tr data-order="{order}"{kind}>'
+            + "".join(td(*cell) for cell in _row_cells(entry, columns, ranges, extra))
+            + "</tr>")
+
+
+def _row_cells(entry: Entry, columns: list[str], ranges: bool = False,
+              extra: tuple[str, ...] = ()) -> list[Cell]:
+    """A row's cells in page order (the page and the exports both read these)."""
     metrics = entry.get("metrics") or {}
     delta = (entry.get("delta") or {}).get(RANK_BY)
     submitted = str(entry.get("submitted_at") or "")
     intervals = entry.get("intervals") or {}
-    cells = [td(entry["rank"], f"{esc(entry['rank'])} {rank_change(entry.get('rank_change'))}"),
-             *([range_td(entry.get("rank_range"))] if ranges else []),
-             td(entry["name"], name_cell(entry), text=True),
-             td(submitted, esc(submitted[:10]), text=True),
-             *(metric_td(c, metrics.get(c), intervals.get(c)) for c in columns),
-             number_td(delta, fmt_delta(delta))]
-    return f'<tr data-order="{order}">' + "".join(cells) + "</tr>"
+    return [_rank_cell(entry),
+            *([range_cell(entry.get("rank_range"))] if ranges else []),
+            Cell(entry["name"], name_cell(entry), True),
+            *(_meta_cell(c, entry.get(c)) for c in extra),
+            Cell(submitted, esc(submitted[:10]), True),
+            *(metric_cell(c, metrics.get(c), intervals.get(c)) for c in columns),
+            number_cell(delta, fmt_delta(delta))]
 
 
-def range_td(ranks: list[int] | None) -> str:
+def board_export(entries: list[Entry], columns: list[str], extra: tuple[str, ...] = ()
+                 ) -> tuple[list[str], list[list[Any]]]:
+    """The board as the page shows it: the column labels and every row's cell values
+    (``data-value``; numbers unrounded), for the CSV and JSON exports."""
+    ranges = any(e.get("rank_range") for e in entries)
+    labels = [label for _, label, _ in _header_labels(columns, ranges, extra)]
+    return labels, [[cell.value for cell in _row_cells(e, columns, ranges, extra)]
+                    for e in entries]
+
+
+def _meta_cell(column: str, value: Any) -> Cell:
+    """A metadata cell: a link for ``code``, yes/no for ``external_data``."""
+    if value is None:
+        return Cell("", MISSING, True)
+    if column == "code":
+        return Cell(value, link(value, "code"), True)
+    if column == "external_data":
+        return Cell("yes" if value else "no", "yes" if value else "no", True)
+    return Cell(value, esc(value), True)
+
+
+def _rank_cell(entry: Entry) -> Cell:
+    """The rank and its change; a baseline is outside the ranking: no rank."""
+    if entry.get("baseline"):
+        return Cell("", '<span class="baseline" title="a baseline, outside the ranking">'
+                        "baseline</span>")
+    return Cell(entry["rank"], f"{esc(entry['rank'])} {rank_change(entry.get('rank_change'))}")
+
+
+def range_cell(ranks: list[int] | None) -> Cell:
     """A rank range ``2–4`` (one number when it is one rank); sorts by its first rank."""
     if not ranks:
-        return td("", MISSING)
+        return Cell("", MISSING)
     text = str(ranks[0]) if ranks[0] == ranks[1] else f"{ranks[0]}–{ranks[1]}"
-    return td(ranks[0], esc(text))
+    return Cell(ranks[0], esc(text))
 
 
-def metric_td(name: str, value: float | None, interval: list[float] | None) -> str:
+def metric_cell(name: str, value: float | None, interval: list[float] | None) -> Cell:
     """A metric cell, with its bootstrap interval underneath when the row has one."""
     if not interval:
-        return number_td(value, format_value(name, value))
+        return number_cell(value, format_value(name, value))
     shown = (f"{esc(format_value(name, value))}<br><span class=\"ci\">"
              f"[{esc(format_value(name, interval[0]))}, "
              f"{esc(format_value(name, interval[1]))}]</span>")
-    return td("" if value is None else repr(float(value)), shown)
+    return Cell("" if value is None else repr(float(value)), shown)
 
 
 def td(value: Any, content: str, text: bool = False) -> str:
@@ -182,9 +295,9 @@ def td(value: Any, content: str, text: bool = False) -> str:
     return f'<td data-value="{esc(value)}"{cls}>{content}</td>'
 
 
-def number_td(value: float | None, shown: str) -> str:
+def number_cell(value: float | None, shown: str) -> Cell:
     # repr() round-trips a float exactly, so the sorter sees the unrounded number.
-    return td("" if value is None else repr(float(value)), esc(shown))
+    return Cell("" if value is None else repr(float(value)), esc(shown))
 
 
 # --- cell contents ---------------------------------------------------------------------------

@@ -122,20 +122,31 @@ class ManyOutcome:
     evaluated: list[tuple[str, str]]
     gt_parts_read: list[str]
     keys: dict[tuple[str, str], str] = field(default_factory=dict)  # result cache keys
+    #: submission name -> how its instances were matched: ``masks`` or ``boxes``
+    matching: dict[str, str] = field(default_factory=dict)
+
+
+def _matching_mode(gt_manifest: dict[str, Any], sub_manifest: dict[str, Any]) -> str:
+    """``masks`` when the GT and the submission both hold masks (mask IoU), else ``boxes``:
+    numbers of the two modes are not comparable, so boards never rank them together."""
+    both = gt_manifest.get("instances") == "masks" == sub_manifest.get("instances")
+    return "masks" if both else "boxes"
 
 
 def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print
-               ) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], Report]]:
-    """Cache keys of every (submission, protocol) and the reports already cached (checked:
-    a damaged entry is logged and counts as absent)."""
+               ) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], Report],
+                          dict[str, str]]:
+    """Cache keys of every (submission, protocol), the reports already cached (checked:
+    a damaged entry is logged and counts as absent) and each submission's matching mode."""
     gt_manifest = StoreReader(job.gt, job.storage_options, "gt").manifest
     stats_hash = (stats_digest(job.options.stats, job.storage_options) if job.options.stats
                   else None)
     groups_hash = (groups_digest(job.options.predicate_groups, job.storage_options)
                    if job.options.predicate_groups else None)
-    keys, hits = {}, {}
+    keys, hits, matching = {}, {}, {}
     for name, url, protocols in job.submissions:
         sub_manifest = StoreReader(url, job.storage_options, "submission").manifest
+        matching[name] = _matching_mode(gt_manifest, sub_manifest)
         for protocol in get_protocols(protocols):
             key = cache_key(gt_manifest, sub_manifest, protocol, job.options, stats_hash,
                             groups_hash)
@@ -143,7 +154,7 @@ def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print
             found = cache.get(key, log) if cache else None
             if found is not None:
                 hits[(name, protocol.name)] = found
-    return keys, hits
+    return keys, hits, matching
 
 
 def run_many(job: ManyJob, client: Client | None = None, scheduler: str | None = None,
@@ -155,7 +166,7 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | None =
         if written:
             check_output_outside_stores(written, job.storage_options, what)
     cache = ResultCache(cache_url, job.storage_options) if cache_url else None
-    keys, hits = plan_cache(job, cache, log)
+    keys, hits, matching = plan_cache(job, cache, log)
     for name, protocol in hits:
         log(f"cached: {name} / {protocol} (key {keys[(name, protocol)]})")
     missing: dict[str, list[str]] = {}
@@ -191,7 +202,7 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | None =
     if job.out and not dry_run:
         write_outputs(job, reports)
     evaluated = [(n, p) for n, ps in missing.items() for p in ps] if not dry_run else []
-    return ManyOutcome(reports, sorted(hits), evaluated, parts_read, keys)
+    return ManyOutcome(reports, sorted(hits), evaluated, parts_read, keys, matching)
 
 
 def with_intervals(job: ManyJob, reports: dict[str, dict[str, Report]]) -> None:

@@ -9,7 +9,10 @@ An entry's status can move on (the benchmarking service's queue) without rewriti
 sequence number, so the latest record is the status and two processes racing to move the
 same entry cannot both win (the exclusive create is the compare-and-swap). Entries without
 records keep the status they were written with (``sgdask submit --registry``: ``ready``).
-Visibility (a team hiding its result) is a second append-only log, ``URL/visibility/<id>/``.
+Visibility (a team hiding its result) is a second append-only log, ``URL/visibility/<id>/``;
+the service keeps three more: a team's choice for the board (``URL/chosen/<team>/``),
+baselines maintainers marked (``URL/baselines/<id>/``) and what maintainers did to a phase
+(``URL/actions/host/``: revealing its scores).
 Every file is immutable once written, so a long-lived reader caches what it has read.
 """
 
@@ -43,6 +46,11 @@ class Entry:
     content_hash: str
     team: str | None = None
     filename: str | None = None
+    #: what the team says of its method (the service's upload fields; the board's columns)
+    method: str | None = None
+    description: str | None = None
+    code: str | None = None
+    external_data: bool | None = None
 
 
 # Statuses an entry moves through in the service's queue; ``evaluated`` (scored and cached,
@@ -134,11 +142,38 @@ class Registry:
 
     def set_hidden(self, submission_id: str, hidden: bool, by: str) -> None:
         """Append a visibility record at the next free sequence number."""
+        self.append_next("visibility", submission_id, {"hidden": hidden, "by": by})
+
+    def chosen(self) -> dict[str, str]:
+        """Team -> the submission it chose for the board (a phase's ``chosen`` rule)."""
+        return {team: log[-1]["submission_id"] for team, log in self.logs("chosen").items()}
+
+    def choose(self, team: str, submission_id: str, by: str) -> None:
+        self.append_next("chosen", team, {"submission_id": submission_id, "by": by})
+
+    def baselines(self) -> frozenset[str]:
+        """The submissions maintainers marked as baselines (shown outside the ranking)."""
+        return frozenset(sid for sid, log in self.logs("baselines").items()
+                         if log[-1]["baseline"])
+
+    def set_baseline(self, submission_id: str, baseline: bool, by: str) -> None:
+        self.append_next("baselines", submission_id, {"baseline": baseline, "by": by})
+
+    def host_actions(self) -> list[dict[str, Any]]:
+        """What maintainers did to the registry's phase (``action``, ``by``, ``at``), in
+        order (``URL/actions/host/``)."""
+        return self.logs("actions", "host").get("host", [])
+
+    def log_action(self, action: str, by: str) -> None:
+        self.append_next("actions", "host", {"action": action, "by": by})
+
+    def append_next(self, log: str, key: str, record: dict[str, Any]) -> None:
+        """Append ``record`` to ``log`` of ``key`` at the next free sequence number."""
         for _ in range(100):
-            seq = len(self.logs("visibility", submission_id).get(submission_id, [])) + 1
-            if self.append("visibility", submission_id, seq, {"hidden": hidden, "by": by}):
+            seq = len(self.logs(log, key).get(key, [])) + 1
+            if self.append(log, key, seq, record):
                 return
-        raise SgdaskError(f"{submission_id}: visibility keeps changing; try again")
+        raise SgdaskError(f"{key}: {log.rstrip('s')} keeps changing; try again")
 
     def append(self, log: str, submission_id: str, seq: int, record: dict[str, Any]) -> bool:
         path = join(self.path, log, submission_id, f"{seq:06d}.json")
@@ -207,7 +242,7 @@ def parse_entry(raw: bytes, path: str) -> Entry:
                                  expected="every field of a registry entry")
             continue
         value = doc[f.name]
-        kind = "bool" if f.type == "bool" else "str"
+        kind = "bool" if str(f.type).startswith("bool") else "str"
         ok = isinstance(value, bool) if kind == "bool" else isinstance(value, str)
         if not ok and not (value is None and "None" in str(f.type)):
             raise InputError(path, f"{type(value).__name__} {value!r:.40}", field=f.name,

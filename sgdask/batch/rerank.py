@@ -29,7 +29,13 @@ import pyarrow.parquet as pq
 from distributed import Client
 
 from sgdask import __version__
-from sgdask.batch.leaderboard_html import render_leaderboard
+from sgdask.batch.leaderboard_html import (
+    DEFAULT_MATCHING,
+    MATCHING_MODES,
+    by_matching,
+    matching_boards,
+    render_leaderboard,
+)
 from sgdask.batch.many import Log, ManyJob, ManyOutcome, run_many
 from sgdask.batch.registry import Entry, Registry
 from sgdask.core.settings import Settings
@@ -46,6 +52,8 @@ from sgdask.stats.paired import rank_ranges
 from sgdask.stats.table import TermTable
 
 BOARD_PROTOCOLS = ("singlempo", "multimpo")
+#: what a published board holds beyond its inputs: a new layout republishes once
+BOARD_LAYOUT = 2
 #: beside a kept report page: its SHA-256, written after it
 PAGE_HASH = ".sha256"
 EXIT_LOCKED = 3
@@ -70,19 +78,75 @@ def write_atomic(fs: Any, path: str, data: bytes) -> None:
         fs.pipe_file(path, data)
 
 
-def rank_key(row: dict[str, Any]) -> tuple:
-    """The ranking metric descending, then the tie-break metric descending, then earlier
-    submission first."""
+def rank_key(row: dict[str, Any], rank_by: str = RANK_BY) -> tuple:
+    """The ranking metric best first (descending; ascending for a metric where lower is
+    better), then the tie-break metric descending, then earlier submission first."""
     def neg(name: str) -> float:
         value = row["metrics"].get(name)
-        return float("inf") if value is None else -value
-    return (neg(RANK_BY), neg(TIE_BREAK), row["submitted_at"])
+        metric = metric_of(name)
+        sign = 1 if metric is not None and metric.lower_is_better else -1
+        return float("inf") if value is None else sign * value
+    return (neg(rank_by), neg(TIE_BREAK), row["submitted_at"])
+
+
+SELECTIONS = ("all", "best", "last", "chosen")
+
+
+@dataclass(frozen=True)
+class BoardRule:
+    """Which rows a board shows: every submission (``all``), or one per team and matching
+    mode: its ``best`` by the ranking metric, its ``last``, or the one it ``chosen`` (its
+    last until it chooses); ``baselines`` (submission ids) are shown outside the ranking.
+    An entry without a team (``sgdask submit --registry``) is a team of its own."""
+
+    selection: str = "all"
+    chosen: tuple[tuple[str, str], ...] = ()  # (team, submission id)
+    baselines: tuple[str, ...] = ()
+    #: how often maintainers asked to re-rank the phase: each request publishes again
+    reruns: int = 0
+    #: the ranking metric (a board column; a phase's ``headline``)
+    rank_by: str = RANK_BY
+
+    @classmethod
+    def of(cls, registry: Registry, selection: str = "all", rank_by: str = RANK_BY
+           ) -> BoardRule:
+        """The rule with the registry's choices, baselines and re-run requests."""
+        chosen = tuple(sorted(registry.chosen().items())) if selection == "chosen" else ()
+        reruns = sum(a["action"] == "rerun" for a in registry.host_actions())
+        return cls(selection, chosen, tuple(sorted(registry.baselines())), reruns, rank_by)
+
+
+def _selected(rows: list[dict[str, Any]], rule: BoardRule) -> list[dict[str, Any]]:
+    """The rows the rule keeps, order kept (``rows`` in rank order: best first)."""
+    if rule.selection == "all":
+        return rows
+    chosen = dict(rule.chosen)
+    teams: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        if not row["baseline"]:
+            key = (row.get("team") or row["submission_id"], row["matching"])
+            teams.setdefault(key, []).append(row)
+    keep = set()
+    for (team, _), group in teams.items():
+        pick = group[0]
+        if rule.selection != "best":
+            pick = max(group, key=lambda r: r["submitted_at"])
+            pick = next((r for r in group if r["submission_id"] == chosen.get(team)), pick) \
+                if rule.selection == "chosen" else pick
+        keep.add(pick["submission_id"])
+    return [r for r in rows if r["baseline"] or r["submission_id"] in keep]
 
 
 def board_rows(entries: list[Entry], reports: dict[str, dict[str, Report]],
-               previous: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Entries in rank order with metrics, multimpo delta and rank change."""
-    before = {r["submission_id"]: r["rank"] for r in previous or []}
+               previous: list[dict[str, Any]] | None,
+               matching: dict[str, str] | None = None,
+               rule: BoardRule | None = None) -> list[dict[str, Any]]:
+    """The rows ``rule`` keeps, with metrics, multimpo delta, matching mode, the entry's
+    metadata and rank change, ranked within their matching mode (``MATCHING_MODES`` order:
+    the mask board's rows first); baselines follow their mode's ranked rows, unranked."""
+    rule = rule or BoardRule()
+    before = {r["submission_id"]: (r.get("matching", DEFAULT_MATCHING), r["rank"])
+              for r in previous or []}
     rows = []
     for e in entries:
         by_protocol = reports.get(e.submission_id, {})
@@ -92,34 +156,49 @@ def board_rows(entries: list[Entry], reports: dict[str, dict[str, Report]],
         delta = {}
         if single and multi and RANK_BY in single.metrics and RANK_BY in multi.metrics:
             delta[RANK_BY] = multi.metrics[RANK_BY] - single.metrics[RANK_BY]
+        baseline = e.submission_id in rule.baselines
         rows.append({"submission_id": e.submission_id, "name": e.name,
-                     "approved": e.approved, "submitted_at": e.submitted_at,
+                     "approved": e.approved and not baseline, "submitted_at": e.submitted_at,
                      "paper": e.paper, "report": f"reports/{e.submission_id}.html",
+                     "matching": (matching or {}).get(e.submission_id, DEFAULT_MATCHING),
+                     "team": e.team, "method": e.method, "description": e.description,
+                     "code": e.code, "external_data": e.external_data, "baseline": baseline,
                      "metrics": metrics, "delta": delta})
-    rows.sort(key=rank_key)
-    for rank, row in enumerate(rows, start=1):
-        row["rank"] = rank
-        old = before.get(row["submission_id"])
-        row["rank_change"] = None if old is None else old - rank
+    rows.sort(key=lambda r: (MATCHING_MODES.index(r["matching"]), r["baseline"],
+                             rank_key(r, rule.rank_by)))
+    rows = _selected(rows, rule)
+    for mode_rows in by_matching(rows).values():
+        ranked = [r for r in mode_rows if not r["baseline"]]
+        for rank, row in enumerate(ranked, start=1):
+            row["rank"] = rank
+            old = before.get(row["submission_id"])
+            row["rank_change"] = None if old is None or old[0] != row["matching"] \
+                or old[1] is None else old[1] - rank
+    for row in rows:
+        if row["baseline"]:
+            row["rank"], row["rank_change"] = None, None
     return rows
 
 
 def approved_board(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None,
                    ranges: dict[str, list[int] | None] | None = None
                    ) -> list[dict[str, Any]]:
-    """The approved entries ranked among themselves (``ranges``: their rank ranges among
-    themselves, by submission id)."""
-    before = {r["submission_id"]: r.get("approved_rank") for r in previous or []}
+    """The approved entries ranked among themselves within their matching mode
+    (``ranges``: their rank ranges among themselves, by submission id)."""
+    before = {r["submission_id"]: (r.get("matching", DEFAULT_MATCHING), r.get("approved_rank"))
+              for r in previous or []}
     board = []
-    for rank, row in enumerate((r for r in rows if r["approved"]), start=1):
-        old = before.get(row["submission_id"])
-        change = None if old is None else old - rank
-        entry = {**row, "rank": rank, "rank_change": change}
-        if ranges is not None:
-            entry["rank_range"] = ranges.get(row["submission_id"])
-            row["approved_rank_range"] = entry["rank_range"]
-        board.append(entry)
-        row["approved_rank"], row["approved_rank_change"] = rank, change
+    for mode_rows in by_matching([r for r in rows if r["approved"]]).values():
+        for rank, row in enumerate(mode_rows, start=1):
+            old = before.get(row["submission_id"])
+            change = None if old is None or old[1] is None or old[0] != row["matching"] \
+                else old[1] - rank
+            entry = {**row, "rank": rank, "rank_change": change}
+            if ranges is not None:
+                entry["rank_range"] = ranges.get(row["submission_id"])
+                row["approved_rank_range"] = entry["rank_range"]
+            board.append(entry)
+            row["approved_rank"], row["approved_rank_change"] = rank, change
     return board
 
 
@@ -132,25 +211,26 @@ class BoardCI:
     seed: int = 0
 
 
-def ranking_terms(row: dict[str, Any], reports: dict[str, dict[str, Report]]
-                  ) -> TermTable | None:
+def ranking_terms(row: dict[str, Any], reports: dict[str, dict[str, Report]],
+                  rank_by: str = RANK_BY) -> TermTable | None:
     """The per-image terms a row is ranked by (its singlempo report's), if any."""
     report = reports.get(row["submission_id"], {}).get("singlempo")
-    if report is None or row["metrics"].get(RANK_BY) is None:
+    if report is None or row["metrics"].get(rank_by) is None:
         return None
     return report.terms
 
 
 def board_ranges(rows: list[dict[str, Any]], reports: dict[str, dict[str, Report]],
-                 scoring: Scoring, ci: BoardCI) -> dict[str, dict[str, Any]]:
+                 scoring: Scoring, ci: BoardCI, rank_by: str = RANK_BY
+                 ) -> dict[str, dict[str, Any]]:
     """Per submission id: the ranking metric's interval and the rank range among ``rows``,
     from the cached per-image terms (no evaluation); rows without terms get none."""
-    usable = [r for r in rows if ranking_terms(r, reports) is not None]
+    usable = [r for r in rows if ranking_terms(r, reports, rank_by) is not None]
     if not usable:
         return {}
-    metric = metric_of(RANK_BY)
-    found = rank_ranges([ranking_terms(r, reports) for r in usable],  # type: ignore[misc]
-                        RANK_BY, scoring, ci.level, ci.resamples, ci.seed,
+    metric = metric_of(rank_by)
+    found = rank_ranges([ranking_terms(r, reports, rank_by) for r in usable],  # type: ignore[misc]
+                        rank_by, scoring, ci.level, ci.resamples, ci.seed,
                         bool(metric and metric.lower_is_better))
     return {r["submission_id"]: {"interval": list(interval) if interval else None,
                                  "range": [lo, hi]}
@@ -158,22 +238,27 @@ def board_ranges(rows: list[dict[str, Any]], reports: dict[str, dict[str, Report
 
 
 def with_ranges(board: list[dict[str, Any]], reports: dict[str, dict[str, Report]],
-                composition: dict[int, int] | None, ci: BoardCI
+                composition: dict[int, int] | None, ci: BoardCI, rank_by: str = RANK_BY
                 ) -> dict[str, list[int] | None]:
-    """Put the ranking metric's interval (``intervals``) and the rank range (``rank_range``)
-    into every row; returns the rank ranges among the approved rows, by submission id."""
+    """Put the ranking metric's interval (``intervals``) and the rank range among its
+    matching mode's rows (``rank_range``) into every row; returns the rank ranges among the
+    approved rows of each mode, by submission id."""
     first = next((reports[r["submission_id"]]["singlempo"] for r in board
-                  if ranking_terms(r, reports) is not None), None)
+                  if ranking_terms(r, reports, rank_by) is not None), None)
     if first is None:
         return {}
     scoring = scoring_of(first, composition)
-    public = board_ranges(board, reports, scoring, ci)
-    for row in board:
-        found = public.get(row["submission_id"], {})
-        row["intervals"] = {RANK_BY: found.get("interval")}
-        row["rank_range"] = found.get("range")
-    approved = board_ranges([r for r in board if r["approved"]], reports, scoring, ci)
-    return {sid: found["range"] for sid, found in approved.items()}
+    approved: dict[str, list[int] | None] = {}
+    for mode_rows in by_matching([r for r in board if not r.get("baseline")]).values():
+        public = board_ranges(mode_rows, reports, scoring, ci, rank_by)
+        for row in mode_rows:
+            found = public.get(row["submission_id"], {})
+            row["intervals"] = {rank_by: found.get("interval")}
+            row["rank_range"] = found.get("range")
+        ranked = board_ranges([r for r in mode_rows if r["approved"]], reports, scoring, ci,
+                              rank_by)
+        approved.update({sid: found["range"] for sid, found in ranked.items()})
+    return approved
 
 
 @dataclass
@@ -184,11 +269,13 @@ class RerankOutcome:
     board: list[dict[str, Any]]
 
 
-def inputs_digest(entries: list[Entry], options: Settings, ci: BoardCI | None = None) -> str:
-    """What a board depends on: the entries, the evaluation and interval settings."""
+def inputs_digest(entries: list[Entry], options: Settings, ci: BoardCI | None = None,
+                  rule: BoardRule | None = None) -> str:
+    """What a board depends on: the entries, the evaluation and interval settings, the
+    selection rule with the teams' choices and the baselines."""
     payload = [(e.submission_id, e.content_hash, e.approved) for e in entries]
     text = json.dumps([payload, BOARD_PROTOCOLS, options.__dict__, protocol_versions(),
-                       asdict(ci or BoardCI())])
+                       asdict(ci or BoardCI()), BOARD_LAYOUT, asdict(rule or BoardRule())])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -212,14 +299,17 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
            storage_options: StorageOptions | None = None, client: Client | None = None,
            scheduler: str | None = None, dry_run: bool = False, progress: bool = False,
            log: Log = print, lease: float = DEFAULT_LEASE,
-           ci: BoardCI | None = None) -> RerankOutcome:
+           ci: BoardCI | None = None, selection: str = "all", rank_by: str = RANK_BY
+           ) -> RerankOutcome:
     """Evaluate missing results and publish a new leaderboard if anything changed (each
     model's ranking metric with its bootstrap interval and rank range, ``ci``), holding
     ``OUT/lock.json`` meanwhile (``sgdask.io.lock``: taken over from a dead holder at once,
     from a silent one after ``lease`` seconds)."""
     options = options or Settings()
     check_output_outside_stores(out, storage_options, "the leaderboard")
-    entries = Registry(registry_url, storage_options).rankable()
+    registry = Registry(registry_url, storage_options)
+    entries = registry.rankable()
+    rule = BoardRule.of(registry, selection, rank_by)
     job = board_job(registry_url, gt, entries, options, storage_options)
     fs, root = filesystem(out, storage_options)
     if not entries and read_json(fs, join(root, "current.json")) is None:
@@ -233,7 +323,7 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
                         holder="another rerank"):
         outcome = run_many(job, client, scheduler, progress, log=log)
         current = read_json(fs, join(root, "current.json"))
-        digest = inputs_digest(entries, options, ci)
+        digest = inputs_digest(entries, options, ci, rule)
         if current and current.get("inputs") == digest:
             if publish_copies(fs, root, current["board"]):
                 log(f"top-level copies did not match {current['board']}: rewritten")
@@ -241,15 +331,16 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
             return RerankOutcome(None, outcome.evaluated, outcome.cached, [])
         previous = read_json(fs, join(root, current["board"], "leaderboard.json")) \
             if current else None
-        board = board_rows(entries, outcome.reports, previous)
+        board = board_rows(entries, outcome.reports, previous, outcome.matching, rule)
         _, composition = gt_training_stats(StoreReader(gt, storage_options, "gt"), options.stats,
                                         storage_options)
-        ranges = with_ranges(board, outcome.reports, composition, ci or BoardCI())
+        ranges = with_ranges(board, outcome.reports, composition, ci or BoardCI(),
+                             rule.rank_by)
         approved = approved_board(board, previous, ranges)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         board_dir = f"history/{stamp}"
         pages = report_pages(outcome, join(registry_url, "cache"), storage_options, client, log)
-        files = board_files(board, approved, pages, current, stamp)
+        files = board_files(board, approved, pages, current, stamp, rule.rank_by)
         files[TOP_PAGE] = leaderboard_page(board, approved, current, stamp,
                                            report_prefix=f"{board_dir}/")
         for name, data in files.items():
@@ -295,10 +386,11 @@ def leaderboard_page(board: list[dict[str, Any]], approved: list[dict[str, Any]]
     def linked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{**r, "report": report_prefix + r["report"]} for r in rows]
 
+    boards, titles = matching_boards(linked(board), linked(approved))
     return render_leaderboard(
-        {"public": linked(board), "approved": linked(approved)}, board_columns(),
-        generated_at=stamp,
-        previous_generated_at=current["published_at"] if current else None).encode()
+        boards, board_columns(), generated_at=stamp,
+        previous_generated_at=current["published_at"] if current else None,
+        titles=titles).encode()
 
 
 def report_title(submission_id: str) -> str:
@@ -369,26 +461,27 @@ def report_pages(outcome: ManyOutcome, cache: str, storage_options: StorageOptio
     return pages
 
 
-def interval_columns(row: dict[str, Any]) -> dict[str, Any]:
+def interval_columns(row: dict[str, Any], rank_by: str = RANK_BY) -> dict[str, Any]:
     """The ranking metric's interval and the rank range as flat Parquet columns."""
-    interval = (row.get("intervals") or {}).get(RANK_BY) or [None, None]
+    interval = (row.get("intervals") or {}).get(rank_by) or [None, None]
     ranks = row.get("rank_range") or [None, None]
-    return {f"singlempo {RANK_BY} ci_low": interval[0],
-            f"singlempo {RANK_BY} ci_high": interval[1],
+    return {f"singlempo {rank_by} ci_low": interval[0],
+            f"singlempo {rank_by} ci_high": interval[1],
             "rank_range_low": ranks[0], "rank_range_high": ranks[1]}
 
 
 def board_files(board: list[dict[str, Any]], approved: list[dict[str, Any]],
                 pages: dict[str, bytes], current: dict[str, Any] | None,
-                stamp: str) -> dict[str, bytes]:
+                stamp: str, rank_by: str = RANK_BY) -> dict[str, bytes]:
     """Every file of one dated board, by relative path."""
     table = pa.Table.from_pylist([
-        {"rank": r["rank"], "approved_rank": r.get("approved_rank"), "name": r["name"],
+        {"rank": r["rank"], "approved_rank": r.get("approved_rank"),
+         "matching": r.get("matching", DEFAULT_MATCHING), "name": r["name"],
          "submission_id": r["submission_id"], "approved": r["approved"],
          "submitted_at": r["submitted_at"], "paper": r["paper"],
          "rank_change": r["rank_change"],
          **{f"singlempo {c}": r["metrics"].get(c) for c in board_columns()},
-         **interval_columns(r),
+         **interval_columns(r, rank_by),
          f"multimpo - singlempo {RANK_BY}": r["delta"].get(RANK_BY)} for r in board])
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)

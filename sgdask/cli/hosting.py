@@ -105,6 +105,9 @@ def rerank(registry: Registry, gt: GT, out: Board,
            = DEFAULT_LEASE,
            stale_lock_after: Annotated[float | None, typer.Option(
                min=0.5, hidden=True, help="deprecated: use --lease")] = None,
+           selection: Annotated[str, typer.Option(
+               help="which of a team's submissions the board shows: all, best, last or "
+               "chosen (a benchmark file's phase: its `selection`)")] = "all",
            storage_option: StorageOpt = None) -> None:
     """Evaluate what is missing and publish the leaderboard.
 
@@ -112,9 +115,12 @@ def rerank(registry: Registry, gt: GT, out: Board,
     where it can be). The holder of OUT/lock.json is presumed dead once its heartbeat is
     --lease seconds old (a holder on this host whose process is gone: at once). Exit codes:
     0 published or up to date, 2 bad input, 3 another rerank holds the lock."""
-    from sgdask.batch.rerank import EXIT_LOCKED
+    from sgdask.batch.rerank import EXIT_LOCKED, SELECTIONS
     from sgdask.batch.rerank import rerank as run_rerank
     from sgdask.io.lock import LockHeld
+
+    if selection not in SELECTIONS:
+        raise SgdaskError(f"--selection: {selection!r} is not one of {', '.join(SELECTIONS)}")
 
     if stale_lock_after is not None:
         print("sgdask: warning: --stale-lock-after is deprecated: use --lease", file=sys.stderr)
@@ -123,12 +129,13 @@ def rerank(registry: Registry, gt: GT, out: Board,
         outcome = run_rerank(registry, gt, out, storage_options=storage_options(storage_option),
                              scheduler=cluster_choice(scheduler, False, workers),
                              dry_run=dry_run, progress=True,
-                             log=err_console.print, lease=lease)
+                             log=err_console.print, lease=lease, selection=selection)
     except LockHeld as err:
         print(f"sgdask: {err}", file=sys.stderr)
         sys.exit(EXIT_LOCKED)
-    for row in outcome.board:
-        out_console.print(f"{row['rank']:3d}. {row['name']}  {RANK_BY} "
+    for row in outcome.board:  # ranked within its matching mode's board; baselines unranked
+        rank = "  -" if row["rank"] is None else f"{row['rank']:3d}"
+        out_console.print(f"{row['matching']:>5} {rank}. {row['name']}  {RANK_BY} "
                           f"{format_value(RANK_BY, row['metrics'].get(RANK_BY))}")
 
 
@@ -158,6 +165,9 @@ Lease = Annotated[float, typer.Option(
 MaxAttempts = Annotated[int, typer.Option(
     min=1, metavar="N", rich_help_panel=_QUEUE,
     help="claims of one entry before it is marked failed")]
+BenchmarkFile = Annotated[str | None, typer.Option(
+    "--benchmark", metavar="FILE", help="benchmark file (YAML: phases with their GT, dates, "
+    "limits and boards); replaces --gt, --title and the limits")]
 
 
 def _team_limits(daily: int, total: int, concurrent: int = 0) -> TeamLimits:
@@ -167,8 +177,9 @@ def _team_limits(daily: int, total: int, concurrent: int = 0) -> TeamLimits:
     return Limits(daily or None, total or None, concurrent or None)
 
 
-def serve(registry: Registry, gt: GT,
-          out: Board,
+def serve(registry: Registry, out: Board,
+          gt: Annotated[str | None, typer.Option(
+              help="GT store URL (one phase; or --benchmark)")] = None,
           scheduler: Scheduler = None,
           host: Annotated[str, typer.Option(
               metavar="ADDRESS", rich_help_panel=_HTTP,
@@ -193,42 +204,62 @@ def serve(registry: Registry, gt: GT,
               metavar="TEXT", rich_help_panel=_HTTP, help="the leaderboard's title")]
           = "sgdask leaderboard",
           poll: Poll = 1.0, lease: Lease = DEFAULT_LEASE, max_attempts: MaxAttempts = 3,
+          benchmark: BenchmarkFile = None,
           limit: Limits = None, storage_option: StorageOpt = None) -> None:
     """Serve the benchmark: uploads, status, leaderboard, JSON API.
 
-    The queue worker runs in this process unless --no-worker. Uploads streaming in count
-    against a team's daily and total limits too."""
+    The queue workers, one per phase, run in this process unless --no-worker. Uploads
+    streaming in count against a team's daily and total limits too."""
     from sgdask.service.app import ServiceConfig
+    from sgdask.service.benchmark import load_benchmark, one_phase
     from sgdask.service.server import serve as run_server
     from sgdask.service.worker import WorkerConfig
 
+    limits = _team_limits(daily_limit, total_limit, concurrent_limit)
+    if benchmark is None and gt is None:
+        raise SgdaskError("serve: give --gt GT (one phase) or --benchmark FILE (phases)")
+    phases = load_benchmark(benchmark, registry, out) if benchmark is not None \
+        else one_phase(registry, out, gt, limits, title)
     service = ServiceConfig(registry, out, storage_options(storage_option), tokens,
-                            max_upload_mb,
-                            _team_limits(daily_limit, total_limit, concurrent_limit),
-                            open_uploads, title, lease)
-    worker = None if no_worker else WorkerConfig.beside(
-        service, gt, poll, max_attempts, ArchiveLimits.from_pairs(limit))
-    run_server(service, worker, scheduler, host, port)
+                            max_upload_mb, limits, open_uploads, phases.title, lease,
+                            benchmark=phases if benchmark is not None else None)
+    workers = [] if no_worker else [
+        WorkerConfig.beside(service, phase, poll, max_attempts,
+                            ArchiveLimits.from_pairs(limit)) for phase in phases.phases]
+    run_server(service, workers, scheduler, host, port)
 
 
-def worker(registry: Registry, gt: GT, out: Board,
+def worker(registry: Registry, out: Board,
+           gt: Annotated[str | None, typer.Option(
+               help="GT store URL (one phase; or --benchmark)")] = None,
            scheduler: Scheduler = None, tokens: TokensFile = None,
            daily_limit: DailyLimit = 5, total_limit: TotalLimit = 0,
            open_uploads: OpenUploads = False,
            poll: Poll = 1.0, lease: Lease = DEFAULT_LEASE, max_attempts: MaxAttempts = 3,
+           benchmark: BenchmarkFile = None,
            limit: Limits = None, storage_option: StorageOpt = None) -> None:
     """Work the service's queue and inbox.
 
-    Validate, convert, evaluate and publish every submission. Any number of workers may poll
-    one registry; each entry and inbox file is taken once. Tokens and limits apply to inbox
-    submissions."""
+    Validate, convert, evaluate and publish every submission (with --benchmark: every
+    phase's). Any number of workers may poll one registry; each entry and inbox file is
+    taken once. Tokens and limits apply to inbox submissions."""
+    from sgdask.service.benchmark import load_benchmark
     from sgdask.service.server import work
     from sgdask.service.worker import WorkerConfig
 
-    work(WorkerConfig(registry, gt, out, storage_options(storage_option), poll, lease,
-                      max_attempts, tokens=tokens,
-                      limits=_team_limits(daily_limit, total_limit), open_uploads=open_uploads,
-                      archive_limits=ArchiveLimits.from_pairs(limit)), scheduler)
+    options, archive = storage_options(storage_option), ArchiveLimits.from_pairs(limit)
+    if benchmark is None:
+        if gt is None:
+            raise SgdaskError("worker: give --gt GT (one phase) or --benchmark FILE (phases)")
+        work([WorkerConfig(registry, gt, out, options, poll, lease, max_attempts,
+                           tokens=tokens, limits=_team_limits(daily_limit, total_limit),
+                           open_uploads=open_uploads, archive_limits=archive)], scheduler)
+        return
+    work([WorkerConfig(p.registry, p.gt or "", p.out, options, poll, lease, max_attempts,
+                       tokens=tokens, limits=p.limits, open_uploads=open_uploads,
+                       archive_limits=archive, selection=p.selection, rank_by=p.headline,
+                       phase=p)
+          for p in load_benchmark(benchmark, registry, out).phases], scheduler)
 
 
 def tokens_add(file: Annotated[Path, typer.Argument(

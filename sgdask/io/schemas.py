@@ -16,6 +16,7 @@ from typing import Any
 import fastjsonschema
 
 STORE_MANIFEST = "store-manifest.schema.json"
+BENCHMARK = "benchmark.schema.json"
 
 
 def no_remote(uri: str) -> Any:

@@ -65,10 +65,37 @@ def checked_name(name: str | None) -> str:
 
 def checked_paper(paper: str | None) -> str | None:
     """The paper link: empty, or an absolute http(s) URL."""
-    paper = (paper or "").strip()
-    if not paper:
+    return checked_link(paper, "paper")
+
+
+DESCRIPTION_MAX = 2000
+
+
+def checked_link(value: str | None, field: str) -> str | None:
+    """A link field (``paper``, ``code``): empty, or an absolute http(s) URL."""
+    value = (value or "").strip()
+    if not value:
         return None
-    if (len(paper) > PAPER_MAX or not paper.isprintable()
-            or url_scheme(paper) not in SAFE_SCHEMES):
-        raise Refusal(400, "paper: expected an http:// or https:// link")
-    return paper
+    if (len(value) > PAPER_MAX or not value.isprintable()
+            or url_scheme(value) not in SAFE_SCHEMES):
+        raise Refusal(400, f"{field}: expected an http:// or https:// link")
+    return value
+
+
+def checked_text(value: str | None, field: str, limit: int) -> str | None:
+    """An optional free text field (``method``, ``description``): at most ``limit``
+    characters, printable but for line breaks."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    if len(value) > limit or not value.replace("\n", " ").replace("\r", "").isprintable():
+        raise Refusal(400, f"{field}: expected at most {limit} printable characters")
+    return value
+
+
+def checked_flag(value: str | None, field: str) -> bool | None:
+    """A yes/no field (``external_data``): yes, no or empty (not said)."""
+    value = (value or "").strip().lower()
+    if value in ("", "yes", "no"):
+        return None if not value else value == "yes"
+    raise Refusal(400, f"{field}: expected yes or no")

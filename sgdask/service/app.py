@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import csv
+import io
 import json
 import math
 import secrets
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -37,16 +39,23 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from sgdask.batch.registry import Entry, Registry, utc_now
+from sgdask.batch import leaderboard_html
+from sgdask.batch.registry import STAMP_FORMAT, Entry, Registry
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.service import pages
 from sgdask.service.access import (
+    DESCRIPTION_MAX,
+    NAME_MAX,
     Refusal,
     authorize,
     checked_fields,
+    checked_flag,
+    checked_link,
     checked_name,
     checked_paper,
+    checked_text,
 )
+from sgdask.service.benchmark import DATE_FORMAT, Benchmark, Phase, check_phase, one_phase
 from sgdask.service.limits import LimitReached, Limits, check_limits, team_of
 from sgdask.service.queue import (
     Submission,
@@ -86,10 +95,19 @@ class ServiceConfig:
     open_uploads: bool = False
     title: str = "sgdask leaderboard"
     lease: float = 60.0  # in-flight markers beat every quarter lease; orphans age in leases
+    #: the phases (``sgdask serve --benchmark``); None: one phase at ``registry`` and ``out``
+    benchmark: Benchmark | None = None
+    #: what time it is: the phases' dates and the limits read it (tests set it)
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
     @property
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * 2**20)
+
+    @property
+    def challenge(self) -> Benchmark:
+        return self.benchmark or one_phase(self.registry, self.out, None, self.limits,
+                                           self.title)
 
 
 class Service:
@@ -97,9 +115,64 @@ class Service:
 
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
-        self.registry = Registry(config.registry, config.storage_options)
+        self.benchmark = config.challenge
+        self.registries = {p.name: Registry(p.registry, config.storage_options)
+                           for p in self.benchmark.phases}
         self.tokens = TokenBook(config.tokens)
         self.register_lock = asyncio.Lock()  # limits are checked, entries added under it
+
+    def phase(self, name: str | None) -> Phase:
+        """The phase named (None: the current one), or a 404."""
+        if not name:
+            return self.current()
+        found = self.benchmark.phase(name)
+        if found is None:
+            raise Refusal(404, f"phase: no phase {name!r} (phases: "
+                          f"{', '.join(p.name for p in self.benchmark.phases)})")
+        return found
+
+    def current(self) -> Phase:
+        """The phase an upload naming none goes to: the last one open now, else the first."""
+        now = self.config.clock()
+        open_now = [p for p in self.benchmark.phases if self.is_open(p, now)]
+        return open_now[-1] if open_now else self.benchmark.phases[0]
+
+    def done(self, phase: Phase, action: str) -> bool:
+        """Whether a maintainer did ``action`` to the phase."""
+        return any(a["action"] == action for a in self.registries[phase.name].host_actions())
+
+    def is_open(self, phase: Phase, now: datetime) -> bool:
+        """Within its dates and not closed early by a maintainer."""
+        return phase.is_open(now) and not self.done(phase, "close")
+
+    def ended(self, phase: Phase) -> bool:
+        return phase.ended(self.config.clock()) or self.done(phase, "close")
+
+    def revealed(self, phase: Phase) -> bool:
+        """A private phase's scores are revealed when it ends (at its end date or closed
+        early) or a maintainer reveals them."""
+        return self.ended(phase) or self.done(phase, "reveal")
+
+    def scores_shown(self, phase: Phase, account: Account | None) -> bool:
+        """Whether ``account`` sees the phase's scores (metrics, ranks, reports)."""
+        if (account is not None and account.is_maintainer) or phase.visibility != "private":
+            return True
+        return self.revealed(phase)
+
+    def board_shown(self, phase: Phase, account: Account | None) -> bool:
+        """Whether ``account`` sees the phase's board: never for participants of an
+        unlisted phase."""
+        if account is not None and account.is_maintainer:
+            return True
+        return phase.visibility != "unlisted" and self.scores_shown(phase, account)
+
+    def find(self, submission_id: str) -> tuple[Phase, Submission] | None:
+        """A submission and its phase, looked up in every phase's registry."""
+        for phase in self.benchmark.phases:
+            sub = submission(self.registries[phase.name], submission_id)
+            if sub is not None:
+                return phase, sub
+        return None
 
     async def run(self, func: Callable[..., Any], *args: Any) -> Any:
         """Blocking storage calls run in worker threads, never on the event loop."""
@@ -107,9 +180,10 @@ class Service:
 
     # --- the board ----------------------------------------------------------------------
 
-    def board_file(self, name: str) -> bytes | None:
-        """A file of the published board (one GET, never from a stale listing cache)."""
-        fs, root = filesystem(self.config.out, self.config.storage_options)
+    def board_file(self, phase: Phase, name: str) -> bytes | None:
+        """A file of a phase's published board (one GET, never from a stale listing
+        cache)."""
+        fs, root = filesystem(phase.out, self.config.storage_options)
         path = join(root, name)
         fs.invalidate_cache(fs._parent(path))  # the listing cache may predate the file
         try:
@@ -117,23 +191,27 @@ class Service:
         except FileNotFoundError:
             return None
 
-    def board(self) -> tuple[list[dict[str, Any]] | None, str | None]:
-        """(the published rows, when they were published) or (None, None)."""
-        data = self.board_file("leaderboard.json")
+    def board(self, phase: Phase) -> tuple[list[dict[str, Any]] | None, str | None]:
+        """(the phase's published rows, when they were published) or (None, None)."""
+        data = self.board_file(phase, "leaderboard.json")
         if data is None:
             return None, None
-        current = json.loads(self.board_file("current.json") or b"{}")
+        current = json.loads(self.board_file(phase, "current.json") or b"{}")
         return json.loads(data), current.get("published_at")
 
-    def ranks(self) -> dict[str, int]:
-        rows, _ = self.board()
+    def boards(self) -> list[tuple[Phase, list[dict[str, Any]] | None, str | None]]:
+        """Every phase with its published rows and when they were published."""
+        return [(phase, *self.board(phase)) for phase in self.benchmark.phases]
+
+    def ranks(self, phase: Phase) -> dict[str, int]:
+        rows, _ = self.board(phase)
         return {r["submission_id"]: r["rank"] for r in rows or []}
 
-    def report(self, submission_id: str) -> bytes | None:
-        current = json.loads(self.board_file("current.json") or b"null")
+    def report(self, phase: Phase, submission_id: str) -> bytes | None:
+        current = json.loads(self.board_file(phase, "current.json") or b"null")
         if not current:
             return None
-        return self.board_file(f"{current['board']}/reports/{submission_id}.html")
+        return self.board_file(phase, f"{current['board']}/reports/{submission_id}.html")
 
 
 # --- who is asking -------------------------------------------------------------------------
@@ -215,9 +293,10 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
     """Stream an upload into the registry and register it; returns the submission and
     the token that was used (for the form's cookie). Raises Refusal / LimitReached."""
     config = svc.config
-    submitted_at = utc_now()
+    submitted_at = config.clock().strftime(STAMP_FORMAT)
     submission_id = new_id(submitted_at)
     slot = _InFlight(svc, submission_id)
+    chosen: list[Phase] = []  # the phase the fields before the file name
 
     def who(fields: dict[str, str]) -> tuple[Account | None, str | None]:
         used = fields.get("token") or token
@@ -230,8 +309,12 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
             check_csrf(request, fields.get("csrf"))
         account, _ = who(fields)
         checked_fields(fields)
-        await slot.take(account)
-        return UploadSink(svc.registry, submission_id)
+        phase = await svc.run(svc.phase, fields.get("phase"))
+        check_phase(phase, fields.get("board") or "public", config.clock(),
+                    await svc.run(svc.done, phase, "close"))
+        chosen[:] = [phase]
+        await slot.take(account, chosen[0])
+        return UploadSink(svc.registries[chosen[0].name], submission_id)
 
     try:
         upload = await receive(request, config.max_upload_bytes, start_file)
@@ -240,14 +323,23 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
             account, used = who(upload.fields)
             name = checked_name(upload.fields.get("name"))
             paper = checked_paper(upload.fields.get("paper"))
+            fields = upload.fields
+            meta = {"method": checked_text(fields.get("method"), "method", NAME_MAX),
+                    "description": checked_text(fields.get("description"), "description",
+                                                DESCRIPTION_MAX),
+                    "code": checked_link(fields.get("code"), "code"),
+                    "external_data": checked_flag(fields.get("external_data"),
+                                                  "external_data")}
+            phase = chosen[0]
+            registry = svc.registries[phase.name]
             async with svc.register_lock:
-                await svc.run(_team_limits, svc, account, submission_id)
+                await svc.run(_team_limits, svc, account, submission_id, phase)
                 await svc.run(upload.sink.commit)
-                entry = Entry(submission_id, name, svc.registry.store_url(submission_id),
-                              upload_url(svc.registry, submission_id), submitted_at,
+                entry = Entry(submission_id, name, registry.store_url(submission_id),
+                              upload_url(registry, submission_id), submitted_at,
                               upload.fields.get("board") == "approved", paper, "received", "",
-                              account.team if account else None, upload.filename)
-                await svc.run(svc.registry.add, entry)
+                              account.team if account else None, upload.filename, **meta)
+                await svc.run(registry.add, entry)
         except BaseException:
             await svc.run(upload.sink.abort)
             raise
@@ -256,14 +348,17 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
     return Submission(entry, []), used
 
 
-def _team_limits(svc: Service, account: Account | None, submission_id: str) -> None:
-    """Raise LimitReached when the team may not add ``submission_id``: its submissions and
-    its other uploads streaming into any server sharing the registry count."""
-    subs = submissions(svc.registry)
+def _team_limits(svc: Service, account: Account | None, submission_id: str,
+                 phase: Phase) -> None:
+    """Raise LimitReached when the team may not add ``submission_id`` to ``phase``: its
+    submissions to the phase and its other uploads streaming into the phase on any server
+    sharing the registry count."""
+    registry = svc.registries[phase.name]
+    subs = submissions(registry)
     registered = {s.id for s in subs}
-    others = [sid for sid, team in uploads_in_flight(svc.registry, svc.config.lease).items()
+    others = [sid for sid, team in uploads_in_flight(registry, svc.config.lease).items()
               if team == team_of(account) and sid != submission_id and sid not in registered]
-    check_limits(account, subs, svc.config.limits, in_flight=len(others))
+    check_limits(account, subs, phase.limits, svc.config.clock(), in_flight=len(others))
 
 
 class _InFlight:
@@ -274,31 +369,31 @@ class _InFlight:
     def __init__(self, svc: Service, submission_id: str) -> None:
         self.svc, self.id = svc, submission_id
         self.beating: asyncio.Task | None = None
-        self.marked = False
+        self.registry: Registry | None = None  # the phase's, once marked
 
-    async def take(self, account: Account | None) -> None:
+    async def take(self, account: Account | None, phase: Phase) -> None:
         """Mark the upload, then check the limits counting it (written first, so two
         servers racing for a team's last slot cannot both get it)."""
         team = team_of(account)
         async with self.svc.register_lock:
-            self.marked = True
-            await self.svc.run(mark_in_flight, self.svc.registry, self.id, team)
-            await self.svc.run(_team_limits, self.svc, account, self.id)
-        self.beating = asyncio.create_task(self.beat(team))
+            self.registry = self.svc.registries[phase.name]
+            await self.svc.run(mark_in_flight, self.registry, self.id, team)
+            await self.svc.run(_team_limits, self.svc, account, self.id, phase)
+        self.beating = asyncio.create_task(self.beat(self.registry, team))
 
-    async def beat(self, team: str) -> None:
+    async def beat(self, registry: Registry, team: str) -> None:
         while True:
             await asyncio.sleep(self.svc.config.lease / 4)
             with contextlib.suppress(Exception):  # an unreachable store: the next beat
-                await self.svc.run(mark_in_flight, self.svc.registry, self.id, team)
+                await self.svc.run(mark_in_flight, registry, self.id, team)
 
     async def release(self) -> None:
         if self.beating is not None:
             self.beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.beating
-        if self.marked:
-            await self.svc.run(unmark_in_flight, self.svc.registry, self.id)
+        if self.registry is not None:
+            await self.svc.run(unmark_in_flight, self.registry, self.id)
 
 
 # --- JSON ----------------------------------------------------------------------------------
@@ -308,16 +403,22 @@ def status_url(request: Request, submission_id: str) -> str:
 
 
 def submission_json(request: Request, sub: Submission, rank: int | None,
-                    account: Account | None) -> dict[str, Any]:
+                    account: Account | None, phase: Phase, scores: bool = True
+                    ) -> dict[str, Any]:
+    """A submission as the API shows it; without ``scores`` (a private phase before its
+    reveal) no rank, metric or report."""
     e, errors_visible = sub.entry, may_see_errors(sub, account)
-    out = {"id": sub.id, "name": e.name, "team": e.team, "board": sub.board,
+    rank = rank if scores else None
+    out = {"id": sub.id, "name": e.name, "team": e.team, "phase": phase.name,
+           "board": sub.board, "method": e.method, "description": e.description,
+           "code": e.code, "external_data": e.external_data,
            "paper": e.paper, "file": e.filename, "status": sub.status, "steps": sub.steps,
            "errors": sub.shown_errors if errors_visible else [],
            "warnings": (sub.latest("warnings") or []) if errors_visible else [],
            "submitted_at": e.submitted_at, "updated_at": sub.updated_at,
            "attempts": sub.attempts, "hidden": sub.hidden, "rank": rank,
            "url": status_url(request, sub.id)}
-    if sub.status == "ranked":
+    if sub.status == "ranked" and scores:
         out["metrics"] = sub.latest("metrics") or {}
         out["report"] = str(request.url_for("report_page", submission_id=sub.id)) \
             if rank is not None else None
@@ -381,17 +482,23 @@ async def api_submit(svc: Service, request: Request) -> Response:
 
 
 async def api_submission(svc: Service, request: Request) -> Response:
-    sub, account = await visible_submission(svc, request, svc.tokens.account(bearer(request)))
-    rank = (await svc.run(svc.ranks)).get(sub.id)
-    return JSONResponse(submission_json(request, sub, rank, account))
+    phase, sub, account = await visible_submission(svc, request,
+                                                   svc.tokens.account(bearer(request)))
+    rank = (await svc.run(svc.ranks, phase)).get(sub.id)
+    scores = await svc.run(svc.scores_shown, phase, account)
+    return JSONResponse(submission_json(request, sub, rank, account, phase, scores))
 
 
 async def api_submissions(svc: Service, request: Request) -> Response:
     account = svc.tokens.account(bearer(request))
     if account is None:
         raise Refusal(401, "token: missing or unknown")
-    subs, ranks = await svc.run(own_submissions, svc, account), await svc.run(svc.ranks)
-    return JSONResponse([submission_json(request, s, ranks.get(s.id), account) for s in subs])
+    found = await svc.run(own_submissions, svc, account)
+    ranks = {p.name: await svc.run(svc.ranks, p) for p in svc.benchmark.phases}
+    scores = {p.name: await svc.run(svc.scores_shown, p, account)
+              for p in svc.benchmark.phases}
+    return JSONResponse([submission_json(request, s, ranks[p.name].get(s.id), account, p,
+                                         scores[p.name]) for p, s in found])
 
 
 async def api_visibility(svc: Service, request: Request) -> Response:
@@ -402,9 +509,10 @@ async def api_visibility(svc: Service, request: Request) -> Response:
         raise Refusal(400, "expected JSON {\"hidden\": true|false}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("hidden"), bool):
         raise Refusal(400, "hidden: expected true or false")
-    sub = await change_visibility(svc, request, account, doc["hidden"])
-    rank = (await svc.run(svc.ranks)).get(sub.id)
-    return JSONResponse(submission_json(request, sub, rank, account))
+    phase, sub = await change_visibility(svc, request, account, doc["hidden"])
+    rank = (await svc.run(svc.ranks, phase)).get(sub.id)
+    scores = await svc.run(svc.scores_shown, phase, account)
+    return JSONResponse(submission_json(request, sub, rank, account, phase, scores))
 
 
 async def api_whoami(svc: Service, request: Request) -> Response:
@@ -416,64 +524,287 @@ async def api_whoami(svc: Service, request: Request) -> Response:
         raise Refusal(401, "token: unknown or revoked token")
     if account is None and not svc.config.open_uploads:
         raise Refusal(401, "token: missing (send Authorization: Bearer TOKEN)")
-    limits = svc.config.limits
+    current, phases = await svc.run(_phases_json, svc)
     return JSONResponse({"team": account.team if account else None,
                          "role": account.role if account else None,
                          "open_uploads": svc.config.open_uploads,
                          "max_upload_bytes": svc.config.max_upload_bytes,
-                         "limits": {"daily": limits.daily, "total": limits.total,
-                                    "concurrent": limits.concurrent}})
+                         "limits": _limits_json(current), **phases})
+
+
+def _phases_json(svc: Service) -> tuple[Phase, dict[str, Any]]:
+    """The current phase, and what whoami says of the phases (nothing for a service from
+    flags, whose one phase has no dates)."""
+    now, current = svc.config.clock(), svc.current()
+    if svc.config.benchmark is None:
+        return current, {}
+    return current, {"phase": current.name, "phases": [
+        _phase_json(p, now, svc.is_open(p, now)) for p in svc.benchmark.phases]}
+
+
+def _limits_json(phase: Phase) -> dict[str, int | None]:
+    """The phase's limits (``monthly`` only when set: a service from flags has none)."""
+    limits = phase.limits
+    monthly = {} if limits.monthly is None else {"monthly": limits.monthly}
+    return {"daily": limits.daily, **monthly, "total": limits.total,
+            "concurrent": limits.concurrent}
+
+
+async def api_choose(svc: Service, request: Request) -> Response:
+    """The team chooses this submission for its board row (a phase selecting ``chosen``)."""
+    account = svc.tokens.account(bearer(request))
+    phase, sub = await _choose(svc, request, account)
+    return JSONResponse({"id": sub.id, "phase": phase.name, "chosen": True})
+
+
+async def _choose(svc: Service, request: Request, account: Account | None
+                 ) -> tuple[Phase, Submission]:
+    if account is None:
+        raise Refusal(401, "token: missing or unknown")
+    phase, sub, _ = await visible_submission(svc, request, account)
+    if phase.selection != "chosen":
+        raise Refusal(409, f"phase {phase.name}: the board shows each team's "
+                      f"{phase.selection} submission; there is nothing to choose")
+    if not (is_owner(sub, account) or account.is_maintainer) or sub.entry.team is None:
+        raise Refusal(403, f"team {account.team} may not choose this submission")
+    await svc.run(svc.registries[phase.name].choose, sub.entry.team, sub.id,
+                  f"{'maintainer' if account.is_maintainer else 'team'}:{account.team}")
+    return phase, sub
+
+
+async def api_baseline(svc: Service, request: Request) -> Response:
+    """A maintainer marks a submission as a baseline (or not): shown outside the ranking."""
+    account = svc.tokens.account(bearer(request))
+    try:
+        doc = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise Refusal(400, "expected JSON {\"baseline\": true|false}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("baseline"), bool):
+        raise Refusal(400, "baseline: expected true or false")
+    phase, sub = await _mark_baseline(svc, request, account, doc["baseline"])
+    return JSONResponse({"id": sub.id, "phase": phase.name, "baseline": doc["baseline"]})
+
+
+async def _mark_baseline(svc: Service, request: Request, account: Account | None,
+                        baseline: bool) -> tuple[Phase, Submission]:
+    if account is None or not account.is_maintainer:
+        raise Refusal(403, "only maintainers mark baselines")
+    phase, sub, _ = await visible_submission(svc, request, account)
+    await svc.run(svc.registries[phase.name].set_baseline, sub.id, baseline,
+                  f"maintainer:{account.team}")
+    return phase, sub
+
+
+def _private_note(phase: Phase) -> str:
+    end = f"the phase ends ({phase.end.strftime(DATE_FORMAT)})" if phase.end else \
+        "the maintainers reveal them"
+    return f"phase {phase.name}: scores are private until {end}"
+
+
+#: what maintainers may do to a phase (``POST /api/phases/NAME/ACTION``, the host page)
+HOST_ACTIONS = {
+    "reveal": "reveal a private phase's scores now",
+    "close": "close the phase now: no more uploads; a private phase's scores are revealed",
+    "rerun": "re-rank every submission of the phase: the worker publishes the board again, "
+             "evaluating whatever the result cache lacks (everything after a protocol or "
+             "metric version bump, nothing otherwise: the numbers are exact)",
+    "move": "register every accepted submission of the phase again in the next phase, "
+            "where it is validated and scored against that phase's GT",
+}
+
+
+async def api_host_action(svc: Service, request: Request) -> Response:
+    """A maintainer's action on a phase, logged with who did it."""
+    account = svc.tokens.account(bearer(request))
+    phase, note = await _host_action(svc, request.path_params["phase"],
+                                    request.path_params["action"], account)
+    return JSONResponse({"phase": phase.name, "action": request.path_params["action"],
+                         "note": note,
+                         "actions": await svc.run(svc.registries[phase.name].host_actions)})
+
+
+async def _host_action(svc: Service, name: str, action: str, account: Account | None
+                      ) -> tuple[Phase, str]:
+    """Do and log ``action`` on phase ``name``; returns the phase and what was done."""
+    if action not in HOST_ACTIONS:
+        raise Refusal(404, f"action: {action!r} is not one of {', '.join(HOST_ACTIONS)}")
+    if account is None or not account.is_maintainer:
+        raise Refusal(403, f"only maintainers may {action} a phase")
+    phase = svc.phase(name)
+    by = f"maintainer:{account.team}"
+    note = HOST_ACTIONS[action]
+    if action == "move":
+        note = await svc.run(_move_entries, svc, phase, by)
+    await svc.run(svc.registries[phase.name].log_action, action, by)
+    return phase, note
+
+
+def _move_entries(svc: Service, phase: Phase, by: str) -> str:
+    """Register the phase's accepted submissions in the next phase (once), each a new
+    submission there from the same upload; returns what was moved."""
+    phases = list(svc.benchmark.phases)
+    at = phases.index(phase)
+    if at + 1 == len(phases):
+        raise Refusal(409, f"phase {phase.name} is the last phase: there is no next one")
+    if svc.done(phase, "move"):
+        raise Refusal(409, f"phase {phase.name}: its submissions were moved already")
+    target = phases[at + 1]
+    source, registry = svc.registries[phase.name], svc.registries[target.name]
+    moved = 0
+    for sub in submissions(source):
+        if sub.state in ("rejected", "failed"):
+            continue
+        new = new_id(sub.entry.submitted_at)
+        registry.fs.makedirs(join(registry.path, "uploads"), exist_ok=True)
+        registry.fs.copy(upload_url(source, sub.id), upload_url(registry, new))
+        registry.add(replace(sub.entry, submission_id=new, url=registry.store_url(new),
+                             source=upload_url(registry, new), status="received",
+                             content_hash=""))
+        moved += 1
+    return f"moved {moved} submission(s) from phase {phase.name} to phase {target.name} ({by})"
+
+
+def _phase_json(phase: Phase, now: datetime, open_now: bool) -> dict[str, Any]:
+    def when(moment: datetime | None) -> str | None:
+        return moment.strftime(DATE_FORMAT) if moment else None
+    return {"name": phase.name, "start": when(phase.start), "end": when(phase.end),
+            "open": open_now, "visibility": phase.visibility,
+            "selection": phase.selection,
+            "boards": list(phase.boards),
+            "limits": _limits_json(phase)}
 
 
 async def api_leaderboard(svc: Service, request: Request) -> Response:
-    data = await svc.run(svc.board_file, "leaderboard.json")
+    """A phase's board (``?phase=NAME``; default: the current phase), if the caller may
+    see it."""
+    phase = await svc.run(svc.phase, request.query_params.get("phase"))
+    account = svc.tokens.account(bearer(request))
+    if not await svc.run(svc.board_shown, phase, account):
+        if phase.visibility == "unlisted":
+            raise Refusal(404, f"phase {phase.name}: its board is not public")
+        raise Refusal(403, _private_note(phase))
+    data = await svc.run(svc.board_file, phase, "leaderboard.json")
     if data is None:
         raise Refusal(404, "no leaderboard has been published yet")
     return Response(data, media_type="application/json")
 
 
 async def visible_submission(svc: Service, request: Request, account: Account | None
-                             ) -> tuple[Submission, Account | None]:
-    """The submission named in the path, if the caller may see it (else 404)."""
+                             ) -> tuple[Phase, Submission, Account | None]:
+    """The submission named in the path and its phase, if the caller may see it (else
+    404)."""
     submission_id = request.path_params["submission_id"]
     if not is_submission_id(submission_id):
         raise not_found()
-    sub = await svc.run(submission, svc.registry, submission_id)
-    if sub is None or not can_view(sub, account):
+    found = await svc.run(svc.find, submission_id)
+    if found is None or not can_view(found[1], account):
         raise not_found()
-    return sub, account
+    return found[0], found[1], account
 
 
 async def change_visibility(svc: Service, request: Request, account: Account | None,
-                            hidden: bool) -> Submission:
+                            hidden: bool) -> tuple[Phase, Submission]:
     if account is None:
         raise Refusal(401, "token: missing or unknown")
-    sub, _ = await visible_submission(svc, request, account)
-    visibility = await svc.run(svc.registry.visibility, sub.id)
+    phase, sub, _ = await visible_submission(svc, request, account)
+    registry = svc.registries[phase.name]
+    visibility = await svc.run(registry.visibility, sub.id)
     if not may_set_hidden(sub, account, hidden, visibility):
         raise Refusal(403, f"team {account.team} may not change this submission's visibility")
     by = f"{'maintainer' if account.is_maintainer else 'team'}:{account.team}"
-    await svc.run(svc.registry.set_hidden, sub.id, hidden, by)
-    return await svc.run(submission, svc.registry, sub.id)
+    await svc.run(registry.set_hidden, sub.id, hidden, by)
+    return phase, await svc.run(submission, registry, sub.id)
 
 
-def own_submissions(svc: Service, account: Account) -> list[Submission]:
-    """The team's submissions (every submission for maintainers)."""
-    return [s for s in submissions(svc.registry)
+def own_submissions(svc: Service, account: Account) -> list[tuple[Phase, Submission]]:
+    """The team's submissions with their phases (every submission for maintainers)."""
+    return [(phase, s) for phase in svc.benchmark.phases
+            for s in submissions(svc.registries[phase.name])
             if account.is_maintainer or s.entry.team == account.team]
 
 
 # --- pages ---------------------------------------------------------------------------------
 
 async def leaderboard_page(svc: Service, request: Request, csrf: str) -> Response:
-    rows, published = await svc.run(svc.board)
-    return HTMLResponse(pages.leaderboard(rows, published, svc.config.title,
-                                          cookie_account(svc, request), csrf))
+    account = cookie_account(svc, request)
+    if svc.config.benchmark is None:
+        rows, published = await svc.run(svc.board, svc.benchmark.phases[0])
+        return HTMLResponse(pages.leaderboard(rows, published, svc.config.title, account,
+                                              csrf))
+    boards = await svc.run(_shown_boards, svc, account)
+    return HTMLResponse(pages.challenge_page(boards, svc.benchmark.title, account, csrf))
+
+
+async def board_export(svc: Service, request: Request, csrf: str) -> Response:
+    """One board of a phase as CSV or JSON: the columns and values the page shows (numbers
+    unrounded), if the reader may see the board."""
+    phase = await svc.run(svc.phase, request.path_params["phase"])
+    account = cookie_account(svc, request) or svc.tokens.account(bearer(request))
+    if not await svc.run(svc.board_shown, phase, account):
+        raise Refusal(403 if phase.visibility == "private" else 404,
+                      _private_note(phase) if phase.visibility == "private"
+                      else f"phase {phase.name}: its board is not public")
+    rows, _ = await svc.run(svc.board, phase)
+    boards, _, columns, extra = pages.board_view(rows or [], phase)
+    name, fmt = request.path_params["board"], request.path_params["fmt"]
+    if name not in boards or fmt not in ("csv", "json"):
+        raise Refusal(404, f"phase {phase.name}: no board {name}.{fmt}")
+    labels, values = leaderboard_html.board_export(boards[name], columns, extra)
+    if fmt == "json":
+        return JSONResponse([dict(zip(labels, row, strict=True)) for row in values])
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerows([labels, *values])
+    return Response(out.getvalue(), media_type="text/csv; charset=utf-8")
+
+
+def _shown_boards(svc: Service, account: Account | None) -> list[pages.PhaseBoard]:
+    """Every phase with what ``account`` may see of its board."""
+    out = []
+    for phase in svc.benchmark.phases:
+        shown = svc.board_shown(phase, account)
+        rows, published = svc.board(phase) if shown else (None, None)
+        note = None if shown else ("its board is not public" if phase.visibility == "unlisted"
+                                   else _private_note(phase).partition(": ")[2])
+        private = phase.visibility == "private" and not svc.revealed(phase)
+        out.append(pages.PhaseBoard(phase, rows, published, note,
+                                    private and bool(account and account.is_maintainer)))
+    return out
+
+
+async def host_post(svc: Service, request: Request, csrf: str) -> Response:
+    """A host action from the leaderboard's reveal button or the host page."""
+    fields = await small_form(request)
+    check_csrf(request, fields.get("csrf"))
+    await _host_action(svc, request.path_params["phase"], request.path_params["action"],
+                      cookie_account(svc, request))
+    return RedirectResponse("/host" if fields.get("back") == "host" else "/", 303)
+
+
+async def host_page(svc: Service, request: Request, csrf: str) -> Response:
+    """The maintainers' page: every phase, its state, its actions and who did what."""
+    account = cookie_account(svc, request)
+    if account is None or not account.is_maintainer:
+        raise Refusal(403, "the host page is for maintainers (sign in with a maintainer token)")
+    now = svc.config.clock()
+    phases = [(p, svc.is_open(p, now), await svc.run(svc.registries[p.name].host_actions))
+              for p in svc.benchmark.phases]
+    return HTMLResponse(pages.host_page(phases, HOST_ACTIONS, account, csrf))
 
 
 async def submit_form(svc: Service, request: Request, csrf: str) -> Response:
     return HTMLResponse(pages.upload_form(cookie_account(svc, request), csrf,
-                                          svc.config.max_upload_mb, svc.config.open_uploads))
+                                          svc.config.max_upload_mb, svc.config.open_uploads,
+                                          await svc.run(_open_phases, svc)))
+
+
+def _open_phases(svc: Service) -> list[Phase] | None:
+    """The phases taking uploads now, for the form's phase choice (None: one phase from
+    the flags, no choice to show)."""
+    if svc.config.benchmark is None:
+        return None
+    now = svc.config.clock()
+    return [p for p in svc.benchmark.phases if svc.is_open(p, now)]
 
 
 async def submit_post(svc: Service, request: Request, csrf: str) -> Response:
@@ -486,7 +817,9 @@ async def submit_post(svc: Service, request: Request, csrf: str) -> Response:
         status = err.status if isinstance(err, Refusal) else 429
         return HTMLResponse(pages.upload_form(cookie_account(svc, request), csrf,
                                               svc.config.max_upload_mb,
-                                              svc.config.open_uploads, str(err)), status)
+                                              svc.config.open_uploads,
+                                              await svc.run(_open_phases, svc), str(err)),
+                            status)
     response = RedirectResponse(f"/submissions/{sub.id}", 303)
     keep = used if used and used != request.cookies.get(TOKEN_COOKIE) else None
     return with_cookies(response, request, csrf, False, keep)
@@ -494,25 +827,58 @@ async def submit_post(svc: Service, request: Request, csrf: str) -> Response:
 
 async def status_page(svc: Service, request: Request, csrf: str) -> Response:
     account = cookie_account(svc, request)
-    sub, _ = await visible_submission(svc, request, account)
-    rank = (await svc.run(svc.ranks)).get(sub.id)
+    phase, sub, _ = await visible_submission(svc, request, account)
     owner = is_owner(sub, account) or bool(account and account.is_maintainer)
+    marks = await svc.run(_marks, svc, phase, sub, account)
+    if not await svc.run(svc.scores_shown, phase, account):
+        return HTMLResponse(pages.status_page(sub, None, False, may_see_errors(sub, account),
+                                              owner, account, csrf, phase.name,
+                                              _private_note(phase), marks))
+    rank = (await svc.run(svc.ranks, phase)).get(sub.id)
     return HTMLResponse(pages.status_page(sub, rank, rank is not None,
-                                          may_see_errors(sub, account), owner, account, csrf))
+                                          may_see_errors(sub, account), owner, account, csrf,
+                                          phase.name, marks=marks))
+
+
+def _marks(svc: Service, phase: Phase, sub: Submission, account: Account | None
+           ) -> tuple[str, ...]:
+    """The board marks ``account`` may set on ``sub`` (its status page's buttons)."""
+    if account is None:
+        return ()
+    choose = phase.selection == "chosen" and sub.entry.team is not None and (
+        is_owner(sub, account) or account.is_maintainer)
+    baseline = () if not account.is_maintainer else (
+        ("unbaseline",) if sub.id in svc.registries[phase.name].baselines() else ("baseline",))
+    return (*(("choose",) if choose else ()), *baseline)
+
+
+async def choose_post(svc: Service, request: Request, csrf: str) -> Response:
+    fields = await small_form(request)
+    check_csrf(request, fields.get("csrf"))
+    _, sub = await _choose(svc, request, cookie_account(svc, request))
+    return RedirectResponse(f"/submissions/{sub.id}", 303)
+
+
+async def baseline_post(svc: Service, request: Request, csrf: str) -> Response:
+    fields = await small_form(request)
+    check_csrf(request, fields.get("csrf"))
+    _, sub = await _mark_baseline(svc, request, cookie_account(svc, request),
+                                  fields.get("value") == "yes")
+    return RedirectResponse(f"/submissions/{sub.id}", 303)
 
 
 async def visibility_post(svc: Service, request: Request, csrf: str) -> Response:
     fields = await small_form(request)
     check_csrf(request, fields.get("csrf"))
-    sub = await change_visibility(svc, request, cookie_account(svc, request),
-                                  fields.get("visibility") == "hidden")
+    _, sub = await change_visibility(svc, request, cookie_account(svc, request),
+                                     fields.get("visibility") == "hidden")
     return RedirectResponse(f"/submissions/{sub.id}", 303)
 
 
 async def mine_page(svc: Service, request: Request, csrf: str) -> Response:
     account = cookie_account(svc, request)
-    subs = await svc.run(own_submissions, svc, account) if account else []
-    return HTMLResponse(pages.mine_page(subs, account, csrf))
+    found = await svc.run(own_submissions, svc, account) if account else []
+    return HTMLResponse(pages.mine_page([s for _, s in found], account, csrf))
 
 
 async def login_form(svc: Service, request: Request, csrf: str) -> Response:
@@ -538,8 +904,11 @@ async def logout_post(svc: Service, request: Request, csrf: str) -> Response:
 
 
 async def report_page(svc: Service, request: Request, csrf: str) -> Response:
-    await visible_submission(svc, request, cookie_account(svc, request))
-    data = await svc.run(svc.report, request.path_params["submission_id"])
+    account = cookie_account(svc, request)
+    phase, sub, _ = await visible_submission(svc, request, account)
+    if not await svc.run(svc.scores_shown, phase, account):
+        raise Refusal(404, "no published report for this submission")
+    data = await svc.run(svc.report, phase, sub.id)
     if data is None:
         raise Refusal(404, "no published report for this submission")
     response = HTMLResponse(data)
@@ -591,15 +960,16 @@ def _log_stderr(line: str) -> None:
 
 
 async def _sweep_every(svc: Service, log: Callable[[str], None]) -> None:
-    """Sweep orphaned uploads now and every lease."""
+    """Sweep every phase's orphaned uploads now and every lease."""
     while True:
-        try:
-            swept = await svc.run(sweep_orphans, svc.registry, svc.config.lease)
-        except Exception as err:  # an unreachable store: the next sweep
-            log(f"sweeping orphaned uploads failed: {type(err).__name__}: {err}")
-        else:
-            if swept:
-                log(f"swept {len(swept)} orphaned file(s): {', '.join(swept)}")
+        for registry in svc.registries.values():
+            try:
+                swept = await svc.run(sweep_orphans, registry, svc.config.lease)
+            except Exception as err:  # an unreachable store: the next sweep
+                log(f"sweeping orphaned uploads failed: {type(err).__name__}: {err}")
+            else:
+                if swept:
+                    log(f"swept {len(swept)} orphaned file(s): {', '.join(swept)}")
         await asyncio.sleep(svc.config.lease)
 
 
@@ -635,14 +1005,23 @@ def create_app(config: ServiceConfig, lifespan: Any = None,
               name="status_page"),
         Route("/submissions/{submission_id}/visibility", html(visibility_post),
               methods=["POST"]),
+        Route("/submissions/{submission_id}/choose", html(choose_post), methods=["POST"]),
+        Route("/submissions/{submission_id}/baseline", html(baseline_post), methods=["POST"]),
         Route("/reports/{submission_id}", html(report_page), methods=["GET"],
               name="report_page"),
+        Route("/boards/{phase}/{board}.{fmt}", html(board_export), methods=["GET"]),
         Route("/api/submissions", api(api_submit), methods=["POST"]),
         Route("/api/submissions", api(api_submissions), methods=["GET"]),
         Route("/api/submissions/{submission_id}", api(api_submission), methods=["GET"]),
         Route("/api/submissions/{submission_id}/visibility", api(api_visibility),
               methods=["POST"]),
         Route("/api/leaderboard", api(api_leaderboard), methods=["GET"]),
+        Route("/api/submissions/{submission_id}/choose", api(api_choose), methods=["POST"]),
+        Route("/api/submissions/{submission_id}/baseline", api(api_baseline),
+              methods=["POST"]),
+        Route("/api/phases/{phase}/{action}", api(api_host_action), methods=["POST"]),
+        Route("/phases/{phase}/{action}", html(host_post), methods=["POST"]),
+        Route("/host", html(host_page), methods=["GET"]),
         Route("/api/whoami", api(api_whoami), methods=["GET"]),
         Route("/healthz", health, methods=["GET"]),
     ]

@@ -25,6 +25,7 @@ from sgdask.io.archive import printable
 from sgdask.io.fs import join
 from sgdask.io.lock import create_exclusive
 from sgdask.service.access import Refusal, authorize, checked_name, checked_paper
+from sgdask.service.benchmark import Phase, check_phase
 from sgdask.service.limits import LimitReached, Limits, check_limits
 from sgdask.service.queue import new_id, submissions, upload_url
 from sgdask.service.tokens import TokenBook
@@ -37,8 +38,10 @@ Log = Callable[[str], None]
 
 
 def pick_inbox(registry: Registry, worker: str, tokens: TokenBook, limits: Limits,
-               open_uploads: bool, lease: float, log: Log) -> list[str]:
-    """Register every complete pair in the inbox; returns the new submission ids."""
+               open_uploads: bool, lease: float, log: Log, phase: Phase | None = None
+               ) -> list[str]:
+    """Register every complete pair in the inbox (of ``phase``: its dates apply); returns
+    the new submission ids."""
     fs, folder = registry.fs, join(registry.path, "inbox")
     fs.invalidate_cache(folder)
     if not fs.exists(folder):
@@ -60,7 +63,7 @@ def pick_inbox(registry: Registry, worker: str, tokens: TokenBook, limits: Limit
             if registry.entry(record["submission_id"]) is None and \
                     age_seconds(record["at"]) < lease:
                 continue  # another worker is finishing it
-        finish(registry, record, tokens, limits, open_uploads)
+        finish(registry, record, tokens, limits, open_uploads, phase)
         log(f"worker {worker}: inbox {data.rsplit('/', 1)[-1]} -> {record['submission_id']}")
         picked.append(record["submission_id"])
     return picked
@@ -77,9 +80,10 @@ def age_seconds(stamp: str) -> float:
 
 
 def finish(registry: Registry, claim: dict[str, Any], tokens: TokenBook, limits: Limits,
-           open_uploads: bool) -> None:
-    """Copy the data into ``uploads/``, register the entry (refused ones as rejected),
-    delete the pair. Safe to run twice."""
+           open_uploads: bool, phase: Phase | None = None) -> None:
+    """Copy the data into ``uploads/``, register the entry (refused ones as rejected: also
+    one dropped outside ``phase``'s dates or after it was closed), delete the pair. Safe to
+    run twice."""
     fs, submission_id = registry.fs, claim["submission_id"]
     filename = printable(claim["data"].rsplit("/", 1)[-1])[:200]
     if registry.entry(submission_id) is None:
@@ -93,6 +97,9 @@ def finish(registry: Registry, claim: dict[str, Any], tokens: TokenBook, limits:
                       open_uploads)
             name = checked_name(meta.get("name"))
             paper = checked_paper(meta.get("paper"))
+            if phase is not None:
+                check_phase(phase, meta.get("board", "public"), parse_stamp(claim["at"]),
+                            any(a["action"] == "close" for a in registry.host_actions()))
             check_limits(account, submissions(registry), limits)
         except (Refusal, LimitReached) as err:
             problem, paper = f"error: {filename}: sidecar: {err}", None

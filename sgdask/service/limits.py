@@ -1,5 +1,5 @@
-"""Per-team submission limits: so many per rolling 24 hours, so many in total, so many
-uploads streaming at once.
+"""Per-team submission limits: so many per rolling 24 hours and 30 days, so many in total,
+so many uploads streaming at once.
 
 Every submission of the team counts except ``failed`` ones (the service's fault, not the
 team's); rejected ones count, as on hosted leaderboards, so a limit cannot be probed
@@ -18,6 +18,7 @@ from sgdask.service.queue import Submission
 from sgdask.service.tokens import Account
 
 WINDOW = timedelta(hours=24)
+MONTH = timedelta(days=30)
 ANONYMOUS = "anonymous"
 
 
@@ -26,6 +27,7 @@ class Limits:
     daily: int | None = 5
     total: int | None = None
     concurrent: int | None = 5  # uploads of one team streaming at the same time
+    monthly: int | None = None  # per rolling 30 days
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,12 @@ def check_limits(account: Account | None, subs: list[Submission], limits: Limits
         frees = recent[len(recent) - limits.daily] + WINDOW
         raise LimitReached(f"team {team}: the limit of {limits.daily} submissions per 24 hours "
                            f"is reached{pending}; next upload allowed at {stamp(frees)}", frees)
+    this_month = [t for t in counted if now - t < MONTH]
+    if limits.monthly is not None and len(this_month) >= limits.monthly:
+        frees = this_month[len(this_month) - limits.monthly] + MONTH
+        raise LimitReached(f"team {team}: the limit of {limits.monthly} submissions per 30 "
+                           f"days is reached{pending}; next upload allowed at {stamp(frees)}",
+                           frees)
     if limits.concurrent is not None and in_flight >= limits.concurrent:
         raise LimitReached(f"team {team}: {in_flight} uploads are in progress, the limit of "
                            f"{limits.concurrent} at a time is reached; retry when one has "

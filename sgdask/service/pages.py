@@ -7,14 +7,16 @@ until the submission is final.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sgdask.batch.leaderboard_html import CSS as BOARD_CSS
-from sgdask.batch.leaderboard_html import SORTER_JS, board_section, header
+from sgdask.batch.leaderboard_html import SORTER_JS, board_section, header, matching_boards
 from sgdask.metrics import RANK_BY, board_columns, format_value
 from sgdask.report import page as html_page
 from sgdask.report.page import esc, link, script_hash
 from sgdask.service.access import BOARDS
+from sgdask.service.benchmark import Phase
 from sgdask.service.queue import FINAL, Submission
 from sgdask.service.tokens import Account
 
@@ -39,6 +41,7 @@ ol.steps li.bad { background: #c62828; color: #fff; }
 dl.facts { display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }
 dl.facts dt { color: #555; }
 .error-box { border: 1px solid #c62828; padding: 0.6em 1em; color: #c62828; }
+.actions form { display: inline; margin-right: 0.6em; }
 """
 
 
@@ -53,6 +56,8 @@ def page(title: str, body: str, account: Account | None, csrf: str,
 def nav(account: Account | None, csrf: str) -> str:
     links = ['<a href="/">Leaderboard</a>', '<a href="/submit">Submit</a>',
              '<a href="/mine">My submissions</a>']
+    if account is not None and account.is_maintainer:
+        links.append('<a href="/host">Host</a>')
     if account is None:
         links.append('<a href="/login">Sign in</a>')
     else:
@@ -68,39 +73,118 @@ def csrf_field(csrf: str) -> str:
 
 # --- leaderboard ---------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class PhaseBoard:
+    """What the page shows of one phase: its published rows (None: none published, or not
+    shown), when they were published, why they are not shown (``note``), and whether the
+    reader may reveal its scores (a maintainer, a private phase not yet revealed)."""
+
+    phase: Phase
+    rows: list[dict[str, Any]] | None
+    published: str | None
+    note: str | None = None
+    may_reveal: bool = False
+
+
 def leaderboard(rows: list[dict[str, Any]] | None, published_at: str | None, title: str,
                 account: Account | None, csrf: str) -> str:
+    """The board of ``sgdask serve`` without a benchmark file (one phase)."""
     if rows is None:
         body = (f"<h1>{esc(title)}</h1>\n<p class=\"note\">No leaderboard has been published "
                 'yet: <a href="/submit">submit a model</a>.</p>')
         return page(title, body, account, csrf)
+    body = "\n".join([header(title, published_at or "", None), _phase_boards(rows)])
+    return page(title, body, account, csrf, script=SORTER_JS)
+
+
+def challenge_page(phases: list[PhaseBoard], title: str, account: Account | None,
+                   csrf: str) -> str:
+    """Every phase of a benchmark file under its name, visibility and dates, with what the
+    reader may see of its boards."""
+    parts = [header(title, "", None, "each phase's ranking metric")]
+    for shown in phases:
+        phase = shown.phase
+        parts.append(f'<h2 class="phase" id="phase-{esc(phase.name)}">phase {esc(phase.name)}'
+                     f' ({esc(phase.visibility)})</h2>\n<p class="meta">ranked by '
+                     f"{esc(phase.headline)}; uploads {esc(phase.dates())}"
+                     + (f"; published {esc(shown.published)}" if shown.published else "")
+                     + "</p>")
+        if shown.may_reveal:
+            parts.append(f'<form method="post" action="/phases/{esc(phase.name)}/reveal">'
+                         f'{csrf_field(csrf)}<button type="submit" id="reveal-{esc(phase.name)}"'
+                         ">Reveal the scores now (private until then)</button></form>")
+        if shown.note:
+            parts.append(f'<p class="note private" id="note-{esc(phase.name)}">Scores are '
+                         f"hidden: {esc(shown.note)}.</p>")
+        elif shown.rows is None:
+            parts.append('<p class="note">No board has been published for this phase yet.</p>')
+        else:
+            parts.append(_phase_boards(shown.rows, phase))
+    return page(title, "\n".join(parts), account, csrf, script=SORTER_JS)
+
+
+def _phase_boards(rows: list[dict[str, Any]], phase: Phase | None = None) -> str:
+    """A phase's boards (``board_view``), each with links to its exports."""
+    boards, titles, columns, extra = board_view(rows, phase)
+    return "\n".join(['<div class="boards">',
+                      *(board_section(f"{phase.name}-{name}" if phase else name, entries,
+                                      columns, titles[name], extra,
+                                      f"/boards/{phase.name}/{name}" if phase else None)
+                        for name, entries in boards.items()), "</div>"])
+
+
+def board_view(rows: list[dict[str, Any]], phase: Phase | None = None
+               ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str], list[str],
+                          tuple[str, ...]]:
+    """A phase's boards as the page shows them (one public and one approved board per
+    matching mode), their headings, metric columns and metadata columns: what ``phase``
+    names (None: the default board). The page and the exports both show this."""
+    columns = list(phase.columns) if phase and phase.columns else board_columns()
+    extra = phase.meta_columns if phase else ()
+    if phase is not None and not phase.intervals:
+        rows = [{**r, "intervals": {}} for r in rows]
+    if phase is not None and not phase.rank_ranges:
+        rows = [{**r, "rank_range": None} for r in rows]
     public = [{**r, "report": f"/reports/{r['submission_id']}"} for r in rows]
     approved = sorted(({**r, "rank": r["approved_rank"],
                         "rank_change": r.get("approved_rank_change")}
                        for r in public if r.get("approved_rank") is not None),
                       key=lambda r: r["rank"])
-    body = "\n".join([header(title, published_at or "", None), '<div class="boards">',
-                      board_section("public", public, board_columns()),
-                      board_section("approved", approved, board_columns()), "</div>"])
-    return page(title, body, account, csrf, script=SORTER_JS)
+    boards, titles = matching_boards(public, approved)
+    return boards, titles, columns, extra
 
 
 # --- upload form ---------------------------------------------------------------------------
 
 def upload_form(account: Account | None, csrf: str, max_mb: float, open_uploads: bool,
-                error: str | None = None) -> str:
+                phases: list[Phase] | None = None, error: str | None = None) -> str:
+    """The upload form; ``phases``: the phases open now to choose from (None: no choice)."""
     token = ("" if account is not None else
              '<label for="token">Token' + (" (optional for the public board)"
                                            if open_uploads else "") + "</label>\n"
              '<input type="password" id="token" name="token" autocomplete="off">\n')
     boards = "".join(f'<option value="{b}">{b}</option>' for b in BOARDS)
+    phase = "" if phases is None else (
+        '<label for="phase">Phase</label>\n<select id="phase" name="phase">'
+        + "".join(f'<option value="{esc(p.name)}">{esc(p.name)} (until '
+                  f'{esc(p.dates().split(" to ")[1])})</option>' for p in reversed(phases))
+        + "</select>\n" if phases else '<p class="error-box">No phase takes uploads now.</p>\n')
     body = f"""<h1>Submit a model</h1>
 {error_box(error)}<form class="upload" method="post" action="/submit" enctype="multipart/form-data">
 {csrf_field(csrf)}
-{token}<label for="name">Model name</label>
+{token}{phase}<label for="name">Model name</label>
 <input type="text" id="name" name="name" required maxlength="200">
 <label for="paper">Paper link (http or https, optional)</label>
 <input type="url" id="paper" name="paper" maxlength="2000">
+<label for="method">Method name (optional)</label>
+<input type="text" id="method" name="method" maxlength="200">
+<label for="description">Description (optional)</label>
+<input type="text" id="description" name="description" maxlength="2000">
+<label for="code">Code link (http or https, optional)</label>
+<input type="url" id="code" name="code" maxlength="2000">
+<label for="external_data">Uses external data</label>
+<select id="external_data" name="external_data"><option value="">not said</option>
+<option value="no">no</option><option value="yes">yes</option></select>
 <label for="board">Board</label>
 <select id="board" name="board">{boards}</select>
 <label for="file">Submission: SGBench ZIP or JSON (at most {max_mb:g} MiB)</label>
@@ -136,12 +220,21 @@ def error_page(status: int, message: str, account: Account | None, csrf: str) ->
 # --- one submission ------------------------------------------------------------------------
 
 def status_page(sub: Submission, rank: int | None, has_report: bool, may_see_errors: bool,
-                may_change: bool, account: Account | None, csrf: str) -> str:
+                may_change: bool, account: Account | None, csrf: str, phase: str = "main",
+                private: str | None = None, marks: tuple[str, ...] = ()) -> str:
+    """A submission's page; ``private``: why its scores are not shown (a private phase);
+    ``marks``: the board marks the reader may set (``choose``: the team's row under the
+    ``chosen`` rule; ``baseline`` or ``unbaseline``: a maintainer's)."""
     e = sub.entry
-    facts = [("id", esc(sub.id)), ("team", esc(e.team or "-")), ("board", esc(sub.board)),
+    facts = [("id", esc(sub.id)), ("team", esc(e.team or "-")), ("phase", esc(phase)),
+             ("board", esc(sub.board)),
              ("file", esc(e.filename or "-")), ("submitted", esc(e.submitted_at)),
              ("updated", esc(sub.updated_at)), ("attempts", esc(sub.attempts)),
              ("paper", link(e.paper, e.paper) if e.paper else "-"),
+             ("method", esc(e.method or "-")), ("description", esc(e.description or "-")),
+             ("code", link(e.code, e.code) if e.code else "-"),
+             ("external data", "-" if e.external_data is None
+              else "yes" if e.external_data else "no"),
              ("visibility", "hidden" if sub.hidden else "public"),
              ("rank", esc(rank) if rank is not None else "-")]
     if has_report:
@@ -154,11 +247,14 @@ def status_page(sub: Submission, rank: int | None, has_report: bool, may_see_err
     if may_see_errors:
         parts.append(problem_list("errors", sub.shown_errors))
         parts.append(problem_list("warnings", sub.latest("warnings")))
-    metrics = sub.latest("metrics") if sub.status == "ranked" else None
+    metrics = sub.latest("metrics") if sub.status == "ranked" and private is None else None
     if metrics:
         parts.append(metrics_table(metrics))
+    if private is not None:
+        parts.append(f'<p class="note private" id="private">{esc(private)}.</p>')
     if may_change:
         parts.append(visibility_form(sub, csrf))
+    parts += [_mark_form(sub, mark, csrf) for mark in marks]
     return page(f"{e.name}: {sub.status}", "\n".join(p for p in parts if p), account, csrf,
                 refresh=sub.status not in FINAL)
 
@@ -198,6 +294,18 @@ def visibility_form(sub: Submission, csrf: str) -> str:
             f'<button type="submit" id="visibility">{label}</button></form>')
 
 
+_MARKS = {"choose": ("choose", "", "Choose for the board"),
+          "baseline": ("baseline", "yes", "Mark as baseline"),
+          "unbaseline": ("baseline", "no", "Unmark baseline")}
+
+
+def _mark_form(sub: Submission, mark: str, csrf: str) -> str:
+    action, value, label = _MARKS[mark]
+    return (f'<form method="post" action="/submissions/{esc(sub.id)}/{action}">'
+            f'{csrf_field(csrf)}<input type="hidden" name="value" value="{value}">'
+            f'<button type="submit" id="{mark}">{label}</button></form>')
+
+
 # --- the caller's submissions --------------------------------------------------------------
 
 def mine_page(subs: list[Submission], account: Account | None, csrf: str) -> str:
@@ -219,3 +327,31 @@ def mine_page(subs: list[Submission], account: Account | None, csrf: str) -> str
             f"<tbody>{rows or empty}</tbody></table>")
     return page("My submissions", body, account, csrf, refresh=any(
         s.status not in FINAL for s in subs))
+
+
+# --- the maintainers' page -----------------------------------------------------------------
+
+def host_page(phases: list[tuple[Phase, bool, list[dict[str, Any]]]], actions: dict[str, str],
+              account: Account | None, csrf: str) -> str:
+    """Every phase with its state, a button per host action and the log of who did what."""
+    parts = ["<h1>Host</h1>", '<p class="note">' + "; ".join(
+        f"<strong>{esc(a)}</strong>: {esc(what)}" for a, what in actions.items()) + ".</p>"]
+    for phase, is_open, log in phases:
+        buttons = "".join(
+            f'<form method="post" action="/phases/{esc(phase.name)}/{esc(a)}">'
+            f'{csrf_field(csrf)}<input type="hidden" name="back" value="host">'
+            f'<button type="submit" id="{esc(a)}-{esc(phase.name)}">{esc(a)}</button></form>'
+            for a in actions)
+        rows = "".join(f'<tr><td class="text">{esc(r.get("at", ""))}</td>'
+                       f'<td class="text">{esc(r["action"])}</td>'
+                       f'<td class="text">{esc(r["by"])}</td></tr>' for r in log)
+        empty = '<tr><td colspan="3" class="empty">nothing done yet</td></tr>'
+        parts.append(
+            f'<h2 id="host-{esc(phase.name)}">phase {esc(phase.name)} ({esc(phase.visibility)}, '
+            f'{"open" if is_open else "closed"})</h2>\n<p class="meta">uploads '
+            f'{esc(phase.dates())}; selection {esc(phase.selection)}</p>\n'
+            f'<div class="actions">{buttons}</div>\n'
+            f'<table id="log-{esc(phase.name)}"><thead><tr><th class="text">at</th>'
+            '<th class="text">action</th><th class="text">by</th></tr></thead>'
+            f"<tbody>{rows or empty}</tbody></table>")
+    return page("Host", "\n".join(parts), account, csrf)

@@ -21,21 +21,28 @@ def log_stderr(line: str) -> None:
     print(f"sgdask: {line}", file=sys.stderr, flush=True)
 
 
-def run_worker(config: WorkerConfig, scheduler: str | None, stop: threading.Event,
-               log: Log = log_stderr) -> None:
-    """Work the queue on the cluster (``scheduler``, or a LocalCluster) until ``stop``."""
+def run_workers(configs: list[WorkerConfig], scheduler: str | None, stop: threading.Event,
+                log: Log = log_stderr) -> None:
+    """Work the queues (one per phase) on one cluster (``scheduler``, or a LocalCluster)
+    until ``stop``, each in its own thread."""
     with dask_client(None, scheduler) as client:
-        Worker(config, client, log).run(stop)
+        threads = [threading.Thread(target=Worker(config, client, log).run, args=(stop,),
+                                    name=f"sgdask-worker-{i}", daemon=True)
+                   for i, config in enumerate(configs)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
 
-def worker_thread(config: WorkerConfig, scheduler: str | None, stop: threading.Event,
+def worker_thread(configs: list[WorkerConfig], scheduler: str | None, stop: threading.Event,
                   log: Log) -> threading.Thread:
     def main() -> None:
         try:
-            run_worker(config, scheduler, stop, log)
+            run_workers(configs, scheduler, stop, log)
         except Exception as err:  # the server keeps taking uploads; say why none is processed
             log(f"error: the worker stopped: {type(err).__name__}: {err}")
-    thread = threading.Thread(target=main, name="sgdask-worker", daemon=True)
+    thread = threading.Thread(target=main, name="sgdask-workers", daemon=True)
     thread.start()
     return thread
 
@@ -51,16 +58,17 @@ def bound_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(service: ServiceConfig, worker: WorkerConfig | None, scheduler: str | None,
+def serve(service: ServiceConfig, workers: list[WorkerConfig], scheduler: str | None,
           host: str = "127.0.0.1", port: int = 8000, log: Log = log_stderr) -> None:
-    """Serve until interrupted; the worker (unless None) runs in a thread meanwhile."""
+    """Serve until interrupted; the workers (one per phase, or none) run in threads
+    meanwhile."""
     import uvicorn
 
     stop = threading.Event()
 
     @asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
-        thread = worker_thread(worker, scheduler, stop, log) if worker else None
+        thread = worker_thread(workers, scheduler, stop, log) if workers else None
         yield
         stop.set()
         if thread is not None:
@@ -71,15 +79,16 @@ def serve(service: ServiceConfig, worker: WorkerConfig | None, scheduler: str | 
     sock = bound_socket(host, port)
     shown = f"[{host}]" if ":" in host else host
     log(f"serving http://{shown}:{sock.getsockname()[1]}/ (registry {service.registry}, "
-        f"board {service.out}; worker {'in this process' if worker else 'not started'})")
+        f"board {service.out}; {len(workers) or 'no'} worker(s) in this process)")
     config = uvicorn.Config(create_app(service, lifespan), log_level="warning",
                             proxy_headers=True, timeout_graceful_shutdown=5)
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def work(config: WorkerConfig, scheduler: str | None, log: Log = log_stderr) -> None:
-    """``sgdask worker``: until SIGINT or SIGTERM (finishing the current step first)."""
+def work(configs: list[WorkerConfig], scheduler: str | None, log: Log = log_stderr) -> None:
+    """``sgdask worker`` (one queue, or one per phase): until SIGINT or SIGTERM (finishing
+    the current step first)."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    run_worker(config, scheduler, stop, log)
+    run_workers(configs, scheduler, stop, log)

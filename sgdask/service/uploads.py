@@ -49,7 +49,8 @@ from sgdask.io.sniff import UPLOAD_HEAD, unscorable
 from sgdask.service.access import Refusal
 from sgdask.service.queue import IN_PROGRESS, UPLOAD_SUFFIX
 
-FIELD_CAPS = {"name": 1000, "paper": 4000, "board": 32, "token": 512, "csrf": 256}
+FIELD_CAPS = {"name": 1000, "paper": 4000, "board": 32, "phase": 64, "token": 512, "csrf": 256,
+              "method": 1000, "description": 8000, "code": 4000, "external_data": 16}
 ENVELOPE = 64 << 10  # what the multipart envelope and the fields may add to the file size
 FILE_FIELD = "file"
 DRAIN_LIMIT = 64 << 20  # a refused body is read up to this many bytes before the answer

@@ -23,6 +23,7 @@ from distributed import Client
 from sgdask.batch.many import run_many
 from sgdask.batch.registry import Registry
 from sgdask.batch.rerank import (
+    BoardRule,
     board_job,
     inputs_digest,
     read_json,
@@ -54,6 +55,7 @@ from sgdask.service.tokens import TokenBook
 
 if TYPE_CHECKING:
     from sgdask.service.app import ServiceConfig
+    from sgdask.service.benchmark import Phase
 
 Log = Callable[[str], None]
 DEFAULT_MAX_ERRORS = 20
@@ -76,15 +78,24 @@ class WorkerConfig:
     archive_limits: ArchiveLimits | None = None
     #: how the board's submissions are evaluated (rerank's, so rerank finds them cached)
     settings: Settings = field(default_factory=Settings)
+    #: which of a team's submissions the board shows (``sgdask.batch.rerank.BoardRule``)
+    selection: str = "all"
+    rank_by: str = RANK_BY  # the board's ranking metric (a phase's ``headline``)
+    #: the benchmark file's phase this worker serves: inbox drops outside its dates are
+    #: rejected (None: a service from flags, always open)
+    phase: Phase | None = None
 
     @classmethod
-    def beside(cls, service: ServiceConfig, gt: str, poll: float, max_attempts: int,
+    def beside(cls, service: ServiceConfig, phase: Phase, poll: float, max_attempts: int,
                archive_limits: ArchiveLimits | None) -> WorkerConfig:
-        """The worker of ``sgdask serve``: the service's registry, board, storage options,
-        tokens, limits and lease."""
-        return cls(service.registry, gt, service.out, service.storage_options, poll,
-                   service.lease, max_attempts, tokens=service.tokens, limits=service.limits,
-                   open_uploads=service.open_uploads, archive_limits=archive_limits)
+        """A worker of ``sgdask serve``: one phase's registry, GT, board and limits, the
+        service's storage options, tokens and lease."""
+        assert phase.gt is not None
+        return cls(phase.registry, phase.gt, phase.out, service.storage_options, poll,
+                   service.lease, max_attempts, tokens=service.tokens, limits=phase.limits,
+                   open_uploads=service.open_uploads, archive_limits=archive_limits,
+                   selection=phase.selection, rank_by=phase.headline,
+                   phase=phase if service.benchmark is not None else None)
 
 
 class LostClaim(Exception):
@@ -173,7 +184,8 @@ class Worker:
     def cycle(self) -> bool:
         """One pass over the inbox and the queue; True if it did anything."""
         picked = pick_inbox(self.registry, self.id, self.tokens, self.config.limits,
-                            self.config.open_uploads, self.config.lease, self.log)
+                            self.config.open_uploads, self.config.lease, self.log,
+                            self.config.phase)
         ready = self.prepare_batch()
         if ready:
             self.evaluate(ready)
@@ -365,14 +377,17 @@ class Worker:
         fs, root = filesystem(self.config.out, self.config.storage_options)
         fs.invalidate_cache(root)
         current = read_json(fs, join(root, "current.json"))
-        digest = inputs_digest(rankable, self.config.settings)
+        digest = inputs_digest(rankable, self.config.settings,
+                               rule=BoardRule.of(self.registry, self.config.selection,
+                                                 self.config.rank_by))
         up_to_date = current.get("inputs") == digest if current else not rankable
         if not waiting and up_to_date:
             return False
         try:
             rerank(self.config.registry, self.config.gt, self.config.out, self.config.settings,
                    self.config.storage_options, client=self.client, log=self.log,
-                   lease=self.config.lease)
+                   lease=self.config.lease, selection=self.config.selection,
+                   rank_by=self.config.rank_by)
         except LockHeld:
             return False
         for sub in waiting:

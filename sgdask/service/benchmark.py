@@ -1,0 +1,180 @@
+"""The benchmark file (``sgdask serve --benchmark FILE``): a challenge's phases.
+
+Each phase has its own ground truth, dates, limits and boards, and its own registry and board
+folders (``REGISTRY/phases/NAME``, ``OUT/NAME``), so a phase's submissions, limits and
+results never mix with another's. The flags of ``sgdask serve`` without a file describe a
+one-phase benchmark that keeps the registry and board at ``REGISTRY`` and ``OUT`` themselves
+(what a service started before phases existed wrote).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sgdask.errors import InputError
+from sgdask.io.fs import join
+from sgdask.io.schemas import BENCHMARK, schema_problem
+from sgdask.metrics import RANK_BY, board_columns
+from sgdask.service.access import BOARDS, Refusal
+from sgdask.service.limits import Limits
+
+DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase: where its GT, registry and board live, when it takes uploads."""
+
+    name: str
+    gt: str | None  # None: a service config without a worker, which never reads it
+    registry: str
+    out: str
+    start: datetime | None = None
+    end: datetime | None = None
+    limits: Limits = field(default_factory=Limits)
+    boards: tuple[str, ...] = BOARDS
+    visibility: str = "public"  # or private (scores hidden until revealed), unlisted
+    selection: str = "all"  # which of a team's submissions the board shows (BoardRule)
+    headline: str = RANK_BY  # the ranking metric
+    columns: tuple[str, ...] = ()  # the boards' metric columns (empty: every board column)
+    meta_columns: tuple[str, ...] = ()  # entry metadata shown as columns
+    intervals: bool = True
+    rank_ranges: bool = True
+
+    def ended(self, now: datetime) -> bool:
+        return self.end is not None and now >= self.end
+
+    def is_open(self, now: datetime) -> bool:
+        return (self.start is None or self.start <= now) and (self.end is None or now < self.end)
+
+    def dates(self) -> str:
+        """The phase's dates as the answers show them."""
+        start = self.start.strftime(DATE_FORMAT) if self.start else "always"
+        end = self.end.strftime(DATE_FORMAT) if self.end else "no end"
+        return f"{start} to {end} (UTC)"
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    title: str
+    phases: tuple[Phase, ...]
+
+    def phase(self, name: str) -> Phase | None:
+        return next((p for p in self.phases if p.name == name), None)
+
+
+def check_phase(phase: Phase, board: str, now: datetime, closed: bool = False) -> None:
+    """Refuse an upload outside the phase's dates (or to a phase ``closed`` early) or to a
+    board the phase does not feed."""
+    if closed:
+        raise Refusal(403, f"phase {phase.name}: closed early by the maintainers; it took "
+                      f"uploads from {phase.dates()}")
+    if not phase.is_open(now):
+        when = "has not started" if phase.start and now < phase.start else "has ended"
+        raise Refusal(403, f"phase {phase.name}: {when}; it takes uploads from "
+                      f"{phase.dates()}, it is {now.strftime(DATE_FORMAT)}")
+    if board not in phase.boards:
+        raise Refusal(400, f"board: phase {phase.name} feeds only the "
+                      f"{' and '.join(phase.boards)} board(s)")
+
+
+def one_phase(registry: str, out: str, gt: str | None, limits: Limits, title: str
+              ) -> Benchmark:
+    """The benchmark ``sgdask serve``'s flags describe: one phase, always open, at
+    ``registry`` and ``out`` themselves."""
+    return Benchmark(title, (Phase("main", gt, registry, out, limits=limits),))
+
+
+def load_benchmark(path: str, registry: str, out: str) -> Benchmark:
+    """The benchmark file at ``path`` (YAML or JSON), checked against its schema; the
+    phases' registries and boards under ``registry`` and ``out``."""
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(path, "not found", expected="a benchmark file (YAML)") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise InputError(path, f"not valid YAML ({' '.join(str(err).split())})") from None
+    doc = _dates_as_text(doc)
+    problem = schema_problem(BENCHMARK, doc)
+    if problem is not None:
+        field_name, _, what = problem.partition(": ")
+        raise InputError(path, what, field=field_name,
+                         expected="the benchmark file's schema, schemas/benchmark.schema.json")
+    base = Path(path).resolve().parent
+    phases = tuple(_phase(path, i, p, base, registry, out)
+                   for i, p in enumerate(doc["phases"]))
+    names = [p.name for p in phases]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise InputError(path, f"{name!r} names two phases", field=f"phases[{i}].name",
+                             expected="a name per phase")
+    return Benchmark(doc.get("title", "sgdask leaderboard"), phases)
+
+
+def _dates_as_text(doc: Any) -> Any:
+    """YAML reads an unquoted timestamp as a datetime: the phases' dates as text again."""
+    if isinstance(doc, dict) and isinstance(doc.get("phases"), list):
+        for phase in doc["phases"]:
+            if isinstance(phase, dict):
+                for key in ("start", "end"):
+                    if isinstance(phase.get(key), datetime):
+                        when = phase[key]
+                        when = when if when.tzinfo else when.replace(tzinfo=UTC)
+                        phase[key] = when.astimezone(UTC).strftime(DATE_FORMAT)
+    return doc
+
+
+def _phase(path: str, i: int, doc: dict[str, Any], base: Path, registry: str, out: str
+           ) -> Phase:
+    start, end = (_date(path, f"phases[{i}].{k}", doc.get(k)) for k in ("start", "end"))
+    if start is not None and end is not None and end <= start:
+        raise InputError(path, f"{doc['end']} is not after start {doc['start']}",
+                         field=f"phases[{i}].end")
+    limits, board = doc.get("limits", {}), doc.get("board", {})
+    gt = doc["gt"] if "://" in doc["gt"] or Path(doc["gt"]).is_absolute() \
+        else str(base / doc["gt"])
+    return Phase(doc["name"], gt, join(registry, "phases", doc["name"]), join(out, doc["name"]),
+                 start, end,
+                 Limits(limits.get("per_day", 5) or None, limits.get("total") or None,
+                        limits.get("concurrent", 5) or None, limits.get("per_month") or None),
+                 tuple(doc.get("boards", BOARDS)), doc.get("visibility", "public"),
+                 doc.get("selection", "all"),
+                 _columns(path, f"phases[{i}].headline", [doc.get("headline", RANK_BY)])[0],
+                 _columns(path, f"phases[{i}].board.columns", board.get("columns", [])),
+                 tuple(board.get("meta", [])), board.get("intervals", True),
+                 board.get("rank_ranges", True))
+
+
+def _columns(path: str, field_name: str, columns: list[str]) -> tuple[str, ...]:
+    """Metric columns of a board (its ``columns``, its ``headline``), each one the board
+    knows."""
+    known = board_columns()
+    for j, column in enumerate(columns):
+        if column not in known:
+            near = difflib.get_close_matches(column, known, 1)
+            raise InputError(path, f"{column!r} is not a board column"
+                             + (f" (did you mean {near[0]!r}?)" if near else ""),
+                             field=field_name if field_name.endswith("headline")
+                             else f"{field_name}[{j}]",
+                             expected=f"one of {', '.join(known)}")
+    return tuple(columns)
+
+
+def _date(path: str, field_name: str, text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(path, f"{text!r} is not a date", field=field_name,
+                         expected="UTC, e.g. 2026-01-01T00:00:00Z") from None
+    if when.tzinfo is None:
+        raise InputError(path, f"{text!r} has no time zone", field=field_name,
+                         expected="UTC, e.g. 2026-01-01T00:00:00Z")
+    return when.astimezone(UTC)
