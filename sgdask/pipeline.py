@@ -11,16 +11,16 @@ predictions for it and scores every protocol on it, so many models cost one pass
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-import dask.bag as db
 import pyarrow as pa
-from distributed import Client, as_completed, futures_of
+from distributed import Client, as_completed
 
 from sgdask.cluster import dask_client
 from sgdask.core.finalize import report_of
@@ -168,23 +168,34 @@ def plan_partitions(gt: StoreReader, preds: list[SubmissionInput], partition_siz
     """Evaluation partitions over the GT images that have relations; GT and per-submission
     counts."""
     gt_images = gt.images()
-    chunks = evaluation_chunks(gt_images, partition_size, tasks)
-    if not chunks:
-        raise SgdaskError(f"{gt.url}: no test image has a relation: nothing to evaluate")
+    chunks = checked_chunks(gt, evaluation_chunks(gt_images, partition_size, tasks))
     known = set(gt_images["image_id"].to_pylist())
     per_pred = [pred_slices(chunks, known, p) for p in preds]
     specs = [PartitionSpec(i, tuple(ids), parts_holding(ids, gt.parts),
                            tuple(slices[i] for slices, _ in per_pred))
              for i, ids in enumerate(chunks)]
+    return specs, chunk_counts(chunks, known), [c for _, c in per_pred]
+
+
+def checked_chunks(gt: StoreReader, chunks: list[list[str]]) -> list[list[str]]:
+    if not chunks:
+        raise SgdaskError(f"{gt.url}: no test image has a relation: nothing to evaluate")
+    return chunks
+
+
+def chunk_counts(chunks: list[list[str]], known: set[str]) -> dict[str, int]:
+    """The GT's image counts of an evaluation."""
     n_evaluated = sum(len(c) for c in chunks)
-    counts = {"gt_images": len(known), "evaluated_images": n_evaluated,
-              "gt_images_without_relations": len(known) - n_evaluated}
-    return specs, counts, [c for _, c in per_pred]
+    return {"gt_images": len(known), "evaluated_images": n_evaluated,
+            "gt_images_without_relations": len(known) - n_evaluated}
 
 
 TASKS_PER_THREAD = 2
 TASK_IMAGES = 256
 MIN_TASK_IMAGES = 8
+#: submissions one task scores at most: a task reads its GT partition once for all of them,
+#: and a cap keeps tasks small enough that, with many models, no worker idles at the end
+MODELS_PER_TASK = 8
 
 
 def spread_size(n_images: int, n_tasks: int, client: Client, partition_size: int | None
@@ -218,30 +229,38 @@ def task_count(n_tasks: int, n_images: int, client: Client, partition_size: int 
     return max(1, min(n_tasks, groups))
 
 
-def run_bag(client: Client, specs: list[PartitionSpec], job: Job, progress: bool
-            ) -> PartitionResult:
-    """Map score_partition over a bag of partitions, show progress, fold the results."""
-    bag = db.from_sequence(specs, npartitions=len(specs)).map(score_partition, job)
-    scored = client.persist(bag)
-    futures = futures_of(scored)
-    if progress:
-        from rich.console import Console
-        from rich.progress import Progress
+def sized_chunks(gt: StoreReader, gt_images: pa.Table, partition_size: int | None,
+                 client: Client) -> list[list[str]]:
+    """The evaluation's chunks of GT image ids, one per task of a group of submissions,
+    sized to the cluster (``spread_size``, ``task_count``)."""
+    chunks = checked_chunks(gt, evaluation_chunks(gt_images, partition_size))
+    n_images = sum(len(c) for c in chunks)
+    size = spread_size(n_images, len(chunks), client, partition_size)
+    tasks = task_count(len(chunks), n_images, client, partition_size)
+    if size is not None:
+        return evaluation_chunks(gt_images, size)
+    if tasks < len(chunks):
+        return evaluation_chunks(gt_images, None, tasks)
+    return chunks
 
-        with Progress(console=Console(stderr=True), transient=False) as bar:
-            task = bar.add_task("evaluating partitions", total=len(futures))
-            for _ in as_completed(futures):
-                bar.advance(task)
-    folded = scored.fold(PartitionResult.merged, initial=PartitionResult())
-    return client.compute(folded).result()
+
+def model_groups(n_models: int) -> list[range]:
+    """Consecutive groups of at most ``MODELS_PER_TASK`` submissions, as equal as they
+    divide: every task scores one chunk of images for one group."""
+    n_groups = max(1, -(-n_models // MODELS_PER_TASK))
+    sizes = [n_models // n_groups + (i < n_models % n_groups) for i in range(n_groups)]
+    cuts = [0, *itertools.accumulate(sizes)]
+    return [range(a, b) for a, b in itertools.pairwise(cuts) if b > a]
 
 
 @dataclass
 class ManyResult:
-    """Reports per submission name and protocol, and which GT parts the tasks read."""
+    """Reports per submission name and protocol, which GT parts the tasks read, and the
+    submissions that failed (``isolate``: each alone, the others scored)."""
 
     reports: dict[str, dict[str, Report]]
     gt_parts_read: list[str]
+    failed: dict[str, SgdaskError] = field(default_factory=dict)
 
 
 def checked_inputs(gt_reader: StoreReader, submissions: list[tuple[str, str, str]],
@@ -262,53 +281,215 @@ def checked_inputs(gt_reader: StoreReader, submissions: list[tuple[str, str, str
     return inputs
 
 
+@dataclass(frozen=True)
+class Planned:
+    """One submission checked against the GT and cut into the evaluation's chunks (what its
+    first-wave task returns: slices name parts and ids, never predictions)."""
+
+    sub: Submission
+    given: SubmissionInput
+    slices: tuple[PredSlice, ...]
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True)
+class GTPlan:
+    """What every first-wave task shares: the GT and the evaluation's chunks of image ids."""
+
+    url: str
+    storage_options: StorageOptions | None
+    manifest: dict[str, Any]
+    chunks: list[list[str]]
+    known: frozenset[str]
+
+
+def planned(gt: GTPlan, name: str, url: str, protocols: str, limits: ArchiveLimits | None,
+            method: ResultsMethod | None, verify: bool = False) -> Planned:
+    """One submission's first-wave task: verified completely (``verify``), opened and
+    checked against the GT before any of its kernels runs (SPEC), cut into the chunks."""
+    if verify:
+        from sgdask.io.verify import check_intact
+
+        check_intact(url, gt.storage_options)
+    gt_reader = StoreReader(gt.url, gt.storage_options, manifest=gt.manifest)
+    [given] = checked_inputs(gt_reader, [(name, url, protocols)], gt.storage_options, limits,
+                             {name: method} if method else {})
+    slices, counts = pred_slices(gt.chunks, set(gt.known), given)
+    sub = Submission(name, url, get_protocols(protocols), bool(given.manifest.get("has_ng")),
+                     _data_of(gt.manifest, given.manifest))
+    return Planned(sub, given, tuple(slices), counts)
+
+
+def first_wave(client: Client, gt: GTPlan, submissions: list[tuple[str, str, str]],
+               limits: ArchiveLimits | None, methods: dict[str, ResultsMethod], verify: bool,
+               isolate: bool) -> tuple[list[Planned], dict[str, SgdaskError]]:
+    """Every submission planned by its own task (a store is checked on a worker; a file,
+    which the client has parsed anyway, in this process). A submission whose check fails is
+    left out and named (``isolate``), else its error is raised before any kernel runs."""
+    [shared] = client.scatter([gt], hash=False)
+    futures = [client.submit(planned, shared, name, url, protocols, limits, methods.get(name),
+                             verify, pure=False) for name, url, protocols in submissions]
+    plans, failed = [], {}
+    for (name, _, _), future in zip(submissions, futures, strict=True):
+        try:
+            plans.append(future.result())
+        except SgdaskError as err:
+            if not isolate:
+                client.cancel(futures)
+                raise
+            failed[name] = err
+    return plans, failed
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """What finalizing a submission's reports needs besides its results (small, shared)."""
+
+    options: Settings
+    zero_shot: bool
+    groups: PredicateGroups | None
+    composition: dict[int, int] | None
+    gt_manifest: dict[str, Any]
+    counts: dict[str, int]
+
+
+Finish = Callable[[str, dict[str, Report]], None]
+
+
+def finalized(plan: Planned, ctx: ReportContext, then: Finish | None, slim: bool,
+              *results: PartitionResult) -> dict[str, Report]:
+    """One submission's per-model task: its share of the chunks' results merged in chunk
+    order, its reports finalized, ``then`` (writing them: reports, cache entry) run here on
+    the worker; ``slim``: returned without per-image rows and terms."""
+    sub, given = plan.sub, plan.given
+    own = functools.reduce(PartitionResult.merged, (r.of(sub.name) for r in results),
+                           PartitionResult())
+    given.finish(own.digests.get(sub.name, []))
+    categories, things = _categories_of(ctx.gt_manifest)
+    reports = {p.name: report_of(
+        own, (sub.name, p.name),
+        EvalSettings(p, ctx.options, sub.with_ng, ctx.zero_shot, ctx.groups, sub.data,
+                     categories, things),
+        ctx.composition, ctx.gt_manifest, given.manifest, {**ctx.counts, **plan.counts})
+        for p in sub.protocols}
+    if then is not None:
+        then(sub.name, reports)
+    return {name: replace(r, per_image=[], terms=None) for name, r in reports.items()} \
+        if slim else reports
+
+
+def task_io(*results: PartitionResult) -> PartitionResult:
+    """What the tasks' I/O reports, without scores: GT parts read, store parts written,
+    result files' digests."""
+    io = PartitionResult()
+    for r in results:
+        io = io.merged(PartitionResult(gt_parts_read=r.gt_parts_read,
+                                       parts_written=r.parts_written, digests=r.digests))
+    return io
+
+
+def scored_and_finalized(client: Client, plans: list[Planned], chunks: list[list[str]],
+                         gt_reader: StoreReader, scoring: ScoringSettings, job: Job,
+                         ctx: ReportContext, then: Finish | None, slim: bool, progress: bool
+                         ) -> tuple[list[Any], Any]:
+    """Per group of submissions, a task per chunk scoring them, then one finalizing task
+    per submission; the futures of the finalizing tasks (in ``plans`` order) and of the
+    tasks' I/O record. Groups are submitted in order, so the first groups' reports are
+    written while later groups are scored."""
+    gt_parts = [parts_holding(ids, gt_reader.parts) for ids in chunks]
+    finals, scored_all = [], []
+    for group in model_groups(len(plans)):
+        members = [plans[i] for i in group]
+        group_job = replace(job, submissions=tuple(p.sub for p in members),
+                            keep_stores=tuple(job.keep_stores[i] for i in group))
+        scored = [client.submit(score_partition,
+                                PartitionSpec(i, tuple(ids), gt_parts[i],
+                                              tuple(p.slices[i] for p in members)),
+                                group_job, pure=False)
+                  for i, ids in enumerate(chunks)]
+        finals += [client.submit(finalized, p, ctx, then, slim, *scored, pure=False)
+                   for p in members]
+        scored_all += scored
+    io = client.submit(task_io, *scored_all, pure=False)
+    if progress:
+        _show_progress(scored_all)
+    return finals, io
+
+
+def _show_progress(futures: list[Any]) -> None:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task("evaluating partitions", total=len(futures))
+        for _ in as_completed(futures):
+            bar.advance(task)
+
+
 def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Settings,
                   client: Client | None = None, scheduler: str | None = None,
                   storage_options: StorageOptions | None = None, progress: bool = False,
                   limits: ArchiveLimits | None = None, keep_stores: dict[str, str] | None = None,
-                  methods: dict[str, ResultsMethod] | None = None) -> ManyResult:
+                  methods: dict[str, ResultsMethod] | None = None, *, isolate: bool = False,
+                  then: Finish | None = None, slim: bool = False, verify: bool = False
+                  ) -> ManyResult:
     """Score several submissions ``(name, URL, protocols)`` in one Dask graph that reads
-    each GT partition once. A URL is a submission store or a submission file (decoded in
-    the tasks; ``keep_stores[name]``: also write it as a store there), or with
-    ``methods[name]`` a model's result file (decoded in the tasks too)."""
+    each GT partition once per group of submissions. A URL is a submission store or a
+    submission file (decoded in the tasks; ``keep_stores[name]``: also write it as a store
+    there), or with ``methods[name]`` a model's result file (decoded in the tasks too).
+
+    The driver only plans and waits: each submission's check is a task of the first wave
+    (``verify``: its store verified completely first; ``isolate``: a submission that fails
+    fails alone, named in ``failed``), each submission's reports are finalized by a task of
+    its own, which also runs ``then(name, reports)`` (writing them) on the worker; ``slim``:
+    the reports come back without per-image rows and terms."""
     options.checked()
     if len({name for name, _, _ in submissions}) != len(submissions):
         raise SgdaskError("submission names must be unique")
     gt_reader = StoreReader(gt, storage_options, "gt")
-    inputs = checked_inputs(gt_reader, submissions, storage_options, limits, methods or {})
-    specs, counts, pred_counts = plan_partitions(gt_reader, inputs, options.partition_size)
     zero_shot, composition = gt_training_stats(gt_reader, options.stats, storage_options)
     groups = evaluation_groups(gt_reader, options, storage_options)
-    subs = tuple(Submission(name, url, get_protocols(protocols),
-                            bool(sub.manifest.get("has_ng")),
-                            _data_of(gt_reader.manifest, sub.manifest))
-                 for (name, url, protocols), sub in zip(submissions, inputs, strict=True))
-    keep = tuple((keep_stores or {}).get(sub.name) if given.keeps else None
-                 for sub, given in zip(subs, inputs, strict=True))
     scoring = ScoringSettings(options, zero_shot, tuple(FAMILIES))
-    job = Job(gt, storage_options, subs, keep, scoring, gt_reader.manifest)
-    with kept_stores(subs, keep, inputs, storage_options) as writers, \
-            dask_client(client, scheduler) as active:
-        size = spread_size(counts["evaluated_images"], len(specs), active,
-                           options.partition_size)
-        tasks = task_count(len(specs), counts["evaluated_images"], active,
-                           options.partition_size)
-        if size is not None:
-            specs, _, _ = plan_partitions(gt_reader, inputs, size)
-        elif tasks < len(specs):
-            specs, _, _ = plan_partitions(gt_reader, inputs, None, tasks)
-        result = run_bag(active, specs, job, progress)
-        writers.commit(result.parts_written)
-        for sub, given in zip(subs, inputs, strict=True):
-            given.finish(result.digests.get(sub.name, []))
-        reports = many_reports(result, subs, inputs, pred_counts, job, options, composition,
-                               groups, gt_reader.manifest, counts)
+    with dask_client(client, scheduler) as active:
+        gt_images = gt_reader.images()
+        chunks = sized_chunks(gt_reader, gt_images, options.partition_size, active)
+        known = frozenset(gt_images["image_id"].to_pylist())
+        gt_plan = GTPlan(gt, storage_options, gt_reader.manifest, chunks, known)
+        plans, failed = first_wave(active, gt_plan, submissions, limits, methods or {},
+                                   verify, isolate)
+        keep = tuple((keep_stores or {}).get(p.sub.name) if p.given.keeps else None
+                     for p in plans)
+        subs = tuple(p.sub for p in plans)
+        job = Job(gt, storage_options, subs, keep, scoring, gt_reader.manifest)
+        ctx = ReportContext(options, zero_shot is not None, groups, composition,
+                            gt_reader.manifest, chunk_counts(chunks, known))
+        with kept_stores(subs, keep, [p.given for p in plans], storage_options) as writers:
+            finals, io_future = scored_and_finalized(active, plans, chunks, gt_reader,
+                                                     scoring, job, ctx, then, slim, progress)
+            reports = _gathered(plans, finals, failed, isolate)
+            io = io_future.result() if plans else PartitionResult()
+            writers.commit(io.parts_written)
         if options.intervals is not None:
             for by_protocol in reports.values():
                 for report in by_protocol.values():
                     add_intervals(report, options.intervals, composition,
                                   cluster_mapper(active))
-    return ManyResult(reports, result.gt_parts_read)
+    return ManyResult(reports, io.gt_parts_read, failed)
+
+
+def _gathered(plans: list[Planned], finals: list[Any], failed: dict[str, SgdaskError],
+              isolate: bool) -> dict[str, dict[str, Report]]:
+    """The finalizing tasks' reports, in submission order (``isolate``: a submission whose
+    tasks failed is named in ``failed``, the others kept)."""
+    reports = {}
+    for plan, future in zip(plans, finals, strict=True):
+        try:
+            reports[plan.sub.name] = future.result()
+        except SgdaskError as err:
+            if not isolate:
+                raise
+            failed[plan.sub.name] = err
+    return reports
 
 
 def _data_of(gt: dict[str, Any], pred: dict[str, Any]) -> frozenset[str]:
@@ -324,24 +505,6 @@ def _categories_of(gt: dict[str, Any]) -> tuple[tuple[str, ...], frozenset[int]]
     categories."""
     things = list(gt.get("thing_classes", []))
     return (*things, *gt.get("stuff_classes", [])), frozenset(range(len(things)))
-
-
-def many_reports(result: PartitionResult, subs: tuple[Submission, ...],
-                 inputs: list[SubmissionInput], pred_counts: list[dict[str, int]], job: Job,
-                 options: Settings, composition: dict[int, int] | None,
-                 groups: PredicateGroups | None, gt_manifest: dict[str, Any],
-                 counts: dict[str, int]) -> dict[str, dict[str, Report]]:
-    """Per submission and protocol, the report of the folded results."""
-    scoring = job.scoring
-    categories, things = _categories_of(gt_manifest)
-    return {
-        sub.name: {p.name: report_of(
-            result, (sub.name, p.name),
-            EvalSettings(p, options, sub.with_ng, scoring.zero_shot is not None, groups,
-                         sub.data, categories, things),
-            composition, gt_manifest, given.manifest, {**counts, **pred_count})
-            for p in sub.protocols}
-        for sub, given, pred_count in zip(subs, inputs, pred_counts, strict=True)}
 
 
 def cluster_mapper(client: Client) -> Mapper:
