@@ -390,7 +390,8 @@ def task_io(*results: PartitionResult) -> PartitionResult:
 
 def scored_and_finalized(client: Client, plans: list[Planned], chunks: list[list[str]],
                          gt_reader: StoreReader, scoring: ScoringSettings, job: Job,
-                         ctx: ReportContext, then: Finish | None, slim: bool, progress: bool
+                         ctx: ReportContext, then: dict[str, Finish], slim: bool,
+                         progress: bool
                          ) -> tuple[list[Any], Any]:
     """Per group of submissions, a task per chunk scoring them, then one finalizing task
     per submission; the futures of the finalizing tasks (in ``plans`` order) and of the
@@ -407,7 +408,8 @@ def scored_and_finalized(client: Client, plans: list[Planned], chunks: list[list
                                               tuple(p.slices[i] for p in members)),
                                 group_job, pure=False)
                   for i, ids in enumerate(chunks)]
-        finals += [client.submit(finalized, p, ctx, then, slim, *scored, pure=False)
+        finals += [client.submit(finalized, p, ctx, then.get(p.sub.name), slim, *scored,
+                                 pure=False)
                    for p in members]
         scored_all += scored
     io = client.submit(task_io, *scored_all, pure=False)
@@ -431,8 +433,8 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
                   storage_options: StorageOptions | None = None, progress: bool = False,
                   limits: ArchiveLimits | None = None, keep_stores: dict[str, str] | None = None,
                   methods: dict[str, ResultsMethod] | None = None, *, isolate: bool = False,
-                  then: Finish | None = None, slim: bool = False, verify: bool = False
-                  ) -> ManyResult:
+                  then: dict[str, Finish] | None = None, slim: bool = False,
+                  verify: bool = False) -> ManyResult:
     """Score several submissions ``(name, URL, protocols)`` in one Dask graph that reads
     each GT partition once per group of submissions. A URL is a submission store or a
     submission file (decoded in the tasks; ``keep_stores[name]``: also write it as a store
@@ -441,8 +443,8 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
     The driver only plans and waits: each submission's check is a task of the first wave
     (``verify``: its store verified completely first; ``isolate``: a submission that fails
     fails alone, named in ``failed``), each submission's reports are finalized by a task of
-    its own, which also runs ``then(name, reports)`` (writing them) on the worker; ``slim``:
-    the reports come back without per-image rows and terms."""
+    its own, which also runs ``then[name](name, reports)`` (writing them) on the worker;
+    ``slim``: the reports come back without per-image rows and terms."""
     options.checked()
     if len({name for name, _, _ in submissions}) != len(submissions):
         raise SgdaskError("submission names must be unique")
@@ -465,7 +467,8 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
                             gt_reader.manifest, chunk_counts(chunks, known))
         with kept_stores(subs, keep, [p.given for p in plans], storage_options) as writers:
             finals, io_future = scored_and_finalized(active, plans, chunks, gt_reader,
-                                                     scoring, job, ctx, then, slim, progress)
+                                                     scoring, job, ctx, then or {}, slim,
+                                                     progress)
             reports = _gathered(plans, finals, failed, isolate)
             io = io_future.result() if plans else PartitionResult()
             writers.commit(io.parts_written)
