@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 from distributed import Client, as_completed
 
-from sgdask.cluster import dask_client
+from sgdask.cluster import Local, dask_client
 from sgdask.core.finalize import report_of
 from sgdask.core.partition import scored_partition
 from sgdask.core.result import PartitionResult
@@ -429,7 +429,7 @@ def _show_progress(futures: list[Any]) -> None:
 
 
 def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Settings,
-                  client: Client | None = None, scheduler: str | None = None,
+                  client: Client | None = None, scheduler: str | Local | None = None,
                   storage_options: StorageOptions | None = None, progress: bool = False,
                   limits: ArchiveLimits | None = None, keep_stores: dict[str, str] | None = None,
                   methods: dict[str, ResultsMethod] | None = None, *, isolate: bool = False,

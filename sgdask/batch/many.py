@@ -25,6 +25,7 @@ import yaml
 from distributed import Client
 
 from sgdask.batch.cache import ResultCache, cache_key
+from sgdask.cluster import Local
 from sgdask.core.settings import Settings
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.fs import StorageOptions, filesystem, join
@@ -148,7 +149,7 @@ class Written:
             write_reports(reports, join(self.out, name), self.storage_options)
 
 
-def run_many(job: ManyJob, client: Client | None = None, scheduler: str | None = None,
+def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local | None = None,
              progress: bool = False, dry_run: bool = False, log: Log = print,
              isolate: bool = False, slim: bool = False) -> ManyOutcome:
     """Evaluate what the cache lacks in one graph, fill the cache, write ``job.out``.
@@ -183,8 +184,8 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | None =
                                job.storage_options, progress, isolate=isolate, then=written,
                                slim=slim and not with_ci, verify=job.verify)
         fresh, parts_read, failed = result.reports, result.gt_parts_read, result.failed
-        for name, err in failed.items():
-            log(f"failed: {name}: {err}")
+        for name in failed:
+            log(f"failed: {name}")
     reports: dict[str, dict[str, Report]] = {}
     for (name, protocol) in keys:
         report = hits.get((name, protocol)) or fresh.get(name, {}).get(protocol)

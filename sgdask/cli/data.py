@@ -13,6 +13,7 @@ from sgdask.cli.console import out_console, progress_bar
 from sgdask.cli.options import (
     InProcess,
     Limits,
+    Processes,
     Scheduler,
     StorageOpt,
     Workers,
@@ -55,7 +56,8 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
                   "5000 usable images of flag 0)")] = None,
               storage_option: StorageOpt = None, overwrite: Overwrite = False,
               scheduler: Scheduler = None, in_process: InProcess = False,
-              workers: Workers = None, limit: Limits = None) -> None:
+              workers: Workers = None, processes: Processes = None,
+              limit: Limits = None) -> None:
     """Convert OpenPSG or Visual Genome (VG150) ground truth into a GT store (Parquet + Zarr).
 
     psg.json's size and nesting depth and each PNG's pixel count are limited (--limit
@@ -73,7 +75,7 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
     if split is not None and not visual_genome:
         raise SgdaskError("--split applies to Visual Genome ground truth (psg.json's test "
                           "split is test_image_ids)")
-    cluster = cluster_choice(scheduler, in_process, workers)
+    cluster = cluster_choice(scheduler, in_process, workers, processes)
     given = {"masks_dir": masks, "dicts": dicts, "image_data": image_data, "split": split}
     with progress_bar("ingesting GT images", None) as advance:
         manifest = fmt.convert(psg_json, out, None, options, overwrite=overwrite,
@@ -96,7 +98,7 @@ def convert(submission: Annotated[str, typer.Argument(
                 "--method: results are paired with its test images)")] = None,
             storage_option: StorageOpt = None, overwrite: Overwrite = False,
             scheduler: Scheduler = None, in_process: InProcess = False,
-            workers: Workers = None, limit: Limits = None,
+            workers: Workers = None, processes: Processes = None, limit: Limits = None,
             from_scores: Annotated[str | None, typer.Option(
                 "--from-scores", help="derive the triplet lists from per-pair predicate "
                 "scores (Parquet or NPZ, see schemas/scores.md)")] = None,
@@ -131,7 +133,7 @@ def convert(submission: Annotated[str, typer.Argument(
         raise SgdaskError("--rank-by and --ng-limit apply to lists derived --from-scores")
     limits = ArchiveLimits.from_pairs(limit)
     _check_method_options(method, from_scores, instance_scores)
-    cluster = cluster_choice(scheduler, in_process, workers)
+    cluster = cluster_choice(scheduler, in_process, workers, processes)
     options = storage_options(storage_option)
     fmt = submission_format(submission, options, method)
     given = {"method": method, "instance_scores": instance_scores or None,

@@ -17,6 +17,7 @@ from sgdask.cli.console import (
 )
 from sgdask.cli.options import (
     Limits,
+    Processes,
     Scheduler,
     StorageOpt,
     Workers,
@@ -71,6 +72,7 @@ def evaluate(gt: Annotated[str, typer.Option(
                  "about 256 images)")]
              = DEFAULT_PARTITION_SIZE,
              scheduler: Scheduler = None, workers: Workers = None,
+             processes: Processes = None,
              out: Annotated[str | None, typer.Option(
                  help="directory for metrics.json, per_predicate/per_image.parquet, "
                  "report.md, report.html")] = None,
@@ -119,7 +121,7 @@ def evaluate(gt: Annotated[str, typer.Option(
     start = time.perf_counter()
     limits = ArchiveLimits.from_pairs(limit)
     how = None if method is None else ResultsMethod(method, instance_scores)
-    with dask_client(None, cluster_choice(scheduler, False, workers)) as client:
+    with dask_client(None, cluster_choice(scheduler, False, workers, processes)) as client:
         gt_store = _gt_store(gt, gt_masks, cache_dir, options, client, limits)
         if how is not None and keep_store is not None:
             from sgdask.io.formats import submission_format
@@ -194,6 +196,7 @@ def compare(gt: Annotated[str, typer.Option(
                 help="images per Dask task when stores are evaluated")]
             = DEFAULT_PARTITION_SIZE,
             scheduler: Scheduler = None, workers: Workers = None,
+            processes: Processes = None,
             cache_dir: CacheDir = None, storage_option: StorageOpt = None) -> None:
     """Is model B better than model A? Paired bootstrap intervals of the differences,
     approximate-randomization p-values (Holm-corrected), per-predicate differences and
@@ -218,7 +221,7 @@ def compare(gt: Annotated[str, typer.Option(
                      all_pairs, level, resamples, permutations, seed, metrics, registry,
                      options)
     job.check()
-    with dask_client(None, cluster_choice(scheduler, False, workers)) as client:
+    with dask_client(None, cluster_choice(scheduler, False, workers, processes)) as client:
         job.gt = _gt_store(gt, None, cache_dir, options, client)
         comparison = run_compare(job, client, progress=True)
     print_comparison(comparison, metrics)
@@ -230,14 +233,22 @@ def compare(gt: Annotated[str, typer.Option(
 def evaluate_many(manifest: Annotated[str, typer.Argument(
                       help="YAML/JSON manifest: gt, submissions, out, cache, options")],
                   scheduler: Scheduler = None, workers: Workers = None,
+                  processes: Processes = None,
                   dry_run: Annotated[bool, typer.Option(
                       "--dry-run", help="list what would be evaluated, then stop")] = False,
                   storage_option: StorageOpt = None) -> None:
-    """Evaluate many submissions against one GT in one Dask graph, through the cache."""
+    """Evaluate many submissions against one GT in one Dask graph, through the cache (a
+    submission that fails its checks fails alone: the others are evaluated and written)."""
     from sgdask.batch.many import load_manifest, run_many
 
     job = load_manifest(manifest, storage_options(storage_option))
-    outcome = run_many(job, scheduler=cluster_choice(scheduler, False, workers),
+    outcome = run_many(job, scheduler=cluster_choice(scheduler, False, workers, processes,
+                                                     batch=True),
                        progress=True, dry_run=dry_run,
-                       log=err_console.print)
+                       log=err_console.print, isolate=True, slim=True)
     print_many(outcome)
+    if outcome.failed:  # each failed alone: the others are evaluated and written
+        (_, first), *others = outcome.failed.items()
+        for name, err in others:
+            err_console.print(f"{name}: {err.render('cli')}", markup=False, highlight=False)
+        raise first

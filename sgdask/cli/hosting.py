@@ -13,6 +13,7 @@ from sgdask.cli.console import err_console, out_console
 from sgdask.cli.options import (
     InProcess,
     Limits,
+    Processes,
     Scheduler,
     StorageOpt,
     Workers,
@@ -45,7 +46,8 @@ def submit(submission: Annotated[str, typer.Argument(help="SGBench ZIP or JSON")
            wait_timeout: Annotated[float, typer.Option(
                help="seconds --wait waits at most")] = 3600,
            scheduler: Scheduler = None, in_process: InProcess = False,
-           workers: Workers = None, storage_option: StorageOpt = None) -> None:
+           workers: Workers = None, processes: Processes = None,
+           storage_option: StorageOpt = None) -> None:
     """Submit a model: convert and register it (--registry), or upload it (--server).
 
     With --server --wait the exit code is 0 when ranked, 2 when rejected or failed."""
@@ -61,7 +63,7 @@ def submit(submission: Annotated[str, typer.Argument(help="SGBench ZIP or JSON")
 
     entry = register(submission, registry, gt, name, approved, paper,
                      storage_options(storage_option),
-                     cluster=cluster_choice(scheduler, in_process, workers))
+                     cluster=cluster_choice(scheduler, in_process, workers, processes))
     out_console.print(f"registered {entry.submission_id}: {entry.name} "
                       f"({'approved' if entry.approved else 'not approved'}) -> {entry.url}")
 
@@ -87,6 +89,7 @@ def rerank(registry: Annotated[str, typer.Option(help="registry URL")],
            gt: Annotated[str, typer.Option(help="GT store URL")],
            out: Annotated[str, typer.Option(help="leaderboard URL (publishes here)")],
            scheduler: Scheduler = None, workers: Workers = None,
+           processes: Processes = None,
            dry_run: Annotated[bool, typer.Option(
                "--dry-run", help="list what would be evaluated, then stop")] = False,
            lease: Annotated[float, typer.Option(
@@ -109,7 +112,8 @@ def rerank(registry: Annotated[str, typer.Option(help="registry URL")],
         lease = stale_lock_after
     try:
         outcome = run_rerank(registry, gt, out, storage_options=storage_options(storage_option),
-                             scheduler=cluster_choice(scheduler, False, workers),
+                             scheduler=cluster_choice(scheduler, False, workers, processes,
+                                                      batch=True),
                              dry_run=dry_run, progress=True,
                              log=err_console.print, lease=lease)
     except LockHeld as err:
@@ -150,7 +154,7 @@ def _team_limits(daily: int, total: int, concurrent: int = 0) -> TeamLimits:
 
 def serve(registry: Registry, gt: GT,
           out: Board,
-          scheduler: Scheduler = None,
+          scheduler: Scheduler = None, processes: Processes = None,
           host: Annotated[str, typer.Option(
               help="address to listen on (put a TLS proxy in front for anything public)")]
           = "127.0.0.1",
@@ -182,11 +186,13 @@ def serve(registry: Registry, gt: GT,
                             open_uploads, title, lease)
     worker = None if no_worker else WorkerConfig.beside(
         service, gt, poll, max_attempts, ArchiveLimits.from_pairs(limit))
-    run_server(service, worker, scheduler, host, port)
+    run_server(service, worker, cluster_choice(scheduler, False, None, processes, batch=True),
+               host, port)
 
 
 def worker(registry: Registry, gt: GT, out: Board,
-           scheduler: Scheduler = None, tokens: TokensFile = None,
+           scheduler: Scheduler = None, processes: Processes = None,
+           tokens: TokensFile = None,
            daily_limit: DailyLimit = 5, total_limit: TotalLimit = 0,
            open_uploads: OpenUploads = False,
            poll: Poll = 1.0, lease: Lease = DEFAULT_LEASE, max_attempts: MaxAttempts = 3,
@@ -201,7 +207,8 @@ def worker(registry: Registry, gt: GT, out: Board,
     work(WorkerConfig(registry, gt, out, storage_options(storage_option), poll, lease,
                       max_attempts, tokens=tokens,
                       limits=_team_limits(daily_limit, total_limit), open_uploads=open_uploads,
-                      archive_limits=ArchiveLimits.from_pairs(limit)), scheduler)
+                      archive_limits=ArchiveLimits.from_pairs(limit)),
+         cluster_choice(scheduler, False, None, processes, batch=True))
 
 
 def tokens_add(file: Annotated[Path, typer.Argument(help="tokens file (created if absent)")],

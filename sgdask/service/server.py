@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sgdask.cluster import dask_client
+from sgdask.cluster import Local, dask_client
 from sgdask.service.app import ServiceConfig, create_app
 from sgdask.service.worker import Worker, WorkerConfig
 
@@ -21,14 +21,14 @@ def log_stderr(line: str) -> None:
     print(f"sgdask: {line}", file=sys.stderr, flush=True)
 
 
-def run_worker(config: WorkerConfig, scheduler: str | None, stop: threading.Event,
+def run_worker(config: WorkerConfig, scheduler: str | Local | None, stop: threading.Event,
                log: Log = log_stderr) -> None:
     """Work the queue on the cluster (``scheduler``, or a LocalCluster) until ``stop``."""
     with dask_client(None, scheduler) as client:
         Worker(config, client, log).run(stop)
 
 
-def worker_thread(config: WorkerConfig, scheduler: str | None, stop: threading.Event,
+def worker_thread(config: WorkerConfig, scheduler: str | Local | None, stop: threading.Event,
                   log: Log) -> threading.Thread:
     def main() -> None:
         try:
@@ -51,7 +51,7 @@ def bound_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(service: ServiceConfig, worker: WorkerConfig | None, scheduler: str | None,
+def serve(service: ServiceConfig, worker: WorkerConfig | None, scheduler: str | Local | None,
           host: str = "127.0.0.1", port: int = 8000, log: Log = log_stderr) -> None:
     """Serve until interrupted; the worker (unless None) runs in a thread meanwhile."""
     import uvicorn
@@ -77,7 +77,7 @@ def serve(service: ServiceConfig, worker: WorkerConfig | None, scheduler: str | 
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def work(config: WorkerConfig, scheduler: str | None, log: Log = log_stderr) -> None:
+def work(config: WorkerConfig, scheduler: str | Local | None, log: Log = log_stderr) -> None:
     """``sgdask worker``: until SIGINT or SIGTERM (finishing the current step first)."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
