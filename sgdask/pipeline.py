@@ -358,12 +358,11 @@ Finish = Callable[[str, dict[str, Report]], None]
 
 def finalized(plan: Planned, ctx: ReportContext, then: Finish | None, slim: bool,
               *results: PartitionResult) -> dict[str, Report]:
-    """One submission's per-model task: its share of the chunks' results merged in chunk
+    """One submission's per-model task: its shares of the chunks' results merged in chunk
     order, its reports finalized, ``then`` (writing them: reports, cache entry) run here on
     the worker; ``slim``: returned without per-image rows and terms."""
     sub, given = plan.sub, plan.given
-    own = functools.reduce(PartitionResult.merged, (r.of(sub.name) for r in results),
-                           PartitionResult())
+    own = functools.reduce(PartitionResult.merged, results, PartitionResult())
     given.finish(own.digests.get(sub.name, []))
     categories, things = _categories_of(ctx.gt_manifest)
     reports = {p.name: report_of(
@@ -394,9 +393,10 @@ def scored_and_finalized(client: Client, plans: list[Planned], chunks: list[list
                          progress: bool
                          ) -> tuple[list[Any], Any]:
     """Per group of submissions, a task per chunk scoring them, then one finalizing task
-    per submission; the futures of the finalizing tasks (in ``plans`` order) and of the
-    tasks' I/O record. Groups are submitted in order, so the first groups' reports are
-    written while later groups are scored."""
+    per submission (fed by tasks taking its share of each chunk's result: what moves
+    between workers is one submission's, not the group's); the futures of the finalizing
+    tasks (in ``plans`` order) and of the tasks' I/O record. Groups are submitted in order,
+    so the first groups' reports are written while later groups are scored."""
     gt_parts = [parts_holding(ids, gt_reader.parts) for ids in chunks]
     finals, scored_all = [], []
     for group in model_groups(len(plans)):
@@ -408,9 +408,11 @@ def scored_and_finalized(client: Client, plans: list[Planned], chunks: list[list
                                               tuple(p.slices[i] for p in members)),
                                 group_job, pure=False)
                   for i, ids in enumerate(chunks)]
-        finals += [client.submit(finalized, p, ctx, then.get(p.sub.name), slim, *scored,
-                                 pure=False)
-                   for p in members]
+        for p in members:  # each chunk's share of a submission taken where the chunk is
+            shares = [client.submit(PartitionResult.of, r, p.sub.name, pure=False)
+                      for r in scored]
+            finals.append(client.submit(finalized, p, ctx, then.get(p.sub.name), slim,
+                                        *shares, pure=False))
         scored_all += scored
     io = client.submit(task_io, *scored_all, pure=False)
     if progress:
