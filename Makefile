@@ -41,6 +41,7 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
 	$(PY) -m benchmarks.vg
+	$(PY) -m benchmarks.scale
 
 # Refresh constraints.txt deliberately: the newest versions pyproject.toml's ranges allow.
 # Then run `make test` (it reinstalls .venv from the new file) and commit both if it passes.

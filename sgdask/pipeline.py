@@ -198,45 +198,50 @@ MIN_TASK_IMAGES = 8
 MODELS_PER_TASK = 8
 
 
-def spread_size(n_images: int, n_tasks: int, client: Client, partition_size: int | None
-                ) -> int | None:
+def spread_size(n_images: int, n_tasks: int, client: Client, partition_size: int | None,
+                groups: int = 1) -> int | None:
     """A partition size that gives every worker thread of the cluster work when the default
     (one task per GT store part) has fewer tasks than threads (a store of few large parts on
-    many cores); None keeps the plan (always when ``--partition-size`` is given)."""
+    many cores); None keeps the plan (always when ``--partition-size`` is given). Each of
+    ``groups`` groups of submissions has tasks of its own: they share the threads."""
     if partition_size is not None:
         return None
-    threads = sum(client.nthreads().values())
+    threads = _threads_per_group(client, groups)
     if n_tasks >= threads:
         return None
     size = max(MIN_TASK_IMAGES, -(-n_images // (TASKS_PER_THREAD * threads)))
     return size if -(-n_images // size) > n_tasks else None
 
 
-def task_count(n_tasks: int, n_images: int, client: Client, partition_size: int | None
-               ) -> int:
+def task_count(n_tasks: int, n_images: int, client: Client, partition_size: int | None,
+               groups: int = 1) -> int:
     """Tasks of the default plan: ``n_tasks`` (one per GT store part), or fewer groups of
     consecutive parts of about ``TASK_IMAGES`` images, a multiple of the worker threads.
     Every task reads its GT and submission tables and folds a result; on a store of many
     small parts (PSG's 64 images) those fixed costs were a fifth of an evaluation. A fixed
     task size, not a share of the dataset, keeps a worker's memory flat in images; a
     multiple of the threads keeps every thread busy to the last round (9 tasks on 2
-    threads left one thread idle for the ninth)."""
+    threads left one thread idle for the ninth). ``groups``: as for ``spread_size``."""
     if partition_size is not None or not n_tasks:
         return n_tasks
-    threads = sum(client.nthreads().values())
+    threads = _threads_per_group(client, groups)
     per_task = max(1, TASK_IMAGES * n_tasks // max(n_images, 1))
     groups = threads * math.ceil(math.ceil(n_tasks / per_task) / threads)
     return max(1, min(n_tasks, groups))
 
 
+def _threads_per_group(client: Client, groups: int) -> int:
+    return max(1, -(-sum(client.nthreads().values()) // groups))
+
+
 def sized_chunks(gt: StoreReader, gt_images: pa.Table, partition_size: int | None,
-                 client: Client) -> list[list[str]]:
-    """The evaluation's chunks of GT image ids, one per task of a group of submissions,
-    sized to the cluster (``spread_size``, ``task_count``)."""
+                 client: Client, groups: int) -> list[list[str]]:
+    """The evaluation's chunks of GT image ids, one per task of each of ``groups`` groups
+    of submissions, sized to the cluster (``spread_size``, ``task_count``)."""
     chunks = checked_chunks(gt, evaluation_chunks(gt_images, partition_size))
     n_images = sum(len(c) for c in chunks)
-    size = spread_size(n_images, len(chunks), client, partition_size)
-    tasks = task_count(len(chunks), n_images, client, partition_size)
+    size = spread_size(n_images, len(chunks), client, partition_size, groups)
+    tasks = task_count(len(chunks), n_images, client, partition_size, groups)
     if size is not None:
         return evaluation_chunks(gt_images, size)
     if tasks < len(chunks):
@@ -356,12 +361,12 @@ class ReportContext:
 Finish = Callable[[str, dict[str, Report]], None]
 
 
-def finalized(plan: Planned, ctx: ReportContext, then: Finish | None, slim: bool,
-              *results: PartitionResult) -> dict[str, Report]:
+def finalized(sub: Submission, given: SubmissionInput, counts: dict[str, int],
+              ctx: ReportContext, then: Finish | None, slim: bool, *results: PartitionResult
+              ) -> dict[str, Report]:
     """One submission's per-model task: its shares of the chunks' results merged in chunk
     order, its reports finalized, ``then`` (writing them: reports, cache entry) run here on
     the worker; ``slim``: returned without per-image rows and terms."""
-    sub, given = plan.sub, plan.given
     own = functools.reduce(PartitionResult.merged, results, PartitionResult())
     given.finish(own.digests.get(sub.name, []))
     categories, things = _categories_of(ctx.gt_manifest)
@@ -369,7 +374,7 @@ def finalized(plan: Planned, ctx: ReportContext, then: Finish | None, slim: bool
         own, (sub.name, p.name),
         EvalSettings(p, ctx.options, sub.with_ng, ctx.zero_shot, ctx.groups, sub.data,
                      categories, things),
-        ctx.composition, ctx.gt_manifest, given.manifest, {**ctx.counts, **plan.counts})
+        ctx.composition, ctx.gt_manifest, given.manifest, {**ctx.counts, **counts})
         for p in sub.protocols}
     if then is not None:
         then(sub.name, reports)
@@ -411,8 +416,8 @@ def scored_and_finalized(client: Client, plans: list[Planned], chunks: list[list
         for p in members:  # each chunk's share of a submission taken where the chunk is
             shares = [client.submit(PartitionResult.of, r, p.sub.name, pure=False)
                       for r in scored]
-            finals.append(client.submit(finalized, p, ctx, then.get(p.sub.name), slim,
-                                        *shares, pure=False))
+            finals.append(client.submit(finalized, p.sub, p.given, p.counts, ctx,
+                                        then.get(p.sub.name), slim, *shares, pure=False))
         scored_all += scored
     io = client.submit(task_io, *scored_all, pure=False)
     if progress:
@@ -456,7 +461,8 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
     scoring = ScoringSettings(options, zero_shot, tuple(FAMILIES))
     with dask_client(client, scheduler) as active:
         gt_images = gt_reader.images()
-        chunks = sized_chunks(gt_reader, gt_images, options.partition_size, active)
+        chunks = sized_chunks(gt_reader, gt_images, options.partition_size, active,
+                              len(model_groups(len(submissions))))
         known = frozenset(gt_images["image_id"].to_pylist())
         gt_plan = GTPlan(gt, storage_options, gt_reader.manifest, chunks, known)
         plans, failed = first_wave(active, gt_plan, submissions, limits, methods or {},

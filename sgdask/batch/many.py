@@ -107,10 +107,12 @@ class ManyOutcome:
     failed: dict[str, SgdaskError] = field(default_factory=dict)
 
 
-def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print
+def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print,
+               failed: dict[str, SgdaskError] | None = None
                ) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], Report]]:
     """Cache keys of every (submission, protocol) and the reports already cached (checked:
-    a damaged entry is logged and counts as absent)."""
+    a damaged entry is logged and counts as absent); ``failed``: where a submission whose
+    manifest cannot be read is named instead of raised."""
     gt_manifest = StoreReader(job.gt, job.storage_options, "gt").manifest
     stats_hash = (stats_digest(job.options.stats, job.storage_options) if job.options.stats
                   else None)
@@ -118,7 +120,13 @@ def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print
                    if job.options.predicate_groups else None)
     keys, hits = {}, {}
     for name, url, protocols in job.submissions:
-        sub_manifest = StoreReader(url, job.storage_options, "submission").manifest
+        try:
+            sub_manifest = StoreReader(url, job.storage_options, "submission").manifest
+        except SgdaskError as err:
+            if failed is None:
+                raise
+            failed[name] = err
+            continue
         for protocol in get_protocols(protocols):
             key = cache_key(gt_manifest, sub_manifest, protocol, job.options, stats_hash,
                             groups_hash)
@@ -161,7 +169,8 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local 
     terms (what a summary needs; nothing per image reaches this process)."""
     cache_url = job.cache or (join(job.out, "cache") if job.out else None)
     cache = ResultCache(cache_url, job.storage_options) if cache_url else None
-    keys, hits = plan_cache(job, cache, log)
+    failed: dict[str, SgdaskError] = {}
+    keys, hits = plan_cache(job, cache, log, failed if isolate else None)
     for name, protocol in hits:
         log(f"cached: {name} / {protocol} (key {keys[(name, protocol)]})")
     missing: dict[str, list[str]] = {}
@@ -171,7 +180,6 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local 
             log(f"{'would evaluate' if dry_run else 'to evaluate'}: {name} / {protocol}")
     fresh: dict[str, dict[str, Report]] = {}
     parts_read: list[str] = []
-    failed: dict[str, SgdaskError] = {}
     with_ci = job.options.intervals is not None
     if missing and not dry_run:
         urls = {name: url for name, url, _ in job.submissions}
@@ -183,9 +191,10 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local 
                                replace(job.options, ci=None), client, scheduler,
                                job.storage_options, progress, isolate=isolate, then=written,
                                slim=slim and not with_ci, verify=job.verify)
-        fresh, parts_read, failed = result.reports, result.gt_parts_read, result.failed
-        for name in failed:
-            log(f"failed: {name}")
+        fresh, parts_read = result.reports, result.gt_parts_read
+        failed.update(result.failed)
+    for name in failed:
+        log(f"failed: {name}")
     reports: dict[str, dict[str, Report]] = {}
     for (name, protocol) in keys:
         report = hits.get((name, protocol)) or fresh.get(name, {}).get(protocol)
