@@ -31,7 +31,7 @@ from sgdask.errors import InputError, SettingError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.consistency import check_against_gt
 from sgdask.io.formats import opened
-from sgdask.io.fs import StorageOptions
+from sgdask.io.fs import StorageOptions, filesystem
 from sgdask.io.partition import load_gt_images
 from sgdask.io.predicate_groups import evaluation_groups
 from sgdask.io.results import ResultsMethod
@@ -289,10 +289,12 @@ def checked_inputs(gt_reader: StoreReader, submissions: list[tuple[str, str, str
 @dataclass(frozen=True)
 class Planned:
     """One submission checked against the GT and cut into the evaluation's chunks (what its
-    first-wave task returns: slices name parts and ids, never predictions)."""
+    first-wave task returns: slices name parts and ids, never predictions); ``keeps``: its
+    decoded images can be kept as a store."""
 
     sub: Submission
-    given: SubmissionInput
+    manifest: dict[str, Any]
+    keeps: bool
     slices: tuple[PredSlice, ...]
     counts: dict[str, int]
 
@@ -308,10 +310,11 @@ class GTPlan:
     known: frozenset[str]
 
 
-def planned(gt: GTPlan, name: str, url: str, protocols: str, limits: ArchiveLimits | None,
-            method: ResultsMethod | None, verify: bool = False) -> Planned:
-    """One submission's first-wave task: verified completely (``verify``), opened and
-    checked against the GT before any of its kernels runs (SPEC), cut into the chunks."""
+def opened_plan(gt: GTPlan, name: str, url: str, protocols: str, limits: ArchiveLimits | None,
+                method: ResultsMethod | None, verify: bool = False
+                ) -> tuple[Planned, SubmissionInput]:
+    """One submission verified completely (``verify``), opened and checked against the GT
+    before any of its kernels runs (SPEC), cut into the chunks; and the opened input."""
     if verify:
         from sgdask.io.verify import check_intact
 
@@ -322,28 +325,53 @@ def planned(gt: GTPlan, name: str, url: str, protocols: str, limits: ArchiveLimi
     slices, counts = pred_slices(gt.chunks, set(gt.known), given)
     sub = Submission(name, url, get_protocols(protocols), bool(given.manifest.get("has_ng")),
                      _data_of(gt.manifest, given.manifest))
-    return Planned(sub, given, tuple(slices), counts)
+    return Planned(sub, given.manifest, given.keeps, tuple(slices), counts), given
+
+
+def planned(gt: GTPlan, name: str, url: str, protocols: str, limits: ArchiveLimits | None,
+            verify: bool) -> Planned:
+    """A submission store's first-wave task (``opened_plan`` on a worker)."""
+    return opened_plan(gt, name, url, protocols, limits, None, verify)[0]
+
+
+def _is_file(url: str, method: ResultsMethod | None, options: StorageOptions | None) -> bool:
+    """Whether the submission is a file (or a model's result files), not a store: opened
+    in this process, which parses it anyway, as ``sgdask.io.formats.opened`` decides."""
+    if method is not None:
+        return True
+    fs, path = filesystem(url, options)
+    return fs.isfile(path)
 
 
 def first_wave(client: Client, gt: GTPlan, submissions: list[tuple[str, str, str]],
                limits: ArchiveLimits | None, methods: dict[str, ResultsMethod], verify: bool,
-               isolate: bool) -> tuple[list[Planned], dict[str, SgdaskError]]:
-    """Every submission planned by its own task (a store is checked on a worker; a file,
-    which the client has parsed anyway, in this process). A submission whose check fails is
-    left out and named (``isolate``), else its error is raised before any kernel runs."""
+               isolate: bool
+               ) -> tuple[list[Planned], dict[str, SubmissionInput], dict[str, SgdaskError]]:
+    """Every submission planned: a store by a task of its own (checked on a worker), a
+    file in this process (its input kept: ``finish``, kept stores). A submission whose
+    check fails is left out and named (``isolate``), else its error is raised before any
+    kernel runs."""
     [shared] = client.scatter([gt], hash=False)
-    futures = [client.submit(planned, shared, name, url, protocols, limits, methods.get(name),
-                             verify, pure=False) for name, url, protocols in submissions]
-    plans, failed = [], {}
-    for (name, _, _), future in zip(submissions, futures, strict=True):
+    files = {name for name, url, _ in submissions
+             if _is_file(url, methods.get(name), gt.storage_options)}
+    futures = {name: client.submit(planned, shared, name, url, protocols, limits, verify,
+                                   pure=False)
+               for name, url, protocols in submissions if name not in files}
+    plans, inputs, failed = [], {}, {}
+    for name, url, protocols in submissions:
         try:
-            plans.append(future.result())
+            if name in files:
+                plan, inputs[name] = opened_plan(gt, name, url, protocols, limits,
+                                                 methods.get(name), verify)
+            else:
+                plan = futures[name].result()
+            plans.append(plan)
         except SgdaskError as err:
             if not isolate:
-                client.cancel(futures)
+                client.cancel(list(futures.values()))
                 raise
             failed[name] = err
-    return plans, failed
+    return plans, inputs, failed
 
 
 @dataclass(frozen=True)
@@ -361,20 +389,20 @@ class ReportContext:
 Finish = Callable[[str, dict[str, Report]], None]
 
 
-def finalized(sub: Submission, given: SubmissionInput, counts: dict[str, int],
+def finalized(sub: Submission, manifest: dict[str, Any], counts: dict[str, int],
               ctx: ReportContext, then: Finish | None, slim: bool, *results: PartitionResult
               ) -> dict[str, Report]:
     """One submission's per-model task: its shares of the chunks' results merged in chunk
-    order, its reports finalized, ``then`` (writing them: reports, cache entry) run here on
-    the worker; ``slim``: returned without per-image rows and terms."""
+    order, its reports finalized (``manifest``: the submission's, complete), ``then``
+    (writing them: reports, cache entry) run here on the worker; ``slim``: returned without
+    per-image rows and terms."""
     own = functools.reduce(PartitionResult.merged, results, PartitionResult())
-    given.finish(own.digests.get(sub.name, []))
     categories, things = _categories_of(ctx.gt_manifest)
     reports = {p.name: report_of(
         own, (sub.name, p.name),
         EvalSettings(p, ctx.options, sub.with_ng, ctx.zero_shot, ctx.groups, sub.data,
                      categories, things),
-        ctx.composition, ctx.gt_manifest, given.manifest, {**ctx.counts, **counts})
+        ctx.composition, ctx.gt_manifest, manifest, {**ctx.counts, **counts})
         for p in sub.protocols}
     if then is not None:
         then(sub.name, reports)
@@ -392,18 +420,22 @@ def task_io(*results: PartitionResult) -> PartitionResult:
     return io
 
 
-def scored_and_finalized(client: Client, plans: list[Planned], chunks: list[list[str]],
-                         gt_reader: StoreReader, scoring: ScoringSettings, job: Job,
-                         ctx: ReportContext, then: dict[str, Finish], slim: bool,
-                         progress: bool
+def scored_and_finalized(client: Client, plans: list[Planned],
+                         inputs: dict[str, SubmissionInput], chunks: list[list[str]],
+                         gt_reader: StoreReader, job: Job, ctx: ReportContext,
+                         then: dict[str, Finish], slim: bool, progress: bool
                          ) -> tuple[list[Any], Any]:
     """Per group of submissions, a task per chunk scoring them, then one finalizing task
     per submission (fed by tasks taking its share of each chunk's result: what moves
     between workers is one submission's, not the group's); the futures of the finalizing
     tasks (in ``plans`` order) and of the tasks' I/O record. Groups are submitted in order,
-    so the first groups' reports are written while later groups are scored."""
+    so the first groups' reports are written while later groups are scored. A file whose
+    manifest the tasks' digests complete (a result file's content hash) is finalized once
+    they are in (``inputs``: the files opened in this process)."""
     gt_parts = [parts_holding(ids, gt_reader.parts) for ids in chunks]
-    finals, scored_all = [], []
+    finals: list[Any] = []
+    scored_all: list[Any] = []
+    later = []
     for group in model_groups(len(plans)):
         members = [plans[i] for i in group]
         group_job = replace(job, submissions=tuple(p.sub for p in members),
@@ -416,12 +448,23 @@ def scored_and_finalized(client: Client, plans: list[Planned], chunks: list[list
         for p in members:  # each chunk's share of a submission taken where the chunk is
             shares = [client.submit(PartitionResult.of, r, p.sub.name, pure=False)
                       for r in scored]
-            finals.append(client.submit(finalized, p.sub, p.given, p.counts, ctx,
-                                        then.get(p.sub.name), slim, *shares, pure=False))
+            if p.manifest.get("content_hash") is None:
+                later.append((len(finals), p, shares))
+                finals.append(None)
+            else:
+                finals.append(client.submit(finalized, p.sub, p.manifest, p.counts, ctx,
+                                            then.get(p.sub.name), slim, *shares, pure=False))
         scored_all += scored
-    io = client.submit(task_io, *scored_all, pure=False)
+    io = client.submit(task_io, *scored_all, pure=False) if scored_all else None
     if progress:
         _show_progress(scored_all)
+    if later:
+        digests = io.result().digests
+        for i, p, shares in later:
+            given = inputs[p.sub.name]
+            given.finish(digests.get(p.sub.name, []))
+            finals[i] = client.submit(finalized, p.sub, given.manifest, p.counts, ctx,
+                                      then.get(p.sub.name), slim, *shares, pure=False)
     return finals, io
 
 
@@ -465,20 +508,20 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
                               len(model_groups(len(submissions))))
         known = frozenset(gt_images["image_id"].to_pylist())
         gt_plan = GTPlan(gt, storage_options, gt_reader.manifest, chunks, known)
-        plans, failed = first_wave(active, gt_plan, submissions, limits, methods or {},
-                                   verify, isolate)
-        keep = tuple((keep_stores or {}).get(p.sub.name) if p.given.keeps else None
+        plans, inputs, failed = first_wave(active, gt_plan, submissions, limits,
+                                           methods or {}, verify, isolate)
+        keep = tuple((keep_stores or {}).get(p.sub.name) if p.keeps else None
                      for p in plans)
         subs = tuple(p.sub for p in plans)
         job = Job(gt, storage_options, subs, keep, scoring, gt_reader.manifest)
         ctx = ReportContext(options, zero_shot is not None, groups, composition,
                             gt_reader.manifest, chunk_counts(chunks, known))
-        with kept_stores(subs, keep, [p.given for p in plans], storage_options) as writers:
-            finals, io_future = scored_and_finalized(active, plans, chunks, gt_reader,
-                                                     scoring, job, ctx, then or {}, slim,
-                                                     progress)
+        with kept_stores(subs, keep, [inputs.get(p.sub.name) for p in plans],
+                         storage_options) as writers:
+            finals, io_future = scored_and_finalized(active, plans, inputs, chunks, gt_reader,
+                                                     job, ctx, then or {}, slim, progress)
             reports = _gathered(plans, finals, failed, isolate)
-            io = io_future.result() if plans else PartitionResult()
+            io = _io_of(io_future, failed)
             writers.commit(io.parts_written)
         if options.intervals is not None:
             for by_protocol in reports.values():
@@ -486,6 +529,19 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
                     add_intervals(report, options.intervals, composition,
                                   cluster_mapper(active))
     return ManyResult(reports, io.gt_parts_read, failed)
+
+
+def _io_of(future: Any, failed: dict[str, SgdaskError]) -> PartitionResult:
+    """The tasks' I/O record; an empty one when there were no tasks, or when a task failed
+    and its submissions are named in ``failed`` (``isolate``)."""
+    if future is None:
+        return PartitionResult()
+    try:
+        return future.result()
+    except SgdaskError:
+        if not failed:
+            raise
+        return PartitionResult()
 
 
 def _gathered(plans: list[Planned], finals: list[Any], failed: dict[str, SgdaskError],
@@ -530,7 +586,7 @@ def cluster_mapper(client: Client) -> Mapper:
 
 
 def kept_stores(subs: tuple[Submission, ...], keep: tuple[str | None, ...],
-                inputs: list[SubmissionInput], options: StorageOptions | None) -> Any:
+                inputs: list[SubmissionInput | None], options: StorageOptions | None) -> Any:
     """Store writers for the submissions kept as stores (removed again on failure)."""
     from sgdask.io.ingest import KeptStores
 
