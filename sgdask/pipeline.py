@@ -162,22 +162,8 @@ def pred_slices(chunks: list[list[str]], known: set[str], pred: SubmissionInput
                     "submission_images_not_evaluated": len(pred_set - evaluated)}
 
 
-def plan_partitions(gt: StoreReader, preds: list[SubmissionInput], partition_size: int | None,
-                    tasks: int | None = None
-                    ) -> tuple[list[PartitionSpec], dict[str, int], list[dict[str, int]]]:
-    """Evaluation partitions over the GT images that have relations; GT and per-submission
-    counts."""
-    gt_images = gt.images()
-    chunks = checked_chunks(gt, evaluation_chunks(gt_images, partition_size, tasks))
-    known = set(gt_images["image_id"].to_pylist())
-    per_pred = [pred_slices(chunks, known, p) for p in preds]
-    specs = [PartitionSpec(i, tuple(ids), parts_holding(ids, gt.parts),
-                           tuple(slices[i] for slices, _ in per_pred))
-             for i, ids in enumerate(chunks)]
-    return specs, chunk_counts(chunks, known), [c for _, c in per_pred]
-
-
 def checked_chunks(gt: StoreReader, chunks: list[list[str]]) -> list[list[str]]:
+    """The chunks, or the error that there is nothing to evaluate."""
     if not chunks:
         raise SgdaskError(f"{gt.url}: no test image has a relation: nothing to evaluate")
     return chunks
