@@ -11,18 +11,18 @@ predictions for it and scores every protocol on it, so many models cost one pass
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-import dask.bag as db
 import pyarrow as pa
-from distributed import Client, as_completed, futures_of
+from distributed import Client, as_completed
 
-from sgdask.cluster import dask_client
+from sgdask.cluster import Local, dask_client
 from sgdask.core.finalize import report_of
 from sgdask.core.partition import scored_partition
 from sgdask.core.result import PartitionResult
@@ -31,7 +31,7 @@ from sgdask.errors import InputError, SettingError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.consistency import check_against_gt
 from sgdask.io.formats import opened
-from sgdask.io.fs import StorageOptions, absolute
+from sgdask.io.fs import StorageOptions, absolute, filesystem
 from sgdask.io.partition import load_gt_images
 from sgdask.io.predicate_groups import evaluation_groups
 from sgdask.io.results import ResultsMethod
@@ -163,86 +163,96 @@ def pred_slices(chunks: list[list[str]], known: set[str], pred: SubmissionInput
                     "submission_images_not_evaluated": len(pred_set - evaluated)}
 
 
-def plan_partitions(gt: StoreReader, preds: list[SubmissionInput], partition_size: int | None,
-                    tasks: int | None = None
-                    ) -> tuple[list[PartitionSpec], dict[str, int], list[dict[str, int]]]:
-    """Evaluation partitions over the GT images that have relations; GT and per-submission
-    counts."""
-    gt_images = gt.images()
-    chunks = evaluation_chunks(gt_images, partition_size, tasks)
+def checked_chunks(gt: StoreReader, chunks: list[list[str]]) -> list[list[str]]:
+    """The chunks, or the error that there is nothing to evaluate."""
     if not chunks:
         raise SgdaskError(f"{gt.url}: no test image has a relation: nothing to evaluate")
-    known = set(gt_images["image_id"].to_pylist())
-    per_pred = [pred_slices(chunks, known, p) for p in preds]
-    specs = [PartitionSpec(i, tuple(ids), parts_holding(ids, gt.parts),
-                           tuple(slices[i] for slices, _ in per_pred))
-             for i, ids in enumerate(chunks)]
+    return chunks
+
+
+def chunk_counts(chunks: list[list[str]], known: set[str]) -> dict[str, int]:
+    """The GT's image counts of an evaluation."""
     n_evaluated = sum(len(c) for c in chunks)
-    counts = {"gt_images": len(known), "evaluated_images": n_evaluated,
-              "gt_images_without_relations": len(known) - n_evaluated}
-    return specs, counts, [c for _, c in per_pred]
+    return {"gt_images": len(known), "evaluated_images": n_evaluated,
+            "gt_images_without_relations": len(known) - n_evaluated}
 
 
 TASKS_PER_THREAD = 2
 TASK_IMAGES = 256
 MIN_TASK_IMAGES = 8
+#: submissions one task scores at most: a task reads its GT partition once for all of them,
+#: and a cap keeps tasks small enough that, with many models, no worker idles at the end
+MODELS_PER_TASK = 8
 
 
-def spread_size(n_images: int, n_tasks: int, client: Client, partition_size: int | None
-                ) -> int | None:
+def spread_size(n_images: int, n_tasks: int, client: Client, partition_size: int | None,
+                groups: int = 1) -> int | None:
     """A partition size that gives every worker thread of the cluster work when the default
     (one task per GT store part) has fewer tasks than threads (a store of few large parts on
-    many cores); None keeps the plan (always when ``--partition-size`` is given)."""
+    many cores); None keeps the plan (always when ``--partition-size`` is given). Each of
+    ``groups`` groups of submissions has tasks of its own: they share the threads."""
     if partition_size is not None:
         return None
-    threads = sum(client.nthreads().values())
+    threads = _threads_per_group(client, groups)
     if n_tasks >= threads:
         return None
     size = max(MIN_TASK_IMAGES, -(-n_images // (TASKS_PER_THREAD * threads)))
     return size if -(-n_images // size) > n_tasks else None
 
 
-def task_count(n_tasks: int, n_images: int, client: Client, partition_size: int | None
-               ) -> int:
+def task_count(n_tasks: int, n_images: int, client: Client, partition_size: int | None,
+               groups: int = 1) -> int:
     """Tasks of the default plan: ``n_tasks`` (one per GT store part), or fewer groups of
     consecutive parts of about ``TASK_IMAGES`` images, a multiple of the worker threads.
     Every task reads its GT and submission tables and folds a result; on a store of many
     small parts (PSG's 64 images) those fixed costs were a fifth of an evaluation. A fixed
     task size, not a share of the dataset, keeps a worker's memory flat in images; a
     multiple of the threads keeps every thread busy to the last round (9 tasks on 2
-    threads left one thread idle for the ninth)."""
+    threads left one thread idle for the ninth). ``groups``: as for ``spread_size``."""
     if partition_size is not None or not n_tasks:
         return n_tasks
-    threads = sum(client.nthreads().values())
+    threads = _threads_per_group(client, groups)
     per_task = max(1, TASK_IMAGES * n_tasks // max(n_images, 1))
     groups = threads * math.ceil(math.ceil(n_tasks / per_task) / threads)
     return max(1, min(n_tasks, groups))
 
 
-def run_bag(client: Client, specs: list[PartitionSpec], job: Job, progress: bool
-            ) -> PartitionResult:
-    """Map score_partition over a bag of partitions, show progress, fold the results."""
-    bag = db.from_sequence(specs, npartitions=len(specs)).map(score_partition, job)
-    scored = client.persist(bag)
-    futures = futures_of(scored)
-    if progress:
-        from rich.console import Console
-        from rich.progress import Progress
+def _threads_per_group(client: Client, groups: int) -> int:
+    return max(1, -(-sum(client.nthreads().values()) // groups))
 
-        with Progress(console=Console(stderr=True), transient=False) as bar:
-            task = bar.add_task("evaluating partitions", total=len(futures))
-            for _ in as_completed(futures):
-                bar.advance(task)
-    folded = scored.fold(PartitionResult.merged, initial=PartitionResult())
-    return client.compute(folded).result()
+
+def sized_chunks(gt: StoreReader, gt_images: pa.Table, partition_size: int | None,
+                 client: Client, groups: int) -> list[list[str]]:
+    """The evaluation's chunks of GT image ids, one per task of each of ``groups`` groups
+    of submissions, sized to the cluster (``spread_size``, ``task_count``)."""
+    chunks = checked_chunks(gt, evaluation_chunks(gt_images, partition_size))
+    n_images = sum(len(c) for c in chunks)
+    size = spread_size(n_images, len(chunks), client, partition_size, groups)
+    tasks = task_count(len(chunks), n_images, client, partition_size, groups)
+    if size is not None:
+        return evaluation_chunks(gt_images, size)
+    if tasks < len(chunks):
+        return evaluation_chunks(gt_images, None, tasks)
+    return chunks
+
+
+def model_groups(n_models: int) -> list[range]:
+    """Consecutive groups of at most ``MODELS_PER_TASK`` submissions, as equal as they
+    divide: every task scores one chunk of images for one group."""
+    n_groups = max(1, -(-n_models // MODELS_PER_TASK))
+    sizes = [n_models // n_groups + (i < n_models % n_groups) for i in range(n_groups)]
+    cuts = [0, *itertools.accumulate(sizes)]
+    return [range(a, b) for a, b in itertools.pairwise(cuts) if b > a]
 
 
 @dataclass
 class ManyResult:
-    """Reports per submission name and protocol, and which GT parts the tasks read."""
+    """Reports per submission name and protocol, which GT parts the tasks read, and the
+    submissions that failed (``isolate``: each alone, the others scored)."""
 
     reports: dict[str, dict[str, Report]]
     gt_parts_read: list[str]
+    failed: dict[str, SgdaskError] = field(default_factory=dict)
 
 
 def checked_inputs(gt_reader: StoreReader, submissions: list[tuple[str, str, str]],
@@ -265,15 +275,216 @@ def checked_inputs(gt_reader: StoreReader, submissions: list[tuple[str, str, str
     return inputs
 
 
+@dataclass(frozen=True)
+class Planned:
+    """One submission checked against the GT and cut into the evaluation's chunks (what its
+    first-wave task returns: slices name parts and ids, never predictions); ``keeps``: its
+    decoded images can be kept as a store."""
+
+    sub: Submission
+    manifest: dict[str, Any]
+    keeps: bool
+    slices: tuple[PredSlice, ...]
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True)
+class GTPlan:
+    """What every first-wave task shares: the GT and the evaluation's chunks of image ids."""
+
+    url: str
+    storage_options: StorageOptions | None
+    manifest: dict[str, Any]
+    chunks: list[list[str]]
+    known: frozenset[str]
+
+
+def opened_plan(gt: GTPlan, name: str, url: str, protocols: str, limits: ArchiveLimits | None,
+                method: ResultsMethod | None, verify: bool = False
+                ) -> tuple[Planned, SubmissionInput]:
+    """One submission verified completely (``verify``), opened and checked against the GT
+    before any of its kernels runs (SPEC), cut into the chunks; and the opened input."""
+    if verify:
+        from sgdask.io.verify import check_intact
+
+        check_intact(url, gt.storage_options)
+    gt_reader = StoreReader(gt.url, gt.storage_options, manifest=gt.manifest)
+    [given] = checked_inputs(gt_reader, [(name, url, protocols)], gt.storage_options, limits,
+                             {name: method} if method else {})
+    slices, counts = pred_slices(gt.chunks, set(gt.known), given)
+    sub = Submission(name, url, get_protocols(protocols), bool(given.manifest.get("has_ng")),
+                     _data_of(gt.manifest, given.manifest))
+    _check_pair_scores(sub, given)
+    return Planned(sub, given.manifest, given.keeps, tuple(slices), counts), given
+
+
+def planned(gt: GTPlan, name: str, url: str, protocols: str, limits: ArchiveLimits | None,
+            verify: bool) -> Planned:
+    """A submission store's first-wave task (``opened_plan`` on a worker)."""
+    return opened_plan(gt, name, url, protocols, limits, None, verify)[0]
+
+
+def _is_file(url: str, method: ResultsMethod | None, options: StorageOptions | None) -> bool:
+    """Whether the submission is a file (or a model's result files), not a store: opened
+    in this process, which parses it anyway, as ``sgdask.io.formats.opened`` decides."""
+    if method is not None:
+        return True
+    fs, path = filesystem(url, options)
+    return fs.isfile(path)
+
+
+def first_wave(client: Client, gt: GTPlan, submissions: list[tuple[str, str, str]],
+               limits: ArchiveLimits | None, methods: dict[str, ResultsMethod], verify: bool,
+               isolate: bool
+               ) -> tuple[list[Planned], dict[str, SubmissionInput], dict[str, SgdaskError]]:
+    """Every submission planned: a store by a task of its own (checked on a worker), a
+    file in this process (its input kept: ``finish``, kept stores). A submission whose
+    check fails is left out and named (``isolate``), else its error is raised before any
+    kernel runs."""
+    [shared] = client.scatter([gt], hash=False)
+    files = {name for name, url, _ in submissions
+             if _is_file(url, methods.get(name), gt.storage_options)}
+    futures = {name: client.submit(planned, shared, name, url, protocols, limits, verify,
+                                   pure=False)
+               for name, url, protocols in submissions if name not in files}
+    plans, inputs, failed = [], {}, {}
+    for name, url, protocols in submissions:
+        try:
+            if name in files:
+                plan, inputs[name] = opened_plan(gt, name, url, protocols, limits,
+                                                 methods.get(name), verify)
+            else:
+                plan = futures[name].result()
+            plans.append(plan)
+        except SgdaskError as err:
+            if not isolate:
+                client.cancel(list(futures.values()))
+                raise
+            failed[name] = err
+    return plans, inputs, failed
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """What finalizing a submission's reports needs besides its results (small, shared)."""
+
+    options: Settings
+    zero_shot: bool
+    groups: PredicateGroups | None
+    composition: dict[int, int] | None
+    gt_manifest: dict[str, Any]
+    counts: dict[str, int]
+
+
+Finish = Callable[[str, dict[str, Report]], None]
+
+
+def finalized(sub: Submission, manifest: dict[str, Any], counts: dict[str, int],
+              ctx: ReportContext, then: Finish | None, slim: bool, *results: PartitionResult
+              ) -> dict[str, Report]:
+    """One submission's per-model task: its shares of the chunks' results merged in chunk
+    order, its reports finalized (``manifest``: the submission's, complete), ``then``
+    (writing them: reports, cache entry) run here on the worker; ``slim``: returned without
+    per-image rows and terms."""
+    own = functools.reduce(PartitionResult.merged, results, PartitionResult())
+    categories, things = _categories_of(ctx.gt_manifest)
+    reports = {p.name: report_of(
+        own, (sub.name, p.name),
+        EvalSettings(p, ctx.options, sub.with_ng, ctx.zero_shot, ctx.groups, sub.data,
+                     categories, things),
+        ctx.composition, ctx.gt_manifest, manifest, {**ctx.counts, **counts})
+        for p in sub.protocols}
+    if then is not None:
+        then(sub.name, reports)
+    return {name: replace(r, per_image=[], terms=None) for name, r in reports.items()} \
+        if slim else reports
+
+
+def task_io(*results: PartitionResult) -> PartitionResult:
+    """What the tasks' I/O reports, without scores: GT parts read, store parts written,
+    result files' digests."""
+    io = PartitionResult()
+    for r in results:
+        io = io.merged(PartitionResult(gt_parts_read=r.gt_parts_read,
+                                       parts_written=r.parts_written, digests=r.digests))
+    return io
+
+
+def scored_and_finalized(client: Client, plans: list[Planned],
+                         inputs: dict[str, SubmissionInput], chunks: list[list[str]],
+                         gt_reader: StoreReader, job: Job, ctx: ReportContext,
+                         then: dict[str, Finish], slim: bool, progress: bool
+                         ) -> tuple[list[Any], Any]:
+    """Per group of submissions, a task per chunk scoring them, then one finalizing task
+    per submission (fed by tasks taking its share of each chunk's result: what moves
+    between workers is one submission's, not the group's); the futures of the finalizing
+    tasks (in ``plans`` order) and of the tasks' I/O record. Groups are submitted in order,
+    so the first groups' reports are written while later groups are scored. A file whose
+    manifest the tasks' digests complete (a result file's content hash) is finalized once
+    they are in (``inputs``: the files opened in this process)."""
+    gt_parts = [parts_holding(ids, gt_reader.parts) for ids in chunks]
+    finals: list[Any] = []
+    scored_all: list[Any] = []
+    later = []
+    for group in model_groups(len(plans)):
+        members = [plans[i] for i in group]
+        group_job = replace(job, submissions=tuple(p.sub for p in members),
+                            keep_stores=tuple(job.keep_stores[i] for i in group))
+        scored = [client.submit(score_partition,
+                                PartitionSpec(i, tuple(ids), gt_parts[i],
+                                              tuple(p.slices[i] for p in members)),
+                                group_job, pure=False)
+                  for i, ids in enumerate(chunks)]
+        for p in members:  # each chunk's share of a submission taken where the chunk is
+            shares = [client.submit(PartitionResult.of, r, p.sub.name, pure=False)
+                      for r in scored]
+            if p.manifest.get("content_hash") is None:
+                later.append((len(finals), p, shares))
+                finals.append(None)
+            else:
+                finals.append(client.submit(finalized, p.sub, p.manifest, p.counts, ctx,
+                                            then.get(p.sub.name), slim, *shares, pure=False))
+        scored_all += scored
+    io = client.submit(task_io, *scored_all, pure=False) if scored_all else None
+    if progress:
+        _show_progress(scored_all)
+    if later:
+        digests = io.result().digests
+        for i, p, shares in later:
+            given = inputs[p.sub.name]
+            given.finish(digests.get(p.sub.name, []))
+            finals[i] = client.submit(finalized, p.sub, given.manifest, p.counts, ctx,
+                                      then.get(p.sub.name), slim, *shares, pure=False)
+    return finals, io
+
+
+def _show_progress(futures: list[Any]) -> None:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task("evaluating partitions", total=len(futures))
+        for _ in as_completed(futures):
+            bar.advance(task)
+
+
 def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Settings,
-                  client: Client | None = None, scheduler: str | None = None,
+                  client: Client | None = None, scheduler: str | Local | None = None,
                   storage_options: StorageOptions | None = None, progress: bool = False,
                   limits: ArchiveLimits | None = None, keep_stores: dict[str, str] | None = None,
-                  methods: dict[str, ResultsMethod] | None = None) -> ManyResult:
+                  methods: dict[str, ResultsMethod] | None = None, *, isolate: bool = False,
+                  then: dict[str, Finish] | None = None, slim: bool = False,
+                  verify: bool = False) -> ManyResult:
     """Score several submissions ``(name, URL, protocols)`` in one Dask graph that reads
-    each GT partition once. A URL is a submission store or a submission file (decoded in
-    the tasks; ``keep_stores[name]``: also write it as a store there), or with
-    ``methods[name]`` a model's result file (decoded in the tasks too)."""
+    each GT partition once per group of submissions. A URL is a submission store or a
+    submission file (decoded in the tasks; ``keep_stores[name]``: also write it as a store
+    there), or with ``methods[name]`` a model's result file (decoded in the tasks too).
+
+    The driver only plans and waits: each submission's check is a task of the first wave
+    (``verify``: its store verified completely first; ``isolate``: a submission that fails
+    fails alone, named in ``failed``), each submission's reports are finalized by a task of
+    its own, which also runs ``then[name](name, reports)`` (writing them) on the worker;
+    ``slim``: the reports come back without per-image rows and terms."""
     options.checked()
     if len({name for name, _, _ in submissions}) != len(submissions):
         raise SgdaskError("submission names must be unique")
@@ -282,45 +493,69 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
     submissions = [(name, absolute(url), protocols) for name, url, protocols in submissions]
     keep_stores = {name: absolute(url) for name, url in (keep_stores or {}).items()}
     gt_reader = StoreReader(gt, storage_options, "gt")
-    inputs = checked_inputs(gt_reader, submissions, storage_options, limits, methods or {})
-    specs, counts, pred_counts = plan_partitions(gt_reader, inputs, options.partition_size)
     zero_shot, composition = gt_training_stats(gt_reader, options.stats, storage_options)
     groups = evaluation_groups(gt_reader, options, storage_options)
-    subs = tuple(Submission(name, url, get_protocols(protocols),
-                            bool(sub.manifest.get("has_ng")),
-                            _data_of(gt_reader.manifest, sub.manifest))
-                 for (name, url, protocols), sub in zip(submissions, inputs, strict=True))
-    for sub, given in zip(subs, inputs, strict=True):
-        _check_pair_scores(sub, given)
-    keep = tuple((keep_stores or {}).get(sub.name) if given.keeps else None
-                 for sub, given in zip(subs, inputs, strict=True))
     scoring = ScoringSettings(options, zero_shot, tuple(FAMILIES))
-    job = Job(gt, storage_options, subs, keep, scoring, gt_reader.manifest)
-    with kept_stores(subs, keep, inputs, storage_options) as writers, \
-            dask_client(client, scheduler) as active:
-        size = spread_size(counts["evaluated_images"], len(specs), active,
-                           options.partition_size)
-        tasks = task_count(len(specs), counts["evaluated_images"], active,
-                           options.partition_size)
-        if size is not None:
-            specs, _, _ = plan_partitions(gt_reader, inputs, size)
-        elif tasks < len(specs):
-            specs, _, _ = plan_partitions(gt_reader, inputs, None, tasks)
+    with dask_client(client, scheduler) as active:
+        gt_images = gt_reader.images()
+        chunks = sized_chunks(gt_reader, gt_images, options.partition_size, active,
+                              len(model_groups(len(submissions))))
+        known = frozenset(gt_images["image_id"].to_pylist())
+        gt_plan = GTPlan(gt, storage_options, gt_reader.manifest, chunks, known)
         try:
-            result = run_bag(active, specs, job, progress)
-        except Corrupt as err:
+            plans, inputs, failed = first_wave(active, gt_plan, submissions, limits,
+                                               methods or {}, verify, isolate)
+            keep = tuple((keep_stores or {}).get(p.sub.name) if p.keeps else None
+                         for p in plans)
+            subs = tuple(p.sub for p in plans)
+            job = Job(gt, storage_options, subs, keep, scoring, gt_reader.manifest)
+            ctx = ReportContext(options, zero_shot is not None, groups, composition,
+                                gt_reader.manifest, chunk_counts(chunks, known))
+            with kept_stores(subs, keep, [inputs.get(p.sub.name) for p in plans],
+                             storage_options) as writers:
+                finals, io_future = scored_and_finalized(active, plans, inputs, chunks, gt_reader,
+                                                         job, ctx, then or {}, slim, progress)
+                reports = _gathered(plans, finals, failed, isolate)
+                io = _io_of(io_future, failed)
+                writers.commit(io.parts_written)
+        except Corrupt as err:  # a store part missing on a worker, not in this process
             raise unseen_by_workers(err, storage_options) from None
-        writers.commit(result.parts_written)
-        for sub, given in zip(subs, inputs, strict=True):
-            given.finish(result.digests.get(sub.name, []))
-        reports = many_reports(result, subs, inputs, pred_counts, job, options, composition,
-                               groups, gt_reader.manifest, counts)
+        failed = {name: unseen_by_workers(err, storage_options) if isinstance(err, Corrupt)
+                  else err for name, err in failed.items()}
         if options.intervals is not None:
             for by_protocol in reports.values():
                 for report in by_protocol.values():
                     add_intervals(report, options.intervals, composition,
                                   cluster_mapper(active))
-    return ManyResult(reports, result.gt_parts_read)
+    return ManyResult(reports, io.gt_parts_read, failed)
+
+
+def _io_of(future: Any, failed: dict[str, SgdaskError]) -> PartitionResult:
+    """The tasks' I/O record; an empty one when there were no tasks, or when a task failed
+    and its submissions are named in ``failed`` (``isolate``)."""
+    if future is None:
+        return PartitionResult()
+    try:
+        return future.result()
+    except SgdaskError:
+        if not failed:
+            raise
+        return PartitionResult()
+
+
+def _gathered(plans: list[Planned], finals: list[Any], failed: dict[str, SgdaskError],
+              isolate: bool) -> dict[str, dict[str, Report]]:
+    """The finalizing tasks' reports, in submission order (``isolate``: a submission whose
+    tasks failed is named in ``failed``, the others kept)."""
+    reports = {}
+    for plan, future in zip(plans, finals, strict=True):
+        try:
+            reports[plan.sub.name] = future.result()
+        except SgdaskError as err:
+            if not isolate:
+                raise
+            failed[plan.sub.name] = err
+    return reports
 
 
 def _data_of(gt: dict[str, Any], pred: dict[str, Any]) -> frozenset[str]:
@@ -348,24 +583,6 @@ def _check_pair_scores(sub: Submission, given: SubmissionInput) -> None:
                           "holds none: convert it again)")
 
 
-def many_reports(result: PartitionResult, subs: tuple[Submission, ...],
-                 inputs: list[SubmissionInput], pred_counts: list[dict[str, int]], job: Job,
-                 options: Settings, composition: dict[int, int] | None,
-                 groups: PredicateGroups | None, gt_manifest: dict[str, Any],
-                 counts: dict[str, int]) -> dict[str, dict[str, Report]]:
-    """Per submission and protocol, the report of the folded results."""
-    scoring = job.scoring
-    categories, things = _categories_of(gt_manifest)
-    return {
-        sub.name: {p.name: report_of(
-            result, (sub.name, p.name),
-            EvalSettings(p, options, sub.with_ng, scoring.zero_shot is not None, groups,
-                         sub.data, categories, things),
-            composition, gt_manifest, given.manifest, {**counts, **pred_count})
-            for p in sub.protocols}
-        for sub, given, pred_count in zip(subs, inputs, pred_counts, strict=True)}
-
-
 def cluster_mapper(client: Client) -> Mapper:
     """Run blocks of bootstrap resamples as tasks (the shared terms sent once)."""
     def run(func: Any, shared: tuple, blocks: list[tuple]) -> list[Any]:
@@ -378,7 +595,7 @@ def cluster_mapper(client: Client) -> Mapper:
 
 
 def kept_stores(subs: tuple[Submission, ...], keep: tuple[str | None, ...],
-                inputs: list[SubmissionInput], options: StorageOptions | None) -> Any:
+                inputs: list[SubmissionInput | None], options: StorageOptions | None) -> Any:
     """Store writers for the submissions kept as stores (removed again on failure)."""
     from sgdask.io.ingest import KeptStores
 

@@ -200,6 +200,36 @@ def test_python_api_on_hand_started_cluster(hand_cluster, observer, stores, loca
     assert len(observer.scheduler_info()["workers"]) == 2
 
 
+def test_many_models_on_hand_started_workers_equal_one_evaluation(hand_cluster, observer,
+                                                                   stores, local_report,
+                                                                   tmp_path):
+    """Nine submissions: two groups of tasks (at most ``MODELS_PER_TASK`` each), every
+    check, report and cache entry a task on the hand-started workers; a missing store fails
+    alone. Every report equals the one evaluation's, and what the workers wrote reads back
+    the same."""
+    from sgdask.batch.many import ManyJob, run_many
+    from sgdask.core.settings import Settings
+    from sgdask.pipeline import MODELS_PER_TASK, model_groups
+    from sgdask.report import Report
+
+    assert [len(g) for g in model_groups(9)] == [5, 4] and MODELS_PER_TASK == 8
+    names = [f"m{i}" for i in range(9)]
+    subs = [(n, stores.pred, "singlempo") for n in names]
+    job = ManyJob(stores.gt, [*subs, ("gone", str(tmp_path / "absent"), "singlempo")],
+                  Settings(), out=str(tmp_path / "out"))
+    outcome = run_many(job, observer, log=lambda _: None, isolate=True, slim=True)
+    assert list(outcome.failed) == ["gone"] and "absent" in str(outcome.failed["gone"])
+    assert list(outcome.reports) == names
+    for name in names:
+        report = outcome.reports[name]["singlempo"]
+        assert (report.metrics, report.per_predicate) == (local_report.metrics,
+                                                          local_report.per_predicate)
+        assert report.per_image == [] and report.terms is None  # slim: nothing per image
+        written = Report.read(str(tmp_path / "out" / name))
+        assert comparable(written) == comparable(local_report)
+    assert not (tmp_path / "out" / "gone").exists()
+
+
 def test_worker_loss_mid_evaluation(hand_cluster, observer, big_stores):
     """A third worker joins, scores partitions, and is SIGKILLed (nanny and worker process)
     while it both holds finished partition results and processes more; the evaluation

@@ -673,7 +673,8 @@ def test_damaged_stats_file_is_one_line(good, tmp_path, capsys, client):
 
 
 def test_evaluate_many_checks_each_store_against_the_gt(good, tmp_path, capsys, client):
-    """evaluate-many: the inconsistent store is named, nothing is cached or written."""
+    """evaluate-many: the inconsistent store is named and fails alone: nothing of it is
+    cached or written, the consistent one is evaluated and written."""
     _, gt, pred = good
     store = copy_store(pred, tmp_path / "pred")
     rewrite_table(store, "instances/part-00001.parquet", bad_category)
@@ -684,4 +685,7 @@ def test_evaluate_many_checks_each_store_against_the_gt(good, tmp_path, capsys, 
     code, _, err = run_cli(capsys, "evaluate-many", str(job), "--scheduler",
                            client.scheduler.address)
     assert_one_line(code, err, str(store), "category 4000")
-    assert not list(out.rglob("*.json"))
+    assert not (out / "bad").exists()
+    assert (out / "good" / "metrics.json").exists()
+    assert [row["submission"] for row in json.loads((out / "summary.json").read_text())] \
+        == ["good"]

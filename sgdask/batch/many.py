@@ -25,8 +25,9 @@ import yaml
 from distributed import Client
 
 from sgdask.batch.cache import ResultCache, cache_key
+from sgdask.cluster import Local
 from sgdask.core.settings import Settings
-from sgdask.errors import Choose, InputError, SettingError
+from sgdask.errors import Choose, InputError, SettingError, SgdaskError
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.predicate_groups import groups_digest
 from sgdask.io.sniff import existing
@@ -115,7 +116,8 @@ def load_manifest(url: str, storage_options: StorageOptions | None = None) -> Ma
 
 @dataclass
 class ManyOutcome:
-    """Reports per submission and protocol, and what came from the cache."""
+    """Reports per submission and protocol, what came from the cache, and the submissions
+    that failed (``run_many(isolate=True)``: each alone)."""
 
     reports: dict[str, dict[str, Report]]
     cached: list[tuple[str, str]]
@@ -124,6 +126,7 @@ class ManyOutcome:
     keys: dict[tuple[str, str], str] = field(default_factory=dict)  # result cache keys
     #: submission name -> how its instances were matched: ``masks`` or ``boxes``
     matching: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, SgdaskError] = field(default_factory=dict)
 
 
 def _matching_mode(gt_manifest: dict[str, Any], sub_manifest: dict[str, Any]) -> str:
@@ -133,11 +136,14 @@ def _matching_mode(gt_manifest: dict[str, Any], sub_manifest: dict[str, Any]) ->
     return "masks" if both else "boxes"
 
 
-def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print
+def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print,
+               failed: dict[str, SgdaskError] | None = None
                ) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], Report],
                           dict[str, str]]:
     """Cache keys of every (submission, protocol), the reports already cached (checked:
-    a damaged entry is logged and counts as absent) and each submission's matching mode."""
+    a damaged entry is logged and counts as absent) and each submission's matching mode;
+    ``failed``: where a submission whose manifest cannot be read is named instead of
+    raised."""
     gt_manifest = StoreReader(job.gt, job.storage_options, "gt").manifest
     stats_hash = (stats_digest(job.options.stats, job.storage_options) if job.options.stats
                   else None)
@@ -145,7 +151,13 @@ def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print
                    if job.options.predicate_groups else None)
     keys, hits, matching = {}, {}, {}
     for name, url, protocols in job.submissions:
-        sub_manifest = StoreReader(url, job.storage_options, "submission").manifest
+        try:
+            sub_manifest = StoreReader(url, job.storage_options, "submission").manifest
+        except SgdaskError as err:
+            if failed is None:
+                raise
+            failed[name] = err
+            continue
         matching[name] = _matching_mode(gt_manifest, sub_manifest)
         for protocol in get_protocols(protocols):
             key = cache_key(gt_manifest, sub_manifest, protocol, job.options, stats_hash,
@@ -157,16 +169,44 @@ def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print
     return keys, hits, matching
 
 
-def run_many(job: ManyJob, client: Client | None = None, scheduler: str | None = None,
-             progress: bool = False, dry_run: bool = False, log: Log = print) -> ManyOutcome:
-    """Evaluate what the cache lacks in one graph, fill the cache, write ``job.out``."""
+@dataclass(frozen=True)
+class Written:
+    """What a submission's finalizing task writes on the worker, once its reports are
+    final: their cache entries (``keys``: per protocol) and its reports under ``out``."""
+
+    cache: str | None
+    out: str | None
+    keys: dict[str, str]
+    storage_options: StorageOptions | None
+
+    def __call__(self, name: str, reports: dict[str, Report]) -> None:
+        if self.cache:
+            cache = ResultCache(self.cache, self.storage_options)
+            for protocol, report in reports.items():
+                cache.put(self.keys[protocol], report,
+                          {"submission": name, "protocol": protocol})
+        if self.out:
+            write_reports(reports, join(self.out, name), self.storage_options)
+
+
+def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local | None = None,
+             progress: bool = False, dry_run: bool = False, log: Log = print,
+             isolate: bool = False, slim: bool = False) -> ManyOutcome:
+    """Evaluate what the cache lacks in one graph, fill the cache, write ``job.out``.
+
+    Each evaluated submission's cache entries and reports are written by its own task on
+    the cluster (with intervals, the reports are written here, once they have them).
+    ``isolate``: a submission that fails fails alone (named in ``failed``), the others are
+    evaluated and written; ``slim``: evaluated reports come back without per-image rows and
+    terms (what a summary needs; nothing per image reaches this process)."""
     cache_url = job.cache or (join(job.out, "cache") if job.out else None)
     existing(job.gt, job.storage_options)
     for written, what in ((job.out, "reports"), (cache_url, "the result cache")):
         if written:
             check_output_outside_stores(written, job.storage_options, what)
     cache = ResultCache(cache_url, job.storage_options) if cache_url else None
-    keys, hits, matching = plan_cache(job, cache, log)
+    failed: dict[str, SgdaskError] = {}
+    keys, hits, matching = plan_cache(job, cache, log, failed if isolate else None)
     for name, protocol in hits:
         log(f"cached: {name} / {protocol} (key {keys[(name, protocol)]})")
     missing: dict[str, list[str]] = {}
@@ -176,33 +216,35 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | None =
             log(f"{'would evaluate' if dry_run else 'to evaluate'}: {name} / {protocol}")
     fresh: dict[str, dict[str, Report]] = {}
     parts_read: list[str] = []
+    with_ci = job.options.intervals is not None
     if missing and not dry_run:
         urls = {name: url for name, url, _ in job.submissions}
-        if job.verify:
-            from sgdask.io.verify import check_intact
-
-            for name in missing:
-                check_intact(urls[name], job.storage_options)
+        out = None if with_ci else job.out
+        written = {name: Written(cache_url, out, {p: keys[(name, p)] for p in protocols},
+                                 job.storage_options)
+                   for name, protocols in missing.items()} if cache_url or out else {}
         result = evaluate_many(job.gt, [(n, urls[n], ",".join(p)) for n, p in missing.items()],
                                replace(job.options, ci=None), client, scheduler,
-                               job.storage_options, progress)
+                               job.storage_options, progress, isolate=isolate, then=written,
+                               slim=slim and not with_ci, verify=job.verify)
         fresh, parts_read = result.reports, result.gt_parts_read
-        for name, by_protocol in fresh.items():
-            for protocol, report in by_protocol.items():
-                if cache:
-                    cache.put(keys[(name, protocol)], report,
-                              {"submission": name, "protocol": protocol})
+        failed.update(result.failed)
+    for name in failed:
+        log(f"failed: {name}")
     reports: dict[str, dict[str, Report]] = {}
     for (name, protocol) in keys:
         report = hits.get((name, protocol)) or fresh.get(name, {}).get(protocol)
         if report is not None:
             reports.setdefault(name, {})[protocol] = report
-    if job.options.intervals is not None and reports:
+    if with_ci and reports:
         with_intervals(job, reports)
     if job.out and not dry_run:
-        write_outputs(job, reports)
-    evaluated = [(n, p) for n, ps in missing.items() for p in ps] if not dry_run else []
-    return ManyOutcome(reports, sorted(hits), evaluated, parts_read, keys, matching)
+        write_outputs(job, reports if with_ci else
+                      {n: by_protocol for n, by_protocol in reports.items() if n not in fresh})
+        write_summary(job, reports)
+    evaluated = [(n, p) for n, ps in missing.items() if n not in failed for p in ps] \
+        if not dry_run else []
+    return ManyOutcome(reports, sorted(hits), evaluated, parts_read, keys, matching, failed)
 
 
 def with_intervals(job: ManyJob, reports: dict[str, dict[str, Report]]) -> None:
@@ -224,11 +266,15 @@ def summary_rows(reports: dict[str, dict[str, Report]]) -> list[dict[str, Any]]:
 
 
 def write_outputs(job: ManyJob, reports: dict[str, dict[str, Report]]) -> None:
+    """Every submission's reports under ``job.out``."""
     assert job.out is not None
     for name, by_protocol in reports.items():
         write_reports(by_protocol, join(job.out, name), job.storage_options)
+
+
+def write_summary(job: ManyJob, reports: dict[str, dict[str, Report]]) -> None:
+    """``summary.json``: one row per (submission, protocol) with every overall metric."""
+    assert job.out is not None
     fs, path = filesystem(join(job.out, "summary.json"), job.storage_options)
     with fs.open(path, "w") as f:
         json.dump(summary_rows(reports), f, indent=1)
-
-

@@ -38,6 +38,7 @@ from sgdask.batch.leaderboard_html import (
 )
 from sgdask.batch.many import Log, ManyJob, ManyOutcome, run_many
 from sgdask.batch.registry import Entry, Registry
+from sgdask.cluster import Local
 from sgdask.core.settings import Settings
 from sgdask.io.fs import StorageOptions, filesystem, is_local, join
 from sgdask.io.lock import DEFAULT_LEASE, exclusive_lock
@@ -297,7 +298,7 @@ def board_job(registry_url: str, gt: str, entries: list[Entry], options: Setting
 
 def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None,
            storage_options: StorageOptions | None = None, client: Client | None = None,
-           scheduler: str | None = None, dry_run: bool = False, progress: bool = False,
+           scheduler: str | Local | None = None, dry_run: bool = False, progress: bool = False,
            log: Log = print, lease: float = DEFAULT_LEASE,
            ci: BoardCI | None = None, selection: str = "all", rank_by: str = RANK_BY
            ) -> RerankOutcome:

@@ -14,6 +14,7 @@ from sgdask.cli.options import (
     INPUT,
     InProcess,
     Limits,
+    Processes,
     Scheduler,
     StorageOpt,
     Workers,
@@ -72,7 +73,8 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
                   help="categories_dict.json (default: beside the annotation file)")] = None,
               storage_option: StorageOpt = None, overwrite: Overwrite = False,
               scheduler: Scheduler = None, in_process: InProcess = False,
-              workers: Workers = None, limit: Limits = None) -> None:
+              workers: Workers = None, processes: Processes = None,
+              limit: Limits = None) -> None:
     """Convert ground truth (OpenPSG, VG150, Open Images V6) to a store.
 
     The store is Parquet tables and Zarr masks. psg.json's size and nesting depth and each
@@ -110,7 +112,7 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
     if split is not None and not visual_genome:
         raise SgdaskError("--split applies to Visual Genome ground truth (psg.json's test "
                           "split is test_image_ids)")
-    cluster = cluster_choice(scheduler, in_process, workers)
+    cluster = cluster_choice(scheduler, in_process, workers, processes)
     given = {"masks_dir": masks, "dicts": dicts, "image_data": image_data, "split": split,
              "categories": categories}
     with progress_bar("ingesting GT images", None) as advance:
@@ -134,7 +136,7 @@ def convert(submission: Annotated[str, typer.Argument(
                 "(required with --method)")] = None,
             storage_option: StorageOpt = None, overwrite: Overwrite = False,
             scheduler: Scheduler = None, in_process: InProcess = False,
-            workers: Workers = None, limit: Limits = None,
+            workers: Workers = None, processes: Processes = None, limit: Limits = None,
             from_scores: Annotated[str | None, typer.Option(
                 "--from-scores", metavar="PATH", rich_help_panel=_SCORES,
                 help="derive the lists from per-pair predicate scores (Parquet or NPZ)")]
@@ -171,7 +173,7 @@ def convert(submission: Annotated[str, typer.Argument(
         raise SgdaskError("--rank-by and --ng-limit apply to lists derived --from-scores")
     limits = ArchiveLimits.from_pairs(limit)
     _check_method_options(method, from_scores, instance_scores)
-    cluster = cluster_choice(scheduler, in_process, workers)
+    cluster = cluster_choice(scheduler, in_process, workers, processes)
     options = storage_options(storage_option)
     expect(submission, "results" if method is not None else "submission file", options)
     check_store_target(out, "submission", options)

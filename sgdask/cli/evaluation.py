@@ -21,6 +21,7 @@ from sgdask.cli.options import (
     INTERVALS,
     PROTOCOL,
     Limits,
+    Processes,
     Scheduler,
     StorageOpt,
     Workers,
@@ -79,6 +80,7 @@ def evaluate(gt: Annotated[str, typer.Option(
              aggregation: Aggregation = "per_predicate",
              partition_size: _PartitionSize = DEFAULT_PARTITION_SIZE,
              scheduler: Scheduler = None, workers: Workers = None,
+             processes: Processes = None,
              out: Annotated[str | None, typer.Option(
                  metavar="DIR", help="write metrics.json, Parquet tables and reports here")]
              = None,
@@ -140,7 +142,7 @@ def evaluate(gt: Annotated[str, typer.Option(
     start = time.perf_counter()
     limits = ArchiveLimits.from_pairs(limit)
     how = None if method is None else ResultsMethod(method, instance_scores)
-    with dask_client(None, cluster_choice(scheduler, False, workers)) as client:
+    with dask_client(None, cluster_choice(scheduler, False, workers, processes)) as client:
         gt_store = _gt_store(gt, gt_masks, cache_dir, options, client, limits)
         if how is not None and keep_store is not None:
             from sgdask.io.formats import submission_format
@@ -232,6 +234,7 @@ def compare(gt: Annotated[str, typer.Option(
             stats: _Stats = None,
             partition_size: _PartitionSize = DEFAULT_PARTITION_SIZE,
             scheduler: Scheduler = None, workers: Workers = None,
+            processes: Processes = None,
             cache_dir: CacheDir = None, storage_option: StorageOpt = None) -> None:
     """Is model B better than model A?
 
@@ -266,7 +269,7 @@ def compare(gt: Annotated[str, typer.Option(
                      registry, options, method)
     job.check()
     check_setting_files(settings, options)
-    with dask_client(None, cluster_choice(scheduler, False, workers)) as client:
+    with dask_client(None, cluster_choice(scheduler, False, workers, processes)) as client:
         job.gt = _gt_store(gt, gt_masks, cache_dir, options, client)
         comparison = run_compare(job, client, progress=True)
     print_comparison(comparison, metrics)
@@ -279,17 +282,25 @@ def evaluate_many(manifest: Annotated[str, typer.Argument(
                       metavar="MANIFEST",
                       help="YAML or JSON: gt, submissions, out, cache, options")],
                   scheduler: Scheduler = None, workers: Workers = None,
+                  processes: Processes = None,
                   dry_run: Annotated[bool, typer.Option(
                       "--dry-run", help="list what would be evaluated, then stop")] = False,
                   storage_option: StorageOpt = None) -> None:
     """Evaluate many submissions in one Dask graph.
 
     Every submission of the manifest is scored against its one GT, through the cache: results
-    already there are not computed again."""
+    already there are not computed again. A submission that fails its checks fails alone:
+    the others are evaluated and written."""
     from sgdask.batch.many import load_manifest, run_many
 
     job = load_manifest(manifest, storage_options(storage_option))
-    outcome = run_many(job, scheduler=cluster_choice(scheduler, False, workers),
+    outcome = run_many(job, scheduler=cluster_choice(scheduler, False, workers, processes,
+                                                     batch=True),
                        progress=True, dry_run=dry_run,
-                       log=err_console.print)
+                       log=err_console.print, isolate=True, slim=True)
     print_many(outcome)
+    if outcome.failed:  # each failed alone: the others are evaluated and written
+        (_, first), *others = outcome.failed.items()
+        for name, err in others:
+            err_console.print(f"{name}: {err.render('cli')}", markup=False, highlight=False)
+        raise first

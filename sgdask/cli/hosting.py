@@ -13,6 +13,7 @@ from sgdask.cli.console import err_console, out_console
 from sgdask.cli.options import (
     InProcess,
     Limits,
+    Processes,
     Scheduler,
     StorageOpt,
     Workers,
@@ -56,7 +57,8 @@ def submit(submission: Annotated[str, typer.Argument(
                metavar="SECONDS", rich_help_panel=_SERVER,
                help="how long --wait waits at most")] = 3600,
            scheduler: Scheduler = None, in_process: InProcess = False,
-           workers: Workers = None, storage_option: StorageOpt = None) -> None:
+           workers: Workers = None, processes: Processes = None,
+           storage_option: StorageOpt = None) -> None:
     """Register (--registry) or upload (--server) a model.
 
     With --registry the submission is validated against --gt, converted and registered
@@ -73,7 +75,7 @@ def submit(submission: Annotated[str, typer.Argument(
 
     entry = register(submission, registry, gt, name, approved, paper,
                      storage_options(storage_option),
-                     cluster=cluster_choice(scheduler, in_process, workers))
+                     cluster=cluster_choice(scheduler, in_process, workers, processes))
     out_console.print(f"registered {entry.submission_id}: {entry.name} "
                       f"({'approved' if entry.approved else 'not approved'}) -> {entry.url}")
 
@@ -97,6 +99,7 @@ def _upload(submission: str, server: str, token: str | None, name: str, paper: s
 
 def rerank(registry: Registry, gt: GT, out: Board,
            scheduler: Scheduler = None, workers: Workers = None,
+           processes: Processes = None,
            dry_run: Annotated[bool, typer.Option(
                "--dry-run", help="list what would be evaluated, then stop")] = False,
            lease: Annotated[float, typer.Option(
@@ -127,7 +130,8 @@ def rerank(registry: Registry, gt: GT, out: Board,
         lease = stale_lock_after
     try:
         outcome = run_rerank(registry, gt, out, storage_options=storage_options(storage_option),
-                             scheduler=cluster_choice(scheduler, False, workers),
+                             scheduler=cluster_choice(scheduler, False, workers, processes,
+                                                      batch=True),
                              dry_run=dry_run, progress=True,
                              log=err_console.print, lease=lease, selection=selection)
     except LockHeld as err:
@@ -180,7 +184,7 @@ def _team_limits(daily: int, total: int, concurrent: int = 0) -> TeamLimits:
 def serve(registry: Registry, out: Board,
           gt: Annotated[str | None, typer.Option(
               help="GT store URL (one phase; or --benchmark)")] = None,
-          scheduler: Scheduler = None,
+          scheduler: Scheduler = None, processes: Processes = None,
           host: Annotated[str, typer.Option(
               metavar="ADDRESS", rich_help_panel=_HTTP,
               help="address to listen on (public: behind a TLS proxy)")]
@@ -226,13 +230,15 @@ def serve(registry: Registry, out: Board,
     workers = [] if no_worker else [
         WorkerConfig.beside(service, phase, poll, max_attempts,
                             ArchiveLimits.from_pairs(limit)) for phase in phases.phases]
-    run_server(service, workers, scheduler, host, port)
+    run_server(service, workers, cluster_choice(scheduler, False, None, processes, batch=True),
+               host, port)
 
 
 def worker(registry: Registry, out: Board,
            gt: Annotated[str | None, typer.Option(
                help="GT store URL (one phase; or --benchmark)")] = None,
-           scheduler: Scheduler = None, tokens: TokensFile = None,
+           scheduler: Scheduler = None, processes: Processes = None,
+           tokens: TokensFile = None,
            daily_limit: DailyLimit = 5, total_limit: TotalLimit = 0,
            open_uploads: OpenUploads = False,
            poll: Poll = 1.0, lease: Lease = DEFAULT_LEASE, max_attempts: MaxAttempts = 3,
@@ -248,18 +254,19 @@ def worker(registry: Registry, out: Board,
     from sgdask.service.worker import WorkerConfig
 
     options, archive = storage_options(storage_option), ArchiveLimits.from_pairs(limit)
+    cluster = cluster_choice(scheduler, False, None, processes, batch=True)
     if benchmark is None:
         if gt is None:
             raise SgdaskError("worker: give --gt GT (one phase) or --benchmark FILE (phases)")
         work([WorkerConfig(registry, gt, out, options, poll, lease, max_attempts,
                            tokens=tokens, limits=_team_limits(daily_limit, total_limit),
-                           open_uploads=open_uploads, archive_limits=archive)], scheduler)
+                           open_uploads=open_uploads, archive_limits=archive)], cluster)
         return
     work([WorkerConfig(p.registry, p.gt or "", p.out, options, poll, lease, max_attempts,
                        tokens=tokens, limits=p.limits, open_uploads=open_uploads,
                        archive_limits=archive, selection=p.selection, rank_by=p.headline,
                        phase=p)
-          for p in load_benchmark(benchmark, registry, out).phases], scheduler)
+          for p in load_benchmark(benchmark, registry, out).phases], cluster)
 
 
 def tokens_add(file: Annotated[Path, typer.Argument(

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sgdask.cluster import LOCAL, Local
+from sgdask.cluster import LOCAL, LOCAL_PROCESSES, Local, configured_scheduler
 from sgdask.errors import SgdaskError
 
 #: the panels ``--help`` groups options into (the essential ones stay under "Options")
@@ -31,14 +31,30 @@ Limits = Annotated[list[str] | None, typer.Option(
     "limit and its default: the docs' File formats page)")]
 
 
+Processes = Annotated[bool | None, typer.Option(
+    "--processes/--threads", help="workers of the local Dask cluster: processes (one thread "
+    "each) or threads of this process (default: processes for evaluate-many, rerank and the "
+    "service worker, where their start is amortised; threads for the one-off commands)")]
+
+
 def cluster_choice(scheduler: str | None, in_process: bool = False,
-                   workers: int | None = None) -> str | Local | None:
-    """What work runs on: nothing (in process), a scheduler, or a LocalCluster."""
+                   workers: int | None = None, processes: bool | None = None,
+                   batch: bool = False) -> str | Local | None:
+    """What work runs on: nothing (in process), a scheduler, or a LocalCluster (of worker
+    processes when ``processes`` says so, or by default for a ``batch`` command)."""
     if in_process:
         return None
     if scheduler and workers:
         raise SgdaskError("--workers: only for the local cluster (not with --scheduler)")
-    return scheduler or (Local(workers) if workers else LOCAL)
+    if scheduler and processes is not None:
+        raise SgdaskError("--processes/--threads: only for the local cluster (not with "
+                          "--scheduler)")
+    if scheduler:
+        return scheduler
+    if processes is None and (workers is None and configured_scheduler()):
+        return LOCAL  # Dask's configured scheduler-address, as without any option
+    chosen = batch if processes is None else processes
+    return Local(workers, chosen) if workers or chosen != LOCAL_PROCESSES else LOCAL
 
 
 def _parse_value(text: str) -> Any:

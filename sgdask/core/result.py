@@ -54,6 +54,15 @@ class PartitionResult:
         self.terms.setdefault(key, []).append(
             TermTable.from_blocks([h.image_id for h in hits], blocks))
 
+    def of(self, name: str) -> PartitionResult:
+        """One submission's share (every protocol of it): what its reports are made of."""
+        keys = [k for k in self.accumulators if k[0] == name]
+        return PartitionResult(
+            {k: self.accumulators[k] for k in keys}, {k: self.images[k] for k in keys}, [],
+            {name: self.parts_written[name]} if name in self.parts_written else {},
+            {k: self.terms[k] for k in keys},
+            {name: self.digests[name]} if name in self.digests else {})
+
     def merged(self, other: PartitionResult) -> PartitionResult:
         keys = list(dict.fromkeys([*self.accumulators, *other.accumulators]))
         empty = Accumulator()

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sgdask.cluster import dask_client
+from sgdask.cluster import Local, dask_client
 from sgdask.service.app import ServiceConfig, create_app
 from sgdask.service.worker import Worker, WorkerConfig
 
@@ -21,8 +21,8 @@ def log_stderr(line: str) -> None:
     print(f"sgdask: {line}", file=sys.stderr, flush=True)
 
 
-def run_workers(configs: list[WorkerConfig], scheduler: str | None, stop: threading.Event,
-                log: Log = log_stderr) -> None:
+def run_workers(configs: list[WorkerConfig], scheduler: str | Local | None,
+                stop: threading.Event, log: Log = log_stderr) -> None:
     """Work the queues (one per phase) on one cluster (``scheduler``, or a LocalCluster)
     until ``stop``, each in its own thread."""
     with dask_client(None, scheduler) as client:
@@ -35,8 +35,8 @@ def run_workers(configs: list[WorkerConfig], scheduler: str | None, stop: thread
             thread.join()
 
 
-def worker_thread(configs: list[WorkerConfig], scheduler: str | None, stop: threading.Event,
-                  log: Log) -> threading.Thread:
+def worker_thread(configs: list[WorkerConfig], scheduler: str | Local | None,
+                  stop: threading.Event, log: Log) -> threading.Thread:
     def main() -> None:
         try:
             run_workers(configs, scheduler, stop, log)
@@ -58,7 +58,7 @@ def bound_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(service: ServiceConfig, workers: list[WorkerConfig], scheduler: str | None,
+def serve(service: ServiceConfig, workers: list[WorkerConfig], scheduler: str | Local | None,
           host: str = "127.0.0.1", port: int = 8000, log: Log = log_stderr) -> None:
     """Serve until interrupted; the workers (one per phase, or none) run in threads
     meanwhile."""
@@ -85,7 +85,8 @@ def serve(service: ServiceConfig, workers: list[WorkerConfig], scheduler: str | 
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def work(configs: list[WorkerConfig], scheduler: str | None, log: Log = log_stderr) -> None:
+def work(configs: list[WorkerConfig], scheduler: str | Local | None,
+         log: Log = log_stderr) -> None:
     """``sgdask worker`` (one queue, or one per phase): until SIGINT or SIGTERM (finishing
     the current step first)."""
     stop = threading.Event()

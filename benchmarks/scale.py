@@ -1,0 +1,233 @@
+"""Scale benchmark: ``evaluate-many`` of 10 and 50 models on 1 and 2 worker processes of a
+real ``dask scheduler`` / ``dask worker`` cluster that the benchmark starts on 127.0.0.1.
+
+``python -m benchmarks.scale`` (part of ``make bench``; a few minutes alone). Per worker
+count: a warm-up job (the workers compile the kernels), then the 1-model job and the
+10-model job 3 times each (medians) and the 50-model job once, each a fresh driver process
+(``benchmarks._scale_driver``) writing reports and cache entries to a fresh directory.
+
+Reported: wall, the driver's CPU per model (marginal: the 10-model job's driver CPU minus
+the 1-model job's, over 9), the workers' CPU per model (every process of ``dask worker``:
+nannies and worker processes), the scheduler's CPU, the speed-up of 2 worker processes over
+1, and the driver's peak RSS at 10 and 50 models. CPU seconds are robust to other load on
+the machine; wall-clock ratios are not: the load average is recorded with every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from benchmarks.dataset import prepare
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+TARGETS = {"driver_cpu_per_model_s": 0.1, "speedup": 1.6, "cpu_per_model_s": 1.4,
+           "wall_10_s": 10.0, "rss_ratio": 1.2}
+
+
+def _log(message: str) -> None:
+    print(f"[scale] {message}", file=sys.stderr, flush=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tree_cpu_s(proc: psutil.Process) -> float:
+    """CPU seconds of a process and its live descendants."""
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            times = p.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+@contextmanager
+def _cluster(workers: int, env: dict[str, str]):
+    """A ``dask scheduler`` and ``dask worker --nworkers N --nthreads 1`` on 127.0.0.1."""
+    dask = str(Path(sys.executable).with_name("dask"))
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    port = address.rsplit(":", 1)[1]
+    logs = tempfile.TemporaryDirectory(prefix="sgdask-scale-")
+    with open(Path(logs.name, "scheduler.log"), "wb") as slog, \
+            open(Path(logs.name, "worker.log"), "wb") as wlog:
+        scheduler = subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", port,
+                                      "--dashboard-address", ":0"], stdout=slog,
+                                     stderr=subprocess.STDOUT, env=env)
+        worker = subprocess.Popen([dask, "worker", address, "--nworkers", str(workers),
+                                   "--nthreads", "1", "--dashboard-address", ":0"],
+                                  stdout=wlog, stderr=subprocess.STDOUT, env=env)
+        try:
+            from distributed import Client
+
+            with Client(address, timeout="60s") as client:
+                client.wait_for_workers(workers, timeout=120)
+            yield address, psutil.Process(scheduler.pid), psutil.Process(worker.pid)
+        finally:
+            for proc in (worker, scheduler):
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            logs.cleanup()
+
+
+def _run(address: str, gt: Path, preds: list[Path], work: Path, env: dict[str, str],
+         scheduler: psutil.Process, worker: psutil.Process) -> dict[str, Any]:
+    """One driver process: its own numbers, the workers' and the scheduler's CPU."""
+    out = work / f"out-{len(preds)}"
+    shutil.rmtree(out, ignore_errors=True)
+    argv = [sys.executable, "-m", "benchmarks._scale_driver", "--scheduler", address,
+            "--gt", str(gt), "--out", str(out), *[a for p in preds for a in ("--pred", str(p))]]
+    load = os.getloadavg()[0]
+    w0, s0 = _tree_cpu_s(worker), _tree_cpu_s(scheduler)
+    proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise SystemExit(f"driver failed:\n{proc.stderr[-3000:]}")
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    if row["failed"]:
+        raise SystemExit(f"models failed: {row['failed']}")
+    row.update(worker_cpu_s=_tree_cpu_s(worker) - w0, scheduler_cpu_s=_tree_cpu_s(scheduler) - s0,
+               load_before=load, load_after=os.getloadavg()[0])
+    shutil.rmtree(out, ignore_errors=True)
+    return row
+
+
+def _median(rows: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def measure(workers: int, gt: Path, preds: list[Path], work: Path, repeats: int,
+            large: int | None, env: dict[str, str]) -> dict[str, Any]:
+    """Every job on one cluster of ``workers`` worker processes."""
+    with _cluster(workers, env) as (address, scheduler, worker):
+        def run(n: int) -> dict[str, Any]:
+            row = _run(address, gt, preds[:n], work, env, scheduler, worker)
+            _log(f"{workers} worker(s), {n} model(s): {row['wall_s']:.1f} s wall, driver "
+                 f"{row['driver_cpu_s']:.2f} CPU-s, workers {row['worker_cpu_s']:.1f} CPU-s, "
+                 f"load {row['load_before']:.1f}")
+            return row
+
+        run(1)  # warm-up: the worker processes load and compile the kernels
+        one = [run(1) for _ in range(repeats)]
+        ten = [run(10) for _ in range(repeats)]
+        fifty = run(large) if large else None
+    return {"workers": workers, "one": one, "ten": ten, "fifty": fifty}
+
+
+def summary(by_workers: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The targets' numbers: medians of the repeated jobs."""
+    out: dict[str, Any] = {}
+    for w, m in by_workers.items():
+        d1, d10 = _median(m["one"], "driver_cpu_s"), _median(m["ten"], "driver_cpu_s")
+        w10 = _median(m["ten"], "worker_cpu_s")
+        row = {"wall_10_s": _median(m["ten"], "wall_s"), "wall_1_s": _median(m["one"], "wall_s"),
+               "driver_cpu_1_s": d1, "driver_cpu_10_s": d10,
+               "driver_cpu_per_model_s": (d10 - d1) / 9, "worker_cpu_per_model_s": w10 / 10,
+               "scheduler_cpu_10_s": _median(m["ten"], "scheduler_cpu_s"),
+               "cpu_per_model_s": (d10 + w10) / 10,
+               "driver_rss_10_mb": _median(m["ten"], "driver_peak_rss") / 2**20,
+               "load": [round(r["load_before"], 1) for r in m["ten"]]}
+        if m["fifty"]:
+            f = m["fifty"]
+            row.update(wall_50_s=f["wall_s"], driver_cpu_50_s=f["driver_cpu_s"],
+                       worker_cpu_per_model_50_s=f["worker_cpu_s"] / f["models"],
+                       driver_rss_50_mb=f["driver_peak_rss"] / 2**20,
+                       rss_ratio=f["driver_peak_rss"] / _median(m["ten"], "driver_peak_rss"),
+                       driver_cpu_per_model_50_s=(f["driver_cpu_s"] - d1) / (f["models"] - 1))
+        out[str(w)] = row
+    if "1" in out and "2" in out:
+        out["speedup_10"] = out["1"]["wall_10_s"] / out["2"]["wall_10_s"]
+    return out
+
+
+def render(result: dict[str, Any]) -> str:
+    s = result["summary"]
+    lines = [f"# Scale benchmark ({result['images']} images, {result['protocol']}, "
+             f"{result['started']})", "",
+             "| worker processes | wall, 1 model | wall, 10 models | driver CPU-s per model "
+             "(marginal) | worker CPU-s per model | CPU-s per model, driver + workers | "
+             "driver RSS, 10 models | wall, 50 models | driver RSS, 50 models | load avg |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for w in ("1", "2"):
+        if w not in s:
+            continue
+        r = s[w]
+        fifty = (f"{r['wall_50_s']:.1f} s | {r['driver_rss_50_mb']:.0f} MB "
+                 f"({r['rss_ratio']:.2f}x)" if "wall_50_s" in r else "- | -")
+        lines.append(f"| {w} | {r['wall_1_s']:.1f} s | {r['wall_10_s']:.1f} s | "
+                     f"{r['driver_cpu_per_model_s']:.3f} | {r['worker_cpu_per_model_s']:.2f} | "
+                     f"{r['cpu_per_model_s']:.2f} | {r['driver_rss_10_mb']:.0f} MB | {fifty} | "
+                     f"{', '.join(map(str, r['load']))} |")
+    if "speedup_10" in s:
+        lines += ["", f"10 models, 2 worker processes vs 1: {s['speedup_10']:.2f}x "
+                  f"(target >= {TARGETS['speedup']}x; wall-clock ratios need a quiet machine)"]
+    return "\n".join(lines) + "\n"
+
+
+def _stores(args: argparse.Namespace, models: int) -> tuple[Path, list[Path]]:
+    """The GT store and ``models`` submission stores (distinct rankings of one submission)."""
+    if args.stores:
+        return args.stores / "gt.store", [args.stores / "pred.store", *(
+            args.stores / f"pred-m{i}.store" for i in range(1, models))]
+    ds = prepare(args.cache, args.images, 0, _log, models=models)
+    return ds.gt_store, list(ds.models)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scale",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--images", type=int, default=2177)
+    parser.add_argument("--workers", default="1,2", help="worker process counts")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--large", type=int, default=50, help="models of the single large "
+                        "job (0: none)")
+    parser.add_argument("--protocol", default="singlempo")
+    parser.add_argument("--cache", type=Path, default=BENCH / "cache")
+    parser.add_argument("--results", type=Path, default=BENCH / "results")
+    parser.add_argument("--stores", type=Path, help="use DIR/gt.store, DIR/pred.store and "
+                        "DIR/pred-m1.store ... instead of the cached dataset's stores")
+    args = parser.parse_args(argv)
+    gt, preds = _stores(args, max(10, args.large))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(  # a given PYTHONPATH first: a baseline
+        p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)}
+    started = time.strftime("%Y-%m-%dT%H%MZ", time.gmtime())
+    by_workers = {}
+    with tempfile.TemporaryDirectory(prefix="sgdask-scale-") as work:
+        for w in (int(x) for x in args.workers.split(",")):
+            by_workers[w] = measure(w, gt, preds, Path(work), args.repeats,
+                                    args.large or None, env)
+    result = {"started": started, "images": args.images, "protocol": args.protocol,
+              "cores": psutil.cpu_count(), "runs": {str(w): m for w, m in by_workers.items()},
+              "summary": summary(by_workers)}
+    args.results.mkdir(parents=True, exist_ok=True)
+    stem = args.results / f"{started}-scale"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    text = render(result)
+    stem.with_suffix(".md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
