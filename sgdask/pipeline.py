@@ -40,7 +40,7 @@ from sgdask.io.sources import PredSlice, StoreInput, SubmissionInput
 from sgdask.io.store import CROWD_VERSION, Corrupt, StoreReader, unseen_by_workers
 from sgdask.io.training_stats import gt_training_stats
 from sgdask.io.validate import GTInfo
-from sgdask.metrics import FAMILIES
+from sgdask.metrics import FAMILIES, Family, families_of
 from sgdask.metrics.groups import PredicateGroups
 from sgdask.protocols import get_protocols
 from sgdask.report import EvalSettings, Report
@@ -341,7 +341,8 @@ def first_wave(client: Client, gt: GTPlan, submissions: list[tuple[str, str, str
     file in this process (its input kept: ``finish``, kept stores). A submission whose
     check fails is left out and named (``isolate``), else its error is raised before any
     kernel runs."""
-    [shared] = client.scatter([gt], hash=False)
+    # on every worker: a worker lost with the only copy would fail the tasks that need it
+    [shared] = client.scatter([gt], hash=False, broadcast=True)
     files = {name for name, url, _ in submissions
              if _is_file(url, methods.get(name), gt.storage_options)}
     futures = {name: client.submit(planned, shared, name, url, protocols, limits, verify,
@@ -374,6 +375,7 @@ class ReportContext:
     composition: dict[int, int] | None
     gt_manifest: dict[str, Any]
     counts: dict[str, int]
+    families: tuple[Family, ...]
 
 
 Finish = Callable[[str, dict[str, Report]], None]
@@ -388,14 +390,15 @@ def finalized(sub: Submission, manifest: dict[str, Any], counts: dict[str, int],
     per-image rows and terms."""
     own = functools.reduce(PartitionResult.merged, results, PartitionResult())
     categories, things = _categories_of(ctx.gt_manifest)
-    reports = {p.name: report_of(
-        own, (sub.name, p.name),
-        EvalSettings(p, ctx.options, sub.with_ng, ctx.zero_shot, ctx.groups, sub.data,
-                     categories, things),
-        ctx.composition, ctx.gt_manifest, manifest, {**ctx.counts, **counts})
-        for p in sub.protocols}
-    if then is not None:
-        then(sub.name, reports)
+    with families_of(ctx.families):
+        reports = {p.name: report_of(
+            own, (sub.name, p.name),
+            EvalSettings(p, ctx.options, sub.with_ng, ctx.zero_shot, ctx.groups, sub.data,
+                         categories, things),
+            ctx.composition, ctx.gt_manifest, manifest, {**ctx.counts, **counts})
+            for p in sub.protocols}
+        if then is not None:  # written as the reports name their metrics
+            then(sub.name, reports)
     return {name: replace(r, per_image=[], terms=None) for name, r in reports.items()} \
         if slim else reports
 
@@ -510,7 +513,8 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
             subs = tuple(p.sub for p in plans)
             job = Job(gt, storage_options, subs, keep, scoring, gt_reader.manifest)
             ctx = ReportContext(options, zero_shot is not None, groups, composition,
-                                gt_reader.manifest, chunk_counts(chunks, known))
+                                gt_reader.manifest, chunk_counts(chunks, known),
+                                scoring.families)
             with kept_stores(subs, keep, [inputs.get(p.sub.name) for p in plans],
                              storage_options) as writers:
                 finals, io_future = scored_and_finalized(active, plans, inputs, chunks, gt_reader,

@@ -17,6 +17,9 @@ To add a metric, write a module with a ``FAMILY`` and add it to ``FAMILIES`` (or
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from fractions import Fraction
 
 from sgdask.errors import Choose, SettingError
@@ -56,6 +59,26 @@ def register(family: Family) -> None:
 
 def unregister(name: str) -> None:
     FAMILIES[:] = [f for f in FAMILIES if f.name != name]
+
+
+_SWAP = threading.Lock()
+
+
+@contextmanager
+def families_of(families: tuple[Family, ...]) -> Iterator[None]:
+    """The registry as an evaluation's driver had it (``families``: its ``FAMILIES``), for
+    work done in a worker process, whose registry lacks what the driver registered at run
+    time; nothing changes where the two agree (threads of the driver's process)."""
+    if [f.name for f in FAMILIES] == [f.name for f in families]:
+        yield
+        return
+    with _SWAP:
+        saved = FAMILIES[:]
+        FAMILIES[:] = families
+        try:
+            yield
+        finally:
+            FAMILIES[:] = saved
 
 
 def metrics() -> list[Metric]:
@@ -228,6 +251,7 @@ __all__ = [
     "board_columns",
     "check_metric_names",
     "computed_names",
+    "families_of",
     "format_value",
     "is_rank",
     "left_out",
