@@ -17,10 +17,11 @@ from typing import Any
 
 import yaml
 
+from sgdask.batch.rerank import BOARD_PROTOCOLS
 from sgdask.errors import InputError
 from sgdask.io.fs import join
 from sgdask.io.schemas import BENCHMARK, schema_problem
-from sgdask.metrics import RANK_BY, board_columns
+from sgdask.metrics import RANK_BY, board_columns, metrics
 from sgdask.service.access import BOARDS, Refusal
 from sgdask.service.limits import Limits
 
@@ -42,6 +43,10 @@ class Phase:
     visibility: str = "public"  # or private (scores hidden until revealed), unlisted
     selection: str = "all"  # which of a team's submissions the board shows (BoardRule)
     headline: str = RANK_BY  # the ranking metric
+    #: the protocols evaluated: the first one's numbers on the board, a second one's delta
+    protocols: tuple[str, ...] = BOARD_PROTOCOLS
+    #: (metric, ``higher``/``lower``) where the board overrides the registry's direction
+    direction: tuple[tuple[str, str], ...] = ()
     columns: tuple[str, ...] = ()  # the boards' metric columns (empty: every board column)
     meta_columns: tuple[str, ...] = ()  # entry metadata shown as columns
     intervals: bool = True
@@ -139,22 +144,33 @@ def _phase(path: str, i: int, doc: dict[str, Any], base: Path, registry: str, ou
     limits, board = doc.get("limits", {}), doc.get("board", {})
     gt = doc["gt"] if "://" in doc["gt"] or Path(doc["gt"]).is_absolute() \
         else str(base / doc["gt"])
+    headline = _columns(path, f"phases[{i}].headline", [doc.get("headline", RANK_BY)],
+                        _headlines())[0]
+    known = [*board_columns(), headline]
+    direction = board.get("direction", {})
+    _columns(path, f"phases[{i}].board.direction", list(direction), known)
     return Phase(doc["name"], gt, join(registry, "phases", doc["name"]), join(out, doc["name"]),
                  start, end,
                  Limits(limits.get("per_day", 5) or None, limits.get("total") or None,
                         limits.get("concurrent", 5) or None, limits.get("per_month") or None),
                  tuple(doc.get("boards", BOARDS)), doc.get("visibility", "public"),
-                 doc.get("selection", "all"),
-                 _columns(path, f"phases[{i}].headline", [doc.get("headline", RANK_BY)])[0],
-                 _columns(path, f"phases[{i}].board.columns", board.get("columns", [])),
+                 doc.get("selection", "all"), headline,
+                 tuple(doc.get("protocols", BOARD_PROTOCOLS)), tuple(direction.items()),
+                 _columns(path, f"phases[{i}].board.columns", board.get("columns", []), known),
                  tuple(board.get("meta", [])), board.get("intervals", True),
                  board.get("rank_ranges", True))
 
 
-def _columns(path: str, field_name: str, columns: list[str]) -> tuple[str, ...]:
-    """Metric columns of a board (its ``columns``, its ``headline``), each one the board
-    knows."""
-    known = board_columns()
+def _headlines() -> list[str]:
+    """What a phase may rank by: a board column or a metric without k (``score_wtd``)."""
+    return [*board_columns(), *(m.prefix for m in metrics() if not m.per_k and not m.grouped
+                                and m.prefix not in board_columns())]
+
+
+def _columns(path: str, field_name: str, columns: list[str], known: list[str]
+             ) -> tuple[str, ...]:
+    """Metric names of a board (its ``columns``, ``direction`` or ``headline``), each one
+    in ``known``."""
     for j, column in enumerate(columns):
         if column not in known:
             near = difflib.get_close_matches(column, known, 1)

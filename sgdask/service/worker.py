@@ -23,6 +23,7 @@ from distributed import Client
 from sgdask.batch.many import run_many
 from sgdask.batch.registry import Registry
 from sgdask.batch.rerank import (
+    BOARD_PROTOCOLS,
     BoardRule,
     board_job,
     inputs_digest,
@@ -81,6 +82,10 @@ class WorkerConfig:
     #: which of a team's submissions the board shows (``sgdask.batch.rerank.BoardRule``)
     selection: str = "all"
     rank_by: str = RANK_BY  # the board's ranking metric (a phase's ``headline``)
+    #: the protocols evaluated, the first one ranking (a phase's ``protocols``)
+    protocols: tuple[str, ...] = BOARD_PROTOCOLS
+    #: (metric, ``higher``/``lower``) against the registry's (a phase's board ``direction``)
+    direction: tuple[tuple[str, str], ...] = ()
     #: the benchmark file's phase this worker serves: inbox drops outside its dates are
     #: rejected (None: a service from flags, always open)
     phase: Phase | None = None
@@ -95,7 +100,13 @@ class WorkerConfig:
                    service.lease, max_attempts, tokens=service.tokens, limits=phase.limits,
                    open_uploads=service.open_uploads, archive_limits=archive_limits,
                    selection=phase.selection, rank_by=phase.headline,
+                   protocols=phase.protocols, direction=phase.direction,
                    phase=phase if service.benchmark is not None else None)
+
+    def rule(self, registry: Registry) -> BoardRule:
+        """The board rule of this worker's phase with the registry's choices."""
+        return BoardRule.of(registry, self.selection, self.rank_by, self.protocols,
+                            self.direction)
 
 
 class LostClaim(Exception):
@@ -130,14 +141,16 @@ def validation_problems(upload: str, gt: str, options: StorageOptions | None,
     return fmt.validate(upload, gt, options, limits, max_errors)
 
 
-def report_metrics(reports: dict[str, Any]) -> dict[str, Any]:
-    """The singlempo metrics shown on the status page, plus multimpo's ranking metric."""
-    single = reports.get("singlempo")
+def report_metrics(reports: dict[str, Any], protocols: tuple[str, ...] = BOARD_PROTOCOLS
+                   ) -> dict[str, Any]:
+    """The metrics of the board's protocol shown on the status page, plus the ranking
+    metric of the protocol its delta column compares with (``multimpo mR@50``)."""
+    single = reports.get(protocols[0])
     out = {k: v for k, v in (single.metrics if single else {}).items()
            if isinstance(v, (int, float)) and v == v}
-    multi = reports.get("multimpo")
+    multi = reports.get(protocols[1]) if len(protocols) > 1 else None
     if multi and RANK_BY in multi.metrics:
-        out[f"multimpo {RANK_BY}"] = multi.metrics[RANK_BY]
+        out[f"{protocols[1]} {RANK_BY}"] = multi.metrics[RANK_BY]
     return out
 
 
@@ -343,7 +356,8 @@ class Worker:
         if not claims:
             return
         job = board_job(self.config.registry, self.config.gt, [c.sub.entry for c in claims],
-                        self.config.settings, self.config.storage_options)
+                        self.config.settings, self.config.storage_options,
+                        self.config.protocols)
         start = time.perf_counter()
         log = lambda line: self.log(f"worker {self.id}: {line}")  # noqa: E731
         outcome = run_many(job, client=self.client, log=log)
@@ -355,7 +369,8 @@ class Worker:
         for claim in claims:
             evaluated = [list(k) for k in outcome.evaluated if k[0] == claim.id]
             try:
-                claim.step("evaluated", metrics=report_metrics(outcome.reports[claim.id]),
+                claim.step("evaluated", metrics=report_metrics(outcome.reports[claim.id],
+                                                               self.config.protocols),
                            evaluated=evaluated)
                 self.log(f"worker {self.id}: {claim.id}: evaluated")
             except LostClaim:
@@ -378,8 +393,7 @@ class Worker:
         fs.invalidate_cache(root)
         current = read_json(fs, join(root, "current.json"))
         digest = inputs_digest(rankable, self.config.settings,
-                               rule=BoardRule.of(self.registry, self.config.selection,
-                                                 self.config.rank_by))
+                               rule=self.config.rule(self.registry))
         up_to_date = current.get("inputs") == digest if current else not rankable
         if not waiting and up_to_date:
             return False
@@ -387,7 +401,8 @@ class Worker:
             rerank(self.config.registry, self.config.gt, self.config.out, self.config.settings,
                    self.config.storage_options, client=self.client, log=self.log,
                    lease=self.config.lease, selection=self.config.selection,
-                   rank_by=self.config.rank_by)
+                   rank_by=self.config.rank_by, protocols=self.config.protocols,
+                   direction=self.config.direction)
         except LockHeld:
             return False
         for sub in waiting:
