@@ -10,11 +10,13 @@ import io
 import json
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import pyarrow.parquet as pq
 import pytest
 import uvicorn
 
@@ -86,16 +88,22 @@ def site(tiny, tmp_path) -> Iterator[Site]:
     clock = Clock(at("2029-12-31T23:59:59Z"))
     config = ServiceConfig(registry, out, tokens=str(tokens),
                            benchmark=load_benchmark(str(benchmark), registry, out), clock=clock)
+    with serving(config) as base:
+        yield Site(base, clock, tmp_path / "registry", token, maintainer)
+
+
+@contextmanager
+def serving(config: ServiceConfig) -> Iterator[str]:
+    """The app (no worker) on uvicorn in a thread on 127.0.0.1: its base URL."""
     sock = bound_socket("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(create_app(config, log=lambda _: None),
                                            log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
     try:
         while not server.started:
             thread.join(0.05)
-        yield Site(base, clock, tmp_path / "registry", token, maintainer)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(10)
@@ -545,3 +553,76 @@ def test_rerank_refuses_an_unknown_selection_rule(tmp_path, capsys):
     assert exc.value.code == 2 and err == (
         "sgdask: error: --selection: 'worst' is not one of all, best, last, chosen")
     assert not (tmp_path / "o").exists()
+
+
+PROTOCOL_PHASES = """\
+phases:
+  - {{name: sgb, gt: {gt}, protocols: [sgbench2]}}
+  - name: low
+    gt: {gt}
+    protocols: [sgbench2]
+    board: {{direction: {{mR@50: lower}}, intervals: false}}
+"""
+
+
+def test_a_phase_ranks_by_its_protocol_and_its_directions(tiny, client, tmp_path, capsys):
+    """A phase under sgbench2 shows and ranks by sgbench2's numbers (those of `sgdask
+    evaluate --protocol sgbench2`), without a delta column, in its Parquet, page and
+    exports; a phase whose board says `mR@50: lower` ranks the same models the other way
+    round, its header's arrow pointing down."""
+    benchmark_file = tmp_path / "protocols.yaml"
+    benchmark_file.write_text(PROTOCOL_PHASES.format(gt=tiny.gt))
+    registry_url, out = str(tmp_path / "registry"), str(tmp_path / "board")
+    benchmark = load_benchmark(str(benchmark_file), registry_url, out)
+    sgb, low = benchmark.phases
+    assert (sgb.protocols, low.direction) == (("sgbench2",), (("mR@50", "lower"),))
+    stores, expected = {}, {}
+    for n in (50, 75, 95):                  # top-50 lists of 49, 24 and 4 triplets
+        stores[n] = str(tmp_path / "stores" / f"m{n}")
+        convert_submission(str(tiny.variant(n)), stores[n], tiny.gt, cluster=client)
+        with pytest.raises(SystemExit) as done:
+            main(["evaluate", "--gt", tiny.gt, "--pred", stores[n], "--protocol", "sgbench2",
+                  "--scheduler", client.scheduler.address, "--out", str(tmp_path / f"ev{n}")])
+        assert done.value.code in (0, None), capsys.readouterr().err
+        expected[f"m{n}"] = json.loads((tmp_path / f"ev{n}" / "metrics.json").read_text())
+    for phase in benchmark.phases:
+        registry = Registry(phase.registry)
+        for i, (n, url) in enumerate(stores.items()):
+            manifest = json.loads(Path(url, "manifest.json").read_text())
+            registry.add(Entry(f"2030010{i}T000000-{n:08x}", f"m{n}", url, "upload",
+                               f"2030-01-0{i + 1}T00:00:00.000000Z", False, None, "ready",
+                               manifest["content_hash"], f"team{n}"))
+        rerank(phase.registry, tiny.gt, phase.out, client=client, log=lambda _: None,
+               rank_by=phase.headline, protocols=phase.protocols, direction=phase.direction)
+
+    rows = json.loads(Path(sgb.out, "leaderboard.json").read_text())
+    for row in rows:
+        assert row["metrics"] == {c: expected[row["name"]]["metrics"].get(c)
+                                  for c in row["metrics"]}
+        assert row["delta"] == {}
+    order = sorted(expected, key=lambda name: -expected[name]["metrics"]["mR@50"])
+    assert [r["name"] for r in rows] == order and [r["rank"] for r in rows] == [1, 2, 3]
+    assert len({r["metrics"]["mR@50"] for r in rows}) == 3         # the order is strict
+    low_rows = json.loads(Path(low.out, "leaderboard.json").read_text())
+    assert [r["name"] for r in low_rows] == order[::-1]
+    columns = pq.read_schema(Path(sgb.out, "leaderboard.parquet")).names
+    assert "sgbench2 mR@50" in columns and "sgbench2 mR@50 ci_low" in columns
+    assert not [c for c in columns if "singlempo" in c or "multimpo" in c]
+
+    with serving(ServiceConfig(registry_url, out, benchmark=benchmark)) as base:
+        page = httpx.get(base + "/", timeout=30).text
+        assert "ranked by mR@50 under sgbench2" in page
+        for phase, arrow in ((sgb, "higher"), (low, "lower")):
+            head = page.split(f'id="board-{phase.name}-public"')[1].split("</thead>")[0]
+            assert f'data-col="mR@50" data-better="{arrow}"' in head
+            assert 'data-col="PRank" data-better="lower"' in head and "Δ" not in head
+            exported = httpx.get(f"{base}/boards/{phase.name}/public.csv", timeout=30).text
+            labels, *values = list(csv.reader(io.StringIO(exported)))
+            assert labels == ["#", "rank range", "model", "submitted", "mR@50", "R@50",
+                              "mR@20", "mR@100", "mNgR@50", "F@50", "PRank"]
+            mine = json.loads(Path(phase.out, "leaderboard.json").read_text())
+            assert [(v[2], float(v[4])) for v in values] == \
+                [(r["name"], r["metrics"]["mR@50"]) for r in mine]
+            as_json = httpx.get(f"{base}/boards/{phase.name}/public.json", timeout=30).json()
+            assert [[str(v) for v in row.values()] for row in as_json] == values
+            assert [list(row) for row in as_json] == [labels] * len(values)

@@ -155,10 +155,12 @@ def matching_boards(public: list[Entry], approved: list[Entry]
 # --- header ----------------------------------------------------------------------------------
 
 def header(title: str, generated_at: str, previous_generated_at: str | None,
-           rank_by: str = RANK_BY, look: BoardLook | None = None) -> str:
+           rank_by: str = RANK_BY, look: BoardLook | None = None,
+           protocols: str | None = None) -> str:
     """The page's title, dates and the note on its columns (``rank_by``: what the
     intervals are of, as the note names it; ``look``: the protocols its numbers are of,
-    default singlempo with the multimpo delta)."""
+    default singlempo with the multimpo delta; ``protocols``: what the note says of them
+    instead, on a page of boards under different protocols)."""
     parts = [f"<h1>{esc(title)}</h1>"]
     if generated_at:
         parts.append(f'<p class="meta">generated {esc(generated_at)}</p>')
@@ -170,7 +172,7 @@ def header(title: str, generated_at: str, previous_generated_at: str | None,
         f"{esc(look.delta_column)} is {esc(look.delta)} − {esc(look.protocol)} "
         f"{esc(RANK_BY)} in percentage points")
     parts.append(f'<p class="note">Recalls in percent, PRank in ranks (lower is better); '
-                 f"{delta or 'numbers under ' + esc(look.protocol)}. "
+                 f"{protocols or delta or 'numbers under ' + esc(look.protocol)}. "
                  f"\u2191/\u2193: higher/lower is better. Under {esc(rank_by)}: its bootstrap "
                  "interval over the test "
                  f"images; {esc(RANGE_COLUMN)}: from 1 + the number of models significantly "

@@ -108,7 +108,9 @@ def challenge_page(phases: list[PhaseBoard], title: str, account: Account | None
                    csrf: str) -> str:
     """Every phase of a benchmark file under its name, visibility and dates, with what the
     reader may see of its boards."""
-    parts = [header(title, "", None, "each phase's ranking metric")]
+    parts = [header(title, "", None, "each phase's ranking metric",
+                    protocols=f"a phase's numbers are under its first protocol; Δ P is its "
+                    f"second protocol P − the first, {RANK_BY} in percentage points")]
     for shown in phases:
         phase = shown.phase
         parts.append(f'<h2 class="phase" id="phase-{esc(phase.name)}">phase {esc(phase.name)}'
