@@ -208,12 +208,14 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tiny, client, tmp_path_factory) -> Iterator[Served]:
     """`sgdask serve --benchmark` as a real process, its workers on the session's cluster: a
-    closed phase, an open public one and an open private one (ending in 2999)."""
+    closed phase, an open one under sgbench2, an open public one and an open private one
+    (ending in 2999)."""
     root = tmp_path_factory.mktemp("served")
     benchmark = root / "challenge.yaml"
     benchmark.write_text(f"""title: three phases
 phases:
   - {{name: old, gt: {tiny.gt}, start: 2000-01-01T00:00:00Z, end: 2001-01-01T00:00:00Z}}
+  - {{name: sgb, gt: {tiny.gt}, protocols: [sgbench2], board: {{direction: {{mR@50: lower}}}}}}
   - name: open
     gt: {tiny.gt}
     start: 2000-01-01T00:00:00Z
@@ -626,3 +628,29 @@ def test_a_phase_ranks_by_its_protocol_and_its_directions(tiny, client, tmp_path
             as_json = httpx.get(f"{base}/boards/{phase.name}/public.json", timeout=30).json()
             assert [[str(v) for v in row.values()] for row in as_json] == values
             assert [list(row) for row in as_json] == [labels] * len(values)
+
+
+def test_serve_evaluates_a_phase_under_its_protocols(served, tiny, client, tmp_path, capsys):
+    """The worker of a phase under sgbench2 scores an upload under sgbench2 (the numbers
+    of `sgdask evaluate --protocol sgbench2` on the converted store); its status page and
+    board say so, and the board has no Δ column."""
+    team = served.tokens["team-b"]
+    sent = upload(served.base, team, tiny.variant(60), "sgb model", phase="sgb")
+    assert sent.status_code == 202
+    sid = sent.json()["id"]
+    assert wait_final(served.base, team, sid, 180)["status"] == "ranked"
+    store = served.root / "registry" / "phases" / "sgb" / "stores" / sid
+    with pytest.raises(SystemExit) as done:
+        main(["evaluate", "--gt", tiny.gt, "--pred", str(store), "--protocol", "sgbench2",
+              "--scheduler", client.scheduler.address, "--out", str(tmp_path / "ev")])
+    assert done.value.code in (0, None), capsys.readouterr().err
+    expected = json.loads((tmp_path / "ev" / "metrics.json").read_text())["metrics"]
+    rows = httpx.get(f"{served.base}/api/leaderboard?phase=sgb", timeout=30).json()
+    assert [r["name"] for r in rows] == ["sgb model"]
+    assert rows[0]["metrics"] == {c: expected.get(c) for c in rows[0]["metrics"]}
+    assert rows[0]["delta"] == {}
+    mine = httpx.get(f"{served.base}/submissions/{sid}", headers=auth(team), timeout=30).text
+    assert "<h2>Metrics (sgbench2)</h2>" in mine and "multimpo" not in mine
+    labels = next(csv.reader(io.StringIO(
+        httpx.get(f"{served.base}/boards/sgb/public.csv", timeout=30).text)))
+    assert labels[-2:] == ["F@50", "PRank"]
