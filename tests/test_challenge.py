@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import threading
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -16,6 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import uvicorn
@@ -208,14 +211,17 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tiny, client, tmp_path_factory) -> Iterator[Served]:
     """`sgdask serve --benchmark` as a real process, its workers on the session's cluster: a
-    closed phase, an open one under sgbench2, an open public one and an open private one
-    (ending in 2999)."""
+    closed phase, an open one under sgbench2, an open one under sgbpytorch taking a
+    submission with its score file, an open public one and an open private one (ending in
+    2999)."""
     root = tmp_path_factory.mktemp("served")
     benchmark = root / "challenge.yaml"
     benchmark.write_text(f"""title: three phases
 phases:
   - {{name: old, gt: {tiny.gt}, start: 2000-01-01T00:00:00Z, end: 2001-01-01T00:00:00Z}}
   - {{name: sgb, gt: {tiny.gt}, protocols: [sgbench2], board: {{direction: {{mR@50: lower}}}}}}
+  - {{name: scored, gt: {tiny.gt}, protocols: [sgbpytorch], upload: submission+scores,
+      scores: {{rank_by: triplet, ng_limit: 100}}}}
   - name: open
     gt: {tiny.gt}
     start: 2000-01-01T00:00:00Z
@@ -654,3 +660,58 @@ def test_serve_evaluates_a_phase_under_its_protocols(served, tiny, client, tmp_p
     labels = next(csv.reader(io.StringIO(
         httpx.get(f"{served.base}/boards/sgb/public.csv", timeout=30).text)))
     assert labels[-2:] == ["F@50", "PRank"]
+
+
+def _pair_scores(submission_zip: Path, path: Path) -> Path:
+    """A score file (``convert --from-scores``) for every image of the submission: three
+    pairs of its instances, seeded scores over the 56 predicates."""
+    with zipfile.ZipFile(submission_zip) as z:
+        doc = json.loads(z.read("triplets.json"))
+    rng, rows = np.random.default_rng(5), []
+    for img in doc["images"]:
+        n = len(img["annotation"])
+        for s_, o in ((0, 1), (1, 2), (2, 0)):
+            rows.append({"image_id": img["id"], "subject": s_ % n, "object": o % n,
+                         "scores": rng.random(56).tolist()})
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def test_a_submission_with_its_score_file_is_one_upload(served, tiny, client, tmp_path,
+                                                        capsys):
+    """A phase taking `submission+scores` converts the ZIP's two files as `sgdask convert
+    --from-scores --rank-by triplet --ng-limit 100` does and ranks them under sgbpytorch
+    (the numbers of `sgdask evaluate` on that store); a ZIP without its score file is
+    rejected in one line naming the upload, no host path."""
+    team = served.tokens["team-b"]
+    scores = _pair_scores(tiny.paths.submission_zip, tmp_path / "scores.parquet")
+    bundle = tmp_path / "bundle.zip"
+    with zipfile.ZipFile(bundle, "w") as z:
+        z.write(tiny.paths.submission_zip, "model/submission.zip")
+        z.write(scores, "model/scores.parquet")
+    sent = upload(served.base, team, bundle, "scored model", phase="scored")
+    assert sent.status_code == 202
+    sid = sent.json()["id"]
+    assert wait_final(served.base, team, sid, 180)["status"] == "ranked"
+    store = str(tmp_path / "by-hand")
+    convert_submission(str(tiny.paths.submission_zip), store, tiny.gt, cluster=client,
+                       from_scores=str(scores), rank_by="triplet", ng_limit=100)
+    with pytest.raises(SystemExit) as done:
+        main(["evaluate", "--gt", tiny.gt, "--pred", store, "--protocol", "sgbpytorch",
+              "--scheduler", client.scheduler.address, "--out", str(tmp_path / "ev")])
+    assert done.value.code in (0, None), capsys.readouterr().err
+    expected = json.loads((tmp_path / "ev" / "metrics.json").read_text())["metrics"]
+    rows = httpx.get(f"{served.base}/api/leaderboard?phase=scored", timeout=30).json()
+    assert [r["name"] for r in rows] == ["scored model"]
+    assert rows[0]["metrics"] == {c: expected.get(c) for c in rows[0]["metrics"]}
+    assert rows[0]["metrics"]["mR@50"] is not None
+
+    alone = tmp_path / "alone.zip"
+    with zipfile.ZipFile(alone, "w") as z:
+        z.write(tiny.paths.submission_zip, "submission.zip")
+    sid = upload(served.base, team, alone, "no scores", phase="scored").json()["id"]
+    final = wait_final(served.base, team, sid, 180)
+    assert final["status"] == "rejected"
+    assert final["errors"] == [
+        "error: alone.zip: holds 1 submission file(s) (.json, .zip) and 0 score file(s) "
+        "(.npz, .parquet) (expected a ZIP of one SGBench JSON or ZIP and its score file)"]

@@ -51,6 +51,11 @@ class Phase:
     meta_columns: tuple[str, ...] = ()  # entry metadata shown as columns
     intervals: bool = True
     rank_ranges: bool = True
+    #: what an upload is: ``submission`` (an SGBench ZIP or JSON) or ``submission+scores``
+    #: (a ZIP of one and its score file, converted like ``sgdask convert --from-scores``)
+    upload: str = "submission"
+    scores_rank_by: str = "predicate"  # ``--rank-by`` of a submission+scores upload
+    ng_limit: int | None = None  # ``--ng-limit`` of a submission+scores upload
 
     def ended(self, now: datetime) -> bool:
         return self.end is not None and now >= self.end
@@ -147,7 +152,7 @@ def _phase(path: str, i: int, doc: dict[str, Any], base: Path, registry: str, ou
     headline = _columns(path, f"phases[{i}].headline", [doc.get("headline", RANK_BY)],
                         _headlines())[0]
     known = [*board_columns(), headline]
-    direction = board.get("direction", {})
+    direction, scores = board.get("direction", {}), doc.get("scores", {})
     _columns(path, f"phases[{i}].board.direction", list(direction), known)
     return Phase(doc["name"], gt, join(registry, "phases", doc["name"]), join(out, doc["name"]),
                  start, end,
@@ -158,7 +163,8 @@ def _phase(path: str, i: int, doc: dict[str, Any], base: Path, registry: str, ou
                  tuple(doc.get("protocols", BOARD_PROTOCOLS)), tuple(direction.items()),
                  _columns(path, f"phases[{i}].board.columns", board.get("columns", []), known),
                  tuple(board.get("meta", [])), board.get("intervals", True),
-                 board.get("rank_ranges", True))
+                 board.get("rank_ranges", True), doc.get("upload", "submission"),
+                 scores.get("rank_by", "predicate"), scores.get("ng_limit"))
 
 
 def _headlines() -> list[str]:
