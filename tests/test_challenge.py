@@ -180,6 +180,12 @@ def test_uploads_follow_each_phases_dates_and_limits(site, tiny):
      "phases[0].headline: 'mR@55' is not a board column (did you mean 'mR@50'?)"),
     ("phases:\n  - {name: a, gt: g, board: {columns: [R@50, AP]}}",
      "phases[0].board.columns[1]: 'AP' is not a board column"),
+    ("phases:\n  - {name: a, gt: g, protocols: [singlemop]}", "phases[0].protocols[0]"),
+    ("phases:\n  - {name: a, gt: g, board: {direction: {PRank: down}}}",
+     "phases[0].board.direction.PRank"),
+    ("phases:\n  - {name: a, gt: g, board: {direction: {mR@5: lower}}}",
+     "phases[0].board.direction[0]: 'mR@5' is not a board column"),
+    ("phases:\n  - {name: a, gt: g, upload: scores}", "phases[0].upload"),
 ])
 def test_a_bad_benchmark_file_is_one_line_naming_file_and_field(tmp_path, text, fragment):
     path = tmp_path / "bench.yaml"
@@ -684,6 +690,9 @@ def test_a_submission_with_its_score_file_is_one_upload(served, tiny, client, tm
     (the numbers of `sgdask evaluate` on that store); a ZIP without its score file is
     rejected in one line naming the upload, no host path."""
     team = served.tokens["team-b"]
+    who = httpx.get(f"{served.base}/api/whoami", headers=auth(team), timeout=30).json()
+    phase = next(p for p in who["phases"] if p["name"] == "scored")
+    assert (phase["upload"], phase["protocols"]) == ("submission+scores", ["sgbpytorch"])
     scores = _pair_scores(tiny.paths.submission_zip, tmp_path / "scores.parquet")
     bundle = tmp_path / "bundle.zip"
     with zipfile.ZipFile(bundle, "w") as z:

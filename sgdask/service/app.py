@@ -669,7 +669,8 @@ def _phase_json(phase: Phase, now: datetime, open_now: bool) -> dict[str, Any]:
         return moment.strftime(DATE_FORMAT) if moment else None
     return {"name": phase.name, "start": when(phase.start), "end": when(phase.end),
             "open": open_now, "visibility": phase.visibility,
-            "selection": phase.selection,
+            "selection": phase.selection, "protocols": list(phase.protocols),
+            "headline": phase.headline, "upload": phase.upload,
             "boards": list(phase.boards),
             "limits": _limits_json(phase)}
 

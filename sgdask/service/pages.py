@@ -193,7 +193,8 @@ def upload_form(account: Account | None, csrf: str, max_mb: float, open_uploads:
     phase = "" if phases is None else (
         '<label for="phase">Phase</label>\n<select id="phase" name="phase">'
         + "".join(f'<option value="{esc(p.name)}">{esc(p.name)} (until '
-                  f'{esc(p.dates().split(" to ")[1])})</option>' for p in reversed(phases))
+                  f'{esc(p.dates().split(" to ")[1])}{_upload_kind(p)})</option>'
+                  for p in reversed(phases))
         + "</select>\n" if phases else '<p class="error-box">No phase takes uploads now.</p>\n')
     body = f"""<h1>Submit a model</h1>
 {error_box(error)}<form class="upload" method="post" action="/submit" enctype="multipart/form-data">
@@ -219,6 +220,13 @@ def upload_form(account: Account | None, csrf: str, max_mb: float, open_uploads:
 </form>
 <p class="note">The approved board takes uploads from maintainers only.</p>"""
     return page("Submit a model", body, account, csrf)
+
+
+def _upload_kind(phase: Phase) -> str:
+    """What the phase option adds when an upload there is not a plain submission."""
+    if phase.upload != "submission+scores":
+        return ""
+    return "; a ZIP of the submission and its score file"
 
 
 def login_form(account: Account | None, csrf: str, error: str | None = None) -> str:
