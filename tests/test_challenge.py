@@ -184,7 +184,7 @@ def test_uploads_follow_each_phases_dates_and_limits(site, tiny):
     ("phases:\n  - {name: a, gt: g, board: {direction: {PRank: down}}}",
      "phases[0].board.direction.PRank"),
     ("phases:\n  - {name: a, gt: g, board: {direction: {mR@5: lower}}}",
-     "phases[0].board.direction[0]: 'mR@5' is not a board column"),
+     "phases[0].board.direction.mR@5: 'mR@5' is not a board column"),
     ("phases:\n  - {name: a, gt: g, upload: scores}", "phases[0].upload"),
 ])
 def test_a_bad_benchmark_file_is_one_line_naming_file_and_field(tmp_path, text, fragment):

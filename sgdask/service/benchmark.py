@@ -183,6 +183,7 @@ def _columns(path: str, field_name: str, columns: list[str], known: list[str]
             raise InputError(path, f"{column!r} is not a board column"
                              + (f" (did you mean {near[0]!r}?)" if near else ""),
                              field=field_name if field_name.endswith("headline")
+                             else f"{field_name}.{column}" if field_name.endswith("direction")
                              else f"{field_name}[{j}]",
                              expected=f"one of {', '.join(known)}")
     return tuple(columns)
