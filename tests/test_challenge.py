@@ -9,12 +9,17 @@ import csv
 import io
 import json
 import threading
+import zipfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import uvicorn
 
@@ -86,16 +91,22 @@ def site(tiny, tmp_path) -> Iterator[Site]:
     clock = Clock(at("2029-12-31T23:59:59Z"))
     config = ServiceConfig(registry, out, tokens=str(tokens),
                            benchmark=load_benchmark(str(benchmark), registry, out), clock=clock)
+    with serving(config) as base:
+        yield Site(base, clock, tmp_path / "registry", token, maintainer)
+
+
+@contextmanager
+def serving(config: ServiceConfig) -> Iterator[str]:
+    """The app (no worker) on uvicorn in a thread on 127.0.0.1: its base URL."""
     sock = bound_socket("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(create_app(config, log=lambda _: None),
                                            log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
     try:
         while not server.started:
             thread.join(0.05)
-        yield Site(base, clock, tmp_path / "registry", token, maintainer)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(10)
@@ -169,6 +180,12 @@ def test_uploads_follow_each_phases_dates_and_limits(site, tiny):
      "phases[0].headline: 'mR@55' is not a board column (did you mean 'mR@50'?)"),
     ("phases:\n  - {name: a, gt: g, board: {columns: [R@50, AP]}}",
      "phases[0].board.columns[1]: 'AP' is not a board column"),
+    ("phases:\n  - {name: a, gt: g, protocols: [singlemop]}", "phases[0].protocols[0]"),
+    ("phases:\n  - {name: a, gt: g, board: {direction: {PRank: down}}}",
+     "phases[0].board.direction.PRank"),
+    ("phases:\n  - {name: a, gt: g, board: {direction: {mR@5: lower}}}",
+     "phases[0].board.direction.mR@5: 'mR@5' is not a board column"),
+    ("phases:\n  - {name: a, gt: g, upload: scores}", "phases[0].upload"),
 ])
 def test_a_bad_benchmark_file_is_one_line_naming_file_and_field(tmp_path, text, fragment):
     path = tmp_path / "bench.yaml"
@@ -200,12 +217,17 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tiny, client, tmp_path_factory) -> Iterator[Served]:
     """`sgdask serve --benchmark` as a real process, its workers on the session's cluster: a
-    closed phase, an open public one and an open private one (ending in 2999)."""
+    closed phase, an open one under sgbench2, an open one under sgbpytorch taking a
+    submission with its score file, an open public one and an open private one (ending in
+    2999)."""
     root = tmp_path_factory.mktemp("served")
     benchmark = root / "challenge.yaml"
     benchmark.write_text(f"""title: three phases
 phases:
   - {{name: old, gt: {tiny.gt}, start: 2000-01-01T00:00:00Z, end: 2001-01-01T00:00:00Z}}
+  - {{name: sgb, gt: {tiny.gt}, protocols: [sgbench2], board: {{direction: {{mR@50: lower}}}}}}
+  - {{name: scored, gt: {tiny.gt}, protocols: [sgbpytorch], upload: submission+scores,
+      scores: {{rank_by: triplet, ng_limit: 100}}}}
   - name: open
     gt: {tiny.gt}
     start: 2000-01-01T00:00:00Z
@@ -545,3 +567,160 @@ def test_rerank_refuses_an_unknown_selection_rule(tmp_path, capsys):
     assert exc.value.code == 2 and err == (
         "sgdask: error: --selection: 'worst' is not one of all, best, last, chosen")
     assert not (tmp_path / "o").exists()
+
+
+PROTOCOL_PHASES = """\
+phases:
+  - {{name: sgb, gt: {gt}, protocols: [sgbench2]}}
+  - name: low
+    gt: {gt}
+    protocols: [sgbench2]
+    board: {{direction: {{mR@50: lower}}, intervals: false}}
+"""
+
+
+def test_a_phase_ranks_by_its_protocol_and_its_directions(tiny, client, tmp_path, capsys):
+    """A phase under sgbench2 shows and ranks by sgbench2's numbers (those of `sgdask
+    evaluate --protocol sgbench2`), without a delta column, in its Parquet, page and
+    exports; a phase whose board says `mR@50: lower` ranks the same models the other way
+    round, its header's arrow pointing down."""
+    benchmark_file = tmp_path / "protocols.yaml"
+    benchmark_file.write_text(PROTOCOL_PHASES.format(gt=tiny.gt))
+    registry_url, out = str(tmp_path / "registry"), str(tmp_path / "board")
+    benchmark = load_benchmark(str(benchmark_file), registry_url, out)
+    sgb, low = benchmark.phases
+    assert (sgb.protocols, low.direction) == (("sgbench2",), (("mR@50", "lower"),))
+    stores, expected = {}, {}
+    for n in (50, 75, 95):                  # top-50 lists of 49, 24 and 4 triplets
+        stores[n] = str(tmp_path / "stores" / f"m{n}")
+        convert_submission(str(tiny.variant(n)), stores[n], tiny.gt, cluster=client)
+        with pytest.raises(SystemExit) as done:
+            main(["evaluate", "--gt", tiny.gt, "--pred", stores[n], "--protocol", "sgbench2",
+                  "--scheduler", client.scheduler.address, "--out", str(tmp_path / f"ev{n}")])
+        assert done.value.code in (0, None), capsys.readouterr().err
+        expected[f"m{n}"] = json.loads((tmp_path / f"ev{n}" / "metrics.json").read_text())
+    for phase in benchmark.phases:
+        registry = Registry(phase.registry)
+        for i, (n, url) in enumerate(stores.items()):
+            manifest = json.loads(Path(url, "manifest.json").read_text())
+            registry.add(Entry(f"2030010{i}T000000-{n:08x}", f"m{n}", url, "upload",
+                               f"2030-01-0{i + 1}T00:00:00.000000Z", False, None, "ready",
+                               manifest["content_hash"], f"team{n}"))
+        rerank(phase.registry, tiny.gt, phase.out, client=client, log=lambda _: None,
+               rank_by=phase.headline, protocols=phase.protocols, direction=phase.direction)
+
+    rows = json.loads(Path(sgb.out, "leaderboard.json").read_text())
+    for row in rows:
+        assert row["metrics"] == {c: expected[row["name"]]["metrics"].get(c)
+                                  for c in row["metrics"]}
+        assert row["delta"] == {}
+    order = sorted(expected, key=lambda name: -expected[name]["metrics"]["mR@50"])
+    assert [r["name"] for r in rows] == order and [r["rank"] for r in rows] == [1, 2, 3]
+    assert len({r["metrics"]["mR@50"] for r in rows}) == 3         # the order is strict
+    low_rows = json.loads(Path(low.out, "leaderboard.json").read_text())
+    assert [r["name"] for r in low_rows] == order[::-1]
+    columns = pq.read_schema(Path(sgb.out, "leaderboard.parquet")).names
+    assert "sgbench2 mR@50" in columns and "sgbench2 mR@50 ci_low" in columns
+    assert not [c for c in columns if "singlempo" in c or "multimpo" in c]
+
+    with serving(ServiceConfig(registry_url, out, benchmark=benchmark)) as base:
+        page = httpx.get(base + "/", timeout=30).text
+        assert "ranked by mR@50 under sgbench2" in page
+        for phase, arrow in ((sgb, "higher"), (low, "lower")):
+            head = page.split(f'id="board-{phase.name}-public"')[1].split("</thead>")[0]
+            assert f'data-col="mR@50" data-better="{arrow}"' in head
+            assert 'data-col="PRank" data-better="lower"' in head and "Δ" not in head
+            exported = httpx.get(f"{base}/boards/{phase.name}/public.csv", timeout=30).text
+            labels, *values = list(csv.reader(io.StringIO(exported)))
+            assert labels == ["#", "rank range", "model", "submitted", "mR@50", "R@50",
+                              "mR@20", "mR@100", "mNgR@50", "F@50", "PRank"]
+            mine = json.loads(Path(phase.out, "leaderboard.json").read_text())
+            assert [(v[2], float(v[4])) for v in values] == \
+                [(r["name"], r["metrics"]["mR@50"]) for r in mine]
+            as_json = httpx.get(f"{base}/boards/{phase.name}/public.json", timeout=30).json()
+            assert [[str(v) for v in row.values()] for row in as_json] == values
+            assert [list(row) for row in as_json] == [labels] * len(values)
+
+
+def test_serve_evaluates_a_phase_under_its_protocols(served, tiny, client, tmp_path, capsys):
+    """The worker of a phase under sgbench2 scores an upload under sgbench2 (the numbers
+    of `sgdask evaluate --protocol sgbench2` on the converted store); its status page and
+    board say so, and the board has no Δ column."""
+    team = served.tokens["team-b"]
+    sent = upload(served.base, team, tiny.variant(60), "sgb model", phase="sgb")
+    assert sent.status_code == 202
+    sid = sent.json()["id"]
+    assert wait_final(served.base, team, sid, 180)["status"] == "ranked"
+    store = served.root / "registry" / "phases" / "sgb" / "stores" / sid
+    with pytest.raises(SystemExit) as done:
+        main(["evaluate", "--gt", tiny.gt, "--pred", str(store), "--protocol", "sgbench2",
+              "--scheduler", client.scheduler.address, "--out", str(tmp_path / "ev")])
+    assert done.value.code in (0, None), capsys.readouterr().err
+    expected = json.loads((tmp_path / "ev" / "metrics.json").read_text())["metrics"]
+    rows = httpx.get(f"{served.base}/api/leaderboard?phase=sgb", timeout=30).json()
+    assert [r["name"] for r in rows] == ["sgb model"]
+    assert rows[0]["metrics"] == {c: expected.get(c) for c in rows[0]["metrics"]}
+    assert rows[0]["delta"] == {}
+    mine = httpx.get(f"{served.base}/submissions/{sid}", headers=auth(team), timeout=30).text
+    assert "<h2>Metrics (sgbench2)</h2>" in mine and "multimpo" not in mine
+    labels = next(csv.reader(io.StringIO(
+        httpx.get(f"{served.base}/boards/sgb/public.csv", timeout=30).text)))
+    assert labels[-2:] == ["F@50", "PRank"]
+
+
+def _pair_scores(submission_zip: Path, path: Path) -> Path:
+    """A score file (``convert --from-scores``) for every image of the submission: three
+    pairs of its instances, seeded scores over the 56 predicates."""
+    with zipfile.ZipFile(submission_zip) as z:
+        doc = json.loads(z.read("triplets.json"))
+    rng, rows = np.random.default_rng(5), []
+    for img in doc["images"]:
+        n = len(img["annotation"])
+        for s_, o in ((0, 1), (1, 2), (2, 0)):
+            rows.append({"image_id": img["id"], "subject": s_ % n, "object": o % n,
+                         "scores": rng.random(56).tolist()})
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def test_a_submission_with_its_score_file_is_one_upload(served, tiny, client, tmp_path,
+                                                        capsys):
+    """A phase taking `submission+scores` converts the ZIP's two files as `sgdask convert
+    --from-scores --rank-by triplet --ng-limit 100` does and ranks them under sgbpytorch
+    (the numbers of `sgdask evaluate` on that store); a ZIP without its score file is
+    rejected in one line naming the upload, no host path."""
+    team = served.tokens["team-b"]
+    who = httpx.get(f"{served.base}/api/whoami", headers=auth(team), timeout=30).json()
+    phase = next(p for p in who["phases"] if p["name"] == "scored")
+    assert (phase["upload"], phase["protocols"]) == ("submission+scores", ["sgbpytorch"])
+    scores = _pair_scores(tiny.paths.submission_zip, tmp_path / "scores.parquet")
+    bundle = tmp_path / "bundle.zip"
+    with zipfile.ZipFile(bundle, "w") as z:
+        z.write(tiny.paths.submission_zip, "model/submission.zip")
+        z.write(scores, "model/scores.parquet")
+    sent = upload(served.base, team, bundle, "scored model", phase="scored")
+    assert sent.status_code == 202
+    sid = sent.json()["id"]
+    assert wait_final(served.base, team, sid, 180)["status"] == "ranked"
+    store = str(tmp_path / "by-hand")
+    convert_submission(str(tiny.paths.submission_zip), store, tiny.gt, cluster=client,
+                       from_scores=str(scores), rank_by="triplet", ng_limit=100)
+    with pytest.raises(SystemExit) as done:
+        main(["evaluate", "--gt", tiny.gt, "--pred", store, "--protocol", "sgbpytorch",
+              "--scheduler", client.scheduler.address, "--out", str(tmp_path / "ev")])
+    assert done.value.code in (0, None), capsys.readouterr().err
+    expected = json.loads((tmp_path / "ev" / "metrics.json").read_text())["metrics"]
+    rows = httpx.get(f"{served.base}/api/leaderboard?phase=scored", timeout=30).json()
+    assert [r["name"] for r in rows] == ["scored model"]
+    assert rows[0]["metrics"] == {c: expected.get(c) for c in rows[0]["metrics"]}
+    assert rows[0]["metrics"]["mR@50"] is not None
+
+    alone = tmp_path / "alone.zip"
+    with zipfile.ZipFile(alone, "w") as z:
+        z.write(tiny.paths.submission_zip, "submission.zip")
+    sid = upload(served.base, team, alone, "no scores", phase="scored").json()["id"]
+    final = wait_final(served.base, team, sid, 180)
+    assert final["status"] == "rejected"
+    assert final["errors"] == [
+        "error: alone.zip: holds 1 submission file(s) (.json, .zip) and 0 score file(s) "
+        "(.npz, .parquet) (expected a ZIP of one SGBench JSON or ZIP and its score file)"]

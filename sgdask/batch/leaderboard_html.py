@@ -9,6 +9,7 @@ sorter compares the exact numbers, not the rounded text. Only http(s) and relati
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from sgdask.metrics import RANK_BY, format_value
@@ -21,9 +22,26 @@ MATCHING_MODES = ("masks", "boxes")
 #: the mode of a row published before rows named theirs (sgdask ranked masks then)
 DEFAULT_MATCHING = "masks"
 MATCHING_TITLES = {"masks": "mask matching", "boxes": "box matching"}
-DELTA_COLUMN = "Δ multimpo"
 RANGE_COLUMN = "rank range"
 MISSING = "-"
+ARROWS = {"higher": "\u2191", "lower": "\u2193"}
+
+
+@dataclass(frozen=True)
+class BoardLook:
+    """What a board's labels say: the protocol its numbers are of, the protocol its delta
+    column compares with (None: no delta column), each metric column's direction
+    (``higher`` or ``lower`` is better; a column not named shows none) and the metric its
+    intervals are of."""
+
+    protocol: str = "singlempo"
+    delta: str | None = "multimpo"
+    better: dict[str, str] = field(default_factory=dict)
+    rank_by: str = RANK_BY
+
+    @property
+    def delta_column(self) -> str | None:
+        return None if self.delta is None else f"\u0394 {self.delta}"
 
 # The board's rules on top of the shared ``BASE_CSS`` (also the service pages').
 CSS = """
@@ -35,6 +53,7 @@ th, td { padding: 0.25em 0.6em; white-space: nowrap; }
 th { cursor: pointer; user-select: none; }
 th[aria-sort="ascending"]::after { content: " \\25B2"; }
 th[aria-sort="descending"]::after { content: " \\25BC"; }
+th[data-better]::before { content: attr(data-arrow) " "; color: #777; }
 td.text, th.text { text-align: left; }
 td.empty { text-align: center; color: #777; font-style: italic; }
 .up { color: #1a7f37; } .down { color: #c62828; } .same { color: #777; }
@@ -91,12 +110,15 @@ SORTER_JS = """
 def render_leaderboard(boards: dict[str, list[Entry]], columns: list[str],
                        title: str = "sgdask leaderboard", generated_at: str = "",
                        previous_generated_at: str | None = None,
-                       titles: dict[str, str] | None = None) -> str:
+                       titles: dict[str, str] | None = None,
+                       look: BoardLook | None = None) -> str:
     """The whole page; ``boards`` maps board name -> entries in rank order, ``titles`` a
     board's name to its heading (default: the name)."""
-    body = "\n".join([header(title, generated_at, previous_generated_at),
+    look = look or BoardLook()
+    body = "\n".join([header(title, generated_at, previous_generated_at, look.rank_by, look),
                       '<div class="boards">',
-                      *(board_section(name, entries, columns, (titles or {}).get(name))
+                      *(board_section(name, entries, columns, (titles or {}).get(name),
+                                      look=look)
                         for name, entries in boards.items()),
                       "</div>"])
     return page(title, body, CSS, script=SORTER_JS)
@@ -133,18 +155,26 @@ def matching_boards(public: list[Entry], approved: list[Entry]
 # --- header ----------------------------------------------------------------------------------
 
 def header(title: str, generated_at: str, previous_generated_at: str | None,
-           rank_by: str = RANK_BY) -> str:
+           rank_by: str = RANK_BY, look: BoardLook | None = None,
+           protocols: str | None = None) -> str:
     """The page's title, dates and the note on its columns (``rank_by``: what the
-    intervals are of, as the note names it)."""
+    intervals are of, as the note names it; ``look``: the protocols its numbers are of,
+    default singlempo with the multimpo delta; ``protocols``: what the note says of them
+    instead, on a page of boards under different protocols)."""
     parts = [f"<h1>{esc(title)}</h1>"]
     if generated_at:
         parts.append(f'<p class="meta">generated {esc(generated_at)}</p>')
     if previous_generated_at:
         parts.append(f'<p class="meta">compared with the leaderboard of '
                      f"{esc(previous_generated_at)}</p>")
-    parts.append('<p class="note">Recalls in percent, PRank in ranks (lower is better); '
-                 f"{esc(DELTA_COLUMN)} is multimpo − singlempo {esc(RANK_BY)} in percentage "
-                 f"points. Under {esc(rank_by)}: its bootstrap interval over the test "
+    look = look or BoardLook()
+    delta = "" if look.delta_column is None else (
+        f"{esc(look.delta_column)} is {esc(look.delta)} − {esc(look.protocol)} "
+        f"{esc(RANK_BY)} in percentage points")
+    parts.append(f'<p class="note">Recalls in percent, PRank in ranks (lower is better); '
+                 f"{protocols or delta or 'numbers under ' + esc(look.protocol)}. "
+                 f"\u2191/\u2193: higher/lower is better. Under {esc(rank_by)}: its bootstrap "
+                 "interval over the test "
                  f"images; {esc(RANGE_COLUMN)}: from 1 + the number of models significantly "
                  "better to the number of models not significantly worse (paired bootstrap). "
                  "Mask and box submissions are ranked on separate boards, each titled "
@@ -171,7 +201,7 @@ class Cell(NamedTuple):
 
 def board_section(name: str, entries: list[Entry], columns: list[str],
                   heading: str | None = None, extra: tuple[str, ...] = (),
-                  exports: str | None = None) -> str:
+                  exports: str | None = None, look: BoardLook | None = None) -> str:
     """One board; ``extra``: metadata columns after the model's name; ``exports``: the URL
     prefix of its CSV and JSON exports (``PREFIX.csv``, ``PREFIX.json``), linked under it."""
     ranges = any(e.get("rank_range") for e in entries)
@@ -180,8 +210,9 @@ def board_section(name: str, entries: list[Entry], columns: list[str],
         f'{link(exports + ".json", "JSON")}</p>\n')
     return (f'<section>\n<h2>{esc(heading or name)}</h2>\n'
             f'<table class="board" id="{esc(board_id(name))}">\n'
-            f"<thead><tr>{header_cells(columns, ranges, extra)}</tr></thead>\n"
-            f"<tbody>\n{body_rows(entries, columns, ranges, extra)}\n</tbody>\n</table>\n"
+            f"<thead><tr>{header_cells(columns, ranges, extra, look)}</tr></thead>\n"
+            f"<tbody>\n{body_rows(entries, columns, ranges, extra, look)}\n</tbody>\n"
+            "</table>\n"
             f"{links}</section>")
 
 
@@ -189,45 +220,52 @@ def board_id(name: str) -> str:
     return "board-" + re.sub(r"[^A-Za-z0-9_-]", "-", name)
 
 
-def _header_labels(columns: list[str], ranges: bool = False, extra: tuple[str, ...] = ()
-                  ) -> list[tuple[str, str, bool]]:
+def _header_labels(columns: list[str], ranges: bool = False, extra: tuple[str, ...] = (),
+                   look: BoardLook | None = None) -> list[tuple[str, str, bool]]:
     """(column key, label, is text) of every column, in page order."""
+    delta = (look or BoardLook()).delta_column
     return [("rank", "#", False), *([(RANGE_COLUMN, RANGE_COLUMN, False)] if ranges else []),
             ("name", "model", True), *((c, META_COLUMNS[c], True) for c in extra),
             ("submitted_at", "submitted", True), *((c, c, False) for c in columns),
-            (DELTA_COLUMN, DELTA_COLUMN, False)]
+            *([(delta, delta, False)] if delta else [])]
 
 
-def header_cells(columns: list[str], ranges: bool = False, extra: tuple[str, ...] = ()
-                 ) -> str:
-    return "".join(th(col, label, text) for col, label, text in
-                   _header_labels(columns, ranges, extra))
+def header_cells(columns: list[str], ranges: bool = False, extra: tuple[str, ...] = (),
+                 look: BoardLook | None = None) -> str:
+    better = (look or BoardLook()).better
+    return "".join(th(col, label, text, better.get(col)) for col, label, text in
+                   _header_labels(columns, ranges, extra, look))
 
 
-def th(col: str, label: str, text: bool = False) -> str:
+def th(col: str, label: str, text: bool = False, better: str | None = None) -> str:
+    """A header cell; ``better``: which way the metric points, its arrow drawn by the CSS
+    before the label (so the label, as exported, stays the metric's name)."""
     cls = ' class="text"' if text else ""
-    return f'<th data-col="{esc(col)}"{cls}>{esc(label)}</th>'
+    arrow = "" if better is None else (f' data-better="{esc(better)}" '
+                                       f'data-arrow="{ARROWS[better]}" '
+                                       f'title="{esc(better)} is better"')
+    return f'<th data-col="{esc(col)}"{cls}{arrow}>{esc(label)}</th>'
 
 
 def body_rows(entries: list[Entry], columns: list[str], ranges: bool = False,
-              extra: tuple[str, ...] = ()) -> str:
+              extra: tuple[str, ...] = (), look: BoardLook | None = None) -> str:
     if not entries:
-        width = len(_header_labels(columns, ranges, extra))
+        width = len(_header_labels(columns, ranges, extra, look))
         return f'<tr><td class="empty" colspan="{width}">no submissions</td></tr>'
-    return "\n".join(entry_row(order, entry, columns, ranges, extra)
+    return "\n".join(entry_row(order, entry, columns, ranges, extra, look)
                      for order, entry in enumerate(entries))
 
 
 def entry_row(order: int, entry: Entry, columns: list[str], ranges: bool = False,
-              extra: tuple[str, ...] = ()) -> str:
+              extra: tuple[str, ...] = (), look: BoardLook | None = None) -> str:
     kind = ' class="baseline"' if entry.get("baseline") else ""
     return (f'<tr data-order="{order}"{kind}>'
-            + "".join(td(*cell) for cell in _row_cells(entry, columns, ranges, extra))
+            + "".join(td(*cell) for cell in _row_cells(entry, columns, ranges, extra, look))
             + "</tr>")
 
 
 def _row_cells(entry: Entry, columns: list[str], ranges: bool = False,
-              extra: tuple[str, ...] = ()) -> list[Cell]:
+               extra: tuple[str, ...] = (), look: BoardLook | None = None) -> list[Cell]:
     """A row's cells in page order (the page and the exports both read these)."""
     metrics = entry.get("metrics") or {}
     delta = (entry.get("delta") or {}).get(RANK_BY)
@@ -239,16 +277,17 @@ def _row_cells(entry: Entry, columns: list[str], ranges: bool = False,
             *(_meta_cell(c, entry.get(c)) for c in extra),
             Cell(submitted, esc(submitted[:10]), True),
             *(metric_cell(c, metrics.get(c), intervals.get(c)) for c in columns),
-            number_cell(delta, fmt_delta(delta))]
+            *([number_cell(delta, fmt_delta(delta))]
+              if (look or BoardLook()).delta_column else [])]
 
 
-def board_export(entries: list[Entry], columns: list[str], extra: tuple[str, ...] = ()
-                 ) -> tuple[list[str], list[list[Any]]]:
+def board_export(entries: list[Entry], columns: list[str], extra: tuple[str, ...] = (),
+                 look: BoardLook | None = None) -> tuple[list[str], list[list[Any]]]:
     """The board as the page shows it: the column labels and every row's cell values
     (``data-value``; numbers unrounded), for the CSV and JSON exports."""
     ranges = any(e.get("rank_range") for e in entries)
-    labels = [label for _, label, _ in _header_labels(columns, ranges, extra)]
-    return labels, [[cell.value for cell in _row_cells(e, columns, ranges, extra)]
+    labels = [label for _, label, _ in _header_labels(columns, ranges, extra, look)]
+    return labels, [[cell.value for cell in _row_cells(e, columns, ranges, extra, look)]
                     for e in entries]
 
 

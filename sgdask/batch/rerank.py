@@ -32,6 +32,7 @@ from sgdask import __version__
 from sgdask.batch.leaderboard_html import (
     DEFAULT_MATCHING,
     MATCHING_MODES,
+    BoardLook,
     by_matching,
     matching_boards,
     render_leaderboard,
@@ -79,13 +80,26 @@ def write_atomic(fs: Any, path: str, data: bytes) -> None:
         fs.pipe_file(path, data)
 
 
-def rank_key(row: dict[str, Any], rank_by: str = RANK_BY) -> tuple:
+DIRECTIONS = ("higher", "lower")
+
+
+def lower_is_better(name: str, direction: dict[str, str] | None = None) -> bool:
+    """Whether lower values of metric ``name`` rank first: as ``direction`` (a board's
+    ``higher``/``lower`` per metric) says, else as the metric registry says."""
+    if direction and name in direction:
+        return direction[name] == "lower"
+    metric = metric_of(name)
+    return metric is not None and metric.lower_is_better
+
+
+def rank_key(row: dict[str, Any], rank_by: str = RANK_BY,
+             direction: dict[str, str] | None = None) -> tuple:
     """The ranking metric best first (descending; ascending for a metric where lower is
-    better), then the tie-break metric descending, then earlier submission first."""
+    better, ``lower_is_better``), then the tie-break metric likewise, then earlier
+    submission first."""
     def neg(name: str) -> float:
         value = row["metrics"].get(name)
-        metric = metric_of(name)
-        sign = 1 if metric is not None and metric.lower_is_better else -1
+        sign = 1 if lower_is_better(name, direction) else -1
         return float("inf") if value is None else sign * value
     return (neg(rank_by), neg(TIE_BREAK), row["submitted_at"])
 
@@ -107,14 +121,34 @@ class BoardRule:
     reruns: int = 0
     #: the ranking metric (a board column; a phase's ``headline``)
     rank_by: str = RANK_BY
+    #: the protocols evaluated: the first one's numbers fill the board and rank it, a
+    #: second one's ``RANK_BY`` gives the delta column (a phase's ``protocols``)
+    protocols: tuple[str, ...] = BOARD_PROTOCOLS
+    #: (metric, ``higher`` or ``lower``): a direction other than the metric registry's
+    direction: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def of(cls, registry: Registry, selection: str = "all", rank_by: str = RANK_BY
-           ) -> BoardRule:
+    def of(cls, registry: Registry, selection: str = "all", rank_by: str = RANK_BY,
+           protocols: tuple[str, ...] = BOARD_PROTOCOLS,
+           direction: tuple[tuple[str, str], ...] = ()) -> BoardRule:
         """The rule with the registry's choices, baselines and re-run requests."""
         chosen = tuple(sorted(registry.chosen().items())) if selection == "chosen" else ()
         reruns = sum(a["action"] == "rerun" for a in registry.host_actions())
-        return cls(selection, chosen, tuple(sorted(registry.baselines())), reruns, rank_by)
+        return cls(selection, chosen, tuple(sorted(registry.baselines())), reruns, rank_by,
+                   tuple(protocols), tuple(direction))
+
+    @property
+    def primary(self) -> str:
+        """The protocol whose numbers the board shows and ranks by."""
+        return self.protocols[0]
+
+    @property
+    def delta_protocol(self) -> str | None:
+        """The protocol the delta column compares with, if the board has one."""
+        return self.protocols[1] if len(self.protocols) > 1 else None
+
+    def lower_is_better(self, name: str) -> bool:
+        return lower_is_better(name, dict(self.direction))
 
 
 def _selected(rows: list[dict[str, Any]], rule: BoardRule) -> list[dict[str, Any]]:
@@ -138,22 +172,30 @@ def _selected(rows: list[dict[str, Any]], rule: BoardRule) -> list[dict[str, Any
     return [r for r in rows if r["baseline"] or r["submission_id"] in keep]
 
 
+def row_columns(rank_by: str = RANK_BY) -> list[str]:
+    """The metrics a board row holds: every board column, and the ranking metric."""
+    columns = board_columns()
+    return columns if rank_by in columns else [*columns, rank_by]
+
+
 def board_rows(entries: list[Entry], reports: dict[str, dict[str, Report]],
                previous: list[dict[str, Any]] | None,
                matching: dict[str, str] | None = None,
                rule: BoardRule | None = None) -> list[dict[str, Any]]:
-    """The rows ``rule`` keeps, with metrics, multimpo delta, matching mode, the entry's
-    metadata and rank change, ranked within their matching mode (``MATCHING_MODES`` order:
-    the mask board's rows first); baselines follow their mode's ranked rows, unranked."""
+    """The rows ``rule`` keeps, with the metrics of its first protocol, the delta to its
+    second one, matching mode, the entry's metadata and rank change, ranked within their
+    matching mode (``MATCHING_MODES`` order: the mask board's rows first); baselines follow
+    their mode's ranked rows, unranked."""
     rule = rule or BoardRule()
     before = {r["submission_id"]: (r.get("matching", DEFAULT_MATCHING), r["rank"])
               for r in previous or []}
     rows = []
     for e in entries:
         by_protocol = reports.get(e.submission_id, {})
-        single = by_protocol.get("singlempo")
-        multi = by_protocol.get("multimpo")
-        metrics = {c: (single.metrics.get(c) if single else None) for c in board_columns()}
+        single = by_protocol.get(rule.primary)
+        multi = by_protocol.get(rule.delta_protocol or "")
+        metrics = {c: (single.metrics.get(c) if single else None)
+                   for c in row_columns(rule.rank_by)}
         delta = {}
         if single and multi and RANK_BY in single.metrics and RANK_BY in multi.metrics:
             delta[RANK_BY] = multi.metrics[RANK_BY] - single.metrics[RANK_BY]
@@ -166,7 +208,7 @@ def board_rows(entries: list[Entry], reports: dict[str, dict[str, Report]],
                      "code": e.code, "external_data": e.external_data, "baseline": baseline,
                      "metrics": metrics, "delta": delta})
     rows.sort(key=lambda r: (MATCHING_MODES.index(r["matching"]), r["baseline"],
-                             rank_key(r, rule.rank_by)))
+                             rank_key(r, rule.rank_by, dict(rule.direction))))
     rows = _selected(rows, rule)
     for mode_rows in by_matching(rows).values():
         ranked = [r for r in mode_rows if not r["baseline"]]
@@ -213,51 +255,53 @@ class BoardCI:
 
 
 def ranking_terms(row: dict[str, Any], reports: dict[str, dict[str, Report]],
-                  rank_by: str = RANK_BY) -> TermTable | None:
-    """The per-image terms a row is ranked by (its singlempo report's), if any."""
-    report = reports.get(row["submission_id"], {}).get("singlempo")
+                  rank_by: str = RANK_BY, protocol: str = "singlempo") -> TermTable | None:
+    """The per-image terms a row is ranked by (its ``protocol`` report's), if any."""
+    report = reports.get(row["submission_id"], {}).get(protocol)
     if report is None or row["metrics"].get(rank_by) is None:
         return None
     return report.terms
 
 
 def board_ranges(rows: list[dict[str, Any]], reports: dict[str, dict[str, Report]],
-                 scoring: Scoring, ci: BoardCI, rank_by: str = RANK_BY
+                 scoring: Scoring, ci: BoardCI, rule: BoardRule
                  ) -> dict[str, dict[str, Any]]:
     """Per submission id: the ranking metric's interval and the rank range among ``rows``,
     from the cached per-image terms (no evaluation); rows without terms get none."""
-    usable = [r for r in rows if ranking_terms(r, reports, rank_by) is not None]
+    rank_by, protocol = rule.rank_by, rule.primary
+    usable = [r for r in rows if ranking_terms(r, reports, rank_by, protocol) is not None]
     if not usable:
         return {}
-    metric = metric_of(rank_by)
-    found = rank_ranges([ranking_terms(r, reports, rank_by) for r in usable],  # type: ignore[misc]
+    found = rank_ranges([ranking_terms(r, reports, rank_by, protocol)  # type: ignore[misc]
+                         for r in usable],
                         rank_by, scoring, ci.level, ci.resamples, ci.seed,
-                        bool(metric and metric.lower_is_better))
+                        rule.lower_is_better(rank_by))
     return {r["submission_id"]: {"interval": list(interval) if interval else None,
                                  "range": [lo, hi]}
             for r, (interval, (lo, hi)) in zip(usable, found, strict=True)}
 
 
 def with_ranges(board: list[dict[str, Any]], reports: dict[str, dict[str, Report]],
-                composition: dict[int, int] | None, ci: BoardCI, rank_by: str = RANK_BY
+                composition: dict[int, int] | None, ci: BoardCI, rule: BoardRule
                 ) -> dict[str, list[int] | None]:
     """Put the ranking metric's interval (``intervals``) and the rank range among its
     matching mode's rows (``rank_range``) into every row; returns the rank ranges among the
     approved rows of each mode, by submission id."""
-    first = next((reports[r["submission_id"]]["singlempo"] for r in board
-                  if ranking_terms(r, reports, rank_by) is not None), None)
+    rank_by = rule.rank_by
+    first = next((reports[r["submission_id"]][rule.primary] for r in board
+                  if ranking_terms(r, reports, rank_by, rule.primary) is not None), None)
     if first is None:
         return {}
     scoring = scoring_of(first, composition)
     approved: dict[str, list[int] | None] = {}
     for mode_rows in by_matching([r for r in board if not r.get("baseline")]).values():
-        public = board_ranges(mode_rows, reports, scoring, ci, rank_by)
+        public = board_ranges(mode_rows, reports, scoring, ci, rule)
         for row in mode_rows:
             found = public.get(row["submission_id"], {})
             row["intervals"] = {rank_by: found.get("interval")}
             row["rank_range"] = found.get("range")
         ranked = board_ranges([r for r in mode_rows if r["approved"]], reports, scoring, ci,
-                              rank_by)
+                              rule)
         approved.update({sid: found["range"] for sid, found in ranked.items()})
     return approved
 
@@ -274,24 +318,27 @@ def inputs_digest(entries: list[Entry], options: Settings, ci: BoardCI | None = 
                   rule: BoardRule | None = None) -> str:
     """What a board depends on: the entries, the evaluation and interval settings, the
     selection rule with the teams' choices and the baselines."""
+    rule = rule or BoardRule()
     payload = [(e.submission_id, e.content_hash, e.approved) for e in entries]
-    text = json.dumps([payload, BOARD_PROTOCOLS, options.__dict__, protocol_versions(),
-                       asdict(ci or BoardCI()), BOARD_LAYOUT, asdict(rule or BoardRule())])
+    text = json.dumps([payload, rule.protocols, options.__dict__,
+                       protocol_versions(rule.protocols), asdict(ci or BoardCI()),
+                       BOARD_LAYOUT, asdict(rule)])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def protocol_versions() -> dict[str, str]:
+def protocol_versions(protocols: tuple[str, ...] = BOARD_PROTOCOLS) -> dict[str, str]:
     from sgdask.protocols import METRICS_VERSION, PROTOCOLS
 
-    return {**{p: PROTOCOLS[p].version for p in BOARD_PROTOCOLS}, "metrics": METRICS_VERSION}
+    return {**{p: PROTOCOLS[p].version for p in protocols}, "metrics": METRICS_VERSION}
 
 
 def board_job(registry_url: str, gt: str, entries: list[Entry], options: Settings,
-              storage_options: StorageOptions | None) -> ManyJob:
+              storage_options: StorageOptions | None,
+              protocols: tuple[str, ...] = BOARD_PROTOCOLS) -> ManyJob:
     """The evaluation a board needs, through the registry's result cache (the service's
     worker scores new entries with the same job, so rerank finds them cached); a store
     without a cached result is verified completely before it is first ranked."""
-    return ManyJob(gt, [(e.submission_id, e.url, ",".join(BOARD_PROTOCOLS)) for e in entries],
+    return ManyJob(gt, [(e.submission_id, e.url, ",".join(protocols)) for e in entries],
                    options, cache=join(registry_url, "cache"), storage_options=storage_options,
                    verify=True)
 
@@ -300,8 +347,9 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
            storage_options: StorageOptions | None = None, client: Client | None = None,
            scheduler: str | Local | None = None, dry_run: bool = False, progress: bool = False,
            log: Log = print, lease: float = DEFAULT_LEASE,
-           ci: BoardCI | None = None, selection: str = "all", rank_by: str = RANK_BY
-           ) -> RerankOutcome:
+           ci: BoardCI | None = None, selection: str = "all", rank_by: str = RANK_BY,
+           protocols: tuple[str, ...] = BOARD_PROTOCOLS,
+           direction: tuple[tuple[str, str], ...] = ()) -> RerankOutcome:
     """Evaluate missing results and publish a new leaderboard if anything changed (each
     model's ranking metric with its bootstrap interval and rank range, ``ci``), holding
     ``OUT/lock.json`` meanwhile (``sgdask.io.lock``: taken over from a dead holder at once,
@@ -310,8 +358,8 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
     check_output_outside_stores(out, storage_options, "the leaderboard")
     registry = Registry(registry_url, storage_options)
     entries = registry.rankable()
-    rule = BoardRule.of(registry, selection, rank_by)
-    job = board_job(registry_url, gt, entries, options, storage_options)
+    rule = BoardRule.of(registry, selection, rank_by, protocols, direction)
+    job = board_job(registry_url, gt, entries, options, storage_options, rule.protocols)
     fs, root = filesystem(out, storage_options)
     if not entries and read_json(fs, join(root, "current.json")) is None:
         # (with a board published, an empty registry, every entry hidden, is published)
@@ -335,15 +383,14 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
         board = board_rows(entries, outcome.reports, previous, outcome.matching, rule)
         _, composition = gt_training_stats(StoreReader(gt, storage_options, "gt"), options.stats,
                                         storage_options)
-        ranges = with_ranges(board, outcome.reports, composition, ci or BoardCI(),
-                             rule.rank_by)
+        ranges = with_ranges(board, outcome.reports, composition, ci or BoardCI(), rule)
         approved = approved_board(board, previous, ranges)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         board_dir = f"history/{stamp}"
         pages = report_pages(outcome, join(registry_url, "cache"), storage_options, client, log)
-        files = board_files(board, approved, pages, current, stamp, rule.rank_by)
+        files = board_files(board, approved, pages, current, stamp, rule)
         files[TOP_PAGE] = leaderboard_page(board, approved, current, stamp,
-                                           report_prefix=f"{board_dir}/")
+                                           report_prefix=f"{board_dir}/", rule=rule)
         for name, data in files.items():
             fs.makedirs(fs._parent(join(root, board_dir, name)), exist_ok=True)
             with fs.open(join(root, board_dir, name), "wb") as f:
@@ -381,17 +428,25 @@ def publish_copies(fs: Any, root: str, board_dir: str) -> bool:
 
 
 def leaderboard_page(board: list[dict[str, Any]], approved: list[dict[str, Any]],
-                     current: dict[str, Any] | None, stamp: str, report_prefix: str = ""
-                     ) -> bytes:
+                     current: dict[str, Any] | None, stamp: str, report_prefix: str = "",
+                     rule: BoardRule | None = None) -> bytes:
     """The HTML page; ``report_prefix`` makes report links work from another folder."""
     def linked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{**r, "report": report_prefix + r["report"]} for r in rows]
 
+    rule = rule or BoardRule()
     boards, titles = matching_boards(linked(board), linked(approved))
     return render_leaderboard(
-        boards, board_columns(), generated_at=stamp,
+        boards, row_columns(rule.rank_by), generated_at=stamp,
         previous_generated_at=current["published_at"] if current else None,
-        titles=titles).encode()
+        titles=titles, look=board_look(rule)).encode()
+
+
+def board_look(rule: BoardRule) -> BoardLook:
+    """How a board under ``rule`` labels its protocols and which way its metrics point."""
+    better = {c: "lower" if rule.lower_is_better(c) else "higher"
+              for c in row_columns(rule.rank_by)}
+    return BoardLook(rule.primary, rule.delta_protocol, better, rule.rank_by)
 
 
 def report_title(submission_id: str) -> str:
@@ -462,33 +517,38 @@ def report_pages(outcome: ManyOutcome, cache: str, storage_options: StorageOptio
     return pages
 
 
-def interval_columns(row: dict[str, Any], rank_by: str = RANK_BY) -> dict[str, Any]:
+def interval_columns(row: dict[str, Any], rank_by: str = RANK_BY,
+                     protocol: str = "singlempo") -> dict[str, Any]:
     """The ranking metric's interval and the rank range as flat Parquet columns."""
     interval = (row.get("intervals") or {}).get(rank_by) or [None, None]
     ranks = row.get("rank_range") or [None, None]
-    return {f"singlempo {rank_by} ci_low": interval[0],
-            f"singlempo {rank_by} ci_high": interval[1],
+    return {f"{protocol} {rank_by} ci_low": interval[0],
+            f"{protocol} {rank_by} ci_high": interval[1],
             "rank_range_low": ranks[0], "rank_range_high": ranks[1]}
 
 
 def board_files(board: list[dict[str, Any]], approved: list[dict[str, Any]],
                 pages: dict[str, bytes], current: dict[str, Any] | None,
-                stamp: str, rank_by: str = RANK_BY) -> dict[str, bytes]:
-    """Every file of one dated board, by relative path."""
+                stamp: str, rule: BoardRule | None = None) -> dict[str, bytes]:
+    """Every file of one dated board, by relative path (the Parquet columns named by the
+    rule's protocols)."""
+    rule = rule or BoardRule()
+    primary, other = rule.primary, rule.delta_protocol
+    delta = {} if other is None else {f"{other} - {primary} {RANK_BY}": None}
     table = pa.Table.from_pylist([
         {"rank": r["rank"], "approved_rank": r.get("approved_rank"),
          "matching": r.get("matching", DEFAULT_MATCHING), "name": r["name"],
          "submission_id": r["submission_id"], "approved": r["approved"],
          "submitted_at": r["submitted_at"], "paper": r["paper"],
          "rank_change": r["rank_change"],
-         **{f"singlempo {c}": r["metrics"].get(c) for c in board_columns()},
-         **interval_columns(r, rank_by),
-         f"multimpo - singlempo {RANK_BY}": r["delta"].get(RANK_BY)} for r in board])
+         **{f"{primary} {c}": r["metrics"].get(c) for c in row_columns(rule.rank_by)},
+         **interval_columns(r, rule.rank_by, primary),
+         **{name: r["delta"].get(RANK_BY) for name in delta}} for r in board])
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
     files = {"leaderboard.json": json.dumps(board, indent=1).encode(),
              "leaderboard.parquet": sink.getvalue().to_pybytes(),
-             "leaderboard.html": leaderboard_page(board, approved, current, stamp)}
+             "leaderboard.html": leaderboard_page(board, approved, current, stamp, rule=rule)}
     for submission_id, page in pages.items():
         files[f"reports/{submission_id}.html"] = page
     return files

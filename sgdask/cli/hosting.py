@@ -265,7 +265,7 @@ def worker(registry: Registry, out: Board,
     work([WorkerConfig(p.registry, p.gt or "", p.out, options, poll, lease, max_attempts,
                        tokens=tokens, limits=p.limits, open_uploads=open_uploads,
                        archive_limits=archive, selection=p.selection, rank_by=p.headline,
-                       phase=p)
+                       protocols=p.protocols, direction=p.direction, phase=p)
           for p in load_benchmark(benchmark, registry, out).phases], cluster)
 
 

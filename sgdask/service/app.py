@@ -669,7 +669,8 @@ def _phase_json(phase: Phase, now: datetime, open_now: bool) -> dict[str, Any]:
         return moment.strftime(DATE_FORMAT) if moment else None
     return {"name": phase.name, "start": when(phase.start), "end": when(phase.end),
             "open": open_now, "visibility": phase.visibility,
-            "selection": phase.selection,
+            "selection": phase.selection, "protocols": list(phase.protocols),
+            "headline": phase.headline, "upload": phase.upload,
             "boards": list(phase.boards),
             "limits": _limits_json(phase)}
 
@@ -749,7 +750,8 @@ async def board_export(svc: Service, request: Request, csrf: str) -> Response:
     name, fmt = request.path_params["board"], request.path_params["fmt"]
     if name not in boards or fmt not in ("csv", "json"):
         raise Refusal(404, f"phase {phase.name}: no board {name}.{fmt}")
-    labels, values = leaderboard_html.board_export(boards[name], columns, extra)
+    labels, values = leaderboard_html.board_export(boards[name], columns, extra,
+                                                   pages.phase_look(phase))
     if fmt == "json":
         return JSONResponse([dict(zip(labels, row, strict=True)) for row in values])
     out = io.StringIO()
@@ -837,7 +839,8 @@ async def status_page(svc: Service, request: Request, csrf: str) -> Response:
     rank = (await svc.run(svc.ranks, phase)).get(sub.id)
     return HTMLResponse(pages.status_page(sub, rank, rank is not None,
                                           may_see_errors(sub, account), owner, account, csrf,
-                                          phase.name, marks=marks))
+                                          phase.name, marks=marks,
+                                          protocol=phase.protocols[0]))
 
 
 def _marks(svc: Service, phase: Phase, sub: Submission, account: Account | None

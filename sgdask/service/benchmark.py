@@ -17,10 +17,11 @@ from typing import Any
 
 import yaml
 
+from sgdask.batch.rerank import BOARD_PROTOCOLS
 from sgdask.errors import InputError
 from sgdask.io.fs import join
 from sgdask.io.schemas import BENCHMARK, schema_problem
-from sgdask.metrics import RANK_BY, board_columns
+from sgdask.metrics import RANK_BY, board_columns, metrics
 from sgdask.service.access import BOARDS, Refusal
 from sgdask.service.limits import Limits
 
@@ -42,10 +43,19 @@ class Phase:
     visibility: str = "public"  # or private (scores hidden until revealed), unlisted
     selection: str = "all"  # which of a team's submissions the board shows (BoardRule)
     headline: str = RANK_BY  # the ranking metric
+    #: the protocols evaluated: the first one's numbers on the board, a second one's delta
+    protocols: tuple[str, ...] = BOARD_PROTOCOLS
+    #: (metric, ``higher``/``lower``) where the board overrides the registry's direction
+    direction: tuple[tuple[str, str], ...] = ()
     columns: tuple[str, ...] = ()  # the boards' metric columns (empty: every board column)
     meta_columns: tuple[str, ...] = ()  # entry metadata shown as columns
     intervals: bool = True
     rank_ranges: bool = True
+    #: what an upload is: ``submission`` (an SGBench ZIP or JSON) or ``submission+scores``
+    #: (a ZIP of one and its score file, converted like ``sgdask convert --from-scores``)
+    upload: str = "submission"
+    scores_rank_by: str = "predicate"  # ``--rank-by`` of a submission+scores upload
+    ng_limit: int | None = None  # ``--ng-limit`` of a submission+scores upload
 
     def ended(self, now: datetime) -> bool:
         return self.end is not None and now >= self.end
@@ -139,28 +149,41 @@ def _phase(path: str, i: int, doc: dict[str, Any], base: Path, registry: str, ou
     limits, board = doc.get("limits", {}), doc.get("board", {})
     gt = doc["gt"] if "://" in doc["gt"] or Path(doc["gt"]).is_absolute() \
         else str(base / doc["gt"])
+    headline = _columns(path, f"phases[{i}].headline", [doc.get("headline", RANK_BY)],
+                        _headlines())[0]
+    known = [*board_columns(), headline]
+    direction, scores = board.get("direction", {}), doc.get("scores", {})
+    _columns(path, f"phases[{i}].board.direction", list(direction), known)
     return Phase(doc["name"], gt, join(registry, "phases", doc["name"]), join(out, doc["name"]),
                  start, end,
                  Limits(limits.get("per_day", 5) or None, limits.get("total") or None,
                         limits.get("concurrent", 5) or None, limits.get("per_month") or None),
                  tuple(doc.get("boards", BOARDS)), doc.get("visibility", "public"),
-                 doc.get("selection", "all"),
-                 _columns(path, f"phases[{i}].headline", [doc.get("headline", RANK_BY)])[0],
-                 _columns(path, f"phases[{i}].board.columns", board.get("columns", [])),
+                 doc.get("selection", "all"), headline,
+                 tuple(doc.get("protocols", BOARD_PROTOCOLS)), tuple(direction.items()),
+                 _columns(path, f"phases[{i}].board.columns", board.get("columns", []), known),
                  tuple(board.get("meta", [])), board.get("intervals", True),
-                 board.get("rank_ranges", True))
+                 board.get("rank_ranges", True), doc.get("upload", "submission"),
+                 scores.get("rank_by", "predicate"), scores.get("ng_limit"))
 
 
-def _columns(path: str, field_name: str, columns: list[str]) -> tuple[str, ...]:
-    """Metric columns of a board (its ``columns``, its ``headline``), each one the board
-    knows."""
-    known = board_columns()
+def _headlines() -> list[str]:
+    """What a phase may rank by: a board column or a metric without k (``score_wtd``)."""
+    return [*board_columns(), *(m.prefix for m in metrics() if not m.per_k and not m.grouped
+                                and m.prefix not in board_columns())]
+
+
+def _columns(path: str, field_name: str, columns: list[str], known: list[str]
+             ) -> tuple[str, ...]:
+    """Metric names of a board (its ``columns``, ``direction`` or ``headline``), each one
+    in ``known``."""
     for j, column in enumerate(columns):
         if column not in known:
             near = difflib.get_close_matches(column, known, 1)
             raise InputError(path, f"{column!r} is not a board column"
                              + (f" (did you mean {near[0]!r}?)" if near else ""),
                              field=field_name if field_name.endswith("headline")
+                             else f"{field_name}.{column}" if field_name.endswith("direction")
                              else f"{field_name}[{j}]",
                              expected=f"one of {', '.join(known)}")
     return tuple(columns)

@@ -11,7 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sgdask.batch.leaderboard_html import CSS as BOARD_CSS
-from sgdask.batch.leaderboard_html import SORTER_JS, board_section, header, matching_boards
+from sgdask.batch.leaderboard_html import (
+    SORTER_JS,
+    BoardLook,
+    board_section,
+    header,
+    matching_boards,
+)
+from sgdask.batch.rerank import BOARD_PROTOCOLS, BoardRule, board_look, row_columns
 from sgdask.metrics import RANK_BY, board_columns, format_value
 from sgdask.report import page as html_page
 from sgdask.report.page import esc, link, script_hash
@@ -101,12 +108,14 @@ def challenge_page(phases: list[PhaseBoard], title: str, account: Account | None
                    csrf: str) -> str:
     """Every phase of a benchmark file under its name, visibility and dates, with what the
     reader may see of its boards."""
-    parts = [header(title, "", None, "each phase's ranking metric")]
+    parts = [header(title, "", None, "each phase's ranking metric",
+                    protocols=f"a phase's numbers are under its first protocol; Δ P is its "
+                    f"second protocol P − the first, {RANK_BY} in percentage points")]
     for shown in phases:
         phase = shown.phase
         parts.append(f'<h2 class="phase" id="phase-{esc(phase.name)}">phase {esc(phase.name)}'
                      f' ({esc(phase.visibility)})</h2>\n<p class="meta">ranked by '
-                     f"{esc(phase.headline)}; uploads {esc(phase.dates())}"
+                     f"{esc(phase.headline)}{_under(phase)}; uploads {esc(phase.dates())}"
                      + (f"; published {esc(shown.published)}" if shown.published else "")
                      + "</p>")
         if shown.may_reveal:
@@ -129,8 +138,24 @@ def _phase_boards(rows: list[dict[str, Any]], phase: Phase | None = None) -> str
     return "\n".join(['<div class="boards">',
                       *(board_section(f"{phase.name}-{name}" if phase else name, entries,
                                       columns, titles[name], extra,
-                                      f"/boards/{phase.name}/{name}" if phase else None)
+                                      f"/boards/{phase.name}/{name}" if phase else None,
+                                      phase_look(phase))
                         for name, entries in boards.items()), "</div>"])
+
+
+def _under(phase: Phase) -> str:
+    """`` under sgbench2`` for a phase whose board is not the default's protocols."""
+    if phase.protocols == BOARD_PROTOCOLS:
+        return ""
+    return f" under {esc(phase.protocols[0])}"
+
+
+def phase_look(phase: Phase | None) -> BoardLook:
+    """The labels of a phase's boards: its protocols, its metrics' directions."""
+    if phase is None:
+        return board_look(BoardRule())
+    return board_look(BoardRule(rank_by=phase.headline, protocols=phase.protocols,
+                                direction=phase.direction))
 
 
 def board_view(rows: list[dict[str, Any]], phase: Phase | None = None
@@ -139,7 +164,8 @@ def board_view(rows: list[dict[str, Any]], phase: Phase | None = None
     """A phase's boards as the page shows them (one public and one approved board per
     matching mode), their headings, metric columns and metadata columns: what ``phase``
     names (None: the default board). The page and the exports both show this."""
-    columns = list(phase.columns) if phase and phase.columns else board_columns()
+    columns = list(phase.columns) if phase and phase.columns else \
+        row_columns(phase.headline if phase else RANK_BY)
     extra = phase.meta_columns if phase else ()
     if phase is not None and not phase.intervals:
         rows = [{**r, "intervals": {}} for r in rows]
@@ -167,7 +193,8 @@ def upload_form(account: Account | None, csrf: str, max_mb: float, open_uploads:
     phase = "" if phases is None else (
         '<label for="phase">Phase</label>\n<select id="phase" name="phase">'
         + "".join(f'<option value="{esc(p.name)}">{esc(p.name)} (until '
-                  f'{esc(p.dates().split(" to ")[1])})</option>' for p in reversed(phases))
+                  f'{esc(p.dates().split(" to ")[1])}{_upload_kind(p)})</option>'
+                  for p in reversed(phases))
         + "</select>\n" if phases else '<p class="error-box">No phase takes uploads now.</p>\n')
     body = f"""<h1>Submit a model</h1>
 {error_box(error)}<form class="upload" method="post" action="/submit" enctype="multipart/form-data">
@@ -193,6 +220,13 @@ def upload_form(account: Account | None, csrf: str, max_mb: float, open_uploads:
 </form>
 <p class="note">The approved board takes uploads from maintainers only.</p>"""
     return page("Submit a model", body, account, csrf)
+
+
+def _upload_kind(phase: Phase) -> str:
+    """What the phase option adds when an upload there is not a plain submission."""
+    if phase.upload != "submission+scores":
+        return ""
+    return "; a ZIP of the submission and its score file"
 
 
 def login_form(account: Account | None, csrf: str, error: str | None = None) -> str:
@@ -221,8 +255,10 @@ def error_page(status: int, message: str, account: Account | None, csrf: str) ->
 
 def status_page(sub: Submission, rank: int | None, has_report: bool, may_see_errors: bool,
                 may_change: bool, account: Account | None, csrf: str, phase: str = "main",
-                private: str | None = None, marks: tuple[str, ...] = ()) -> str:
+                private: str | None = None, marks: tuple[str, ...] = (),
+                protocol: str = "singlempo") -> str:
     """A submission's page; ``private``: why its scores are not shown (a private phase);
+    ``protocol``: the one its phase's board shows;
     ``marks``: the board marks the reader may set (``choose``: the team's row under the
     ``chosen`` rule; ``baseline`` or ``unbaseline``: a maintainer's)."""
     e = sub.entry
@@ -249,7 +285,7 @@ def status_page(sub: Submission, rank: int | None, has_report: bool, may_see_err
         parts.append(problem_list("warnings", sub.latest("warnings")))
     metrics = sub.latest("metrics") if sub.status == "ranked" and private is None else None
     if metrics:
-        parts.append(metrics_table(metrics))
+        parts.append(metrics_table(metrics, protocol))
     if private is not None:
         parts.append(f'<p class="note private" id="private">{esc(private)}.</p>')
     if may_change:
@@ -278,12 +314,15 @@ def problem_list(kind: str, lines: list[str] | None) -> str:
     return f'<h2>{kind.capitalize()}</h2>\n<ul class="{kind}" id="{kind}">{items}</ul>'
 
 
-def metrics_table(metrics: dict[str, Any]) -> str:
-    names = [c for c in (*board_columns(), f"multimpo {RANK_BY}") if c in metrics]
+def metrics_table(metrics: dict[str, Any], protocol: str = "singlempo") -> str:
+    """The board's metrics of a submission under ``protocol``, then the other protocol's
+    ranking metric (``multimpo mR@50``)."""
+    names = [c for c in board_columns() if c in metrics] + \
+        [k for k in metrics if k.endswith(f" {RANK_BY}")]
     rows = "".join(f'<tr><td class="text">{esc(n)}</td>'
                    f"<td>{esc(format_value(n.split()[-1], metrics[n]))}</td></tr>"
                    for n in names)
-    return (f'<h2>Metrics (singlempo)</h2>\n<table id="metrics"><thead><tr><th class="text">'
+    return (f'<h2>Metrics ({esc(protocol)})</h2>\n<table id="metrics"><thead><tr><th class="text">'
             f"metric</th><th>value</th></tr></thead><tbody>{rows}</tbody></table>")
 
 

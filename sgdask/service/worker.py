@@ -23,6 +23,7 @@ from distributed import Client
 from sgdask.batch.many import run_many
 from sgdask.batch.registry import Registry
 from sgdask.batch.rerank import (
+    BOARD_PROTOCOLS,
     BoardRule,
     board_job,
     inputs_digest,
@@ -32,7 +33,7 @@ from sgdask.batch.rerank import (
 )
 from sgdask.core.settings import Settings
 from sgdask.errors import InputError, SgdaskError
-from sgdask.io.archive import ArchiveLimits
+from sgdask.io.archive import ArchiveLimits, SafeZip
 from sgdask.io.formats import submission_format
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.lock import DEFAULT_LEASE, LockHeld
@@ -81,6 +82,10 @@ class WorkerConfig:
     #: which of a team's submissions the board shows (``sgdask.batch.rerank.BoardRule``)
     selection: str = "all"
     rank_by: str = RANK_BY  # the board's ranking metric (a phase's ``headline``)
+    #: the protocols evaluated, the first one ranking (a phase's ``protocols``)
+    protocols: tuple[str, ...] = BOARD_PROTOCOLS
+    #: (metric, ``higher``/``lower``) against the registry's (a phase's board ``direction``)
+    direction: tuple[tuple[str, str], ...] = ()
     #: the benchmark file's phase this worker serves: inbox drops outside its dates are
     #: rejected (None: a service from flags, always open)
     phase: Phase | None = None
@@ -95,7 +100,13 @@ class WorkerConfig:
                    service.lease, max_attempts, tokens=service.tokens, limits=phase.limits,
                    open_uploads=service.open_uploads, archive_limits=archive_limits,
                    selection=phase.selection, rank_by=phase.headline,
+                   protocols=phase.protocols, direction=phase.direction,
                    phase=phase if service.benchmark is not None else None)
+
+    def rule(self, registry: Registry) -> BoardRule:
+        """The board rule of this worker's phase with the registry's choices."""
+        return BoardRule.of(registry, self.selection, self.rank_by, self.protocols,
+                            self.direction)
 
 
 class LostClaim(Exception):
@@ -130,15 +141,52 @@ def validation_problems(upload: str, gt: str, options: StorageOptions | None,
     return fmt.validate(upload, gt, options, limits, max_errors)
 
 
-def report_metrics(reports: dict[str, Any]) -> dict[str, Any]:
-    """The singlempo metrics shown on the status page, plus multimpo's ranking metric."""
-    single = reports.get("singlempo")
+SUBMISSION_SUFFIXES, SCORE_SUFFIXES = (".json", ".zip"), (".npz", ".parquet")
+
+
+def _upload_parts(upload: str, parts: str, options: StorageOptions | None,
+                  limits: ArchiveLimits | None, shown_as: str) -> tuple[str, str]:
+    """The submission and the score file of a ``submission+scores`` upload (a Dask task):
+    copied out of its ZIP, the archive checked first, to ``parts/submission.EXT`` and
+    ``parts/scores.EXT``, where the conversion's tasks read them."""
+    fs, path = filesystem(upload, options)
+    with fs.open(path, "rb") as f:
+        archive = SafeZip(f, shown_as, limits or ArchiveLimits())
+        archive.check()
+        files = [n for n, info in archive.entries.items()
+                 if not info.is_dir() and not n.startswith("__MACOSX/")]
+        found = [[n for n in files if n.lower().endswith(suffixes)]
+                 for suffixes in (SUBMISSION_SUFFIXES, SCORE_SUFFIXES)]
+        if [len(names) for names in found] != [1, 1]:
+            raise InputError(shown_as, f"holds {len(found[0])} submission file(s) (.json, "
+                             f".zip) and {len(found[1])} score file(s) (.npz, .parquet)",
+                             expected="a ZIP of one SGBench JSON or ZIP and its score file")
+        copied = []
+        for kind, (name,) in zip(("submission", "scores"), found, strict=True):
+            target = join(parts, kind + name[name.rindex("."):].lower())
+            out_fs, out_path = filesystem(target, options)
+            out_fs.makedirs(out_fs._parent(out_path), exist_ok=True)
+            out_fs.pipe_file(out_path, archive.read(name))
+            copied.append(target)
+    return copied[0], copied[1]
+
+
+def report_metrics(reports: dict[str, Any], protocols: tuple[str, ...] = BOARD_PROTOCOLS
+                   ) -> dict[str, Any]:
+    """The metrics of the board's protocol shown on the status page, plus the ranking
+    metric of the protocol its delta column compares with (``multimpo mR@50``)."""
+    single = reports.get(protocols[0])
     out = {k: v for k, v in (single.metrics if single else {}).items()
            if isinstance(v, (int, float)) and v == v}
-    multi = reports.get("multimpo")
+    multi = reports.get(protocols[1]) if len(protocols) > 1 else None
     if multi and RANK_BY in multi.metrics:
-        out[f"multimpo {RANK_BY}"] = multi.metrics[RANK_BY]
+        out[f"{protocols[1]} {RANK_BY}"] = multi.metrics[RANK_BY]
     return out
+
+
+def _parts_url(upload: str) -> str:
+    """Where a ``submission+scores`` upload's two parts are copied to."""
+    return upload + ".parts"
 
 
 class Worker:
@@ -262,8 +310,9 @@ class Worker:
         entry = claim.sub.entry
         try:
             if not self.store_complete(entry.url):
+                upload, scores = self.upload_parts(claim)
                 problems = self.client.submit(
-                    validation_problems, upload_url(self.registry, claim.id), self.config.gt,
+                    validation_problems, upload, self.config.gt,
                     self.config.storage_options, self.config.archive_limits,
                     self.config.max_errors, entry.filename or "upload", pure=False).result()
                 names = self.public_names(claim)
@@ -274,10 +323,10 @@ class Worker:
                     self.log(f"worker {self.id}: {claim.id}: rejected ({errors[0]})")
                     return False
                 claim.step("converting", warnings=warnings)
-                upload = upload_url(self.registry, claim.id)
                 submission_format(upload, self.config.storage_options).convert(
                     upload, entry.url, self.config.gt, self.config.storage_options,
-                    overwrite=True, cluster=self.client, limits=self.config.archive_limits)
+                    overwrite=True, cluster=self.client, limits=self.config.archive_limits,
+                    **self.scores_options(scores))
             return True
         except LostClaim:
             raise
@@ -288,14 +337,38 @@ class Worker:
             self.retry_or_fail(claim, err)
             return False
 
+    def upload_parts(self, claim: Claim) -> tuple[str, str | None]:
+        """The upload to validate and convert, and its score file (a ``submission+scores``
+        phase's uploads: their two parts, see ``_upload_parts``)."""
+        upload = upload_url(self.registry, claim.id)
+        phase = self.config.phase
+        if phase is None or phase.upload != "submission+scores":
+            return upload, None
+        return self.client.submit(_upload_parts, upload, _parts_url(upload),
+                                  self.config.storage_options, self.config.archive_limits,
+                                  claim.sub.entry.filename or "upload", pure=False).result()
+
+    def scores_options(self, scores: str | None) -> dict[str, Any]:
+        """The conversion's ``--from-scores``, ``--rank-by`` and ``--ng-limit``, if any."""
+        if scores is None or self.config.phase is None:
+            return {}
+        return {"from_scores": scores, "rank_by": self.config.phase.scores_rank_by,
+                "ng_limit": self.config.phase.ng_limit}
+
     def public_names(self, claim: Claim) -> dict[str, str]:
         """What the service shows for the storage locations of an entry (its errors name no
-        host path): the upload by the name it was uploaded under, the converted store by
-        the submission id, the GT and the registry by name."""
+        host path): the upload by the name it was uploaded under (its parts as members of
+        it), the converted store by the submission id, the GT and the registry by name."""
         names = {}
-        for url, name in ((self.registry.url, "REGISTRY"),
-                          (upload_url(self.registry, claim.id), claim.sub.entry.filename
-                           or "upload"),
+        upload, shown = upload_url(self.registry, claim.id), claim.sub.entry.filename \
+            or "upload"
+        parts = _parts_url(upload)
+        for url, name in ((self.registry.url, "REGISTRY"), *(
+                              (join(parts, kind + ext), f"{shown}:{kind}{ext}")
+                              for kind, suffixes in (("submission", SUBMISSION_SUFFIXES),
+                                                     ("scores", SCORE_SUFFIXES))
+                              for ext in suffixes),
+                          (upload, shown),
                           (claim.sub.entry.url, f"the store of {claim.id}"),
                           (self.config.gt.rstrip("/"), "the GT store")):
             path = filesystem(url, self.config.storage_options)[1]
@@ -343,7 +416,8 @@ class Worker:
         if not claims:
             return
         job = board_job(self.config.registry, self.config.gt, [c.sub.entry for c in claims],
-                        self.config.settings, self.config.storage_options)
+                        self.config.settings, self.config.storage_options,
+                        self.config.protocols)
         start = time.perf_counter()
         log = lambda line: self.log(f"worker {self.id}: {line}")  # noqa: E731
         outcome = run_many(job, client=self.client, log=log)
@@ -355,7 +429,8 @@ class Worker:
         for claim in claims:
             evaluated = [list(k) for k in outcome.evaluated if k[0] == claim.id]
             try:
-                claim.step("evaluated", metrics=report_metrics(outcome.reports[claim.id]),
+                claim.step("evaluated", metrics=report_metrics(outcome.reports[claim.id],
+                                                               self.config.protocols),
                            evaluated=evaluated)
                 self.log(f"worker {self.id}: {claim.id}: evaluated")
             except LostClaim:
@@ -378,8 +453,7 @@ class Worker:
         fs.invalidate_cache(root)
         current = read_json(fs, join(root, "current.json"))
         digest = inputs_digest(rankable, self.config.settings,
-                               rule=BoardRule.of(self.registry, self.config.selection,
-                                                 self.config.rank_by))
+                               rule=self.config.rule(self.registry))
         up_to_date = current.get("inputs") == digest if current else not rankable
         if not waiting and up_to_date:
             return False
@@ -387,7 +461,8 @@ class Worker:
             rerank(self.config.registry, self.config.gt, self.config.out, self.config.settings,
                    self.config.storage_options, client=self.client, log=self.log,
                    lease=self.config.lease, selection=self.config.selection,
-                   rank_by=self.config.rank_by)
+                   rank_by=self.config.rank_by, protocols=self.config.protocols,
+                   direction=self.config.direction)
         except LockHeld:
             return False
         for sub in waiting:
