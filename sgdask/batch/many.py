@@ -25,6 +25,7 @@ import yaml
 from distributed import Client
 
 from sgdask.batch.cache import ResultCache, cache_key
+from sgdask.batch.pages import page_url, render_page
 from sgdask.cluster import Local
 from sgdask.core.settings import Settings
 from sgdask.errors import Choose, InputError, SettingError, SgdaskError
@@ -57,6 +58,9 @@ class ManyJob:
     storage_options: StorageOptions | None = None
     #: verify every submission store completely before its first evaluation (rerank)
     verify: bool = False
+    #: each evaluated submission's report page is rendered and kept under ``CACHE/pages/``
+    #: by its finalizing task (rerank's board: ``sgdask.batch.pages``)
+    pages: bool = False
 
 
 def parse_manifest(doc: Any, label: str) -> ManyJob:
@@ -172,12 +176,14 @@ def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print,
 @dataclass(frozen=True)
 class Written:
     """What a submission's finalizing task writes on the worker, once its reports are
-    final: their cache entries (``keys``: per protocol) and its reports under ``out``."""
+    final: their cache entries (``keys``: per protocol), its reports under ``out`` and its
+    report page at ``page``."""
 
     cache: str | None
     out: str | None
     keys: dict[str, str]
     storage_options: StorageOptions | None
+    page: str | None = None
 
     def __call__(self, name: str, reports: dict[str, Report]) -> None:
         if self.cache:
@@ -187,6 +193,8 @@ class Written:
                           {"submission": name, "protocol": protocol})
         if self.out:
             write_reports(reports, join(self.out, name), self.storage_options)
+        if self.page:
+            render_page(reports, name, self.page, self.storage_options)
 
 
 def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local | None = None,
@@ -221,7 +229,7 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local 
         urls = {name: url for name, url, _ in job.submissions}
         out = None if with_ci else job.out
         written = {name: Written(cache_url, out, {p: keys[(name, p)] for p in protocols},
-                                 job.storage_options)
+                                 job.storage_options, _page_of(job, cache_url, name, keys, hits))
                    for name, protocols in missing.items()} if cache_url or out else {}
         result = evaluate_many(job.gt, [(n, urls[n], ",".join(p)) for n, p in missing.items()],
                                replace(job.options, ci=None), client, scheduler,
@@ -245,6 +253,16 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local 
     evaluated = [(n, p) for n, ps in missing.items() if n not in failed for p in ps] \
         if not dry_run else []
     return ManyOutcome(reports, sorted(hits), evaluated, parts_read, keys, matching, failed)
+
+
+def _page_of(job: ManyJob, cache: str | None, name: str, keys: dict[tuple[str, str], str],
+             hits: dict[tuple[str, str], Report]) -> str | None:
+    """Where a submission's finalizing task keeps its report page: with ``job.pages``,
+    when every protocol of the submission is evaluated (a page shows them all; one with a
+    protocol cached is rendered from the cache, ``sgdask.batch.pages.report_pages``)."""
+    if not (job.pages and cache) or any(n == name for n, _ in hits):
+        return None
+    return page_url(cache, name, keys)
 
 
 def with_intervals(job: ManyJob, reports: dict[str, dict[str, Report]]) -> None:

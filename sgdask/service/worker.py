@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 from distributed import Client
 
 from sgdask.batch.many import run_many
+from sgdask.batch.pages import report_pages
 from sgdask.batch.registry import Registry
 from sgdask.batch.rerank import (
     BoardRule,
     board_job,
     inputs_digest,
     read_json,
-    report_pages,
     rerank,
 )
 from sgdask.core.settings import Settings
