@@ -141,13 +141,13 @@ def _matching_mode(gt_manifest: dict[str, Any], sub_manifest: dict[str, Any]) ->
 
 
 def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print,
-               failed: dict[str, SgdaskError] | None = None
+               failed: dict[str, SgdaskError] | None = None, slim: bool = False
                ) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], Report],
                           dict[str, str]]:
     """Cache keys of every (submission, protocol), the reports already cached (checked:
     a damaged entry is logged and counts as absent) and each submission's matching mode;
     ``failed``: where a submission whose manifest cannot be read is named instead of
-    raised."""
+    raised; ``slim``: cached reports without per-image rows and terms."""
     gt_manifest = StoreReader(job.gt, job.storage_options, "gt").manifest
     stats_hash = (stats_digest(job.options.stats, job.storage_options) if job.options.stats
                   else None)
@@ -167,7 +167,7 @@ def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print,
             key = cache_key(gt_manifest, sub_manifest, protocol, job.options, stats_hash,
                             groups_hash)
             keys[(name, protocol.name)] = key
-            found = cache.get(key, log) if cache else None
+            found = cache.get(key, log, slim) if cache else None
             if found is not None:
                 hits[(name, protocol.name)] = found
     return keys, hits, matching
@@ -206,7 +206,8 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local 
     the cluster (with intervals, the reports are written here, once they have them).
     ``isolate``: a submission that fails fails alone (named in ``failed``), the others are
     evaluated and written; ``slim``: evaluated reports come back without per-image rows and
-    terms (what a summary needs; nothing per image reaches this process)."""
+    terms (what a summary needs; nothing per image reaches this process), and so do cached
+    ones unless this process writes them (``job.out``) or computes intervals."""
     cache_url = job.cache or (join(job.out, "cache") if job.out else None)
     existing(job.gt, job.storage_options)
     for written, what in ((job.out, "reports"), (cache_url, "the result cache")):
@@ -214,7 +215,10 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local 
             check_output_outside_stores(written, job.storage_options, what)
     cache = ResultCache(cache_url, job.storage_options) if cache_url else None
     failed: dict[str, SgdaskError] = {}
-    keys, hits, matching = plan_cache(job, cache, log, failed if isolate else None)
+    with_ci = job.options.intervals is not None
+    # cached reports are written to job.out from here, and intervals need their terms
+    keys, hits, matching = plan_cache(job, cache, log, failed if isolate else None,
+                                      slim and not with_ci and not job.out)
     for name, protocol in hits:
         log(f"cached: {name} / {protocol} (key {keys[(name, protocol)]})")
     missing: dict[str, list[str]] = {}
@@ -224,7 +228,6 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local 
             log(f"{'would evaluate' if dry_run else 'to evaluate'}: {name} / {protocol}")
     fresh: dict[str, dict[str, Report]] = {}
     parts_read: list[str] = []
-    with_ci = job.options.intervals is not None
     if missing and not dry_run:
         urls = {name: url for name, url, _ in job.submissions}
         out = None if with_ci else job.out

@@ -105,8 +105,9 @@ def report_pages(outcome: ManyOutcome, cache: str, storage_options: StorageOptio
                  ) -> dict[str, bytes]:
     """Every submission of a ``ManyOutcome``: its HTML report page, as kept under
     ``CACHE/pages/`` (evaluated submissions' pages were kept by their finalizing tasks).
-    A page that is missing, or fails its hash (never published), is rendered again: with a
-    client by a task reading the cache entries on a worker, else here from the reports."""
+    A page that is missing, or fails its hash (never published), is rendered again from
+    the cache entries (``outcome`` may hold slim reports): with a client by a task on a
+    worker, else here."""
     fs, _ = filesystem(cache, storage_options)
     pages, missing = {}, {}
     for submission_id in outcome.reports:
@@ -118,13 +119,12 @@ def report_pages(outcome: ManyOutcome, cache: str, storage_options: StorageOptio
         if problem is not None and log is not None:
             log(f"report page of {submission_id}: {problem}; rendering it again")
         missing[submission_id] = url
-    if client is not None and missing:
-        futures = {sid: client.submit(_page_from_cache, cache, sid,
-                                      {p: k for (name, p), k in outcome.keys.items()
-                                       if name == sid}, url, storage_options, pure=False)
-                   for sid, url in missing.items()}
+    tasks = {sid: (cache, sid, {p: k for (name, p), k in outcome.keys.items() if name == sid},
+                   url, storage_options) for sid, url in missing.items()}
+    if client is not None:
+        futures = {sid: client.submit(_page_from_cache, *args, pure=False)
+                   for sid, args in tasks.items()}
         pages.update({sid: future.result() for sid, future in futures.items()})
     else:
-        pages.update({sid: render_page(outcome.reports[sid], sid, url, storage_options)
-                      for sid, url in missing.items()})
+        pages.update({sid: _page_from_cache(*args) for sid, args in tasks.items()})
     return pages

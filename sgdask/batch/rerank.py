@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from distributed import Client
 
+from sgdask.batch.cache import ResultCache
 from sgdask.batch.leaderboard_html import (
     DEFAULT_MATCHING,
     MATCHING_MODES,
@@ -34,7 +35,7 @@ from sgdask.batch.leaderboard_html import (
     matching_boards,
     render_leaderboard,
 )
-from sgdask.batch.many import Log, ManyJob, run_many
+from sgdask.batch.many import Log, ManyJob, ManyOutcome, run_many
 from sgdask.batch.pages import report_pages, write_atomic
 from sgdask.batch.registry import Entry, Registry
 from sgdask.cluster import Local
@@ -247,6 +248,25 @@ def with_ranges(board: list[dict[str, Any]], reports: dict[str, dict[str, Report
     return approved
 
 
+def _singlempo_keys(outcome: ManyOutcome) -> dict[str, str]:
+    """Submission id -> the result cache key of its singlempo report (what boards rank)."""
+    return {sid: outcome.keys[(sid, "singlempo")] for sid, by_protocol in outcome.reports.items()
+            if "singlempo" in by_protocol and (sid, "singlempo") in outcome.keys}
+
+
+def _ranged_board(board: list[dict[str, Any]], cache: str, keys: dict[str, str],
+                  composition: dict[int, int] | None, ci: BoardCI, rank_by: str,
+                  storage_options: StorageOptions | None
+                  ) -> tuple[list[dict[str, Any]], dict[str, list[int] | None]]:
+    """``board`` with its intervals and rank ranges, and the approved rows' rank ranges
+    (``with_ranges``), from the singlempo terms read here from the result cache (``keys``:
+    submission id -> entry key): run as a task, so no terms reach the driver."""
+    entries = ResultCache(cache, storage_options)
+    reports = {sid: {"singlempo": report} for sid, key in keys.items()
+               if (report := entries.checked(key)) is not None}
+    return board, with_ranges(board, reports, composition, ci, rank_by)
+
+
 @dataclass
 class RerankOutcome:
     published: str | None
@@ -308,7 +328,7 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
         return RerankOutcome(None, [], outcome.cached, [])
     with exclusive_lock(join(out, "lock.json"), storage_options, lease, log,
                         holder="another rerank"):
-        outcome = run_many(job, client, scheduler, progress, log=log)
+        outcome = run_many(job, client, scheduler, progress, log=log, slim=True)
         current = read_json(fs, join(root, "current.json"))
         digest = inputs_digest(entries, options, ci, rule)
         if current and current.get("inputs") == digest:
@@ -321,8 +341,10 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
         board = board_rows(entries, outcome.reports, previous, outcome.matching, rule)
         _, composition = gt_training_stats(StoreReader(gt, storage_options, "gt"), options.stats,
                                         storage_options)
-        ranges = with_ranges(board, outcome.reports, composition, ci or BoardCI(),
-                             rule.rank_by)
+        ranged = (job.cache, _singlempo_keys(outcome), composition, ci or BoardCI(),
+                  rule.rank_by, storage_options)
+        board, ranges = (client.submit(_ranged_board, board, *ranged, pure=False).result()
+                         if client is not None else _ranged_board(board, *ranged))
         approved = approved_board(board, previous, ranges)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         board_dir = f"history/{stamp}"

@@ -346,7 +346,7 @@ class Worker:
                         self.config.settings, self.config.storage_options)
         start = time.perf_counter()
         log = lambda line: self.log(f"worker {self.id}: {line}")  # noqa: E731
-        outcome = run_many(job, client=self.client, log=log)
+        outcome = run_many(job, client=self.client, log=log, slim=True)
         scored = time.perf_counter()
         report_pages(outcome, job.cache, self.config.storage_options, self.client, log)
         self.log(f"worker {self.id}: scored {len(claims)} submission(s) in "
