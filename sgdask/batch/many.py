@@ -231,8 +231,10 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local 
     if missing and not dry_run:
         urls = {name: url for name, url, _ in job.submissions}
         out = None if with_ci else job.out
+        partly_cached = {name for name, _ in hits}
         written = {name: Written(cache_url, out, {p: keys[(name, p)] for p in protocols},
-                                 job.storage_options, _page_of(job, cache_url, name, keys, hits))
+                                 job.storage_options,
+                                 _page_of(job, cache_url, name, keys, partly_cached))
                    for name, protocols in missing.items()} if cache_url or out else {}
         result = evaluate_many(job.gt, [(n, urls[n], ",".join(p)) for n, p in missing.items()],
                                replace(job.options, ci=None), client, scheduler,
@@ -259,11 +261,11 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local 
 
 
 def _page_of(job: ManyJob, cache: str | None, name: str, keys: dict[tuple[str, str], str],
-             hits: dict[tuple[str, str], Report]) -> str | None:
+             partly_cached: set[str]) -> str | None:
     """Where a submission's finalizing task keeps its report page: with ``job.pages``,
     when every protocol of the submission is evaluated (a page shows them all; one with a
     protocol cached is rendered from the cache, ``sgdask.batch.pages.report_pages``)."""
-    if not (job.pages and cache) or any(n == name for n, _ in hits):
+    if not (job.pages and cache) or name in partly_cached:
         return None
     return page_url(cache, name, keys)
 
