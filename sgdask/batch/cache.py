@@ -129,7 +129,7 @@ class ResultCache:
                 name = path.rstrip("/").rsplit("/", 1)[-1]
                 if name != ENTRY and name not in listed:
                     raise DamagedEntry(key, name, "not listed in entry.json")
-        return _report_of(key, files)
+        return _report_of(key, files, slim)
 
     def _checked_file(self, key: str, name: str, expected: dict[str, Any]) -> bytes:
         try:
