@@ -268,3 +268,19 @@ def test_damaged_report_page_is_rendered_again_never_published(published, stores
 def test_verify_needs_a_store_or_a_registry(capsys):
     code, _, err = run_cli(capsys, "verify")
     assert code == 2 and "give store URLs, or --registry URL" in err
+
+
+def test_slim_read_checks_every_file_and_parses_no_per_image_data(published, tmp_path):
+    """What rerank's driver reads: the same numbers without per-image rows and terms, and a
+    damaged per-image file is still damage."""
+    folder = entry_of(published, "singlempo")
+    shutil.copytree(folder, tmp_path / "cache" / folder.name)
+    cache = ResultCache(str(tmp_path / "cache"))
+    full, slim = cache.checked(folder.name), cache.checked(folder.name, slim=True)
+    assert slim.metrics == full.metrics and slim.per_predicate == full.per_predicate
+    assert full.per_image and full.terms is not None
+    assert slim.per_image == [] and slim.terms is None
+    per_image = tmp_path / "cache" / folder.name / "per_image.parquet"
+    per_image.write_bytes(per_image.read_bytes()[:-1])
+    with pytest.warns(SgdaskWarning, match="per_image.parquet damaged"):
+        assert cache.get(folder.name, slim=True) is None

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import base64
-import io
 import re
 import uuid
+import xml.etree.ElementTree as ET
 
 import fsspec
 import numpy as np
 import pytest
-from PIL import Image
 
 from sgdask.report import Report
 from sgdask.report.html import fmt_delta, render_html, write_html
 
 KS = ["20", "50", "100", "x1", "x10"]
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-IMG_SRC = re.compile(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)">')
+SVG = re.compile(r'<svg role="img" aria-label="[^"]*".*?</svg>', re.DOTALL)
 PREDICATES = [(0, "on", 120), (1, "<b>wearing</b>", 30), (2, "has", 80), (3, "in front of", 5)]
 
 
@@ -46,8 +43,9 @@ def reports() -> dict[str, Report]:
             "multimpo": make_report("multimpo", 0.30, [0.55, 0.2, 0.4, 0.0], 1.25)}
 
 
-def embedded_pngs(page: str) -> list[bytes]:
-    return [base64.b64decode(data) for data in IMG_SRC.findall(page)]
+def embedded_svgs(page: str) -> list[ET.Element]:
+    """The page's inline SVG plots, parsed (each must be well-formed XML)."""
+    return [ET.fromstring(markup) for markup in SVG.findall(page)]
 
 
 def test_overall_numbers_in_percent(reports):
@@ -75,15 +73,22 @@ def test_fmt_delta_sign_and_units():
     assert fmt_delta("PRank", 2.0, 2.5) == "-0.50"
 
 
-def test_embedded_plots_are_pngs(reports):
+def test_embedded_plots_are_inline_svg(reports):
     page = render_html(reports)
-    pngs = embedded_pngs(page)
-    assert len(pngs) == 3 == page.count("<img ")
-    for png in pngs:
-        assert png.startswith(PNG_SIGNATURE)
-        with Image.open(io.BytesIO(png)) as img:
-            width, height = img.size
-        assert width > 0 and height > 0
+    svgs = embedded_svgs(page)
+    assert len(svgs) == 3 == page.count("<svg ") and "<img " not in page
+    for svg in svgs:
+        assert float(svg.get("width")) > 0 and float(svg.get("height")) > 0
+    bars, delta, curve = ("".join(svg.itertext()) for svg in svgs)
+    assert "in front of" in bars and "<b>wearing</b>" in bars and "singlempo" in bars
+    assert "multimpo − singlempo" in delta
+    assert "R (singlempo)" in curve and "mR (multimpo)" in curve
+    # one bar per (protocol, predicate with a value), its value in its tooltip
+    tips = [rect.find("title").text for rect in svgs[0].iter("rect")
+            if rect.find("title") is not None]
+    assert tips == ["singlempo: on 50.00", "singlempo: <b>wearing</b> 25.00",
+                    "singlempo: in front of 0.00", "multimpo: on 55.00", "multimpo: has 40.00",
+                    "multimpo: <b>wearing</b> 20.00", "multimpo: in front of 0.00"]
 
 
 def test_page_is_self_contained(reports):
@@ -115,7 +120,7 @@ def test_single_protocol_page(reports):
     page = render_html({"singlempo": reports["singlempo"]})
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert "Protocol delta" not in page and " − " not in page
-    assert len(embedded_pngs(page)) == 2
+    assert len(embedded_svgs(page)) == 2
 
 
 def test_page_without_plottable_metrics():
@@ -124,7 +129,7 @@ def test_page_without_plottable_metrics():
     report.metrics = {"R@x1": 0.3, "InstR": 0.9}
     report.per_predicate = [{"predicate": 0, "name": "on", "gt_count": 3, "PRank": 2.0}]
     page = render_html({"singlempo": report})
-    assert embedded_pngs(page) == []
+    assert embedded_svgs(page) == []
     assert "<td>R</td><td>30.00</td>" in page and "<td>on</td><td>3</td><td>2.00</td>" in page
 
 

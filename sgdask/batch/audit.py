@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sgdask.batch.cache import DamagedEntry, ResultCache, UncheckedEntry
+from sgdask.batch.pages import PAGE_HASH, kept_page
 from sgdask.batch.registry import Registry, parse_entry, parse_record
-from sgdask.batch.rerank import PAGE_HASH, kept_page
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.store import MANIFEST
 from sgdask.io.verify import Attempts, verify_store

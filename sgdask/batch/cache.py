@@ -96,11 +96,12 @@ class ResultCache:
     def location(self, key: str) -> str:
         return join(self.url, key)
 
-    def get(self, key: str, log: Log | None = None) -> Report | None:
+    def get(self, key: str, log: Log | None = None, slim: bool = False) -> Report | None:
         """The cached report, checked; None when absent, incomplete, damaged or unchecked
-        (the last two reported through ``log``, or as a warning without one)."""
+        (the last two reported through ``log``, or as a warning without one); ``slim``:
+        without per-image rows and terms (every file is checked all the same)."""
         try:
-            return self.checked(key)
+            return self.checked(key, slim=slim)
         except (DamagedEntry, UncheckedEntry) as err:
             message = f"{err}; evaluating again"
             if log is None:
@@ -109,11 +110,12 @@ class ResultCache:
                 log(message)
             return None
 
-    def checked(self, key: str, every: bool = False) -> Report | None:
+    def checked(self, key: str, every: bool = False, slim: bool = False) -> Report | None:
         """The entry's report, every file checked before it is parsed (None: no
         ``entry.json``, an absent or incomplete entry); ``DamagedEntry`` or
         ``UncheckedEntry`` otherwise. ``every``: a file in the entry's folder that
-        ``entry.json`` does not list is damage too (``get`` reads only listed files)."""
+        ``entry.json`` does not list is damage too (``get`` reads only listed files);
+        ``slim``: the report without per-image rows and terms, which are not parsed."""
         try:
             raw = self.fs.cat_file(join(self.path, key, ENTRY))
         except FileNotFoundError:
@@ -127,7 +129,7 @@ class ResultCache:
                 name = path.rstrip("/").rsplit("/", 1)[-1]
                 if name != ENTRY and name not in listed:
                     raise DamagedEntry(key, name, "not listed in entry.json")
-        return _report_of(key, files)
+        return _report_of(key, files, slim)
 
     def _checked_file(self, key: str, name: str, expected: dict[str, Any]) -> bytes:
         try:
@@ -201,14 +203,16 @@ def _plain_name(name: str) -> bool:
         and name not in (".", "..", ENTRY)
 
 
-def _report_of(key: str, files: dict[str, bytes]) -> Report:
+def _report_of(key: str, files: dict[str, bytes], slim: bool = False) -> Report:
     """The report held by an entry's checked bytes (what ``Report.read`` reads from its
-    folder, parsed from the bytes already in hand)."""
-    tables: dict[str, Any] = {name: _parsed(key, f"{name}.parquet", files).to_pylist()
+    folder, parsed from the bytes already in hand); ``slim``: without per-image rows and
+    terms (what a board or a summary needs)."""
+    tables: dict[str, Any] = {name: [] if slim and name == "per_image"
+                              else _parsed(key, f"{name}.parquet", files).to_pylist()
                               for name in ("per_predicate", "per_image")}
     if CATEGORY_FILE in files:  # with panoptic quality
         tables["per_category"] = _parsed(key, CATEGORY_FILE, files).to_pylist()
-    tables["terms"] = _parsed(key, TERMS_FILE, files, TermTable.from_arrow)
+    tables["terms"] = None if slim else _parsed(key, TERMS_FILE, files, TermTable.from_arrow)
     summary = _parsed(key, "metrics.json", files)
     try:
         return Report(**summary, **tables)

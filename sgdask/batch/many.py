@@ -25,6 +25,7 @@ import yaml
 from distributed import Client
 
 from sgdask.batch.cache import ResultCache, cache_key
+from sgdask.batch.pages import page_url, render_page
 from sgdask.cluster import Local
 from sgdask.core.settings import Settings
 from sgdask.errors import Choose, InputError, SettingError, SgdaskError
@@ -57,6 +58,9 @@ class ManyJob:
     storage_options: StorageOptions | None = None
     #: verify every submission store completely before its first evaluation (rerank)
     verify: bool = False
+    #: each evaluated submission's report page is rendered and kept under ``CACHE/pages/``
+    #: by its finalizing task (rerank's board: ``sgdask.batch.pages``)
+    pages: bool = False
 
 
 def parse_manifest(doc: Any, label: str) -> ManyJob:
@@ -137,13 +141,13 @@ def _matching_mode(gt_manifest: dict[str, Any], sub_manifest: dict[str, Any]) ->
 
 
 def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print,
-               failed: dict[str, SgdaskError] | None = None
+               failed: dict[str, SgdaskError] | None = None, slim: bool = False
                ) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], Report],
                           dict[str, str]]:
     """Cache keys of every (submission, protocol), the reports already cached (checked:
     a damaged entry is logged and counts as absent) and each submission's matching mode;
     ``failed``: where a submission whose manifest cannot be read is named instead of
-    raised."""
+    raised; ``slim``: cached reports without per-image rows and terms."""
     gt_manifest = StoreReader(job.gt, job.storage_options, "gt").manifest
     stats_hash = (stats_digest(job.options.stats, job.storage_options) if job.options.stats
                   else None)
@@ -163,7 +167,7 @@ def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print,
             key = cache_key(gt_manifest, sub_manifest, protocol, job.options, stats_hash,
                             groups_hash)
             keys[(name, protocol.name)] = key
-            found = cache.get(key, log) if cache else None
+            found = cache.get(key, log, slim) if cache else None
             if found is not None:
                 hits[(name, protocol.name)] = found
     return keys, hits, matching
@@ -172,12 +176,14 @@ def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print,
 @dataclass(frozen=True)
 class Written:
     """What a submission's finalizing task writes on the worker, once its reports are
-    final: their cache entries (``keys``: per protocol) and its reports under ``out``."""
+    final: their cache entries (``keys``: per protocol), its reports under ``out`` and its
+    report page at ``page``."""
 
     cache: str | None
     out: str | None
     keys: dict[str, str]
     storage_options: StorageOptions | None
+    page: str | None = None
 
     def __call__(self, name: str, reports: dict[str, Report]) -> None:
         if self.cache:
@@ -187,6 +193,8 @@ class Written:
                           {"submission": name, "protocol": protocol})
         if self.out:
             write_reports(reports, join(self.out, name), self.storage_options)
+        if self.page:
+            render_page(reports, name, self.page, self.storage_options)
 
 
 def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local | None = None,
@@ -198,7 +206,8 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local 
     the cluster (with intervals, the reports are written here, once they have them).
     ``isolate``: a submission that fails fails alone (named in ``failed``), the others are
     evaluated and written; ``slim``: evaluated reports come back without per-image rows and
-    terms (what a summary needs; nothing per image reaches this process)."""
+    terms (what a summary needs; nothing per image reaches this process), and so do cached
+    ones unless this process writes them (``job.out``) or computes intervals."""
     cache_url = job.cache or (join(job.out, "cache") if job.out else None)
     existing(job.gt, job.storage_options)
     for written, what in ((job.out, "reports"), (cache_url, "the result cache")):
@@ -206,7 +215,10 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local 
             check_output_outside_stores(written, job.storage_options, what)
     cache = ResultCache(cache_url, job.storage_options) if cache_url else None
     failed: dict[str, SgdaskError] = {}
-    keys, hits, matching = plan_cache(job, cache, log, failed if isolate else None)
+    with_ci = job.options.intervals is not None
+    # cached reports are written to job.out from here, and intervals need their terms
+    keys, hits, matching = plan_cache(job, cache, log, failed if isolate else None,
+                                      slim and not with_ci and not job.out)
     for name, protocol in hits:
         log(f"cached: {name} / {protocol} (key {keys[(name, protocol)]})")
     missing: dict[str, list[str]] = {}
@@ -216,12 +228,13 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local 
             log(f"{'would evaluate' if dry_run else 'to evaluate'}: {name} / {protocol}")
     fresh: dict[str, dict[str, Report]] = {}
     parts_read: list[str] = []
-    with_ci = job.options.intervals is not None
     if missing and not dry_run:
         urls = {name: url for name, url, _ in job.submissions}
         out = None if with_ci else job.out
+        partly_cached = {name for name, _ in hits}
         written = {name: Written(cache_url, out, {p: keys[(name, p)] for p in protocols},
-                                 job.storage_options)
+                                 job.storage_options,
+                                 _page_of(job, cache_url, name, keys, partly_cached))
                    for name, protocols in missing.items()} if cache_url or out else {}
         result = evaluate_many(job.gt, [(n, urls[n], ",".join(p)) for n, p in missing.items()],
                                replace(job.options, ci=None), client, scheduler,
@@ -245,6 +258,16 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local 
     evaluated = [(n, p) for n, ps in missing.items() if n not in failed for p in ps] \
         if not dry_run else []
     return ManyOutcome(reports, sorted(hits), evaluated, parts_read, keys, matching, failed)
+
+
+def _page_of(job: ManyJob, cache: str | None, name: str, keys: dict[tuple[str, str], str],
+             partly_cached: set[str]) -> str | None:
+    """Where a submission's finalizing task keeps its report page: with ``job.pages``,
+    when every protocol of the submission is evaluated (a page shows them all; one with a
+    protocol cached is rendered from the cache, ``sgdask.batch.pages.report_pages``)."""
+    if not (job.pages and cache) or name in partly_cached:
+        return None
+    return page_url(cache, name, keys)
 
 
 def with_intervals(job: ManyJob, reports: dict[str, dict[str, Report]]) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -28,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from distributed import Client
 
-from sgdask import __version__
+from sgdask.batch.cache import ResultCache
 from sgdask.batch.leaderboard_html import (
     DEFAULT_MATCHING,
     MATCHING_MODES,
@@ -38,16 +37,16 @@ from sgdask.batch.leaderboard_html import (
     render_leaderboard,
 )
 from sgdask.batch.many import Log, ManyJob, ManyOutcome, run_many
+from sgdask.batch.pages import report_pages, write_atomic
 from sgdask.batch.registry import Entry, Registry
 from sgdask.cluster import Local
 from sgdask.core.settings import Settings
-from sgdask.io.fs import StorageOptions, filesystem, is_local, join
+from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.lock import DEFAULT_LEASE, exclusive_lock
 from sgdask.io.store import StoreReader, check_output_outside_stores
 from sgdask.io.training_stats import gt_training_stats
 from sgdask.metrics import RANK_BY, TIE_BREAK, board_columns, metric_of
 from sgdask.report import Report
-from sgdask.report.html import render_html
 from sgdask.report.intervals import scoring_of
 from sgdask.stats.bootstrap import Scoring
 from sgdask.stats.paired import rank_ranges
@@ -56,8 +55,6 @@ from sgdask.stats.table import TermTable
 BOARD_PROTOCOLS = ("singlempo", "multimpo")
 #: what a published board holds beyond its inputs: a new layout republishes once
 BOARD_LAYOUT = 2
-#: beside a kept report page: its SHA-256, written after it
-PAGE_HASH = ".sha256"
 EXIT_LOCKED = 3
 
 
@@ -67,17 +64,6 @@ def read_json(fs: Any, path: str) -> Any:
             return json.load(f)
     except FileNotFoundError:
         return None
-
-
-def write_atomic(fs: Any, path: str, data: bytes) -> None:
-    """Replace a file in one step: rename on local disk, a single PUT on object stores."""
-    if is_local(fs):
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with fs.open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    else:
-        fs.pipe_file(path, data)
 
 
 DIRECTIONS = ("higher", "lower")
@@ -306,6 +292,26 @@ def with_ranges(board: list[dict[str, Any]], reports: dict[str, dict[str, Report
     return approved
 
 
+def _primary_keys(outcome: ManyOutcome, protocol: str) -> dict[str, str]:
+    """Submission id -> the result cache key of its report under ``protocol`` (the one a
+    board ranks by)."""
+    return {sid: outcome.keys[(sid, protocol)] for sid, by_protocol in outcome.reports.items()
+            if protocol in by_protocol and (sid, protocol) in outcome.keys}
+
+
+def _ranged_board(board: list[dict[str, Any]], cache: str, keys: dict[str, str],
+                  composition: dict[int, int] | None, ci: BoardCI, rule: BoardRule,
+                  storage_options: StorageOptions | None
+                  ) -> tuple[list[dict[str, Any]], dict[str, list[int] | None]]:
+    """``board`` with its intervals and rank ranges, and the approved rows' rank ranges
+    (``with_ranges``), from the ranking protocol's terms read here from the result cache
+    (``keys``: submission id -> entry key): run as a task, so no terms reach the driver."""
+    entries = ResultCache(cache, storage_options)
+    reports = {sid: {rule.primary: report} for sid, key in keys.items()
+               if (report := entries.checked(key)) is not None}
+    return board, with_ranges(board, reports, composition, ci, rule)
+
+
 @dataclass
 class RerankOutcome:
     published: str | None
@@ -337,10 +343,11 @@ def board_job(registry_url: str, gt: str, entries: list[Entry], options: Setting
               protocols: tuple[str, ...] = BOARD_PROTOCOLS) -> ManyJob:
     """The evaluation a board needs, through the registry's result cache (the service's
     worker scores new entries with the same job, so rerank finds them cached); a store
-    without a cached result is verified completely before it is first ranked."""
+    without a cached result is verified completely before it is first ranked, and its
+    report page is rendered and kept by its finalizing task."""
     return ManyJob(gt, [(e.submission_id, e.url, ",".join(protocols)) for e in entries],
                    options, cache=join(registry_url, "cache"), storage_options=storage_options,
-                   verify=True)
+                   verify=True, pages=True)
 
 
 def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None,
@@ -370,7 +377,7 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
         return RerankOutcome(None, [], outcome.cached, [])
     with exclusive_lock(join(out, "lock.json"), storage_options, lease, log,
                         holder="another rerank"):
-        outcome = run_many(job, client, scheduler, progress, log=log)
+        outcome = run_many(job, client, scheduler, progress, log=log, slim=True)
         current = read_json(fs, join(root, "current.json"))
         digest = inputs_digest(entries, options, ci, rule)
         if current and current.get("inputs") == digest:
@@ -383,7 +390,10 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
         board = board_rows(entries, outcome.reports, previous, outcome.matching, rule)
         _, composition = gt_training_stats(StoreReader(gt, storage_options, "gt"), options.stats,
                                         storage_options)
-        ranges = with_ranges(board, outcome.reports, composition, ci or BoardCI(), rule)
+        ranged = (job.cache, _primary_keys(outcome, rule.primary), composition,
+                  ci or BoardCI(), rule, storage_options)
+        board, ranges = (client.submit(_ranged_board, board, *ranged, pure=False).result()
+                         if client is not None else _ranged_board(board, *ranged))
         approved = approved_board(board, previous, ranges)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         board_dir = f"history/{stamp}"
@@ -447,74 +457,6 @@ def board_look(rule: BoardRule) -> BoardLook:
     better = {c: "lower" if rule.lower_is_better(c) else "higher"
               for c in row_columns(rule.rank_by)}
     return BoardLook(rule.primary, rule.delta_protocol, better, rule.rank_by)
-
-
-def report_title(submission_id: str) -> str:
-    return f"sgdask report: {submission_id}"
-
-
-def page_key(submission_id: str, keys: dict[tuple[str, str], str]) -> str:
-    """Names a rendered report page: the submission's result cache keys (so a new protocol
-    or metric version renders anew), its title and the sgdask version that renders it."""
-    mine = sorted((p, k) for (name, p), k in keys.items() if name == submission_id)
-    text = json.dumps([__version__, report_title(submission_id), mine])
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def render_page(by_protocol: dict[str, Report], submission_id: str, url: str,
-                storage_options: StorageOptions | None) -> bytes:
-    """Render one report page and keep it at ``url``, its SHA-256 beside it, written after
-    it (runs as a Dask task)."""
-    data = render_html(by_protocol, title=report_title(submission_id), public=True).encode()
-    fs, path = filesystem(url, storage_options)
-    fs.makedirs(fs._parent(path), exist_ok=True)
-    write_atomic(fs, path, data)
-    write_atomic(fs, path + PAGE_HASH, hashlib.sha256(data).hexdigest().encode())
-    return data
-
-
-def kept_page(fs: Any, path: str) -> tuple[bytes | None, str | None]:
-    """A kept page whose bytes match the hash written after it, or (None, why not): absent,
-    kept without a hash (by an sgdask before pages were hashed) or damaged."""
-    try:
-        data = fs.cat_file(path)
-    except FileNotFoundError:
-        return None, None
-    try:
-        digest = fs.cat_file(path + PAGE_HASH).decode("ascii", "replace").strip()
-    except FileNotFoundError:
-        return None, "kept without a hash"
-    if hashlib.sha256(data).hexdigest() != digest:
-        return None, "damaged (SHA-256 differs from the one kept beside it)"
-    return data, None
-
-
-def report_pages(outcome: ManyOutcome, cache: str, storage_options: StorageOptions | None,
-                 client: Client | None = None, log: Log | None = None) -> dict[str, bytes]:
-    """Every submission's HTML report page. Rendering (matplotlib plots) costs seconds per
-    page, so a page is rendered once, kept under ``CACHE/pages/`` with its hash and reused
-    by every later board; a kept page that fails its hash is rendered again (never
-    published); missing pages render as parallel tasks when a client is given."""
-    fs, root = filesystem(cache, storage_options)
-    pages, missing = {}, {}
-    for submission_id in outcome.reports:
-        name = page_key(submission_id, outcome.keys) + ".html"
-        data, problem = kept_page(fs, join(root, "pages", name))
-        if data is not None:
-            pages[submission_id] = data
-            continue
-        if problem is not None and log is not None:
-            log(f"report page of {submission_id}: {problem}; rendering it again")
-        missing[submission_id] = join(cache, "pages", name)
-    if client is not None and missing:
-        futures = {sid: client.submit(render_page, outcome.reports[sid], sid, url,
-                                      storage_options, pure=False)
-                   for sid, url in missing.items()}
-        pages.update({sid: future.result() for sid, future in futures.items()})
-    else:
-        pages.update({sid: render_page(outcome.reports[sid], sid, url, storage_options)
-                      for sid, url in missing.items()})
-    return pages
 
 
 def interval_columns(row: dict[str, Any], rank_by: str = RANK_BY,

@@ -129,7 +129,7 @@ class Report:
                 pq.write_table(self.terms.to_arrow(), f, compression="zstd")
             written.append(join(out, TERMS_FILE))
         if html:
-            from sgdask.report.html import write_html  # matplotlib: only to write the page
+            from sgdask.report.html import write_html  # only to write the page
 
             written.append(write_html({self.protocol["name"]: self}, join(out, "report.html"),
                                       storage_options))

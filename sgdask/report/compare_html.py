@@ -1,15 +1,19 @@
 """``comparison.html``: one self-contained page for ``sgdask compare`` (inline CSS, PNG plots
-as data URIs, like ``report.html``)."""
+drawn by matplotlib as data URIs; a comparison is one page per ``compare`` run, so its
+plots' cost does not scale with a registry as report.html's did)."""
 
 from __future__ import annotations
 
+import base64
+import io
 from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from sgdask.metrics import RANK_BY, format_value, is_rank, metric_of, units_note
-from sgdask.report.html import CSS, image, paragraph, predicate_axes, table
+from sgdask.report.html import CSS, paragraph, table
 from sgdask.report.page import esc, page
 from sgdask.stats.paired import Comparison
 
@@ -100,6 +104,26 @@ def pair_rows(comparison: Comparison) -> list[list[str]]:
             for r in comparison.rows]
 
 
+def _image(fig: Figure, alt: str) -> str:
+    return f'<img alt="{esc(alt)}" src="{_png_data_uri(fig)}">'
+
+
+def _png_data_uri(fig: Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _predicate_axes(n_predicates: int, names: list[str], ylabel: str) -> tuple[Figure, Axes]:
+    """A figure wide enough for one labelled bar per predicate."""
+    fig = Figure(figsize=(max(6.0, 2.0 + 0.3 * n_predicates), 4.0))
+    ax = fig.add_subplot()
+    ax.set_xticks(np.arange(n_predicates), names, rotation=90, fontsize=8, parse_math=False)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    return fig, ax
+
+
 def predicate_delta_figure(comparison: Comparison, a: str, b: str, metric: str) -> Figure:
     """b − a per predicate (percentage points) with paired bootstrap intervals, predicates
     by the size of the difference."""
@@ -107,7 +131,7 @@ def predicate_delta_figure(comparison: Comparison, a: str, b: str, metric: str) 
             if r["a"] == a and r["b"] == b and r["metric"] == metric and r["delta"] is not None]
     rows.sort(key=lambda r: -r["delta"])
     scale = 1 if is_rank(metric) else 100
-    fig, ax = predicate_axes(len(rows), [str(r.get("name", r["predicate"])) for r in rows],
+    fig, ax = _predicate_axes(len(rows), [str(r.get("name", r["predicate"])) for r in rows],
                              f"{metric}: {b} − {a} ({'ranks' if scale == 1 else 'pp'})")
     delta = np.array([scale * r["delta"] for r in rows])
     low = np.array([np.nan if r["ci_low"] is None else scale * r["ci_low"] for r in rows])
@@ -155,10 +179,10 @@ def plots(comparison: Comparison, metric: str | None) -> list[str]:
     for a, b in pairs:
         parts.append(f"<h3>{esc(b)} vs {esc(a)}</h3>")
         if any(r["metric"] == metric for r in comparison.per_predicate):
-            parts.append(image(predicate_delta_figure(comparison, a, b, metric),
+            parts.append(_image(predicate_delta_figure(comparison, a, b, metric),
                                f"per-predicate {metric} difference {b} - {a}"))
         if metric in comparison.image_values.get(a, {}):
-            parts.append(image(scatter_figure(comparison, a, b, metric),
+            parts.append(_image(scatter_figure(comparison, a, b, metric),
                                f"per-image {metric}: {a} vs {b}"))
     return parts
 

@@ -1,14 +1,12 @@
 """A single self-contained HTML page for one or several protocols evaluated on the same data.
 
-Plots are PNGs embedded as data URIs and the CSS is inline, so the page opens offline and can
-be mailed or archived as one file. Figures are built with ``matplotlib.figure.Figure`` (never
-pyplot) so rendering is thread-safe and does not touch a global backend.
+Plots are inline SVG built as strings (``sgdask.report.svg``: no matplotlib, about a
+millisecond a page) and the CSS is inline, so the page opens offline and can be mailed or
+archived as one file.
 """
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import posixpath
 from collections.abc import Iterable
@@ -16,8 +14,6 @@ from itertools import cycle
 from typing import Any
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
 from sgdask.io.fs import StorageOptions, filesystem, is_local
 from sgdask.metrics import RANK_BY, format_value, is_rank, units_note
@@ -25,6 +21,7 @@ from sgdask.metrics.recall import METRICS as RECALL_METRICS
 from sgdask.report import Report, interval_caption
 from sgdask.report.intervals import is_interval_column
 from sgdask.report.page import esc, page
+from sgdask.report.svg import bar_chart, line_chart
 
 ROW_KEYS = ("predicate", "name", "gt_count", "group")
 CURVE_FAMILIES = tuple(m.prefix for m in RECALL_METRICS)
@@ -36,7 +33,7 @@ body { max-width: 1200px; }
 h2 { font-size: 1.3em; margin-top: 1.6em; }
 h3 { font-size: 1.1em; }
 td:first-child, th:first-child { text-align: left; }
-img { max-width: 100%; display: block; margin: 0.6em 0; }
+img, svg { max-width: 100%; height: auto; display: block; margin: 0.6em 0; }
 """
 
 def render_html(reports: dict[str, Report], title: str = "sgdask report",
@@ -192,24 +189,12 @@ def plots_section(reports: dict[str, Report]) -> str:
     parts = ["<h2>Plots</h2>"]
     metric = predicate_metric(reports)
     if metric is not None:
-        parts.append(image(predicate_bars_figure(reports, metric),
-                           f"per-predicate {metric} by GT frequency"))
+        parts.append(predicate_bars_chart(reports, metric))
         if len(reports) >= 2:
-            parts.append(image(predicate_delta_figure(reports, metric),
-                               f"per-predicate {metric} delta vs {first_name(reports)}"))
+            parts.append(predicate_delta_chart(reports, metric))
     if curve_ks(reports):
-        parts.append(image(recall_curve_figure(reports), "recall over k"))
+        parts.append(recall_curve_chart(reports))
     return "\n".join(parts)
-
-
-def image(fig: Figure, alt: str) -> str:
-    return f'<img alt="{esc(alt)}" src="{png_data_uri(fig)}">'
-
-
-def png_data_uri(fig: Figure) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def mean_columns(report: Report) -> list[str]:
@@ -262,51 +247,34 @@ def predicate_errors(report: Report, metric: str, predicates: list[int]) -> np.n
     return np.nan_to_num(np.array([values - low, high - values]).clip(min=0))
 
 
-def predicate_axes(n_predicates: int, names: list[str], ylabel: str) -> tuple[Figure, Axes]:
-    """A figure wide enough for one labelled bar group per predicate."""
-    fig = Figure(figsize=(max(6.0, 2.0 + 0.3 * n_predicates), 4.0))
-    ax = fig.add_subplot()
-    ax.set_xticks(np.arange(n_predicates), names, rotation=90, fontsize=8, parse_math=False)
-    ax.set_ylabel(ylabel)
-    ax.grid(axis="y", alpha=0.3)
-    return fig, ax
+def _listed(values: np.ndarray) -> list[float | None]:
+    """Array values as floats, None where NaN (no bar)."""
+    return [None if np.isnan(v) else float(v) for v in values]
 
 
-def grouped_bars(ax: Axes, series: dict[str, np.ndarray],
-                 errors: dict[str, np.ndarray | None] | None = None) -> None:
-    """One bar per series side by side within each x position (with error bars where
-    ``errors`` has them)."""
-    width = 0.8 / len(series)
-    for i, (label, values) in enumerate(series.items()):
-        x = np.arange(len(values)) - 0.4 + width * (i + 0.5)
-        yerr = (errors or {}).get(label)
-        ax.bar(x, values, width=width, label=label, yerr=yerr,
-               error_kw={"elinewidth": 0.8, "capsize": 1.5, "ecolor": "#333"})
-    ax.legend(fontsize=8)
-
-
-def predicate_bars_figure(reports: dict[str, Report], metric: str) -> Figure:
+def predicate_bars_chart(reports: dict[str, Report], metric: str) -> str:
     ids, names = zip(*predicates_by_frequency(reports), strict=True)
-    fig, ax = predicate_axes(len(ids), list(names), f"{metric} (%)")
-    grouped_bars(ax, {name: predicate_values(r, metric, list(ids))
-                      for name, r in reports.items()},
-                 {name: predicate_errors(r, metric, list(ids)) for name, r in reports.items()})
+    errors = {name: predicate_errors(r, metric, list(ids)) for name, r in reports.items()}
     bars = " with bootstrap intervals" if any(r.intervals for r in reports.values()) else ""
-    ax.set_title(f"Per-predicate {metric}{bars}, predicates by GT frequency "
-                 "(most frequent left)")
-    return fig
+    return bar_chart(f"Per-predicate {metric}{bars}, predicates by GT frequency "
+                     "(most frequent left)", f"{metric} (%)", list(names),
+                     {name: _listed(predicate_values(r, metric, list(ids)))
+                      for name, r in reports.items()},
+                     {name: None if e is None else (_listed(e[0]), _listed(e[1]))
+                      for name, e in errors.items()},
+                     alt=f"per-predicate {metric} by GT frequency")
 
 
-def predicate_delta_figure(reports: dict[str, Report], metric: str) -> Figure:
+def predicate_delta_chart(reports: dict[str, Report], metric: str) -> str:
     ids, names = zip(*predicates_by_frequency(reports), strict=True)
     (base_name, base), *others = reports.items()
     base_values = predicate_values(base, metric, list(ids))
-    fig, ax = predicate_axes(len(ids), list(names), f"{metric} difference (pp)")
-    grouped_bars(ax, {f"{name} − {base_name}": predicate_values(r, metric, list(ids))
-                      - base_values for name, r in others})
-    ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_title(f"Per-predicate {metric} relative to {base_name}")
-    return fig
+    return bar_chart(f"Per-predicate {metric} relative to {base_name}",
+                     f"{metric} difference (pp)", list(names),
+                     {f"{name} − {base_name}":
+                      _listed(predicate_values(r, metric, list(ids)) - base_values)
+                      for name, r in others},
+                     alt=f"per-predicate {metric} delta vs {base_name}")
 
 
 def curve_ks(reports: dict[str, Report]) -> list[int]:
@@ -316,25 +284,17 @@ def curve_ks(reports: dict[str, Report]) -> list[int]:
     return sorted(ks)
 
 
-def recall_curve_figure(reports: dict[str, Report]) -> Figure:
+def recall_curve_chart(reports: dict[str, Report]) -> str:
     """R, mR, ngR, mNgR over absolute k: colour per metric family, line style per protocol."""
-    fig = Figure(figsize=(7.0, 4.5))
-    ax = fig.add_subplot()
+    lines = []
     for (name, report), style in zip(reports.items(), cycle(LINE_STYLES), strict=False):
         for i, family in enumerate(CURVE_FAMILIES):
             points = [(int(k), 100 * report.metrics[f"{family}@{k}"]) for k in report.ks
                       if k.isdigit() and f"{family}@{k}" in report.metrics]
             if points:
-                xs, ys = zip(*sorted(points), strict=True)
-                ax.plot(xs, ys, linestyle=style, marker="o", color=f"C{i}",
-                        label=f"{family} ({name})")
-    ax.set_xticks(curve_ks(reports))
-    ax.set_xlabel("k")
-    ax.set_ylabel("recall (%)")
-    ax.set_title("Recall over k")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return fig
+                lines.append((f"{family} ({name})", i, style, sorted(points)))
+    return line_chart("Recall over k", "k", "recall (%)", curve_ks(reports), lines,
+                      alt="recall over k")
 
 
 # --- per-predicate tables, diagnostics, left-out metrics, notes ------------------------------

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from distributed import Client
 
 from sgdask.batch.many import run_many
+from sgdask.batch.pages import report_pages
 from sgdask.batch.registry import Registry
 from sgdask.batch.rerank import (
     BOARD_PROTOCOLS,
@@ -28,7 +29,6 @@ from sgdask.batch.rerank import (
     board_job,
     inputs_digest,
     read_json,
-    report_pages,
     rerank,
 )
 from sgdask.core.settings import Settings
@@ -420,7 +420,7 @@ class Worker:
                         self.config.protocols)
         start = time.perf_counter()
         log = lambda line: self.log(f"worker {self.id}: {line}")  # noqa: E731
-        outcome = run_many(job, client=self.client, log=log)
+        outcome = run_many(job, client=self.client, log=log, slim=True)
         scored = time.perf_counter()
         report_pages(outcome, job.cache, self.config.storage_options, self.client, log)
         self.log(f"worker {self.id}: scored {len(claims)} submission(s) in "
