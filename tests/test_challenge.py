@@ -607,7 +607,8 @@ def test_a_phase_ranks_by_its_protocol_and_its_directions(tiny, client, tmp_path
                                f"2030-01-0{i + 1}T00:00:00.000000Z", False, None, "ready",
                                manifest["content_hash"], f"team{n}"))
         rerank(phase.registry, tiny.gt, phase.out, client=client, log=lambda _: None,
-               rank_by=phase.headline, protocols=phase.protocols, direction=phase.direction)
+               rank_by=phase.headline, board_protocols=phase.protocols,
+               direction=phase.direction)
 
     rows = json.loads(Path(sgb.out, "leaderboard.json").read_text())
     for row in rows:

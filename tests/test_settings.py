@@ -32,6 +32,8 @@ NOT_SETTINGS = {
     ("sgdask/evaluator.py", "__init__"): "the documented call Evaluator(protocol, ks, "
     "predicates, classes, stats); the rest is settings= and keyword fields",
     ("sgdask/io/ingest.py", "write_gt_store"): "a GT store's part size and statistics table",
+    ("sgdask/service/benchmark.py", "Phase"): "a benchmark file's phase: its protocols and "
+    "whether its board shows intervals, as the file spells them",
 }
 #: layers that compute with single values (a kernel's match_labels is its argument)
 COMPUTE = ("sgdask/kernels/", "sgdask/metrics/", "sgdask/stats/", "sgdask/accum.py")

@@ -355,17 +355,18 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
            scheduler: str | Local | None = None, dry_run: bool = False, progress: bool = False,
            log: Log = print, lease: float = DEFAULT_LEASE,
            ci: BoardCI | None = None, selection: str = "all", rank_by: str = RANK_BY,
-           protocols: tuple[str, ...] = BOARD_PROTOCOLS,
+           board_protocols: tuple[str, ...] = BOARD_PROTOCOLS,
            direction: tuple[tuple[str, str], ...] = ()) -> RerankOutcome:
     """Evaluate missing results and publish a new leaderboard if anything changed (each
-    model's ranking metric with its bootstrap interval and rank range, ``ci``), holding
+    model's ranking metric with its bootstrap interval and rank range, ``ci``; the board's
+    numbers under the first of ``board_protocols``, ``direction`` per metric), holding
     ``OUT/lock.json`` meanwhile (``sgdask.io.lock``: taken over from a dead holder at once,
     from a silent one after ``lease`` seconds)."""
     options = options or Settings()
     check_output_outside_stores(out, storage_options, "the leaderboard")
     registry = Registry(registry_url, storage_options)
     entries = registry.rankable()
-    rule = BoardRule.of(registry, selection, rank_by, protocols, direction)
+    rule = BoardRule.of(registry, selection, rank_by, board_protocols, direction)
     job = board_job(registry_url, gt, entries, options, storage_options, rule.protocols)
     fs, root = filesystem(out, storage_options)
     if not entries and read_json(fs, join(root, "current.json")) is None:

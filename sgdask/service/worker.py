@@ -461,7 +461,7 @@ class Worker:
             rerank(self.config.registry, self.config.gt, self.config.out, self.config.settings,
                    self.config.storage_options, client=self.client, log=self.log,
                    lease=self.config.lease, selection=self.config.selection,
-                   rank_by=self.config.rank_by, protocols=self.config.protocols,
+                   rank_by=self.config.rank_by, board_protocols=self.config.protocols,
                    direction=self.config.direction)
         except LockHeld:
             return False
