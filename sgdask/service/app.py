@@ -501,15 +501,21 @@ async def api_submissions(svc: Service, request: Request) -> Response:
                                          scores[p.name]) for p, s in found])
 
 
-async def api_visibility(svc: Service, request: Request) -> Response:
-    account = svc.tokens.account(bearer(request))
+async def _json_flag(request: Request, field: str) -> bool:
+    """The one boolean field of a JSON body ``{FIELD: true|false}``."""
     try:
         doc = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise Refusal(400, "expected JSON {\"hidden\": true|false}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("hidden"), bool):
-        raise Refusal(400, "hidden: expected true or false")
-    phase, sub = await change_visibility(svc, request, account, doc["hidden"])
+        raise Refusal(400, f"expected JSON {{\"{field}\": true|false}}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get(field), bool):
+        raise Refusal(400, f"{field}: expected true or false")
+    return doc[field]
+
+
+async def api_visibility(svc: Service, request: Request) -> Response:
+    account = svc.tokens.account(bearer(request))
+    hidden = await _json_flag(request, "hidden")
+    phase, sub = await change_visibility(svc, request, account, hidden)
     rank = (await svc.run(svc.ranks, phase)).get(sub.id)
     scores = await svc.run(svc.scores_shown, phase, account)
     return JSONResponse(submission_json(request, sub, rank, account, phase, scores))
@@ -575,14 +581,9 @@ async def _choose(svc: Service, request: Request, account: Account | None
 async def api_baseline(svc: Service, request: Request) -> Response:
     """A maintainer marks a submission as a baseline (or not): shown outside the ranking."""
     account = svc.tokens.account(bearer(request))
-    try:
-        doc = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise Refusal(400, "expected JSON {\"baseline\": true|false}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("baseline"), bool):
-        raise Refusal(400, "baseline: expected true or false")
-    phase, sub = await _mark_baseline(svc, request, account, doc["baseline"])
-    return JSONResponse({"id": sub.id, "phase": phase.name, "baseline": doc["baseline"]})
+    baseline = await _json_flag(request, "baseline")
+    phase, sub = await _mark_baseline(svc, request, account, baseline)
+    return JSONResponse({"id": sub.id, "phase": phase.name, "baseline": baseline})
 
 
 async def _mark_baseline(svc: Service, request: Request, account: Account | None,
