@@ -11,7 +11,6 @@ predictions for it and scores every protocol on it, so many models cost one pass
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import uuid
@@ -388,7 +387,7 @@ def finalized(sub: Submission, manifest: dict[str, Any], counts: dict[str, int],
     order, its reports finalized (``manifest``: the submission's, complete), ``then``
     (writing them: reports, cache entry) run here on the worker; ``slim``: returned without
     per-image rows and terms."""
-    own = functools.reduce(PartitionResult.merged, results, PartitionResult())
+    own = PartitionResult.merged_all(results)
     categories, things = _categories_of(ctx.gt_manifest)
     with families_of(ctx.families):
         reports = {p.name: report_of(

@@ -24,6 +24,7 @@ from sgdask.accum import (
 )
 from sgdask.kernels.rows import lexsort_rows
 from sgdask.kernels.selection import parse_ks
+from sgdask.metrics.state import FlaggedRuns
 from sgdask.metrics.terms import evaluate_image, missing_image_result
 from sgdask.protocols import SGBENCH, SINGLEMPO, Protocol
 from sgdask.types import ImageGT, ImagePred, ImageResult, as_triplets
@@ -227,6 +228,22 @@ def test_any_split_of_the_images_gives_identical_values():
         for cut in range(len(ordered) + 1):
             merged = accumulate(ordered[:cut]).merged(accumulate(ordered[cut:]))
             assert snapshot(merged) == reference
+
+
+def test_merged_all_equals_merging_one_by_one():
+    """``Accumulator.merged_all`` (the finalizing task's merge: each state concatenated
+    once) gives what merging the parts one after the other gives, declared states included
+    (a ``FlaggedRuns`` in only some parts), in every order."""
+    results = all_results()
+    parts = [accumulate(results[:2]), accumulate(results[2:3]), accumulate(results[3:5]),
+             accumulate(results[5:])]
+    flagged = FlaggedRuns("toy_flagged")
+    for i, part in enumerate(parts[:3]):
+        part.add_state(flagged.rows([i % 2, 1], [[-0.5, 4.0 * i + 1], [-0.25, 4.0 * i + 2]]))
+    for order in itertools.permutations(parts):
+        merged = Accumulator.merged_all(order)
+        assert snapshot(merged) == snapshot(merge_all(list(order)))
+        assert len(merged.states["toy_flagged"]) == 6
 
 
 def test_merging_an_empty_accumulator_changes_nothing():

@@ -5,6 +5,7 @@ Evaluator's shards and states, and the Dask pipeline."""
 
 from __future__ import annotations
 
+import pickle
 import struct
 from dataclasses import replace
 from fractions import Fraction
@@ -252,6 +253,25 @@ def test_flagged_runs_finalize_as_the_runs_of_each_flag(rows, rng):
     assert list(final) == sorted(expected)
     for key, found in final.items():
         assert [tuple(r) for r in found.tolist()] == sorted(expected[key])
+
+def test_flagged_runs_final_form_is_held_once_for_every_flag():
+    """The final form holds each item once (16 bytes: what the task that finalizes keeps
+    and sends to the driver), and reads back the same rows after a pickle round trip."""
+    rng = np.random.default_rng(0)
+    n = 20_000
+    flagged = FlaggedRuns("toy_flagged")
+    state = flagged.rows(rng.integers(0, 30, n),
+                         np.stack([-rng.integers(0, 50, n) / 64.0,
+                                   rng.integers(0, 4, n) + 4.0 * rng.integers(0, 9, n)], 1))
+    final = state.final()
+    data = pickle.dumps(final)
+    assert len(data) < 17 * n
+    again = pickle.loads(data)
+    assert list(again) == list(final) == [2 * k + f for k in range(30) for f in (0, 1)]
+    for key in final:
+        assert np.array_equal(again[key], final[key])
+    assert 2 * 30 not in final and final.get(60) is None
+
 
 def test_ratios_and_counts_refuse_what_is_not_an_integer():
     for bad in ([[1.5, 2]], [[1, 0]], [[2.0**53, 1]]):

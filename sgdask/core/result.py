@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -74,6 +76,19 @@ class PartitionResult:
             concatenated(self.parts_written, other.parts_written),
             {k: self.terms.get(k, []) + other.terms.get(k, []) for k in keys},
             concatenated(self.digests, other.digests))
+
+
+    @staticmethod
+    def merged_all(results: Sequence[PartitionResult]) -> PartitionResult:
+        """``merged`` of all of them in order, each key's accumulators at once
+        (``Accumulator.merged_all``)."""
+        bare = functools.reduce(PartitionResult.merged, [replace(r, accumulators={
+            k: replace(a, states={}) for k, a in r.accumulators.items()}) for r in results],
+            PartitionResult())
+        bare.accumulators = {k: Accumulator.merged_all(
+            [r.accumulators[k] for r in results if k in r.accumulators])
+            for k in bare.accumulators}
+        return bare
 
 
 def concatenated(a: dict[str, list], b: dict[str, list]) -> dict[str, list]:
