@@ -2,6 +2,7 @@
 
 ``python -m benchmarks._evaluate --gt G --pred P --protocol sgbench --workers 2`` prints one
 JSON line: cluster start, evaluate-only and shutdown seconds, the worker pids, the metrics.
+With ``--processes``, ``worker_peak_rss_mb``: each worker's peak RSS (``ru_maxrss``).
 ``--repeats N`` evaluates N times on the same cluster (``evaluate_runs_s``: every run's
 seconds; the first is ``evaluate_s``): the later runs are a warm cluster's throughput, without
 the process's one-time costs (numba's first call, first imports).
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import time
 
 from sgdask.cluster import Local, dask_client
@@ -33,6 +35,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory as the kernel counts it (every peak, not
+    only those a sampler catches)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     start = time.perf_counter()
@@ -47,12 +55,14 @@ def main(argv: list[str] | None = None) -> None:
                               partition_size=args.partition_size, client=client)
             runs.append(time.perf_counter() - start_run)
         done = time.perf_counter()
+        worker_peaks = sorted(client.run(_peak_rss_mb).values()) if args.processes else []
     print(json.dumps({
         "cluster_start_s": ready - start,
         "evaluate_s": runs[0],
         "evaluate_runs_s": runs,
         "shutdown_s": time.perf_counter() - done,
         "worker_pids": worker_pids,
+        "worker_peak_rss_mb": worker_peaks,
         "metrics": report.metrics,
         "diagnostics": report.diagnostics,
     }))

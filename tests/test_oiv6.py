@@ -392,6 +392,14 @@ def test_intervals_for_every_oiv6_metric_and_predicate(oi):
     assert again.intervals == rep.intervals
 
 
+def test_the_report_explains_only_the_units_it_shows(oi):
+    """No rank metric under oiv6: the units line does not explain ranks (the CLI prints
+    the same line under its table)."""
+    text = str(evaluate(oi["gt"], oi["pred"], "oiv6"))
+    assert [line for line in text.splitlines() if line.startswith("recalls in %")] == \
+        ["recalls in %"]
+
+
 FIXTURE_V3 = Path(__file__).resolve().parent / "fixtures" / "store-v3-boxes"
 
 

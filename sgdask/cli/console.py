@@ -33,12 +33,14 @@ def progress_bar(description: str, total: int | None) -> Iterator[Any]:
 
 def print_report(report: Report, console: Console = out_console) -> None:
     header, rows = report.grid(sep="\n")
-    table = Table(title=report.heading, caption=units_note())
+    console.print(escape(report.heading))  # not the table's title: a narrow table wraps it
+    table = Table()
     for i, name in enumerate(header):
         table.add_column(name, justify="left" if i == 0 else "right")
     for row in rows:  # as text, not markup: a grouped metric's row is mR[head]
         table.add_row(*(escape(cell) for cell in row))
     console.print(table)
+    console.print(units_note(report.metrics))
     for line in report.footnotes():
         console.print(escape(line))
     missing = report.diagnostics.get("images_missing", 0)

@@ -28,6 +28,7 @@ from sgdask.cli.options import (
     cluster_choice,
     storage_options,
 )
+from sgdask.cli.process import freeze_imports
 from sgdask.core.settings import DEFAULT_PARTITION_SIZE
 from sgdask.errors import SgdaskError, checked_choice
 from sgdask.io.archive import ArchiveLimits
@@ -123,6 +124,7 @@ def evaluate(gt: Annotated[str, typer.Option(
     from sgdask.pipeline import evaluate_protocols
     from sgdask.report.writers import write_reports
 
+    freeze_imports()
     settings = Settings(protocols=protocol, ks=k, aggregation=aggregation,
                         partition_size=partition_size, stats=stats,
                         predicate_groups=predicate_groups, legacy=legacy_metrics, tau=tau,
@@ -255,6 +257,7 @@ def compare(gt: Annotated[str, typer.Option(
     from sgdask.io.sniff import expect
     from sgdask.io.store import check_output_outside_stores
 
+    freeze_imports()
     options = storage_options(storage_option)
     expect(gt, "gt", options)
     if out:
@@ -293,6 +296,7 @@ def evaluate_many(manifest: Annotated[str, typer.Argument(
     the others are evaluated and written."""
     from sgdask.batch.many import load_manifest, run_many
 
+    freeze_imports()
     job = load_manifest(manifest, storage_options(storage_option))
     outcome = run_many(job, scheduler=cluster_choice(scheduler, False, workers, processes,
                                                      batch=True),

@@ -3,6 +3,7 @@ warnings as lines, Dask's logs kept quiet, and ending the process without the te
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -61,6 +62,15 @@ def _show_warnings_as_lines() -> None:
             default(message, category, filename, lineno, file, line)
 
     warnings.showwarning = show
+
+
+def freeze_imports() -> None:
+    """Take every object alive now out of the cyclic collector's full passes: a scoring
+    command calls it once its modules are imported. Numba's, Dask's and Arrow's objects
+    (about a million) live as long as the process, and each full pass would walk them again:
+    4 passes, 0.2 CPU-s of a 1.8 s ``sgdask evaluate`` on Open Images V6 (``gc.freeze``; the
+    frozen objects are never garbage, so nothing is kept that would have been freed)."""
+    gc.freeze()
 
 
 def end_process(code: int | str | None) -> NoReturn:

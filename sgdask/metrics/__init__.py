@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from fractions import Fraction
 
@@ -184,8 +184,11 @@ def format_value(name: str, value: float | None) -> str:
     return f"{value:.2f}" if is_rank(name) else f"{100 * value:.2f}"
 
 
-def units_note() -> str:
-    ranks = [m.prefix for m in metrics() if m.display == RANK]
+def units_note(names: Iterable[str] | None = None) -> str:
+    """How the numbers read; ``names``: the metrics shown (default: every registered one),
+    so that a table without a rank metric does not explain ranks."""
+    shown = None if names is None else {metric_of(n) for n in names}
+    ranks = [m.prefix for m in metrics() if m.display == RANK and (shown is None or m in shown)]
     return "recalls in %" + (f", {', '.join(ranks)} = mean 0-based rank (lower is better)"
                              if ranks else "")
 

@@ -213,7 +213,7 @@ class Report:
         table = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
                            for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
                  .rstrip() for row in (header, *rows)]
-        return "\n".join([self.heading, *table, units_note(), *self.footnotes()])
+        return "\n".join([self.heading, *table, units_note(self.metrics), *self.footnotes()])
 
     def _repr_html_(self) -> str:
         """A notebook's view: the overall table as HTML, then ``footnotes``."""
@@ -223,7 +223,8 @@ class Report:
         head = "".join(f"<th>{esc(h)}</th>" for h in header)
         body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
                        for row in rows)
-        notes = "".join(f"<br>{esc(line)}" for line in [units_note(), *self.footnotes()])
+        notes = "".join(f"<br>{esc(line)}"
+                        for line in [units_note(self.metrics), *self.footnotes()])
         return (f"<div><table><caption>{esc(self.heading)}</caption><thead><tr>{head}</tr>"
                 f"</thead><tbody>{body}</tbody></table><small>{notes[4:]}</small></div>")
 
@@ -233,7 +234,7 @@ class Report:
                  f"v{self.protocol['version']}, aggregation {self.aggregation}", "",
                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
-        lines += ["", units_note() + ".", ""]
+        lines += ["", units_note(self.metrics) + ".", ""]
         lines += ["", ", ".join(f"{name} {value}" for name, value in self.scalars())]
         lines += [f"- left out: {m}: {why}" for m, why in self.left_out.items()]
         lines += [f"- note: {n}" for n in self.notes]
