@@ -9,8 +9,6 @@ from typing import Any
 
 import fsspec
 from fsspec.core import url_to_fs
-from zarr.abc.store import Store
-from zarr.storage import FsspecStore, LocalStore
 
 from sgdask.errors import SgdaskError
 
@@ -77,16 +75,6 @@ def absolute(url: str) -> str:
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
-
-
-def zarr_store(url: str, storage_options: StorageOptions | None = None,
-               read_only: bool = True) -> Store:
-    """A Zarr v3 store at URL: LocalStore on local disk (fastest), FsspecStore elsewhere."""
-    fs, path = filesystem(url, storage_options)
-    if is_local(fs):
-        return LocalStore(path, read_only=read_only)
-    return FsspecStore.from_url(str(url), storage_options=storage_options or None,
-                                read_only=read_only)
 
 
 def file_digest(url: str, storage_options: StorageOptions | None = None) -> str:

@@ -8,7 +8,6 @@ from typing import Any
 
 import imagecodecs
 import numpy as np
-from PIL import Image
 
 from sgdask.errors import InputError
 from sgdask.io.archive import ArchiveLimits, limit_hint
@@ -120,6 +119,8 @@ def panoptic_rgb(png: bytes, record: GTRecord, file: str,
     An 8-bit RGB PNG (what panoptic segmentations are) is decoded by libpng through
     imagecodecs, 1.7x faster than Pillow; any other kind, or one libpng refuses, is
     converted to RGB by Pillow, which also words the error of an unreadable file."""
+    from PIL import Image  # here: only PSG's PNGs need it, not every process reading psg.py
+
     limits = limits or ArchiveLimits()
     try:
         with Image.open(io.BytesIO(png)) as img:

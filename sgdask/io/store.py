@@ -29,6 +29,7 @@ are, without crowd flags (no panoptic quality then, with the reason in the repor
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -38,15 +39,12 @@ from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import zarr
-from zarr.codecs import Crc32cCodec, ZstdCodec
-from zarr.core.buffer import default_buffer_prototype
-from zarr.storage import MemoryStore
 
 from sgdask.errors import Option, SgdaskError, SgdaskWarning, StoreError
 from sgdask.io.archive import printable
@@ -59,17 +57,15 @@ from sgdask.io.fs import (
     is_local,
     is_storage_fault,
     join,
-    zarr_store,
 )
 from sgdask.io.lock import exclusive_lock
 from sgdask.io.schemas import STORE_MANIFEST, schema_problem
 from sgdask.kernels.bits import word_layout
 from sgdask.types import BitMasks
 
-# sgdask reads one small array per task and gets its parallelism from Dask: zarr's own
-# thread pool only adds hand-offs (a part's read costs 2.8 instead of 4.7 ms of CPU with one
-# worker thread). Set before zarr creates its pool, i.e. before any zarr I/O.
-zarr.config.set({"threading.max_workers": 1})
+if TYPE_CHECKING:
+    import zarr
+    from zarr.abc.store import Store
 
 FORMAT = "sgdask-store"
 FORMAT_VERSION = 5
@@ -81,12 +77,49 @@ CROWD_VERSION = 4
 #: the first version whose images table counts each image's pair rows (``n_pairs``)
 PAIRS_VERSION = 5
 TABLES = ("images", "instances", "triplets")
-MASK_CODEC = ZstdCodec(level=7)
-MASK_CODECS = (MASK_CODEC, Crc32cCodec())
 MANIFEST = "manifest.json"
 #: the manifest's own SHA-256: over its canonical JSON without this field
 SELF_HASH = "manifest_sha256"
 MASK_CHUNK = 1 << 20
+
+
+@functools.cache
+def _zarr() -> ModuleType:
+    """zarr, imported on first use and configured before any array is opened or written.
+
+    Only mask stores need it, so an evaluation of box stores never imports it (about 90 ms
+    of every process start). One worker thread: sgdask reads one small array per task and
+    gets its parallelism from Dask, and zarr's own pool only adds hand-offs (a part's read
+    costs 2.8 instead of 4.7 ms of CPU with one thread). Every zarr call of sgdask goes
+    through here, so the setting applies in every process (workers included) before zarr
+    creates its pool. The submodules sgdask uses (``codecs``, ``core.buffer``, ``storage``)
+    are imported here too, so callers reach them as attributes."""
+    import zarr
+    import zarr.codecs
+    import zarr.core.buffer
+    import zarr.storage
+
+    zarr.config.set({"threading.max_workers": 1})
+    return zarr
+
+
+@functools.cache
+def _mask_codecs() -> tuple[Any, ...]:
+    """The mask arrays' codecs: zstd (level 7), then each chunk's CRC-32C."""
+    codecs = _zarr().codecs
+    return codecs.ZstdCodec(level=7), codecs.Crc32cCodec()
+
+
+def _zarr_store(url: str, storage_options: StorageOptions | None = None,
+                read_only: bool = True) -> Store:
+    """A Zarr v3 store at URL: LocalStore on local disk (fastest), FsspecStore elsewhere."""
+    storage = _zarr().storage
+    fs, path = filesystem(url, storage_options)
+    if is_local(fs):
+        return storage.LocalStore(path, read_only=read_only)
+    return storage.FsspecStore.from_url(str(url), storage_options=storage_options or None,
+                                        read_only=read_only)
+
 
 IMAGE_SCHEMA = pa.schema([
     ("image_id", pa.string()), ("height", pa.int32()), ("width", pa.int32()),
@@ -236,9 +269,10 @@ def mask_array_files(data: np.ndarray) -> dict[str, bytes]:
     """The files of a 1-D Zarr v3 mask array (relative to its directory): ``zarr.json`` and
     its chunks, each zstd-compressed and ending with its CRC-32C. Encoded in memory, so the
     writer knows (and hashes) every byte it stores without reading it back."""
+    zarr = _zarr()
     files: dict[str, Any] = {}
-    zarr.create_array(MemoryStore(files), data=data,
-                      chunks=(min(MASK_CHUNK, max(len(data), 1)),), compressors=MASK_CODECS)
+    zarr.create_array(zarr.storage.MemoryStore(files), data=data,
+                      chunks=(min(MASK_CHUNK, max(len(data), 1)),), compressors=_mask_codecs())
     return {key: buf.to_bytes() for key, buf in files.items()}
 
 
@@ -312,8 +346,8 @@ class StoreWriter:
                 if self.fs.exists(self.path):
                     self.fs.rm(self.path, recursive=True)
             self.fs.makedirs(self.write_path, exist_ok=True)
-            zarr.open_group(zarr_store(join(self.write_url, "masks"), self.options,
-                                       read_only=False), mode="w")
+            _zarr().open_group(_zarr_store(join(self.write_url, "masks"), self.options,
+                                           read_only=False), mode="w")
         except BaseException as err:
             self._held.close()
             if isinstance(err, Exception) and is_storage_fault(err):
@@ -676,17 +710,18 @@ class StoreReader:
         refused = self._refused(rel)
         if refused is not None or "/" in array:
             raise refused or Corrupt(self.url, rel, "not a path inside the store")
+        zarr = _zarr()
         try:
             if self.checksummed:
                 files = self.mask_files(array)
                 if f"{rel}/zarr.json" not in files:
                     raise Corrupt(self.url, f"{rel}/zarr.json", "not listed in the manifest "
                                   "(expected the mask array of every part with masks)")
-                proto = default_buffer_prototype().buffer
+                proto = zarr.core.buffer.default_buffer_prototype().buffer
                 contents = {f[len(rel) + 1:]: proto.from_bytes(self.read_file(f))
                             for f in files}
-                opened = zarr.open_array(MemoryStore(contents, read_only=True), mode="r",
-                                         zarr_format=3)
+                opened = zarr.open_array(zarr.storage.MemoryStore(contents, read_only=True),
+                                         mode="r", zarr_format=3)
             else:
                 for meta in ("masks/zarr.json", f"{rel}/zarr.json"):
                     refused = self._refused(meta)
@@ -694,7 +729,7 @@ class StoreReader:
                         raise refused
                 if self._masks is None:
                     self._masks = zarr.open_group(
-                        zarr_store(join(self.url, "masks"), self.options), mode="r",
+                        _zarr_store(join(self.url, "masks"), self.options), mode="r",
                         zarr_format=3)
                 opened = self._masks[array]
                 self.check_chunks_exist(array, opened)

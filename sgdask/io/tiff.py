@@ -22,14 +22,16 @@ import json
 import logging
 import struct
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import tifffile
 
 from sgdask.errors import Fix, InputError
 from sgdask.io.archive import ArchiveLimits, limit_hint, printable
 from sgdask.types import BitMasks
+
+if TYPE_CHECKING:
+    import tifffile
 
 # tifffile logs what it finds wrong in a corrupt TIFF; the reader reports it as one
 # InputError instead, so without logging configured nothing may reach stderr
@@ -94,6 +96,8 @@ def read_layered_tiff(data: bytes, file: str, image_id: str, n_instances: int,
     refused (``tiff_layout``)."""
     def fail(what: str, expected: str | Fix | None = None) -> InputError:
         return InputError(file, what, image=image_id, field="seg_filename", expected=expected)
+
+    import tifffile  # here: only layered TIFFs need it, not every reader of SGBench files
 
     try:
         with tifffile.TiffFile(io.BytesIO(data)) as tif:

@@ -31,6 +31,9 @@ storage, no virtual dataset, only HDF5's built-in filters), and the sizes its me
 declares are checked against the limits (``max_h5_dataset_size``, ``max_h5_total_size``)
 before a byte of any dataset is read. So every value an error message shows (``row 3 is
 [...]``) is a byte of the input file, never of another file of the host.
+
+h5py is imported when an h5 file is read, not with this module: ingest imports it, and
+ingest is loaded by runs that never read Visual Genome (every evaluation).
 """
 
 from __future__ import annotations
@@ -38,9 +41,8 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import h5py
 import numpy as np
 import pyarrow as pa
 
@@ -48,6 +50,9 @@ from sgdask.errors import InputError, Option
 from sgdask.io.archive import ArchiveLimits, limit_hint, printable
 from sgdask.io.psg import GTRecord
 from sgdask.io.training_stats import STATS_SCHEMA
+
+if TYPE_CHECKING:
+    import h5py
 
 H5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 BOX_SCALE = 1024
@@ -58,13 +63,6 @@ CORRUPTED_IMAGES = frozenset({"1592.jpg", "1722.jpg", "4616.jpg", "4617.jpg"})
 BACKGROUND = "__background__"
 INDEX_KEYS = ("img_to_first_box", "img_to_last_box", "img_to_first_rel", "img_to_last_rel")
 INT, NUMBER = "iu", "iuf"
-#: layouts that keep a dataset's bytes in the file (not VIRTUAL: in other files)
-IN_FILE_LAYOUTS = frozenset({h5py.h5d.COMPACT, h5py.h5d.CONTIGUOUS, h5py.h5d.CHUNKED})
-#: the filters HDF5 has built in; for any other it would search its plugin directories for
-#: a library to load
-BUILTIN_FILTERS = frozenset({h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_SHUFFLE,
-                             h5py.h5z.FILTER_FLETCHER32, h5py.h5z.FILTER_SZIP,
-                             h5py.h5z.FILTER_NBIT, h5py.h5z.FILTER_SCALEOFFSET})
 #: what h5py raises for damaged metadata or data (HDF5's errors map to several types)
 H5_ERRORS = (OSError, RuntimeError, ValueError, KeyError, OverflowError)
 
@@ -231,6 +229,8 @@ H5_DATASETS = (
 def h5_arrays(f: IO[bytes], file: str, limits: ArchiveLimits | None = None) -> VGArrays:
     """Every array the loader reads, with storage, declared sizes, dtype kinds and shapes
     checked (the first three before any dataset is read)."""
+    import h5py
+
     try:
         h5 = h5py.File(f, "r")
     except H5_ERRORS as err:  # a damaged superblock may ask the file object for 2**64 bytes
@@ -286,6 +286,8 @@ def _stored_dataset(h5: h5py.File, key: str, file: str, limits: ArchiveLimits, e
     ``max_h5_dataset_size``. Checked from its metadata only: the link is looked at without
     following it, the storage before the dataspace (a virtual dataset's extent may be
     computed from its source files)."""
+    import h5py
+
     link = h5.get(key, getlink=True)
     if link is None:
         raise InputError(file, "missing", field=key, expected=expected)
@@ -315,13 +317,20 @@ def _stored_dataset(h5: h5py.File, key: str, file: str, limits: ArchiveLimits, e
 def _storage_problem(dcpl: h5py.h5p.PropDCID) -> str | None:
     """Why a dataset's creation properties keep its bytes outside the file or need code
     HDF5 does not have built in (None: neither)."""
-    if dcpl.get_layout() not in IN_FILE_LAYOUTS:
+    import h5py
+
+    # the layouts that keep a dataset's bytes in the file (not VIRTUAL: in other files)
+    if dcpl.get_layout() not in (h5py.h5d.COMPACT, h5py.h5d.CONTIGUOUS, h5py.h5d.CHUNKED):
         return "is a virtual dataset (its data is read from other files)"
     if dcpl.get_external_count() > 0:
         return "keeps its data in external files"
+    # the filters HDF5 has built in; for any other it would search its plugin directories
+    # for a library to load
+    builtin = {h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32,
+               h5py.h5z.FILTER_SZIP, h5py.h5z.FILTER_NBIT, h5py.h5z.FILTER_SCALEOFFSET}
     for i in range(dcpl.get_nfilters()):
         code = dcpl.get_filter(i)[0]
-        if code not in BUILTIN_FILTERS or not h5py.h5z.filter_avail(code):
+        if code not in builtin or not h5py.h5z.filter_avail(code):
             return f"is encoded with HDF5 filter {code}, which is not built into HDF5"
     return None
 

@@ -33,14 +33,16 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import sparse
 
 from sgdask.metrics.base import IMAGE, MEAN, RATIO, FinalColumns, Finals, StateColumns
 from sgdask.metrics.state import SPECS, PairState
 from sgdask.stats.table import TermTable, is_state
+
+if TYPE_CHECKING:
+    from scipy import sparse
 
 # The derived metrics' values from one weighting's finals (floats).
 Derive = Callable[[Finals], dict[str, float]]
@@ -169,6 +171,10 @@ def distinct_rows(matrix: sparse.csr_matrix) -> tuple[sparse.csr_matrix, np.ndar
 def term_matrix(layout: Layout, table: TermTable) -> TermMatrix:
     """The table's terms in the layout, transposed: (columns x images), duplicates
     summed."""
+    # imported here: the pipeline imports this module for every evaluation, and only
+    # intervals and comparisons build a term matrix (scipy.sparse costs ~20 ms to import)
+    from scipy import sparse
+
     rows, cols, data = [], [], []
 
     def put(image: np.ndarray, col: np.ndarray | int, values: np.ndarray) -> None:
