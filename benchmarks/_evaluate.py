@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(args.repeats):
             start_run = time.perf_counter()
             report = evaluate(args.gt, args.pred, protocol=args.protocol,
-                              partition_size=args.partition_size, client=client)
+                              partition_size=args.partition_size, client=client,
+                              states=False)  # as sgdask evaluate (no --ci) asks
             runs.append(time.perf_counter() - start_run)
         done = time.perf_counter()
         worker_peaks = sorted(client.run(_peak_rss_mb).values()) if args.processes else []

@@ -380,13 +380,28 @@ class ReportContext:
 Finish = Callable[[str, dict[str, Report]], None]
 
 
+@dataclass(frozen=True)
+class Returned:
+    """What of a report a finalizing task sends back besides its numbers: the per-image
+    rows and terms (``rows``: for the driver to write or resample), the families' final
+    states (``states``: what intervals and paired tests read; oiv6's are every candidate
+    of the test set)."""
+
+    rows: bool = True
+    states: bool = True
+
+    def of(self, report: Report) -> Report:
+        dropped: dict[str, Any] = {} if self.rows else {"per_image": [], "terms": None}
+        return replace(report, **dropped, **({} if self.states else {"states": None}))
+
+
 def finalized(sub: Submission, manifest: dict[str, Any], counts: dict[str, int],
-              ctx: ReportContext, then: Finish | None, slim: bool, *results: PartitionResult
-              ) -> dict[str, Report]:
+              ctx: ReportContext, then: Finish | None, returned: Returned,
+              *results: PartitionResult) -> dict[str, Report]:
     """One submission's per-model task: its shares of the chunks' results merged in chunk
     order, its reports finalized (``manifest``: the submission's, complete), ``then``
-    (writing them: reports, cache entry) run here on the worker; ``slim``: returned without
-    per-image rows and terms."""
+    (writing them: reports, cache entry) run here on the worker; what of them is
+    ``returned``."""
     own = PartitionResult.merged_all(results)
     categories, things = _categories_of(ctx.gt_manifest)
     with families_of(ctx.families):
@@ -398,8 +413,7 @@ def finalized(sub: Submission, manifest: dict[str, Any], counts: dict[str, int],
             for p in sub.protocols}
         if then is not None:  # written as the reports name their metrics
             then(sub.name, reports)
-    return {name: replace(r, per_image=[], terms=None) for name, r in reports.items()} \
-        if slim else reports
+    return {name: returned.of(r) for name, r in reports.items()}
 
 
 def task_io(*results: PartitionResult) -> PartitionResult:
@@ -415,7 +429,7 @@ def task_io(*results: PartitionResult) -> PartitionResult:
 def scored_and_finalized(client: Client, plans: list[Planned],
                          inputs: dict[str, SubmissionInput], chunks: list[list[str]],
                          gt_reader: StoreReader, job: Job, ctx: ReportContext,
-                         then: dict[str, Finish], slim: bool, progress: bool
+                         then: dict[str, Finish], returned: Returned, progress: bool
                          ) -> tuple[list[Any], Any]:
     """Per group of submissions, a task per chunk scoring them, then one finalizing task
     per submission (fed by tasks taking its share of each chunk's result: what moves
@@ -445,7 +459,8 @@ def scored_and_finalized(client: Client, plans: list[Planned],
                 finals.append(None)
             else:
                 finals.append(client.submit(finalized, p.sub, p.manifest, p.counts, ctx,
-                                            then.get(p.sub.name), slim, *shares, pure=False))
+                                            then.get(p.sub.name), returned, *shares,
+                                            pure=False))
         scored_all += scored
     io = client.submit(task_io, *scored_all, pure=False) if scored_all else None
     if progress:
@@ -456,7 +471,7 @@ def scored_and_finalized(client: Client, plans: list[Planned],
             given = inputs[p.sub.name]
             given.finish(digests.get(p.sub.name, []))
             finals[i] = client.submit(finalized, p.sub, given.manifest, p.counts, ctx,
-                                      then.get(p.sub.name), slim, *shares, pure=False)
+                                      then.get(p.sub.name), returned, *shares, pure=False)
     return finals, io
 
 
@@ -476,7 +491,7 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
                   limits: ArchiveLimits | None = None, keep_stores: dict[str, str] | None = None,
                   methods: dict[str, ResultsMethod] | None = None, *, isolate: bool = False,
                   then: dict[str, Finish] | None = None, slim: bool = False,
-                  verify: bool = False) -> ManyResult:
+                  states: bool = True, verify: bool = False) -> ManyResult:
     """Score several submissions ``(name, URL, protocols)`` in one Dask graph that reads
     each GT partition once per group of submissions. A URL is a submission store or a
     submission file (decoded in the tasks; ``keep_stores[name]``: also write it as a store
@@ -486,7 +501,8 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
     (``verify``: its store verified completely first; ``isolate``: a submission that fails
     fails alone, named in ``failed``), each submission's reports are finalized by a task of
     its own, which also runs ``then[name](name, reports)`` (writing them) on the worker;
-    ``slim``: the reports come back without per-image rows and terms."""
+    ``slim``: the reports come back without per-image rows and terms; ``states``: with
+    their final states (always when ``options`` asks for intervals)."""
     options.checked()
     if len({name for name, _, _ in submissions}) != len(submissions):
         raise SgdaskError("submission names must be unique")
@@ -516,8 +532,9 @@ def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Set
                                 scoring.families)
             with kept_stores(subs, keep, [inputs.get(p.sub.name) for p in plans],
                              storage_options) as writers:
+                returned = Returned(not slim, states or options.intervals is not None)
                 finals, io_future = scored_and_finalized(active, plans, inputs, chunks, gt_reader,
-                                                         job, ctx, then or {}, slim, progress)
+                                                         job, ctx, then or {}, returned, progress)
                 reports = _gathered(plans, finals, failed, isolate)
                 io = _io_of(io_future, failed)
                 writers.commit(io.parts_written)
@@ -611,34 +628,36 @@ def evaluate_protocols(gt: str, pred: str, protocols: str | None = None, *,
                        scheduler: str | None = None,
                        storage_options: StorageOptions | None = None, progress: bool = False,
                        limits: ArchiveLimits | None = None, keep_store: str | None = None,
-                       method: ResultsMethod | None = None, **fields: Any
-                       ) -> dict[str, Report]:
+                       method: ResultsMethod | None = None, states: bool = True,
+                       **fields: Any) -> dict[str, Report]:
     """Score ``pred`` (a submission store or file; with ``method``, a model's result file)
     against ``gt`` under several ``protocols`` in one pass over the data.
 
     ``settings``: the evaluation's settings record (default ``Settings()``); ``fields``:
     keyword overrides of its fields (``ks="20,50"``, ``tau=1.0``, ``ci=0.95``: bootstrap
-    intervals, the same resamples for every protocol)."""
+    intervals, the same resamples for every protocol); ``states``: the reports keep their
+    families' final states (``Report.states``), which later intervals or paired tests
+    read."""
     if protocols is not None:
         fields["protocols"] = protocols
     settings = (settings or Settings()).with_fields(**fields)
     many = evaluate_many(gt, [("submission", pred, settings.protocols)], settings, client,
                          scheduler, storage_options, progress, limits,
                          {"submission": keep_store} if keep_store else None,
-                         {"submission": method} if method else None)
+                         {"submission": method} if method else None, states=states)
     return many.reports["submission"]
 
 
 def evaluate(gt: str, pred: str, protocol: str | None = None, *,
              settings: Settings | None = None, client: Client | None = None,
              scheduler: str | None = None, storage_options: StorageOptions | None = None,
-             progress: bool = False, **fields: Any) -> Report:
+             progress: bool = False, states: bool = True, **fields: Any) -> Report:
     """Score the submission ``pred`` against the GT store ``gt`` under one ``protocol``
-    (``settings`` and ``fields``: as ``evaluate_protocols``)."""
+    (``settings``, ``states`` and ``fields``: as ``evaluate_protocols``)."""
     try:
         reports = evaluate_protocols(gt, pred, protocol, settings=settings, client=client,
                                      scheduler=scheduler, storage_options=storage_options,
-                                     progress=progress, **fields)
+                                     progress=progress, states=states, **fields)
     except SettingError as err:
         if protocol is None:
             raise

@@ -400,6 +400,17 @@ def test_the_report_explains_only_the_units_it_shows(oi):
         ["recalls in %"]
 
 
+def test_states_stay_on_the_worker_unless_the_driver_reads_them(oi):
+    """states=False (what ``sgdask evaluate`` asks): the report comes back without the
+    candidates' final states and with the same numbers; intervals still get them."""
+    full = evaluate(oi["gt"], oi["pred"], "oiv6")
+    light = evaluate(oi["gt"], oi["pred"], "oiv6", states=False)
+    assert full.states is not None and light.states is None
+    assert light.metrics == full.metrics and light.per_predicate == full.per_predicate
+    assert evaluate(oi["gt"], oi["pred"], "oiv6", states=False, ci=0.9, resamples=50
+                    ).intervals
+
+
 FIXTURE_V3 = Path(__file__).resolve().parent / "fixtures" / "store-v3-boxes"
 
 

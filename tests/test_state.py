@@ -271,6 +271,11 @@ def test_flagged_runs_final_form_is_held_once_for_every_flag():
     for key in final:
         assert np.array_equal(again[key], final[key])
     assert 2 * 30 not in final and final.get(60) is None
+    for shift in (-5, 1 << 21):  # keys counted by sorting them, not in an array
+        moved = flagged.rows(state.keys + shift, state.values).final()
+        assert list(moved) == [2 * (k + shift) + f for k in range(30) for f in (0, 1)]
+        assert all(np.array_equal(moved[2 * (k + shift) + f], final[2 * k + f])
+                   for k in range(30) for f in (0, 1))
 
 
 def test_ratios_and_counts_refuse_what_is_not_an_integer():

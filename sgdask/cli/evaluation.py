@@ -156,7 +156,7 @@ def evaluate(gt: Annotated[str, typer.Option(
             pred, keep_store, how = keep_store, None, None
         reports = evaluate_protocols(gt_store, pred, settings=settings, client=client,
                                      storage_options=options, progress=True, limits=limits,
-                                     keep_store=keep_store, method=how)
+                                     keep_store=keep_store, method=how, states=False)
     for report in reports.values():
         print_report(report)
     if len(reports) > 1:

@@ -125,7 +125,7 @@ class FlaggedRuns(StateSpec):
         key's rows in each flag's order when they are read). Items equal in key, value
         and tag are ordered by their flags here; each flag's rows of them are equal."""
         order = np.lexsort((state.values[:, 1], state.values[:, 0], state.keys))
-        keys, counts = np.unique(state.keys, return_counts=True)
+        keys, counts = _key_counts(state.keys)
         return FlaggedFinal(self.n_flags, keys, np.r_[0, np.cumsum(counts)],
                             state.values[order])
 
@@ -337,6 +337,19 @@ def _checked(spec: StateSpec, keys: Any, values: Any) -> tuple[np.ndarray, np.nd
 
 
 _EXACT = float(1 << 53)  # integers held exactly in a float64
+
+
+def _key_counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys (ascending) and how many rows each has; counted without sorting
+    the rows' keys when they are small non-negative integers (predicates)."""
+    if len(keys) and keys.min() >= 0 and keys.max() < _COUNTED:
+        counts = np.bincount(keys)
+        present = np.flatnonzero(counts)
+        return present, counts[present]
+    return np.unique(keys, return_counts=True)
+
+
+_COUNTED = 1 << 20  # keys below this are counted in an array of that many slots at most
 
 
 def _groups(keys: np.ndarray) -> list[tuple[int, int, int]]:
