@@ -344,12 +344,18 @@ def crop_missing(t):
     ("triplets/part-00000.parquet", bad_subject, ["triplets", "subject 500"]),
     ("instances/part-00000.parquet", crop_outside, ["mask crop", "inside the 48x64 image"]),
     ("instances/part-00000.parquet", crop_missing, ["without its mask crop"]),
-], ids=["size", "category", "predicate", "instance-index", "crop-outside", "crop-missing"])
+    # in the second part: the check reads a part at a time and names the image there
+    ("instances/part-00001.parquet", bad_category, ["instances", "category 4000"]),
+    ("triplets/part-00001.parquet", bad_subject, ["triplets", "subject 500"]),
+    ("instances/part-00001.parquet", crop_outside, ["mask crop", "inside the 48x64 image"]),
+], ids=["size", "category", "predicate", "instance-index", "crop-outside", "crop-missing",
+        "category-part-2", "instance-index-part-2", "crop-outside-part-2"])
 def test_inconsistent_with_gt(good, tmp_path, capsys, client, rel, edit, fragments):
     _, gt, pred = good
     store = copy_store(pred, tmp_path / "pred")
     rewrite_table(store, rel, edit)
-    first_id = manifest_of(store)["parts"][0]["first_id"]
+    part = int(rel.split("part-")[1].split(".")[0])
+    first_id = manifest_of(store)["parts"][part]["first_id"]
     out = tmp_path / "out"
     code, _, err = evaluate_cli(capsys, client, gt, store, out)
     assert_one_line(code, err, str(store), f"image {first_id}", *fragments)

@@ -9,8 +9,9 @@ instance of an image with masks, and every crop box inside its image.
 Cheap by construction: the tables' files are read by a thread pool (reading a file, its
 SHA-256 and Parquet decoding release the GIL; on S3 the requests overlap); only the columns
 the checks need are decoded, not even those whose bounds the footer statistics prove (in a
-store whose files are hash-checked); every check runs over whole concatenated columns:
-global bounds through ``pyarrow.compute.min_max``, per-image bounds as
+store whose files are hash-checked); every check runs over a part's whole columns (a
+part at a time, a few decoded ahead: memory does not grow with the store's images):
+bounds through ``pyarrow.compute.min_max``, per-image bounds as
 ``np.maximum.reduceat`` over the image groups (rows of an image are contiguous, in
 images-table order). Only when a check fails are its rows looked at one by one, to name
 the first problem: one ``InputError`` naming the store, the image and the field (the same
@@ -20,6 +21,7 @@ problem the row-by-row order would name first).
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -179,12 +181,13 @@ def proven(files: list[pq.ParquetFile], column: str, count: int | None) -> bool:
 
 class PartTables:
     """The instances and triplets files of every part of a store, read and opened in a
-    pool (``files``), then the columns the checks still need decoded in the pool
-    (``table``). Results are taken in part order, so the first damaged file named is the
-    one a sequential read would name."""
+    pool (``files``), then the columns the checks still need decoded in the pool, part by
+    part (``tables``). Results are taken in part order, so the first damaged file named is
+    the one a sequential read would name."""
 
     def __init__(self, reader: StoreReader, pool: ThreadPoolExecutor) -> None:
         self.reader, self.pool = reader, pool
+        self.ahead = read_threads(reader)  # parts decoded ahead of the one being checked
         self.parts = [p["name"] for p in reader.parts]
         self.opening: dict[str, list[Future[pq.ParquetFile]]] = {
             name: [pool.submit(opened, reader, f"{name}/{part}.parquet")
@@ -194,7 +197,7 @@ class PartTables:
     def files(self, name: str, expected_rows: np.ndarray, what: str) -> list[pq.ParquetFile]:
         """The opened files of table ``name``, each part's row count checked against the
         images table's (``expected_rows``, per part)."""
-        files = [opening.result() for opening in self.opening[name]]
+        files = [opening.result() for opening in self.opening.pop(name)]
         for part, file, rows in zip(self.parts, files, expected_rows.tolist(), strict=True):
             if file.metadata.num_rows != rows:
                 raise Corrupt(self.reader.url, f"{name}/{part}.parquet",
@@ -202,19 +205,30 @@ class PartTables:
                               f"table counts {rows})")
         return files
 
-    def table(self, name: str, files: list[pq.ParquetFile], columns: list[str]) -> pa.Table:
-        """``columns`` of table ``name`` over the whole store."""
+    def tables(self, name: str, files: list[pq.ParquetFile], columns: list[str]
+               ) -> Iterator[tuple[slice, pa.Table]]:
+        """``columns`` of table ``name``, part by part in part order, each with its images'
+        rows of the images table: decoded by the pool a few parts ahead, so that a check
+        holds a few parts' columns at a time, however many images the store has (``files``
+        is consumed: each part's file is let go once it is decoded)."""
         url = self.reader.url
-        reads = [self.pool.submit(decoded, url, f"{name}/{part}.parquet", file, columns)
-                 for part, file in zip(self.parts, files, strict=True)]
-        tables = [read.result() for read in reads]
-        if not tables:
-            return pa.table({c: pa.array([], pa.int64()) for c in columns})
-        try:
-            return pa.concat_tables(tables)
-        except pa.ArrowInvalid as err:
-            raise Corrupt(url, f"{name}/", "corrupt (parts of different schemas: "
-                          f"{decode_detail(err)})") from None
+        starts = np.cumsum([0, *(p["n_images"] for p in self.reader.parts)]).tolist()
+        reads: deque[tuple[int, Future[pa.Table]]] = deque()
+        for i, part in enumerate(self.parts):
+            reads.append((i, self.pool.submit(decoded, url, f"{name}/{part}.parquet",
+                                              files[i], columns)))
+            files[i] = None  # type: ignore[call-overload]  # its bytes go with its decoding
+            if len(reads) > self.ahead:
+                yield _taken(reads, starts)
+        while reads:
+            yield _taken(reads, starts)
+
+
+def _taken(reads: deque[tuple[int, Future[pa.Table]]], starts: list[int]
+           ) -> tuple[slice, pa.Table]:
+    """The first read part's images (rows of the images table) and decoded table."""
+    i, read = reads.popleft()
+    return slice(starts[i], starts[i + 1]), read.result()
 
 
 def check_contents(sub: StoreReader, n_classes: int | None, n_predicates: int | None) -> None:
@@ -248,16 +262,19 @@ def check_tables(sub: StoreReader, tables: PartTables, n_classes: int | None,
                if not (sub.checksummed and proven(files, c, bound))
                and (c == "category" or masked.any())]
     columns += BOX_COLUMNS if masked.any() else []
-    instances = tables.table("instances", files, columns)
-    check_instances(sub.url, images, instances, n_inst, masked, n_classes)
+    for rows, instances in tables.tables("instances", files, columns):
+        check_instances(sub.url, images.slice(rows.start, rows.stop - rows.start), instances,
+                        n_inst[rows], masked[rows], n_classes)
     n_trip = ints(images, "n_graph") + ints(images, "n_ng")
     if "n_pairs" in images.column_names:
         n_trip = n_trip + ints(images, "n_pairs")
     files = tables.files("triplets", per_part(sub, n_trip), "triplet")
     columns = ([] if sub.checksummed and proven(files, "predicate", n_predicates)
                else ["predicate"]) + ["subject", "object"]
-    triplets = tables.table("triplets", files, columns)
-    check_triplets(sub.url, images["image_id"], triplets, n_inst, n_trip, n_predicates)
+    ids = images["image_id"]
+    for rows, triplets in tables.tables("triplets", files, columns):
+        check_triplets(sub.url, ids[rows], triplets, n_inst[rows], n_trip[rows],
+                       n_predicates)
 
 
 def masked_images(images: pa.Table) -> np.ndarray:
