@@ -27,32 +27,24 @@ wall on 2 cores, a worker's peak memory flat in images. Writes ``results/oiv6.md
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import re
-import sys
 import tempfile
-import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import sgdask.synth_oi
-from benchmarks import machine
 from benchmarks.dataset import COMPLETE, files_hash, is_store, package_hash, prune
 from benchmarks.measure import Measurement, classify, run_measured
+from benchmarks.paired import agreement, environment, log, paired_runs, row_options
 from benchmarks.run import last_json, python
 from sgdask.io.ingest import convert_submission, ingest_oi
 from sgdask.synth_oi import oi_synth_paths, write_oi_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "benchmarks"
 OIV6_TEST = 5322
 COMPARED = ("R@50", "mAP_rel", "wmAP_rel", "mAP_phr", "wmAP_phr", "score_wtd")
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def prepare(cache: Path, n_images: int, seed: int) -> tuple[Path, Path]:
@@ -114,20 +106,6 @@ def _run_worker_processes(gt: Path, pred: Path, workers: int, interval: float) -
     return m
 
 
-def agreement(reference: dict[str, float], fast: dict[str, float]) -> dict[str, Any]:
-    names = [n for n in COMPARED if n in reference]
-    worst = max((abs(reference[n] - fast[n]) for n in names if n in fast), default=0.0)
-    missing = [n for n in names if n not in fast]
-    return {"metrics": len(names), "max_abs_difference": worst, "missing": missing,
-            "agree": not missing and worst <= 1e-9}
-
-
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def _row(series: list[Measurement], n_images: int, ratio: str) -> dict[str, Any]:
     """A table row: the series' median wall, work and CPU, the sampled peak RSS of its
     largest process."""
@@ -164,26 +142,13 @@ def render(n_images: int, rows: list[dict[str, Any]], agree: dict[str, Any],
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.oiv6")
-    parser.add_argument("--images", type=int, default=OIV6_TEST)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache", type=Path, default=BENCH / "cache")
-    parser.add_argument("--results", type=Path, default=BENCH / "results")
-    parser.add_argument("--interval", type=float, default=0.1)
-    args = parser.parse_args(argv)
-    args.cache.mkdir(parents=True, exist_ok=True)
+    args = row_options("python -m benchmarks.oiv6", OIV6_TEST, argv)
     gt, pred = prepare(args.cache, args.images, args.seed)
-    env = {"cpu": machine.cpu_model(), "cores": machine.usable_cores(),
-           "load": " ".join(f"{x:.1f}" for x in os.getloadavg())}
-    refs, fasts = [], []
-    for i in range(args.repeats):
-        log(f"run {i + 1}/{args.repeats}: reference")
-        refs.append(run_reference(gt, pred, args.interval))
-        log(f"run {i + 1}/{args.repeats}: sgdask")
-        fasts.append(run_sgdask(gt, pred, args.workers, args.interval))
-    agree = agreement(refs[0].extra["metrics"], fasts[0].extra["metrics"])
+    env = environment()
+    refs, fasts = paired_runs(args.repeats, lambda: run_reference(gt, pred, args.interval),
+                              lambda: run_sgdask(gt, pred, args.workers, args.interval))
+    agree = agreement(refs[0].extra["metrics"], fasts[0].extra["metrics"],
+                      [n for n in COMPARED if n in refs[0].extra["metrics"]])
     quarter = args.images // 4
     log("worker processes on all images and on a quarter (memory against images)")
     small_stores = prepare(args.cache, quarter, args.seed)

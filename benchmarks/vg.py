@@ -18,30 +18,22 @@ under 20 s wall on 2 cores. Writes ``results/vg.md`` and ``results/vg.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import sys
-import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import sgdask.synth_vg
-from benchmarks import machine
 from benchmarks.dataset import COMPLETE, files_hash, is_store, package_hash, prune
 from benchmarks.measure import Measurement, run_measured
+from benchmarks.paired import agreement, environment, log, paired_runs, row_options
 from benchmarks.run import last_json, python, run_store_evaluation
 from sgdask.io.ingest import convert_submission, ingest_vg
 from sgdask.synth_vg import vg_synth_paths, write_vg_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "benchmarks"
 VG150_TEST = 26446
 COMPARED = ("R", "ngR", "zR", "ngzR", "mR", "mNgR")
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def prepare(cache: Path, n_images: int, seed: int) -> tuple[Path, Path]:
@@ -84,20 +76,6 @@ def run_sgdask(gt: Path, pred: Path, workers: int, interval: float) -> Measureme
                                 "sgbpytorch", workers, interval)
 
 
-def agreement(reference: dict[str, float], fast: dict[str, float]) -> dict[str, Any]:
-    names = sorted(n for n in reference if n.partition("@")[0] in COMPARED)
-    worst = max((abs(reference[n] - fast[n]) for n in names if n in fast), default=0.0)
-    missing = [n for n in names if n not in fast]
-    return {"metrics": len(names), "max_abs_difference": worst, "missing": missing,
-            "agree": not missing and worst <= 1e-9}
-
-
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def render(n_images: int, rows: list[dict[str, Any]], agree: dict[str, Any],
            targets: list[tuple[str, str, bool]], env: dict[str, Any]) -> str:
     lines = [f"# VG row: `sgbpytorch` on {n_images} generated VG150-shaped images", "",
@@ -117,26 +95,14 @@ def render(n_images: int, rows: list[dict[str, Any]], agree: dict[str, Any],
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.vg")
-    parser.add_argument("--images", type=int, default=VG150_TEST)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache", type=Path, default=BENCH / "cache")
-    parser.add_argument("--results", type=Path, default=BENCH / "results")
-    parser.add_argument("--interval", type=float, default=0.1)
-    args = parser.parse_args(argv)
-    args.cache.mkdir(parents=True, exist_ok=True)
+    args = row_options("python -m benchmarks.vg", VG150_TEST, argv)
     gt, pred = prepare(args.cache, args.images, args.seed)
-    env = {"cpu": machine.cpu_model(), "cores": machine.usable_cores(),
-           "load": " ".join(f"{x:.1f}" for x in os.getloadavg())}
-    refs, fasts = [], []
-    for i in range(args.repeats):
-        log(f"run {i + 1}/{args.repeats}: reference")
-        refs.append(run_reference(gt, pred, args.interval))
-        log(f"run {i + 1}/{args.repeats}: sgdask")
-        fasts.append(run_sgdask(gt, pred, args.workers, args.interval))
-    agree = agreement(refs[0].extra["metrics"], fasts[0].extra["metrics"])
+    env = environment()
+    refs, fasts = paired_runs(args.repeats, lambda: run_reference(gt, pred, args.interval),
+                              lambda: run_sgdask(gt, pred, args.workers, args.interval))
+    metrics = refs[0].extra["metrics"]
+    agree = agreement(metrics, fasts[0].extra["metrics"],
+                      sorted(n for n in metrics if n.partition("@")[0] in COMPARED))
     ref_wall = median([m.wall_s for m in refs])
     rows = []
     for series in (refs, fasts):
