@@ -40,8 +40,8 @@ def print_report(report: Report, console: Console = out_console) -> None:
     for row in rows:  # as text, not markup: a grouped metric's row is mR[head]
         table.add_row(*(escape(cell) for cell in row))
     console.print(table)
-    console.print(units_note(report.metrics))
-    for line in report.footnotes():
+    console.print(escape(units_note(report.metrics)))
+    for line in report.footnotes("cli"):
         console.print(escape(line))
     missing = report.diagnostics.get("images_missing", 0)
     if missing:
@@ -72,8 +72,8 @@ def print_delta(reports: dict[str, Report], console: Console = out_console) -> N
         table.add_column(name, justify="right")
     for name in names[1:]:
         table.add_column(f"{name} − {names[0]}", justify="right")
-    for row in protocol_delta(reports):
-        table.add_row(row["metric"], *[_fmt(row[n]) for n in names],
+    for row in protocol_delta(reports):  # as text, not markup: a row is mR@20[head]
+        table.add_row(escape(row["metric"]), *[_fmt(row[n]) for n in names],
                       *[_fmt(row[f"delta_{n}"], signed=True) for n in names[1:]])
     console.print(table)
 
@@ -138,9 +138,9 @@ def print_many(outcome: ManyOutcome, console: Console = out_console) -> None:
                       f"({len(outcome.cached)} cached, {len(outcome.evaluated)} evaluated)")
         columns = [c for c in board_columns() if any(c in r for r in rows)]
         for name in ("submission", "protocol", *columns):
-            table.add_column(name, justify="left" if name in ("submission", "protocol")
+            table.add_column(escape(name), justify="left" if name in ("submission", "protocol")
                              else "right")
         for r in rows:
-            table.add_row(r["submission"], r["protocol"],
+            table.add_row(escape(r["submission"]), r["protocol"],
                           *[format_value(c, r.get(c)) for c in columns])
         console.print(table)

@@ -211,12 +211,24 @@ ROLES = {r.name: r for r in (
 
 _SUBMITTED, _GROUND_TRUTH = "a submission: convert it with sgdask convert", (
     "ground truth: ingest it with sgdask ingest-gt")
-#: hints by role where the command, not an option, is what fixes it
+_NOT_RESULTS: Text = ("an SGBench submission, not a model's result file: drop ",
+                      Option("method"))
+_PNGS_TO_INGEST: Text = ("the panoptic PNGs are the GT's masks: sgdask ingest-gt psg.json ",
+                         Option("gt_masks"), " DIR ", Option("out"), " STORE")
+#: hints by role where the command, not an option, is what fixes it (or where the generic
+#: hint would name an option the command does not have)
 _COMMANDS: dict[str, dict[str, Text]] = {
-    "submission file": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH, OI_ANNO: _GROUND_TRUTH},
-    "results": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH, OI_ANNO: _GROUND_TRUTH},
-    "gt source": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED},
-    "psg": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED},
+    "submission file": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH, OI_ANNO: _GROUND_TRUTH,
+                        PNG_DIR: _PNGS_TO_INGEST},
+    "results": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH, OI_ANNO: _GROUND_TRUTH,
+                SGBENCH_ZIP: _NOT_RESULTS, SGBENCH_JSON: _NOT_RESULTS,
+                SUBMISSION_STORE: ("a submission store, not a model's result file: drop ",
+                                   Option("method"))},
+    "gt source": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED, PNG_DIR: _PNGS_TO_INGEST},
+    "psg": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED,
+            PNG_DIR: "give psg.json, the annotations; the PNGs are its masks"},
+    "masks": {PSG_JSON: ("psg.json is the ground truth itself; give ", Option("gt_masks"),
+                         " the directory of its panoptic PNGs")},
 }
 
 

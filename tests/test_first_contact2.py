@@ -1,0 +1,245 @@
+"""What a new user still tripped on (issue 41), each as the user meets it: group labels in
+the terminal tables, ``evaluate --out`` over an existing folder or file, hints that name the
+fix (each followed here: the command it suggests must work), a reason for every metric left
+out, the Python API's arguments, and the messages of the smaller cases."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+import sgdask
+from sgdask import Evaluator, Report
+from sgdask.cli import main
+from sgdask.cli.console import print_delta, print_report
+from sgdask.errors import SgdaskError
+from sgdask.io.ingest import convert_submission
+from sgdask.pipeline import evaluate_protocols
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    """The ``sgdask`` command in this process: exit code, stdout, stderr."""
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    captured = capsys.readouterr()
+    return exc.value.code or 0, captured.out, captured.err
+
+
+def refused(capsys, *args: str) -> str:
+    """The one error line of a command refused before any work (exit code 2)."""
+    code, out, err = run(capsys, *args)
+    lines = [line for line in err.splitlines() if line.startswith("sgdask:")]
+    assert code == 2, out + err
+    assert len(lines) == 1 and lines[0].startswith("sgdask: error: "), err
+    assert "Traceback" not in err and "━" not in err and "evaluated in" not in err, err
+    return lines[0]
+
+
+def hint_of(line: str) -> str:
+    """The fix an error line ends with, in parentheses."""
+    match = re.search(r"\(([^()]*)\)$", line)
+    assert match, line
+    return match[1]
+
+
+@pytest.fixture(scope="module")
+def boxes(tiny) -> str:
+    """The tiny dataset's box submission as a store (scored against the mask GT store)."""
+    store = str(tiny.root / "first-contact-boxes")
+    if not Path(store).exists():
+        convert_submission(str(tiny.paths.submission_boxes), store, tiny.gt)
+    return store
+
+
+@pytest.fixture(scope="module")
+def two_protocols(tiny, client) -> dict[str, Report]:
+    return evaluate_protocols(tiny.gt, str(tiny.paths.submission_zip), "singlempo,multimpo",
+                              client=client)
+
+
+def printed(show, *args) -> str:
+    console = Console(record=True, width=240)
+    show(*args, console=console)
+    return console.export_text()
+
+
+# --------------------------------------------------------------- 3: labels are not markup
+
+def test_group_labels_show_in_the_report_and_delta_tables(two_protocols):
+    report = two_protocols["singlempo"]
+    grouped = [n for n in report.metrics if n.endswith("[head]")]
+    assert grouped, "the tiny GT has predicate groups"
+    table = printed(print_report, report)
+    for group in ("head", "body", "tail"):
+        assert f"mR[{group}]" in table
+    delta = printed(print_delta, two_protocols)
+    for name in grouped:
+        assert name in delta  # mR@20[head], not mR@20
+    assert "mR@20[body]" in delta and "mR@20[tail]" in delta
+
+
+# --------------------------------------------------------------- 4: evaluate --out
+
+def test_evaluate_out_naming_a_file_is_refused_before_any_work(capsys, tiny, tmp_path):
+    target = tmp_path / "report.txt"
+    target.write_text("notes\n")
+    line = refused(capsys, "evaluate", "--gt", tiny.gt, "--pred", str(tiny.paths.submission_zip),
+                   "--out", str(target))
+    assert "is a file" in line and "--out" in line
+    assert target.read_text() == "notes\n"
+
+
+def test_evaluate_out_refuses_a_folder_with_files_unless_overwrite(capsys, tiny, client,
+                                                                  tmp_path):
+    out = tmp_path / "report"
+    common = ("evaluate", "--gt", tiny.gt, "--pred", str(tiny.paths.submission_zip),
+              "--scheduler", client.scheduler.address, "--out", str(out))
+    code, _, err = run(capsys, *common, "--protocol", "singlempo,multimpo")
+    assert code == 0, err
+    assert (out / "multimpo" / "metrics.json").is_file()
+    line = refused(capsys, *common)
+    assert "already exists" in line and "--overwrite" in line
+    code, _, err = run(capsys, *common, "--overwrite")
+    assert code == 0, err
+    # replaced whole: no folder of the earlier report is left beside the new one
+    names = {p.name for p in out.iterdir()}
+    assert {"metrics.json", "report.html"} <= names
+    assert not names & {"singlempo", "multimpo", "protocol_delta.json"}, names
+    assert Report.read(str(out)).protocol["name"] == "singlempo"
+
+
+def test_overwrite_replaces_only_a_report(capsys, tiny, tmp_path):
+    folder = tmp_path / "thesis"
+    folder.mkdir()
+    (folder / "chapter1.tex").write_text("precious\n")
+    line = refused(capsys, "evaluate", "--gt", tiny.gt, "--pred",
+                   str(tiny.paths.submission_zip), "--out", str(folder), "--overwrite")
+    assert "holds no sgdask report" in line
+    assert (folder / "chapter1.tex").read_text() == "precious\n"
+    assert "only with --out" in refused(capsys, "evaluate", "--gt", tiny.gt, "--pred",
+                                        str(tiny.paths.submission_zip), "--overwrite")
+
+
+# --------------------------------------------------------------- 5: hints, followed
+
+def test_psg_json_given_as_masks_hint_followed(capsys, tiny, tmp_path):
+    psg = str(tiny.paths.psg_json)
+    line = refused(capsys, "ingest-gt", psg, "--masks", psg, "--out", str(tmp_path / "a"))
+    hint = hint_of(line)
+    assert "--gt-masks" in hint and "--gt " not in hint + " "
+    code, _, err = run(capsys, "ingest-gt", psg, "--gt-masks", str(tiny.paths.masks_dir),
+                       "--out", str(tmp_path / "b"), "--in-process")
+    assert code == 0, err
+
+
+def test_png_directory_given_to_ingest_gt_hint_followed(capsys, tiny, tmp_path):
+    line = refused(capsys, "ingest-gt", str(tiny.paths.masks_dir), "--out", str(tmp_path / "a"))
+    hint = hint_of(line)
+    command = hint[hint.index("sgdask "):]
+    words = shlex.split(command)
+    filled = {"psg.json": str(tiny.paths.psg_json), "DIR": str(tiny.paths.masks_dir),
+              "STORE": str(tmp_path / "b")}
+    argv = [filled.get(word, word) for word in words[1:]]
+    code, _, err = run(capsys, *argv, "--in-process")
+    assert code == 0, err
+    assert (tmp_path / "b" / "manifest.json").is_file()
+
+
+def test_png_directory_given_to_stats_hint_followed(capsys, tiny, tmp_path):
+    line = refused(capsys, "stats", str(tiny.paths.masks_dir), "--out", str(tmp_path / "s"))
+    assert "give psg.json" in hint_of(line)
+    code, _, err = run(capsys, "stats", str(tiny.paths.psg_json), "--out",
+                       str(tmp_path / "s.parquet"))
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("which", ["zip", "store"])
+def test_a_submission_given_with_method_hint_followed(capsys, tiny, client, boxes, which):
+    pred = str(tiny.paths.submission_zip) if which == "zip" else boxes
+    line = refused(capsys, "evaluate", "--gt", tiny.gt, "--pred", pred, "--method", "psgtr")
+    assert hint_of(line).endswith("drop --method")
+    code, _, err = run(capsys, "evaluate", "--gt", tiny.gt, "--pred", pred,
+                       "--scheduler", client.scheduler.address)
+    assert code == 0, err
+
+
+# --------------------------------------------------------------- 6: left-out reasons
+
+def test_boxes_against_a_mask_gt_say_why_panoptic_quality_is_left_out(tiny, boxes, client):
+    report = sgdask.evaluate(tiny.gt, boxes, client=client)
+    for name in ("PQ", "SQ", "RQ", "PQ_th", "RQ_st"):
+        assert "boxes" in report.left_out[name], name
+    # every metric of the registry has a value or a reason
+    from sgdask.metrics import metric_of, metrics
+
+    valued = {metric_of(name) for name in report.metrics}
+    keyed = {key.strip() for keys in report.left_out for key in keys.split(",")}
+    for metric in metrics():
+        if metric.grouped or "oiv6" in metric.needs or "ngz" in metric.needs:
+            continue
+        assert metric in valued or metric.left_out_key in keyed, metric.key
+
+
+def test_print_report_says_each_reason_once_in_python_terms(tiny, boxes, client):
+    report = sgdask.evaluate(tiny.gt, boxes, client=client)
+    lines = [line for line in str(report).splitlines() if line.startswith("left out")]
+    assert len(lines) == len(set(report.left_out.values())) == 2
+    panoptic = next(line for line in lines if "PQ" in line)
+    assert panoptic.startswith("left out PQ, SQ, RQ, PQ_th, SQ_th, RQ_th, PQ_st, SQ_st, RQ_st:")
+    assert not any("--" in line for line in lines), lines
+    assert any("legacy=True" in line for line in lines)
+    console = printed(print_report, report)  # the command line names its flags
+    assert "(--legacy-metrics)" in console and "legacy=True" not in console
+
+
+def test_a_reason_with_options_is_rendered_for_each_audience():
+    from sgdask.metrics import reason_for
+    from sgdask.metrics.base import need_reason
+
+    reason = need_reason("groups")
+    assert "--predicate-groups FILE" in reason and "--stats FILE" in reason
+    python = reason_for(reason, "api")
+    assert "predicate_groups=FILE" in python and "stats=FILE" in python and "--" not in python
+    assert reason_for("anything else", "api") == "anything else"
+
+
+# --------------------------------------------------------------- 7: the Python API
+
+@pytest.mark.parametrize("name,value", [("ci", 0.95), ("resamples", 10), ("seed", 1),
+                                        ("partition_size", 8), ("ci_metrics", "mR")])
+def test_evaluator_refuses_settings_it_ignores(name, value):
+    with pytest.raises(ValueError, match=rf"^{name}: not used by Evaluator"):
+        Evaluator(predicates=3, classes=4, **{name: value})
+
+
+def test_evaluator_needs_predicates_and_classes_as_a_value_error():
+    with pytest.raises(ValueError, match="predicates"):
+        Evaluator()
+    with pytest.raises(ValueError, match="classes"):
+        Evaluator(predicates=["on", "under"])
+
+
+def test_ks_as_a_list(tiny, client):
+    assert [k.label for k in Evaluator(predicates=3, classes=4, ks=[20, 50, "x1"]).ks] == [
+        "20", "50", "x1"]
+    report = sgdask.evaluate(tiny.gt, str(tiny.paths.submission_zip), client=client,
+                             ks=[20, 50])
+    assert report.ks == ["20", "50"] and "R@50" in report.metrics
+
+
+def test_report_read_of_several_protocols_names_the_folders(two_protocols, tmp_path):
+    from sgdask.report.writers import write_reports
+
+    write_reports(two_protocols, str(tmp_path / "both"))
+    with pytest.raises(SgdaskError) as err:
+        Report.read(str(tmp_path / "both"))
+    message = str(err.value)
+    assert "\n" not in message and "several protocols" in message
+    assert str(tmp_path / "both" / "singlempo") in message
+    assert Report.read(str(tmp_path / "both" / "multimpo")).protocol["name"] == "multimpo"
+    with pytest.raises(SgdaskError, match="no report here"):
+        Report.read(str(tmp_path))
