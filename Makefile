@@ -28,6 +28,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 
 demo: $(STAMP)
 	$(PY) -m sgdask.demo --dir $(DEMO) --images $(IMAGES)
+	@echo "sgdask is installed in $(VENV): 'source $(VENV)/bin/activate' puts it on your PATH (docs/getting-started.md)"
 
 test: $(STAMP)
 	$(PY) -m ruff check .

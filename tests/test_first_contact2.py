@@ -243,3 +243,53 @@ def test_report_read_of_several_protocols_names_the_folders(two_protocols, tmp_p
     assert Report.read(str(tmp_path / "both" / "multimpo")).protocol["name"] == "multimpo"
     with pytest.raises(SgdaskError, match="no report here"):
         Report.read(str(tmp_path))
+
+
+# --------------------------------------------------------------- 1: Getting started, as written
+
+def _getting_started():
+    """``.ci/getting-started``, the script CI runs the page with, as a module."""
+    import importlib.machinery
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / ".ci" / "getting-started"
+    loader = importlib.machinery.SourceFileLoader("getting_started", str(path))
+    spec = importlib.util.spec_from_loader("getting_started", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_ci_follows_the_getting_started_page_in_order():
+    script = _getting_started()
+    page = (script.REPO / script.PAGE).read_text()
+    found = script.blocks(page)
+    clone = "\n".join(code for where, _, code in found if where == "clone")
+    assert "make demo" in clone and "make test" not in clone
+    assert "source .venv/bin/activate" in clone and "sgdask --version" in clone
+    empty = [(lang, code) for where, lang, code in found if where == "empty"]
+    assert [lang for lang, _ in empty] == ["bash", "bash", "python"]
+    assert "sgdask synth data" in empty[0][1] and "sgdask evaluate" in empty[1][1]
+    steps = script.script(page, Path("/c"), Path("/e"))
+    assert steps.index("make demo") < steps.index("source .venv") < steps.index("synth data")
+    assert "cd /e\nsgdask synth" in steps and "python - <<'SGDASK_PAGE_PYTHON'" in steps
+    ci = (script.REPO / ".ci" / "run").read_text()
+    assert "python3 .ci/getting-started" in ci
+
+
+@pytest.mark.timeout(120)
+def test_the_activated_venv_runs_sgdask_as_the_docs_write_it(tmp_path):
+    """The page's activation block, in a checkout whose .venv is this test's environment."""
+    import subprocess
+    import sys
+
+    script = _getting_started()
+    page = (script.REPO / script.PAGE).read_text()
+    [activate] = [code for where, _, code in script.blocks(page)
+                  if where == "clone" and "activate" in code]
+    (tmp_path / ".venv").symlink_to(sys.prefix)
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", activate], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=100,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("sgdask "), done.stdout

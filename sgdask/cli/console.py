@@ -31,6 +31,33 @@ def progress_bar(description: str, total: int | None) -> Iterator[Any]:
         yield lambda n=1: bar.advance(task, n)
 
 
+#: about how long numba compiles the kernels of a first evaluation on 2 cores (measured:
+#: docs/performance.md, "The first run after an install")
+COMPILE_SECONDS = 60
+#: kernel modules every evaluation calls: no cached code of theirs means a first run
+_EVERY_RUN = ("matching", "hits")
+
+
+def compile_note() -> str | None:
+    """The line a first run after an install prints while numba compiles the kernels
+    (compiled code is cached beside them, in ``__pycache__``, so later runs skip it); None
+    when their code is cached, or when numba caches elsewhere (``NUMBA_CACHE_DIR``, or a
+    read-only install: then this cannot tell)."""
+    import os
+    from pathlib import Path
+
+    import sgdask.kernels
+
+    kernels = Path(sgdask.kernels.__file__).parent
+    if os.environ.get("NUMBA_CACHE_DIR") or not os.access(kernels, os.W_OK):
+        return None
+    cached = kernels / "__pycache__"
+    if any(next(cached.glob(f"{module}.*.nbi"), None) for module in _EVERY_RUN):
+        return None
+    return (f"compiling sgdask's kernels once (about {COMPILE_SECONDS} s on 2 cores; "
+            "later runs reuse them)")
+
+
 def print_report(report: Report, console: Console = out_console) -> None:
     header, rows = report.grid(sep="\n")
     console.print(escape(report.heading))  # not the table's title: a narrow table wraps it
@@ -61,8 +88,10 @@ def _first_missing(report: Report, count: int) -> str:
     return f"{shown} … and {more} more" if more > 0 else shown
 
 
-def print_delta(reports: dict[str, Report], console: Console = out_console) -> None:
-    """Metrics of every protocol side by side, with the difference to the first one."""
+def print_delta(reports: dict[str, Report], console: Console = out_console,
+                only: tuple[str, ...] | None = None) -> None:
+    """Metrics of every protocol side by side, with the difference to the first one
+    (``only``: these metrics)."""
     from sgdask.report.writers import protocol_delta
 
     names = list(reports)
@@ -72,7 +101,8 @@ def print_delta(reports: dict[str, Report], console: Console = out_console) -> N
         table.add_column(name, justify="right")
     for name in names[1:]:
         table.add_column(f"{name} − {names[0]}", justify="right")
-    for row in protocol_delta(reports):  # as text, not markup: a row is mR@20[head]
+    rows = [r for r in protocol_delta(reports) if only is None or r["metric"] in only]
+    for row in rows:  # as text, not markup: a row is mR@20[head]
         table.add_row(escape(row["metric"]), *[_fmt(row[n]) for n in names],
                       *[_fmt(row[f"delta_{n}"], signed=True) for n in names[1:]])
     console.print(table)

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from sgdask.cli.console import (
+    compile_note,
     err_console,
     print_comparison,
     print_delta,
@@ -149,6 +150,9 @@ def evaluate(gt: Annotated[str, typer.Option(
     start = time.perf_counter()
     limits = ArchiveLimits.from_pairs(limit)
     how = None if method is None else ResultsMethod(method, instance_scores)
+    note = compile_note()
+    if note:
+        err_console.print(note)
     with dask_client(None, cluster_choice(scheduler, False, workers, processes)) as client:
         gt_store = _gt_store(gt, gt_masks, cache_dir, options, client, limits)
         if how is not None and keep_store is not None:
