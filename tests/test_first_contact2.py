@@ -293,3 +293,38 @@ def test_the_activated_venv_runs_sgdask_as_the_docs_write_it(tmp_path):
                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("sgdask "), done.stdout
+
+
+# --------------------------------------------------------------- 2: the first run says it compiles
+
+def test_a_first_run_says_it_compiles_the_kernels(capsys, monkeypatch, tmp_path, tiny, client):
+    import sgdask.kernels
+    from sgdask.cli.console import compile_note
+
+    evaluate = ("evaluate", "--gt", tiny.gt, "--pred", str(tiny.paths.submission_zip),
+                "--scheduler", client.scheduler.address)
+    code, _, err = run(capsys, *evaluate)  # compiles the kernels, if no run did before
+    assert code == 0 and compile_note() is None
+    fresh = tmp_path / "kernels"  # an install whose kernels were never compiled
+    fresh.mkdir()
+    monkeypatch.setattr(sgdask.kernels, "__file__", str(fresh / "__init__.py"))
+    note = compile_note()
+    assert note is not None and note.startswith("compiling sgdask's kernels once")
+    code, _, err = run(capsys, *evaluate)
+    assert code == 0 and err.index("compiling sgdask's kernels once") < err.index("evaluated in")
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))  # cached elsewhere: cannot tell
+    assert compile_note() is None
+
+
+# --------------------------------------------------------------- 9: the demo's last lines
+
+def test_the_demo_ends_with_its_headline_and_says_why_images_are_fewer(two_protocols):
+    from sgdask.demo import headline
+
+    evaluated = two_protocols["singlempo"].diagnostics["evaluated_images"]
+    lines = headline(two_protocols, evaluated, 1.0, Path("demo-data/report"))
+    assert lines[0] == f"demo: {evaluated} images synthesized, {evaluated} evaluated"
+    assert lines[1].startswith("singlempo (the fair protocol): R@50 ")
+    assert lines[-1] == "finished in 1.0 s; open demo-data/report/report.html"
+    fewer = headline(two_protocols, evaluated + 4, 1.0, Path("r"))[0]
+    assert f"{evaluated} evaluated (4 have no GT relation" in fewer
