@@ -328,3 +328,59 @@ def test_the_demo_ends_with_its_headline_and_says_why_images_are_fewer(two_proto
     assert lines[-1] == "finished in 1.0 s; open demo-data/report/report.html"
     fewer = headline(two_protocols, evaluated + 4, 1.0, Path("r"))[0]
     assert f"{evaluated} evaluated (4 have no GT relation" in fewer
+
+
+# --------------------------------------------------------------- 9: the smaller cases
+
+def test_ctrl_c_says_interrupted_in_one_line(capsys, monkeypatch, tmp_path):
+    import sgdask.synth
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # what Ctrl-C raises in the main thread
+
+    monkeypatch.setattr(sgdask.synth, "write_dataset", interrupted)
+    code, _, err = run(capsys, "synth", str(tmp_path / "data"), "--images", "2")
+    assert code == 130 and err.strip().splitlines()[-1] == "sgdask: interrupted", err
+    assert "Traceback" not in err
+
+
+def test_plain_messages_for_a_missing_path_a_directory_and_an_empty_file(capsys, tiny,
+                                                                         boxes, tmp_path):
+    gone = refused(capsys, "evaluate", "--gt", tiny.gt, "--pred", str(tmp_path / "gone.zip"))
+    assert gone.endswith("gone.zip: not found (no file or directory at this path)")
+    empty = tmp_path / "submission.zip"
+    empty.write_bytes(b"")
+    for line in (refused(capsys, "evaluate", "--gt", tiny.gt, "--pred", str(empty)),
+                 refused(capsys, "convert", str(empty), "--gt", tiny.gt, "--out",
+                         str(tmp_path / "s"))):
+        assert "an empty file (0 bytes), where" in line and "JSON" not in line.split("where")[0]
+    folder = str(tmp_path)
+    for args in (("evaluate", "--gt", tiny.gt, "--pred", boxes, "--stats", folder),
+                 ("evaluate", "--gt", tiny.gt, "--pred", boxes, "--predicate-groups", folder),
+                 ("convert", str(tiny.paths.submission_boxes), "--gt", tiny.gt, "--out",
+                  str(tmp_path / "s"), "--from-scores", folder)):
+        line = refused(capsys, *args)
+        assert f"{folder}: is a directory, not a file" in line or (
+            f"{folder}: a directory, where a score file" in line), line
+        assert "Error" not in line and "Errno" not in line, line
+
+
+def test_vocabulary_means_say_why_mzr_can_exceed_mr(tiny, client):
+    report = sgdask.evaluate(tiny.gt, str(tiny.paths.submission_zip), "multimpo",
+                             client=client)
+    [note] = [n for n in report.notes if "predicates of the vocabulary" in n]
+    assert note.endswith("mzR@k and mR@inf average the occurring predicates only, so they can "
+                         "exceed mR@k")
+
+
+def test_cli_page_and_help_agree_on_threads_and_processes():
+    from sgdask.cli.options import Processes
+
+    help_text = Processes.__metadata__[0].help
+    assert "threads for the one-off commands" in help_text
+    page = (Path(__file__).resolve().parent.parent / "docs" / "reference" / "cli.md").read_text()
+    bullet = page[page.index("- **Where the work runs.**"):page.index("- **Errors**")]
+    bullet = " ".join(bullet.split())
+    assert "threads of this process for the one-off commands" in bullet
+    assert "worker processes (one thread each) for `evaluate-many`, `rerank`" in bullet
+    assert "one worker process per core" not in bullet

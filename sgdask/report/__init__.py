@@ -652,8 +652,12 @@ def vocabulary_means(acc: Accumulator, metrics: dict[str, float], settings: Eval
         metrics[name] = float(sum(values.values(), Fraction(0)) / n_vocabulary)
     if not occurring:
         return {}, []
+    others = [n for n in ("mzR@k", "mR@inf") if any(
+        name == n or name.startswith(n.replace("@k", "@")) for name in metrics)]
+    unlike = (f"; {' and '.join(others)} average the occurring predicates only, so "
+              "they can exceed mR@k" if others else "")
     return occurring, [
         f"mR@k and mNgR@k are means over all {n_vocabulary} predicates of the vocabulary, "
         f"{max(absent, 0)} of them absent from the evaluated GT (counted 0), as the legacy "
         "tools print them; the means over the occurring predicates are under "
-        "mean_over_occurring"]
+        f"mean_over_occurring{unlike}"]
