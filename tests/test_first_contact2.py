@@ -384,3 +384,20 @@ def test_cli_page_and_help_agree_on_threads_and_processes():
     assert "threads of this process for the one-off commands" in bullet
     assert "worker processes (one thread each) for `evaluate-many`, `rerank`" in bullet
     assert "one worker process per core" not in bullet
+
+
+def test_a_chart_keeps_room_for_its_long_title_and_labels():
+    from sgdask.report.svg import bar_chart
+
+    title = ("Per-predicate mR@50 with bootstrap intervals, predicates by GT frequency "
+             "(most frequent left)")
+    labels = ["over", "in front of", "hanging from"]
+    svg = bar_chart(title, "mR@50 (%)", labels, {"singlempo": [10.0, 20.0, 30.0]},
+                    {"singlempo": ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])})
+    width, height = (float(v) for v in re.search(
+        r'width="([\d.]+)" height="([\d.]+)"', svg).groups())
+    centre = float(re.search(r'<text x="([\d.]+)" y="20"', svg)[1])
+    half = 7.5 * len(title) / 2  # 12 px text: at most 7.5 px a character
+    assert centre - half >= 0 and centre + half <= width
+    label_top = 40 + 280 + 6  # the plot's bottom edge, where the rotated labels start
+    assert height >= label_top + 7 * max(map(len, labels))
