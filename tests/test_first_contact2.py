@@ -401,3 +401,13 @@ def test_a_chart_keeps_room_for_its_long_title_and_labels():
     assert centre - half >= 0 and centre + half <= width
     label_top = 40 + 280 + 6  # the plot's bottom edge, where the rotated labels start
     assert height >= label_top + 7 * max(map(len, labels))
+
+
+def test_convert_counts_the_images_it_converts(capsys, tiny, tmp_path):
+    import json
+
+    code, _, err = run(capsys, "convert", str(tiny.paths.submission_zip), "--gt", tiny.gt,
+                       "--out", str(tmp_path / "pred"), "--in-process")
+    assert code == 0, err
+    n = json.loads((tmp_path / "pred" / "manifest.json").read_text())["n_images"]
+    assert re.search(rf"converting images .* {n} images \d+:\d\d:\d\d", err), err

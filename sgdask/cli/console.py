@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import Progress
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sgdask.metrics import board_columns, format_value, units_note
@@ -24,9 +24,14 @@ out_console = Console()
 
 
 @contextmanager
-def progress_bar(description: str, total: int | None) -> Iterator[Any]:
-    """A rich progress bar on stderr; yields the ``advance(n)`` callback."""
-    with Progress(console=err_console, transient=False) as bar:
+def progress_bar(description: str, total: int | None, unit: str = "images") -> Iterator[Any]:
+    """A rich progress bar on stderr; yields the ``advance(n)`` callback. Without a
+    ``total`` (a conversion learns its size as it goes) it counts what is done, in
+    ``unit``, next to the time elapsed."""
+    columns = () if total is not None else (
+        TextColumn("[progress.description]{task.description}"), BarColumn(),
+        TextColumn(f"{{task.completed:,.0f}} {unit}"), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=False) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n=1: bar.advance(task, n)
 
