@@ -9,6 +9,9 @@ IMAGES ?= 200
 TEST_WORKERS ?= 2
 # Material for MkDocs prints a banner about MkDocs 2 on every build; the build is the same.
 MKDOCS  = NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs
+# The site, every warning an error (never --quiet: it hides the warnings strict mode counts);
+# tests/test_docs_links.py checks that a broken link fails it.
+DOCS_BUILD = $(MKDOCS) build --strict
 # resolved on Python 3.11 (CI's); on another Python, `make lock` first
 CONSTRAINTS ?= constraints.txt
 # make lock: resolved in a throw-away venv
@@ -25,10 +28,11 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 
 demo: $(STAMP)
 	$(PY) -m sgdask.demo --dir $(DEMO) --images $(IMAGES)
+	@echo "sgdask is installed in $(VENV): 'source $(VENV)/bin/activate' puts it on your PATH (docs/getting-started.md)"
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(MKDOCS) build --strict --quiet
+	$(DOCS_BUILD)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 lint: $(STAMP)
@@ -36,7 +40,7 @@ lint: $(STAMP)
 
 # The documentation site, into site/ (open site/index.html); a broken link fails the build.
 docs: $(STAMP)
-	$(MKDOCS) build --strict
+	$(DOCS_BUILD)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run

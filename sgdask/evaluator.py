@@ -317,8 +317,21 @@ def names_of(value: Sequence[str] | int, what: str) -> list[str]:
         return [str(i) for i in range(value)]
     names = [str(v) for v in value]
     if not names:
-        raise SgdaskError(f"Evaluator: {what}: the {what} names (or their number) are needed")
+        raise SettingError(what, f"Evaluator needs the {what}' names (or their number)")
     return names
+
+
+#: settings fields the Evaluator has no use for, and why: given to it, they are refused
+#: rather than ignored
+IGNORED_FIELDS = {
+    "partition_size": "not used by Evaluator (it scores the images given to update(); "
+                      "sgdask.evaluate partitions stores)",
+    "ci": "not used by Evaluator (bootstrap intervals: sgdask.evaluate(..., ci=LEVEL) on "
+          "stores)",
+    "resamples": "not used by Evaluator (bootstrap intervals: sgdask.evaluate)",
+    "seed": "not used by Evaluator (bootstrap intervals: sgdask.evaluate)",
+    "ci_metrics": "not used by Evaluator (bootstrap intervals: sgdask.evaluate)",
+}
 
 
 # --------------------------------------------------------------------------- the evaluator
@@ -338,13 +351,18 @@ class Evaluator:
     is computed when every image has GT labels and predicted masks (or no prediction).
     ``settings``: the settings record (``sgdask.core.settings.Settings``) the rest
     defaults to; other keywords override its fields, as ``evaluate``'s (``aggregation``,
-    ``tau``, ``legacy``, ``match_labels``; partition and interval fields do not apply).
+    ``tau``, ``legacy``, ``match_labels``; partition and interval fields do not apply, and
+    are refused with a ``ValueError`` when given). Missing ``predicates`` or ``classes``:
+    a ``ValueError`` too.
     """
 
     def __init__(self, protocol: str | None = None, ks: str | Sequence[Any] | None = None,
                  predicates: Sequence[str] | int = (), classes: Sequence[str] | int = (),
                  stats: Any = None, *, settings: Settings | None = None,
                  things: int | None = None, **fields: Any) -> None:
+        for name in IGNORED_FIELDS:
+            if name in fields:
+                raise SettingError(name, IGNORED_FIELDS[name])
         given = {"protocols": protocol,
                  "ks": ks if ks is None or isinstance(ks, str) else ",".join(map(str, ks))}
         try:

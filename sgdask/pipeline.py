@@ -579,10 +579,12 @@ def _gathered(plans: list[Planned], finals: list[Any], failed: dict[str, SgdaskE
 
 
 def _data_of(gt: dict[str, Any], pred: dict[str, Any]) -> frozenset[str]:
-    """What a submission and the GT hold beyond lists: masks on both sides, the GT's crowd
+    """What a submission and the GT hold beyond lists: masks on both sides (or on the GT's:
+    what a box submission is not scored for is then listed as left out), the GT's crowd
     flags (stores from format version 4 on), the categories' thing/stuff split."""
     masks = gt["instances"] == "masks" and pred["instances"] == "masks"
     return frozenset({"things", *(("masks",) if masks else ()),
+                      *(("gt_masks",) if gt["instances"] == "masks" else ()),
                       *(("crowd",) if gt["format_version"] >= CROWD_VERSION else ())})
 
 

@@ -208,8 +208,8 @@ def test_cli_missing_psg_json_in_bucket_is_not_found_before_any_ingest(s3, s3_st
                    "--pred", gt.replace("/gt", "/pred"), *s3.cli_options(), "--cache-dir",
                    str(tmp_path / "cache"), timeout=120)
     line = one_error_line(proc)
-    assert line == f"sgdask: error: {missing}: not found (no such file or store: no " \
-        "manifest.json)", line
+    assert line == f"sgdask: error: {missing}: not found (no file or directory at this " \
+        "path)", line
     assert "ingesting" not in proc.stderr and not (tmp_path / "cache").exists()
 
 

@@ -11,7 +11,12 @@ Nothing here is copied text, so the site cannot drift from what it documents:
   from the docstrings.
 - **included files**: ``<!-- generated: file PATH -->`` on a line of its own is replaced by
   the repository's Markdown file ``PATH``, its headings moved below the page's own (the
-  performance page shows ``benchmarks/results/latest.md``, which ``make bench`` writes).
+  performance page shows ``benchmarks/results/latest.md``, which ``make bench`` writes; the
+  changelog page is ``CHANGELOG.md``).
+- **links**: every page's relative links are written between the repository's files, so
+  they work when a file is read as Markdown (``docs/`` linking ``../schemas/store.md``,
+  ``../jobs/README.md``, ``../sgdask/report/__init__.py``; ``CHANGELOG.md`` and
+  ``schemas/`` linking ``docs/...``); the build points each at the page of the file it names.
 
 Formulas (``\\( ... \\)`` and ``\\[ ... \\]``, marked by pymdownx.arithmatex) become MathML when
 the page is built, so the site shows them without JavaScript or network (it is meant to be
@@ -50,8 +55,6 @@ API_MODULES: dict[str, dict[str, Any]] = {
 
 CLI_MARKER = "<!-- generated: command help -->"
 FILE_MARKER = re.compile(r"^<!-- generated: file (?P<path>\S+) -->$", re.M)
-#: the heading level an included file's highest headings get (the page's own sections: 2)
-INCLUDED_TOP_LEVEL = 3
 CODE_LANGUAGES = {".json": "json", ".yaml": "yaml", ".yml": "yaml", "Dockerfile": "dockerfile"}
 
 
@@ -97,14 +100,28 @@ def api_pages() -> dict[str, str]:
 LINK = re.compile(r"\]\((?P<target>[^)\s#]+)(?P<anchor>#[^)\s]*)?\)")
 
 
+def site_pages() -> dict[Path, str]:
+    """Every repository file that has a page on the site -> that page: the mirrored files,
+    the modules of the API reference (their source files) and ``docs/`` itself."""
+    pages = mirrored_pages()
+    for module, page in api_pages().items():
+        source = REPO.joinpath(*module.split("."))
+        pages[source / "__init__.py" if source.is_dir() else source.with_suffix(".py")] = page
+    docs = REPO / "docs"
+    pages.update({path: path.relative_to(docs).as_posix() for path in docs.rglob("*.md")})
+    return pages
+
+
 def rewrite_links(text: str, source: Path, page: str, pages: dict[Path, str]) -> str:
-    """Relative links of a mirrored Markdown file, pointed at the pages of the files they
-    name; links to anything else are left for MkDocs' strict link check."""
+    """Relative links of a repository Markdown file shown as ``page``, written as links
+    between the repository's files (so they work when the file is read as Markdown),
+    pointed at the pages of the files they name; links to anything else are left for
+    MkDocs' strict link check."""
     def rewrite(match: re.Match[str]) -> str:
         target = match["target"]
         if "://" in target or target.startswith(("/", "mailto:")):
             return match[0]
-        resolved = (source.parent / target).resolve()
+        resolved = Path(posixpath.normpath(source.parent / target))  # symlinks kept
         if resolved not in pages:
             return match[0]
         relative = posixpath.relpath(pages[resolved], posixpath.dirname(page))
@@ -175,16 +192,29 @@ def help_section(title: str, command: Any, context: Any) -> str:
     return f"## `{title}`\n\n```text\n{text}\n```\n"
 
 
-def included_file(path: str) -> str:
+def included_file(path: str, top: int) -> str:
     """A repository Markdown file as part of a page: its headings moved so the highest
-    becomes level ``INCLUDED_TOP_LEVEL``. A missing file fails the build."""
+    becomes level ``top``. A missing file fails the build."""
     source = REPO / path
     if not source.is_file():
         raise FileNotFoundError(f"{path}: named by a generated-file marker, not in the repository")
-    return demoted_headings(source.read_text(), INCLUDED_TOP_LEVEL)
+    return demoted_headings(source.read_text(), top)
+
+
+def with_included_files(markdown: str, page: str) -> str:
+    """``markdown`` with every generated-file marker replaced by its file, headings one
+    level below the page's last heading before the marker (level 1 when there is none),
+    links pointed at the pages of the files they name."""
+    def include(match: re.Match[str]) -> str:
+        above = [len(h["hashes"]) for h in PAGE_HEADING.finditer(markdown, 0, match.start())]
+        text = included_file(match["path"], min(6, above[-1] + 1) if above else 1)
+        return rewrite_links(text, REPO / match["path"], page, site_pages())
+
+    return FILE_MARKER.sub(include, markdown)
 
 
 HEADING = re.compile(r"^(?P<hashes>#{1,6})(?=\s)")
+PAGE_HEADING = re.compile(r"^(?P<hashes>#{1,6})\s", re.M)
 
 
 def demoted_headings(text: str, top: int) -> str:
@@ -253,8 +283,8 @@ def on_config(config: Any) -> Any:
 
 
 def on_files(files: Files, config: Any) -> Files:
-    pages = mirrored_pages()
-    for path, page in pages.items():
+    pages = site_pages()
+    for path, page in mirrored_pages().items():
         files.append(File.generated(config, page, content=mirrored_content(path, page, pages)))
         if path.suffix != ".md":
             files.append(File.generated(config, raw_copy(page), abs_src_path=str(path)))
@@ -266,7 +296,10 @@ def on_files(files: Files, config: Any) -> Files:
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
     if CLI_MARKER in markdown:
         markdown = markdown.replace(CLI_MARKER, command_help())
-    return FILE_MARKER.sub(lambda m: included_file(m["path"]), markdown)
+    where = page.file.src_uri if page is not None else "index.md"  # None: a page at the root
+    if page is not None and not page.file.generated_by:  # a page of docs/: links as written
+        markdown = rewrite_links(markdown, REPO / "docs" / where, where, site_pages())
+    return with_included_files(markdown, where)
 
 
 def on_page_content(content: str, page: Any, config: Any, files: Files) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import Progress
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sgdask.metrics import board_columns, format_value, units_note
@@ -24,11 +24,43 @@ out_console = Console()
 
 
 @contextmanager
-def progress_bar(description: str, total: int | None) -> Iterator[Any]:
-    """A rich progress bar on stderr; yields the ``advance(n)`` callback."""
-    with Progress(console=err_console, transient=False) as bar:
+def progress_bar(description: str, total: int | None, unit: str = "images") -> Iterator[Any]:
+    """A rich progress bar on stderr; yields the ``advance(n)`` callback. Without a
+    ``total`` (a conversion learns its size as it goes) it counts what is done, in
+    ``unit``, next to the time elapsed."""
+    columns = () if total is not None else (
+        TextColumn("[progress.description]{task.description}"), BarColumn(),
+        TextColumn(f"{{task.completed:,.0f}} {unit}"), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=False) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n=1: bar.advance(task, n)
+
+
+#: about how long numba compiles the kernels of a first evaluation on 2 cores (measured:
+#: docs/performance.md, "The first run after an install")
+COMPILE_SECONDS = 60
+#: kernel modules every evaluation calls: no cached code of theirs means a first run
+_EVERY_RUN = ("matching", "hits")
+
+
+def compile_note() -> str | None:
+    """The line a first run after an install prints while numba compiles the kernels
+    (compiled code is cached beside them, in ``__pycache__``, so later runs skip it); None
+    when their code is cached, or when numba caches elsewhere (``NUMBA_CACHE_DIR``, or a
+    read-only install: then this cannot tell)."""
+    import os
+    from pathlib import Path
+
+    import sgdask.kernels
+
+    kernels = Path(sgdask.kernels.__file__).parent
+    if os.environ.get("NUMBA_CACHE_DIR") or not os.access(kernels, os.W_OK):
+        return None
+    cached = kernels / "__pycache__"
+    if any(next(cached.glob(f"{module}.*.nbi"), None) for module in _EVERY_RUN):
+        return None
+    return (f"compiling sgdask's kernels once (about {COMPILE_SECONDS} s on 2 cores; "
+            "later runs reuse them)")
 
 
 def print_report(report: Report, console: Console = out_console) -> None:
@@ -40,8 +72,8 @@ def print_report(report: Report, console: Console = out_console) -> None:
     for row in rows:  # as text, not markup: a grouped metric's row is mR[head]
         table.add_row(*(escape(cell) for cell in row))
     console.print(table)
-    console.print(units_note(report.metrics))
-    for line in report.footnotes():
+    console.print(escape(units_note(report.metrics)))
+    for line in report.footnotes("cli"):
         console.print(escape(line))
     missing = report.diagnostics.get("images_missing", 0)
     if missing:
@@ -61,8 +93,10 @@ def _first_missing(report: Report, count: int) -> str:
     return f"{shown} … and {more} more" if more > 0 else shown
 
 
-def print_delta(reports: dict[str, Report], console: Console = out_console) -> None:
-    """Metrics of every protocol side by side, with the difference to the first one."""
+def print_delta(reports: dict[str, Report], console: Console = out_console,
+                only: tuple[str, ...] | None = None) -> None:
+    """Metrics of every protocol side by side, with the difference to the first one
+    (``only``: these metrics)."""
     from sgdask.report.writers import protocol_delta
 
     names = list(reports)
@@ -72,8 +106,9 @@ def print_delta(reports: dict[str, Report], console: Console = out_console) -> N
         table.add_column(name, justify="right")
     for name in names[1:]:
         table.add_column(f"{name} − {names[0]}", justify="right")
-    for row in protocol_delta(reports):
-        table.add_row(row["metric"], *[_fmt(row[n]) for n in names],
+    rows = [r for r in protocol_delta(reports) if only is None or r["metric"] in only]
+    for row in rows:  # as text, not markup: a row is mR@20[head]
+        table.add_row(escape(row["metric"]), *[_fmt(row[n]) for n in names],
                       *[_fmt(row[f"delta_{n}"], signed=True) for n in names[1:]])
     console.print(table)
 
@@ -138,9 +173,9 @@ def print_many(outcome: ManyOutcome, console: Console = out_console) -> None:
                       f"({len(outcome.cached)} cached, {len(outcome.evaluated)} evaluated)")
         columns = [c for c in board_columns() if any(c in r for r in rows)]
         for name in ("submission", "protocol", *columns):
-            table.add_column(name, justify="left" if name in ("submission", "protocol")
+            table.add_column(escape(name), justify="left" if name in ("submission", "protocol")
                              else "right")
         for r in rows:
-            table.add_row(r["submission"], r["protocol"],
+            table.add_row(escape(r["submission"]), r["protocol"],
                           *[format_value(c, r.get(c)) for c in columns])
         console.print(table)

@@ -176,6 +176,8 @@ def convert(submission: Annotated[str, typer.Argument(
     cluster = cluster_choice(scheduler, in_process, workers, processes)
     options = storage_options(storage_option)
     expect(submission, "results" if method is not None else "submission file", options)
+    if from_scores is not None:
+        expect(from_scores, "scores", options)
     check_store_target(out, "submission", options)
     fmt = submission_format(submission, options, method)
     given = {"method": method, "instance_scores": instance_scores or None,

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from sgdask.cli.console import (
+    compile_note,
     err_console,
     print_comparison,
     print_delta,
@@ -109,7 +110,9 @@ def evaluate(gt: Annotated[str, typer.Option(
              ci_metrics: Annotated[str | None, typer.Option(
                  "--ci-metrics", metavar="NAME[,...]", rich_help_panel=INTERVALS,
                  help="intervals only for these metrics (mR@50) or families (mR)")] = None,
-             limit: Limits = None, storage_option: StorageOpt = None) -> None:
+             limit: Limits = None, storage_option: StorageOpt = None,
+             overwrite: Annotated[bool, typer.Option(
+                 help="replace an existing report at --out")] = False) -> None:
     """Score a submission against the ground truth.
 
     Prints the table of every metric. The submission is a store or a file (SGBench ZIP or
@@ -122,7 +125,7 @@ def evaluate(gt: Annotated[str, typer.Option(
     from sgdask.io.sniff import evaluation_inputs
     from sgdask.io.store import check_output_outside_stores, check_store_target
     from sgdask.pipeline import evaluate_protocols
-    from sgdask.report.writers import write_reports
+    from sgdask.report.writers import check_report_target, write_reports
 
     freeze_imports()
     settings = Settings(protocols=protocol, ks=k, aggregation=aggregation,
@@ -139,11 +142,17 @@ def evaluate(gt: Annotated[str, typer.Option(
     evaluation_inputs(gt, pred, gt_masks, method, options)
     if out:
         check_output_outside_stores(out, options)
+        check_report_target(out, overwrite, options)
+    elif overwrite:
+        raise SgdaskError("--overwrite: only with --out")
     if keep_store:
         check_store_target(keep_store, "submission", options)
     start = time.perf_counter()
     limits = ArchiveLimits.from_pairs(limit)
     how = None if method is None else ResultsMethod(method, instance_scores)
+    note = compile_note()
+    if note:
+        err_console.print(note)
     with dask_client(None, cluster_choice(scheduler, False, workers, processes)) as client:
         gt_store = _gt_store(gt, gt_masks, cache_dir, options, client, limits)
         if how is not None and keep_store is not None:
@@ -163,7 +172,7 @@ def evaluate(gt: Annotated[str, typer.Option(
         print_delta(reports)
     err_console.print(f"evaluated in {time.perf_counter() - start:.1f} s")
     if out:
-        for path in write_reports(reports, out, options):
+        for path in write_reports(reports, out, options, overwrite):
             err_console.print(f"wrote {path}")
 
 

@@ -113,6 +113,8 @@ def run_command(app: typer.Typer, args: list[str]) -> None:
             raise
         _exit_with(f"sgdask: internal error: {type(err).__name__}: {one_line(str(err))} "
                    "(a bug in sgdask; run again with --debug for the traceback)", EXIT_BUG)
+    if code == EXIT_INTERRUPTED:  # typer turns a KeyboardInterrupt into this exit code
+        _exit_with("sgdask: interrupted", EXIT_INTERRUPTED)
     sys.exit(code if isinstance(code, int) else 0)
 
 

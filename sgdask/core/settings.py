@@ -118,6 +118,9 @@ class Settings:
             if name not in names:
                 raise TypeError(f"unknown setting {name!r} "
                                 f"{Choose(name, tuple(names)).render('api')}")
+        ks = overrides.get("ks")
+        if isinstance(ks, list | tuple):  # ks=[20, 50, "x1"], as the command line's "20,50,x1"
+            overrides["ks"] = ",".join(map(str, ks))
         return replace(self, **overrides).checked()
 
     @property

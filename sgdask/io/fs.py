@@ -61,6 +61,17 @@ def fault_detail(err: BaseException) -> str:
     return " ".join(f"{type(err).__name__}: {err}".split())[:300]
 
 
+def unreadable(err: OSError) -> str:
+    """Why a file cannot be read, in words (no exception names or host paths)."""
+    if isinstance(err, IsADirectoryError):
+        return "is a directory, not a file"
+    if isinstance(err, NotADirectoryError):
+        return "a part of the path is a file, not a directory"
+    if isinstance(err, PermissionError):
+        return "cannot read (permission denied)"
+    return f"cannot read ({err.strerror or type(err).__name__})"
+
+
 def join(url: str, *parts: str) -> str:
     """``url/part/part`` without doubled slashes."""
     return "/".join([str(url).rstrip("/"), *(p.strip("/") for p in parts)])

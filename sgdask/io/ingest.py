@@ -26,6 +26,7 @@ from sgdask.io.fs import (
     file_digest,
     filesystem,
     join,
+    unreadable,
 )
 from sgdask.io.openimages import (
     CATEGORIES_FILE,
@@ -93,7 +94,7 @@ def read_bytes(url: str, options: StorageOptions | None, what: str | Option,
     except FileNotFoundError:
         raise InputError(url, "file not found", field=what) from None
     except OSError as err:
-        raise SgdaskError(f"{url}: cannot read ({type(err).__name__}: {err})") from err
+        raise SgdaskError(f"{url}: {unreadable(err)}") from err
 
 
 def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,

@@ -14,7 +14,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from sgdask.errors import InputError
-from sgdask.io.fs import StorageOptions, file_digest, filesystem
+from sgdask.io.fs import StorageOptions, file_digest, filesystem, unreadable
 from sgdask.io.training_stats import gt_stats_table, predicate_counts
 from sgdask.metrics.groups import GROUP_NAME, PredicateGroups, frequency_thirds, vg150_groups
 
@@ -40,6 +40,8 @@ def groups_document(url: str, storage_options: StorageOptions | None = None) -> 
         data = fs.cat_file(path)
     except FileNotFoundError:
         raise InputError(url, "no such file", expected=EXPECTED) from None
+    except OSError as err:
+        raise InputError(url, unreadable(err), expected=EXPECTED) from None
     try:
         return json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:

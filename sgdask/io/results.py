@@ -27,7 +27,7 @@ import numpy as np
 
 from sgdask.errors import Fix, InputError, Option, SgdaskError, Text, checked_choice
 from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
-from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.io.fs import StorageOptions, filesystem, join, unreadable
 from sgdask.io.methods import METHODS, fields_of, lists_for
 from sgdask.io.sgbench import BOX_EXPECTED, ClassCounts, SubmissionImage
 from sgdask.io.triplets import PAIRS, row_problems
@@ -133,7 +133,7 @@ def loaded_pickle(url: str, options: str, key: str, limits: ArchiveLimits
         raise InputError(url, "too large", expected=limit_hint(limits, "max_pickle_size")) \
             from None
     except OSError as err:
-        raise SgdaskError(f"{url}: cannot read ({type(err).__name__}: {err})") from None
+        raise SgdaskError(f"{url}: {unreadable(err)}") from None
     if data.startswith(ZIP_MAGIC):
         raise InputError(url, f"is a ZIP archive, as torch.save writes: {TORCH_HINT}")
     try:
@@ -499,7 +499,7 @@ class ResultSource:
             raise InputError(file, "too large",
                              expected=limit_hint(self.limits, "max_total_size")) from None
         except OSError as err:
-            raise SgdaskError(f"{file}: cannot read ({type(err).__name__}: {err})") from None
+            raise SgdaskError(f"{file}: {unreadable(err)}") from None
 
     def image(self, entry: ResultEntry, shape: tuple[int, int] | None = None,
               classes: ClassCounts | None = None) -> ResultImage:

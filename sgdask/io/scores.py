@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from sgdask.errors import Choose, InputError, SettingError, SgdaskError, SgdaskWarning
 from sgdask.io.archive import ZIP_ERRORS, ArchiveLimits, archive_problems, printable
-from sgdask.io.fs import StorageOptions, filesystem
+from sgdask.io.fs import StorageOptions, filesystem, unreadable
 from sgdask.kernels.scores import (
     PREDICATE,
     RANK_BY,
@@ -157,7 +157,7 @@ def read_score_rows(url: str, storage_options: StorageOptions | None,
     except FileNotFoundError:
         raise InputError(url, "file not found") from None
     except OSError as err:
-        raise SgdaskError(f"{url}: cannot read ({type(err).__name__}: {err})") from err
+        raise SgdaskError(f"{url}: {unreadable(err)}") from err
     with f:
         magic = f.read(4)
         f.seek(0)

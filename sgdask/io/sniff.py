@@ -32,10 +32,11 @@ from sgdask.io.store import MANIFEST, StoreReader, store_kind
 #: the kinds of path ``what_is`` tells apart
 (MISSING, GT_STORE, SUBMISSION_STORE, DIRECTORY, NPZ_DIR, PNG_DIR, SGBENCH_ZIP, MASK_ZIP,
  NPZ, ZIP, SGBENCH_JSON, PSG_JSON, VG_DICTS, OI_ANNO, OI_CATEGORIES, JSON, VG_H5, PICKLE,
- PARQUET, IMAGE, OTHER) = (
+ PARQUET, IMAGE, EMPTY, OTHER) = (
     "missing", "gt store", "submission store", "directory", "npz directory", "png directory",
     "sgbench zip", "mask zip", "npz", "zip", "sgbench json", "psg json", "vg dicts",
-    "oi annotations", "oi categories", "json", "vg h5", "pickle", "parquet", "image", "other")
+    "oi annotations", "oi categories", "json", "vg h5", "pickle", "parquet", "image", "empty",
+    "other")
 #: bytes read to recognise a JSON file by its keys, or any file by its magic bytes
 _HEAD = 64 << 10
 _IMAGES = {b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image",
@@ -54,7 +55,7 @@ _KEY = re.compile(rb'"([A-Za-z_]+)"\s*:')
 
 
 #: what a path with nothing at it is
-NOT_FOUND = "not found (no such file or store: no manifest.json)"
+NOT_FOUND = "not found (no file or directory at this path)"
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,9 @@ def _file(head: bytes) -> Found:
         return _json(head)
     if head.lstrip()[:1] == b"[" and {k.decode() for k in _KEY.findall(head)} >= _OI_KEYS:
         return Found(OI_ANNO, "Open Images V6 annotations (vrd-*-anno.json)")
-    if head.lstrip()[:1] == b"[" or not head:
+    if not head:
+        return Found(EMPTY, "an empty file (0 bytes)")
+    if head.lstrip()[:1] == b"[":
         return Found(JSON, "a JSON file")
     return Found(OTHER, "a file sgdask does not recognise")
 
@@ -206,17 +209,30 @@ ROLES = {r.name: r for r in (
     Role("psg", frozenset({PSG_JSON, OI_ANNO}) | _UNSURE,
          "psg.json or Open Images V6's vrd-train-anno.json"),
     Role("masks", frozenset({PNG_DIR, DIRECTORY}), "a directory of panoptic PNGs"),
+    Role("scores", frozenset({NPZ, PARQUET, ZIP, OTHER}), "a score file (.npz or .parquet)"),
 )}
 
 
 _SUBMITTED, _GROUND_TRUTH = "a submission: convert it with sgdask convert", (
     "ground truth: ingest it with sgdask ingest-gt")
-#: hints by role where the command, not an option, is what fixes it
+_NOT_RESULTS: Text = ("an SGBench submission, not a model's result file: drop ",
+                      Option("method"))
+_PNGS_TO_INGEST: Text = ("the panoptic PNGs are the GT's masks: sgdask ingest-gt psg.json ",
+                         Option("gt_masks"), " DIR ", Option("out"), " STORE")
+#: hints by role where the command, not an option, is what fixes it (or where the generic
+#: hint would name an option the command does not have)
 _COMMANDS: dict[str, dict[str, Text]] = {
-    "submission file": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH, OI_ANNO: _GROUND_TRUTH},
-    "results": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH, OI_ANNO: _GROUND_TRUTH},
-    "gt source": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED},
-    "psg": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED},
+    "submission file": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH, OI_ANNO: _GROUND_TRUTH,
+                        PNG_DIR: _PNGS_TO_INGEST},
+    "results": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH, OI_ANNO: _GROUND_TRUTH,
+                SGBENCH_ZIP: _NOT_RESULTS, SGBENCH_JSON: _NOT_RESULTS,
+                SUBMISSION_STORE: ("a submission store, not a model's result file: drop ",
+                                   Option("method"))},
+    "gt source": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED, PNG_DIR: _PNGS_TO_INGEST},
+    "psg": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED,
+            PNG_DIR: "give psg.json, the annotations; the PNGs are its masks"},
+    "masks": {PSG_JSON: ("psg.json is the ground truth itself; give ", Option("gt_masks"),
+                         " the directory of its panoptic PNGs")},
 }
 
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sgdask.errors import InputError, SgdaskError, StoreError
-from sgdask.io.fs import StorageOptions, file_digest, filesystem, join
+from sgdask.io.fs import StorageOptions, file_digest, filesystem, join, unreadable
 from sgdask.types import ZeroShot
 
 if TYPE_CHECKING:
@@ -91,6 +91,9 @@ def read_stats(url: str, storage_options: StorageOptions | None = None,
     except FileNotFoundError:
         raise StoreError(f"{url}: no training statistics here (write them with "
                          "`sgdask stats PSG_JSON --out URL`)") from None
+    except IsADirectoryError as err:
+        raise InputError(url, unreadable(err),
+                         expected="training statistics from `sgdask stats`") from None
     except (pa.ArrowException, OSError, ValueError) as err:
         detail = " ".join(f"{type(err).__name__}: {err}".split())[:300]
         raise InputError(url, f"not a readable Parquet file ({detail})",

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from fractions import Fraction
 
-from sgdask.errors import Choose, SettingError
+from sgdask.errors import Audience, Choose, SettingError
 from sgdask.kernels.selection import KSpec, parse_k
 from sgdask.metrics import (
     fmeasure,
@@ -37,7 +37,17 @@ from sgdask.metrics import (
     recall,
     zeroshot,
 )
-from sgdask.metrics.base import EXCLUSIVE, NEEDS, NOT_LISTED, RANK, Family, Metric
+from sgdask.metrics.base import (
+    EXCLUSIVE,
+    LISTED_WITH,
+    NEEDS,
+    NOT_LISTED,
+    RANK,
+    Family,
+    Metric,
+    need_reason,
+    reason_for,
+)
 
 FAMILIES: list[Family] = [recall.FAMILY, fmeasure.FAMILY, groups.FAMILY, pair.FAMILY,
                           zeroshot.FAMILY, imr.FAMILY, legacy.FAMILY, instances.FAMILY,
@@ -211,7 +221,7 @@ def available(metric: Metric, inputs: set[str]) -> str | None:
             return why
     for need in NEEDS:
         if need in metric.needs and need not in inputs:
-            return NEEDS[need]
+            return need_reason(need)
     return None
 
 
@@ -228,7 +238,8 @@ def left_out(inputs: set[str], values: dict[str, object], protocol: str) -> dict
     excluded: dict[str, list[str]] = {}
     valued = {metric_of(name) for name in values}
     for m in metrics():
-        if any(need in m.needs and need not in inputs for need in NOT_LISTED):
+        if any(need in m.needs and need not in inputs and LISTED_WITH.get(need) not in inputs
+               for need in NOT_LISTED):
             continue
         why = available(m, inputs)
         if why in EXCLUSIVE.values():
@@ -242,6 +253,15 @@ def left_out(inputs: set[str], values: dict[str, object], protocol: str) -> dict
     for why, keys in excluded.items():
         reasons[", ".join(keys)] = why.replace("{protocol}", protocol)
     return reasons
+
+
+def left_out_lines(reasons: dict[str, str], audience: Audience = "api") -> list[str]:
+    """``metrics: reason``, one line per reason (the metrics left out for the same reason
+    together), the options named for ``audience``."""
+    grouped: dict[str, list[str]] = {}
+    for metric, why in reasons.items():
+        grouped.setdefault(why, []).append(metric)
+    return [f"{', '.join(names)}: {reason_for(why, audience)}" for why, names in grouped.items()]
 
 
 __all__ = [
@@ -258,10 +278,12 @@ __all__ = [
     "format_value",
     "is_rank",
     "left_out",
+    "left_out_lines",
     "metric_of",
     "metrics",
     "name_at",
     "order",
+    "reason_for",
     "register",
     "row_label",
     "sort_key",

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from sgdask.errors import Audience, Option, Text
 from sgdask.kernels.hits import NEVER
 from sgdask.kernels.selection import KSpec
 from sgdask.metrics.state import StateRows, StateSpec
@@ -34,22 +35,26 @@ IMAGE, MEAN, RATIO, DERIVED = "image", "mean", "ratio", "derived"
 PERCENT, RANK = "percent", "rank"
 
 # Inputs a metric may need, checked in this order; the first one missing is the reason a
-# metric is left out of a report ({protocol}: the report's protocol).
-NEEDS = {
-    "legacy": "legacy metric, off by default (--legacy-metrics)",
+# metric is left out of a report ({protocol}: the report's protocol). Options are named as
+# data (``sgdask.errors.Option``): a report keeps the command line's rendering
+# (``need_reason``), ``print(report)`` shows the Python API's (``reason_for``).
+NEEDS: dict[str, Text] = {
+    "legacy": ("legacy metric, off by default (", Option("legacy", True), ")"),
     "ng": "the submission has no ng_triplets (NG list)",
     "mapping": "needs an instance mapping; {protocol} matches triplets",
     "pairs": "needs an instance mapping (or, under sgbpytorch, predicted boxes that are the "
              "GT boxes in the same order); {protocol} matches triplets",
     "ngz": "not part of this protocol (sgbpytorch reports it)",
-    "stats": "no training statistics (the GT has no train_image_ids; give --stats from "
-             "`sgdask stats`)",
-    "groups": "no predicate groups: the GT is not VG150 and has no training statistics to "
-              "split its predicates by frequency (give --stats from `sgdask stats`, or "
-              "--predicate-groups FILE)",
-    "predicate_means": "--aggregation image averages each image's predicates: a group's mean "
-                       "needs per-predicate values (--aggregation per_predicate or pooled)",
-    "masks": "needs masks on both sides (boxes have no panoptic segmentation)",
+    "stats": ("no training statistics (the GT has no train_image_ids; give ",
+              Option("stats", "FILE"), " from `sgdask stats`)"),
+    "groups": ("no predicate groups: the GT is not VG150 and has no training statistics to "
+               "split its predicates by frequency (give ", Option("stats", "FILE"),
+               " from `sgdask stats`, or ", Option("predicate_groups", "FILE"), ")"),
+    "predicate_means": (Option("aggregation", "image"), " averages each image's predicates: "
+                        "a group's mean needs per-predicate values (",
+                        Option("aggregation", "per_predicate"), " or pooled)"),
+    "masks": "needs masks on both sides: the submission has boxes (boxes have no panoptic "
+             "segmentation; an SGBench ZIP of masks has)",
     "crowd": "the GT store does not record iscrowd (store format version < 4: ingest the GT "
              "again with this sgdask)",
     "things": "the categories' thing/stuff split is unknown (Evaluator(things=N))",
@@ -57,9 +62,31 @@ NEEDS = {
 }
 
 
+def rendered(text: Text, audience: Audience) -> str:
+    """``text`` with its options named for ``audience`` (``--stats`` or ``stats``)."""
+    pieces = (text,) if isinstance(text, str) else text
+    return "".join(p if isinstance(p, str) else p.render(audience) for p in pieces)
+
+
+def need_reason(need: str) -> str:
+    """Why a metric that needs ``need`` is left out, as a report keeps it (the command
+    line's rendering)."""
+    return rendered(NEEDS[need], "cli")
+
+
+def reason_for(reason: str, audience: Audience) -> str:
+    """A left-out reason as a report keeps it (the command line's) for ``audience``."""
+    for text in NEEDS.values():
+        if reason == rendered(text, "cli"):
+            return rendered(text, audience)
+    return reason
+
+
 # Inputs whose absence means the metric is not part of the evaluation at all: such a
-# metric is not listed under "left out" (a box evaluation has no panoptic quality).
+# metric is not listed under "left out" (a box evaluation has no panoptic quality), unless
+# the evaluation has the input of LISTED_WITH (boxes scored against a GT with masks).
 NOT_LISTED = frozenset({"ngz", "masks", "oiv6"})
+LISTED_WITH = {"masks": "gt_masks"}
 
 # Inputs that make an evaluation report only the metrics that need them: every other
 # metric is left out with this reason.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import posixpath
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
@@ -12,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from sgdask import __version__
 from sgdask.accum import Accumulator
+from sgdask.errors import SgdaskError
 from sgdask.kernels.selection import KSpec, parse_ks
 from sgdask.metrics import (
     FAMILIES,
     available,
     format_value,
     left_out,
+    left_out_lines,
     metric_of,
     name_at,
     row_label,
@@ -38,6 +41,7 @@ from sgdask.versions import dependency_versions
 
 if TYPE_CHECKING:
     from sgdask.core.settings import Settings
+    from sgdask.errors import Audience
     from sgdask.io.fs import StorageOptions
 
 # What the reference tool prints when a predicate of the vocabulary is absent.
@@ -145,6 +149,8 @@ class Report:
         from sgdask.io.fs import filesystem, join
 
         fs, path = filesystem(url, storage_options)
+        if not fs.exists(join(path, "metrics.json")):
+            raise _no_report(url, fs, path)
         with fs.open(join(path, "metrics.json"), "r") as f:
             summary = json.load(f)
         tables: dict[str, Any] = {}
@@ -195,11 +201,12 @@ class Report:
                 f"aggregation {self.aggregation} · "
                 f"{self.diagnostics.get('evaluated_images', 0)} images")
 
-    def footnotes(self) -> list[str]:
-        """What follows the table: the metrics without k, what was left out and why, the
-        notes and how the intervals were computed."""
+    def footnotes(self, audience: Audience = "api") -> list[str]:
+        """What follows the table: the metrics without k, what was left out and why (one
+        line per reason, options named for ``audience``), the notes and how the intervals
+        were computed."""
         lines = ["  ".join(f"{name} {value}" for name, value in self.scalars())]
-        lines += [f"left out {metric}: {why}" for metric, why in self.left_out.items()]
+        lines += [f"left out {line}" for line in left_out_lines(self.left_out, audience)]
         lines += [f"note: {note}" for note in self.notes]
         if self.ci:
             lines.append(f"intervals: {interval_caption(self.ci)}")
@@ -236,7 +243,7 @@ class Report:
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         lines += ["", units_note(self.metrics) + ".", ""]
         lines += ["", ", ".join(f"{name} {value}" for name, value in self.scalars())]
-        lines += [f"- left out: {m}: {why}" for m, why in self.left_out.items()]
+        lines += [f"- left out: {line}" for line in left_out_lines(self.left_out, "cli")]
         lines += [f"- note: {n}" for n in self.notes]
         if self.ci:
             lines += [f"- intervals: {interval_caption(self.ci)}"]
@@ -262,6 +269,21 @@ class Report:
                 f"- submission: {sub.get('source')}{conversion_note(sub)} (content hash "
                 f"{sub.get('content_hash')})",
                 f"- written {datetime.now(UTC):%Y-%m-%d %H:%M} UTC"]
+
+
+def _no_report(url: str, fs: Any, path: str) -> SgdaskError:
+    """Why ``Report.read`` finds no report at ``url``: a report of several protocols (one
+    folder each, named), or nothing of a report at all."""
+    from sgdask.io.fs import join
+
+    folders = sorted(posixpath.basename(p.rstrip("/")) for p in
+                     (fs.ls(path, detail=False) if fs.isdir(path) else [])
+                     if fs.exists(join(p, "metrics.json")))
+    if folders:
+        return SgdaskError(f"{url}: a report of several protocols; read one of its folders: "
+                           + ", ".join(join(url, name) for name in folders))
+    return SgdaskError(f"{url}: no report here (no metrics.json; sgdask evaluate --out and "
+                       "Report.write write one)")
 
 
 def interval_caption(ci: dict[str, Any]) -> str:
@@ -630,8 +652,12 @@ def vocabulary_means(acc: Accumulator, metrics: dict[str, float], settings: Eval
         metrics[name] = float(sum(values.values(), Fraction(0)) / n_vocabulary)
     if not occurring:
         return {}, []
+    others = [n for n in ("mzR@k", "mR@inf") if any(
+        name == n or name.startswith(n.replace("@k", "@")) for name in metrics)]
+    unlike = (f"; {' and '.join(others)} average the occurring predicates only, so "
+              "they can exceed mR@k" if others else "")
     return occurring, [
         f"mR@k and mNgR@k are means over all {n_vocabulary} predicates of the vocabulary, "
         f"{max(absent, 0)} of them absent from the evaluated GT (counted 0), as the legacy "
         "tools print them; the means over the occurring predicates are under "
-        "mean_over_occurring"]
+        f"mean_over_occurring{unlike}"]

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from sgdask.io.fs import StorageOptions, filesystem, is_local
-from sgdask.metrics import RANK_BY, format_value, is_rank, units_note
+from sgdask.metrics import RANK_BY, format_value, is_rank, left_out_lines, units_note
 from sgdask.metrics.recall import METRICS as RECALL_METRICS
 from sgdask.report import Report, interval_caption
 from sgdask.report.intervals import is_interval_column
@@ -312,7 +312,7 @@ def details_section(reports: dict[str, Report]) -> str:
                         [[k, str(v)] for k, v in report.diagnostics.items()])]
         if report.left_out:
             parts += [f"<h3>{esc(name)}: left-out metrics</h3>",
-                      bullet_list(f"{m}: {why}" for m, why in report.left_out.items())]
+                      bullet_list(left_out_lines(report.left_out, "cli"))]
         if report.notes:
             parts += [f"<h3>{esc(name)}: notes</h3>", bullet_list(report.notes)]
     return "\n".join(parts)

@@ -24,6 +24,9 @@ _PLOT_HEIGHT = 280.0
 _TOP = 40.0
 _LEFT = 60.0
 _CHAR_W = 6.0  # px per character at the 10 px labels (legend and tick label widths)
+#: px per character kept free for the rotated category labels (10 px) and the title (12 px):
+#: generous, as wide fonts (DejaVu Sans) run past 6 px a character
+_LABEL_CHAR_W, _TITLE_CHAR_W = 7.0, 7.5
 
 Series = Sequence[float | None]
 
@@ -43,8 +46,8 @@ def bar_chart(title: str, ylabel: str, categories: Sequence[str], series: dict[s
             values += [v + hi for v, hi in zip(series[label], err[1], strict=True)
                        if _finite(v) and _finite(hi)]
     ticks = _ticks(min(values, default=0.0), max(values, default=1.0))
-    bottom = _TOP + _PLOT_HEIGHT + 12.0 + _CHAR_W * max((len(c) for c in categories),
-                                                        default=0)
+    bottom = _TOP + _PLOT_HEIGHT + 12.0 + _LABEL_CHAR_W * max((len(c) for c in categories),
+                                                              default=0)
     y = _scale(ticks[0], ticks[-1], _TOP + _PLOT_HEIGHT, _TOP)
     parts = _frame(title, ylabel, ticks, y, _LEFT, _LEFT + step * n)
     zero = y(0.0)
@@ -73,8 +76,8 @@ def bar_chart(title: str, ylabel: str, categories: Sequence[str], series: dict[s
                      f'{esc(name)}</text>')
     legend = [(label, _COLORS[i % len(_COLORS)], None) for i, label in enumerate(series)]
     parts.append(_legend(legend, _LEFT + step * n + 12.0))
-    return _svg(_LEFT + step * n + 22.0 + _legend_width(legend), bottom + 10.0, alt or title,
-                parts)
+    return _svg(max(_LEFT + step * n + 22.0 + _legend_width(legend), _title_width(title)),
+                bottom + 10.0, alt or title, parts)
 
 
 def line_chart(title: str, xlabel: str, ylabel: str, xticks: Sequence[int],
@@ -109,8 +112,8 @@ def line_chart(title: str, xlabel: str, ylabel: str, xticks: Sequence[int],
     legend = [(label, _COLORS[index % len(_COLORS)], _DASHES.get(style, ""))
               for label, index, style, _ in lines]
     parts.append(_legend(legend, _LEFT + plot_w + 12.0))
-    return _svg(_LEFT + plot_w + 22.0 + _legend_width(legend), base + 44.0, alt or title,
-                parts)
+    return _svg(max(_LEFT + plot_w + 22.0 + _legend_width(legend), _title_width(title)),
+                base + 44.0, alt or title, parts)
 
 
 def _finite(value: float | None) -> bool:
@@ -140,7 +143,8 @@ def _frame(title: str, ylabel: str, ticks: list[float], y: Callable[[float], flo
            x0: float, x1: float) -> list[str]:
     """Title, y label, horizontal grid lines with tick labels and the plot's box."""
     top, base = y(ticks[-1]), y(ticks[0])
-    parts = [f'<text x="{(x0 + x1) / 2:.1f}" y="20" font-size="12" text-anchor="middle">'
+    centre = max((x0 + x1) / 2, _title_width(title) / 2)  # a long title starts inside
+    parts = [f'<text x="{centre:.1f}" y="20" font-size="12" text-anchor="middle">'
              f'{esc(title)}</text>',
              f'<text x="14" y="{(top + base) / 2:.1f}" font-size="11" text-anchor="middle" '
              f'transform="rotate(-90 14 {(top + base) / 2:.1f})">{esc(ylabel)}</text>']
@@ -152,6 +156,11 @@ def _frame(title: str, ylabel: str, ticks: list[float], y: Callable[[float], flo
     parts.append(f'<rect x="{x0}" y="{top:.1f}" width="{x1 - x0:.1f}" height="{base - top:.1f}" '
                  f'fill="none" stroke="black" stroke-width="0.8"/>')
     return parts
+
+
+def _title_width(title: str) -> float:
+    """The width a chart needs for its title, margins included."""
+    return 8.0 + _TITLE_CHAR_W * len(title)
 
 
 def _error_bar(x: float, y_low: float, y_high: float) -> str:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import posixpath
 from typing import Any
 
+from sgdask.errors import Option, SgdaskError
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.metrics import is_rank
 from sgdask.report import Report
@@ -29,10 +31,50 @@ def protocol_delta(reports: dict[str, Report]) -> list[dict[str, Any]]:
     return rows
 
 
+#: a directory holding one of these files holds a report ``write_reports`` wrote
+REPORT_MARKERS = ("metrics.json", "protocol_delta.json")
+
+
+def check_report_target(out: str, overwrite: bool,
+                        storage_options: StorageOptions | None = None) -> None:
+    """Refuse, before any work, an ``--out`` that is a file, or a directory that is not
+    empty (unless ``overwrite``; even then only a directory holding a report is replaced,
+    never another one)."""
+    fs, path = filesystem(out, storage_options)
+    if not fs.exists(path):
+        return
+    if not fs.isdir(path):
+        raise SgdaskError(f"{out}: is a file; reports are written to a directory (choose "
+                          "another ", Option("out"), ")")
+    names = {posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False)}
+    if not names:
+        return
+    if not overwrite:
+        raise SgdaskError(f"{out}: already exists and is not empty (choose another ",
+                          Option("out"), ", or pass ", Option("overwrite", True),
+                          " to replace it)")
+    if not names & set(REPORT_MARKERS):
+        raise SgdaskError(f"{out}: holds no sgdask report ({' or '.join(REPORT_MARKERS)}); ",
+                          Option("overwrite", True), " replaces only a report (choose another ",
+                          Option("out"), ")")
+
+
 def write_reports(reports: dict[str, Report], out: str,
-                  storage_options: StorageOptions | None = None) -> list[str]:
+                  storage_options: StorageOptions | None = None,
+                  overwrite: bool = False) -> list[str]:
     """One protocol: its files in ``out`` (``Report.write``). Several: ``out/<protocol>/``
-    each, plus ``out/protocol_delta.json`` and ``out/report.html`` with every protocol."""
+    each, plus ``out/protocol_delta.json`` and ``out/report.html`` with every protocol.
+    ``overwrite``: an existing report at ``out`` is removed first, so no file of it stays
+    beside the new one (``check_report_target`` checked it)."""
+    if overwrite:
+        fs, path = filesystem(out, storage_options)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+    return _written(reports, out, storage_options)
+
+
+def _written(reports: dict[str, Report], out: str,
+             storage_options: StorageOptions | None) -> list[str]:
     from sgdask.report.html import write_html
 
     if len(reports) == 1:  # exactly what Report.write writes
