@@ -51,7 +51,7 @@ def print_report(report: Report, console: Console = out_console) -> None:
 
 def print_lint(report: Report, console: Console = err_console) -> None:
     """The protocol lint's warnings, one line each (the submission's, the same under every
-    protocol: printed once; docs: Trust, "Protocol lint")."""
+    protocol: printed once; docs: Metrics and protocols, "Protocol lint")."""
     for warning in lint_warnings(report):
         console.print(escape(f"warning (lint {warning['code']}): {warning['message']}"),
                       highlight=False)

@@ -1,5 +1,5 @@
 """The protocol lint: what a submission's own shape says about how it may have been scored
-elsewhere (docs: Trust, "Protocol lint").
+elsewhere (docs: Metrics and protocols, "Protocol lint").
 
 Counted where the data already is: each scoring task adds its partition's counts
 (``partition_lint``: plain numpy over the decoded images, one sort per partition) to the
@@ -88,32 +88,34 @@ def partition_lint(gts: Sequence[ImageGT], preds: Mapping[str, ImagePred],
 
 def _extra_predicates(graphs: list[np.ndarray]) -> np.ndarray:
     """Per graph list, its distinct triplets minus its distinct (subject, object) pairs:
-    one sort of packed (image, subject, object, predicate) keys for all of them."""
-    sizes = np.array([len(g) for g in graphs], dtype=np.int64)
+    one sort of packed (image, subject, object, predicate) keys for all of them (int32
+    keys when they fit: half the sort)."""
+    sizes = np.fromiter((len(g) for g in graphs), np.int64, len(graphs))
     if not sizes.sum():
         return np.zeros(len(graphs), dtype=np.int64)
-    rows = np.concatenate([np.asarray(g, dtype=np.int64).reshape(-1, 3) for g in graphs])
-    n_inst, n_pred = int(rows[:, :2].max()) + 1, int(rows[:, 2].max()) + 1
+    rows = np.concatenate(graphs).astype(np.int64, copy=False).reshape(-1, 3)
+    n = int(rows.max()) + 1  # one bound for instance and predicate indices
+    bound = len(graphs) * n ** 3
+    if bound >= 1 << 62:  # indices too large to pack in int64: sort the columns instead
+        return _extra_predicates_wide(rows, sizes)
     image = np.repeat(np.arange(len(graphs), dtype=np.int64), sizes)
-    if len(graphs) * n_inst * n_inst * n_pred < 1 << 62:
-        key = ((image * n_inst + rows[:, 0]) * n_inst + rows[:, 1]) * n_pred + rows[:, 2]
-        key.sort()
-        new_triplet = np.empty(len(key), dtype=bool)
-        new_triplet[0] = True
-        np.not_equal(key[1:], key[:-1], out=new_triplet[1:])
-        pair = key // n_pred
-        same_pair = np.zeros(len(key), dtype=bool)
-        same_pair[1:] = pair[1:] == pair[:-1]
-        owner = pair // (n_inst * n_inst)
-    else:  # indices too large to pack in int64: sort the columns instead
-        order = np.lexsort((rows[:, 2], rows[:, 1], rows[:, 0], image))
-        cols = np.column_stack([image, rows])[order]
-        new_triplet = np.ones(len(cols), dtype=bool)
-        new_triplet[1:] = (cols[1:] != cols[:-1]).any(axis=1)
-        same_pair = np.zeros(len(cols), dtype=bool)
-        same_pair[1:] = (cols[1:, :3] == cols[:-1, :3]).all(axis=1)
-        owner = cols[:, 0]
-    return np.bincount(owner[new_triplet & same_pair], minlength=len(graphs))
+    key = ((image * n + rows[:, 0]) * n + rows[:, 1]) * n + rows[:, 2]
+    key = np.sort(key.astype(np.int32) if bound < 1 << 31 else key)
+    pair = key // n
+    extra = np.zeros(len(key), dtype=bool)
+    extra[1:] = (pair[1:] == pair[:-1]) & (key[1:] != key[:-1])
+    return np.bincount(pair[extra] // (n * n), minlength=len(graphs))
+
+
+def _extra_predicates_wide(rows: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``_extra_predicates`` for indices too large to pack: a sort of the columns."""
+    image = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+    order = np.lexsort((rows[:, 2], rows[:, 1], rows[:, 0], image))
+    cols = np.column_stack([image, rows])[order]
+    extra = np.zeros(len(cols), dtype=bool)
+    extra[1:] = ((cols[1:, :3] == cols[:-1, :3]).all(axis=1)
+                 & (cols[1:, 3] != cols[:-1, 3]))
+    return np.bincount(cols[extra, 0], minlength=len(sizes))
 
 
 def _tied_scores(preds: list[ImagePred]) -> tuple[int, int]:
@@ -162,9 +164,9 @@ def _share(part: int, whole: int) -> str:
 
 def lint_warnings(counts: LintCounts, gt_images: int | None = None,
                   predicates: Sequence[str] = ()) -> list[dict[str, str]]:
-    """The warnings the counts give, each ``{"code", "message"}`` (docs: Trust, "Protocol
-    lint", one section per code); ``gt_images``: the GT store's images, ``predicates``: its
-    predicate names (for ``test-subset``)."""
+    """The warnings the counts give, each ``{"code", "message"}`` (docs: Metrics and
+    protocols, "Protocol lint", a row per code); ``gt_images``: the GT store's images,
+    ``predicates``: its predicate names (for ``test-subset``)."""
     out = []
 
     def warn(code: str, message: str) -> None:

@@ -311,8 +311,8 @@ def lint_section(reports: dict[str, Report]) -> str:
                            "number scored elsewhere measured something else."))
     return ('<h2 id="lint">Protocol lint</h2>\n'
             + paragraph("What the submission's own shape says about how it may have been "
-                        "scored elsewhere (warnings, never errors; docs: Trust, "
-                        "Protocol lint).") + "\n" + body)
+                        "scored elsewhere (warnings, never errors; docs: Metrics and "
+                        "protocols, Protocol lint).") + "\n" + body)
 
 
 # --- per-predicate tables, diagnostics, left-out metrics, notes ------------------------------

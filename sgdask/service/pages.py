@@ -316,7 +316,8 @@ def problem_list(kind: str, lines: list[str] | None) -> str:
 
 
 def lint_list(warnings: list[dict[str, str]] | None) -> str:
-    """The protocol lint's warnings of a scored submission (docs: Trust, Protocol lint)."""
+    """The protocol lint's warnings of a scored submission (docs: Metrics and protocols,
+    Protocol lint)."""
     if not warnings:
         return ""
     items = "".join(f"<li>{esc(w['code'])}: {esc(w['message'])}</li>" for w in warnings)
