@@ -210,3 +210,34 @@ def test_every_evaluation_reports_the_lint(stores, client, tmp_path, capsys):
     assert "- lint warning (missing-images): " in (out / "sgbench" / "report.md").read_text()
     html = (out / "report.html").read_text()
     assert '<h2 id="lint">Protocol lint</h2>' in html and "missing-images: " in html
+
+
+def test_tied_triplet_scores_from_the_footers(tiny, client, tmp_path):
+    """Every triplet score equal: the first-wave check's footer statistics say so (no
+    column decoded), and the report warns; the synthetic scores differ: no warning."""
+    from sgdask.io.consistency import check_against_gt
+    from sgdask.io.ingest import convert_submission
+    from sgdask.io.store import StoreReader
+    from sgdask.pipeline import evaluate
+    from tests.conftest import rewrite_zip
+
+    def tie(doc):
+        for img in doc["images"]:
+            img["scores"] = [0.25] * len(img["triplets"])
+
+    tied = str(tmp_path / "tied")
+    convert_submission(str(rewrite_zip(tiny.paths.submission_zip, tmp_path / "tied.zip", tie)),
+                       tied, tiny.gt, partition_size=4)
+    gt = StoreReader(tiny.gt)
+    facts = check_against_gt(StoreReader(tied), gt)
+    n = facts["lint_triplet_scores"]
+    assert n > 1 and facts["lint_triplet_scores_equal"] == 1
+    report = evaluate(tiny.gt, tied, client=client)
+    assert "lint_triplet_scores" not in report.diagnostics
+    assert report.lint["counts"]["triplet_scores"] == n
+    [warning] = [w for w in report.lint["warnings"] if w["code"] == "tied-triplet-scores"]
+    assert warning["message"].startswith(f"all {n} triplet scores of the submission are "
+                                         "equal")
+    plain = str(tmp_path / "plain")
+    convert_submission(str(tiny.paths.submission_zip), plain, tiny.gt)
+    assert check_against_gt(StoreReader(plain), gt)["lint_triplet_scores_equal"] == 0

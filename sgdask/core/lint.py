@@ -12,7 +12,7 @@ same submission by another evaluator may have measured instead.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -32,7 +32,10 @@ class LintCounts:
     ``mask_images``: images whose predicted masks the singlempo merge looked at,
     ``duplicate_masks`` the masks it merged into an earlier one (IoU > 0.5) in
     ``duplicate_mask_images`` of them; ``scored_images``: images with two or more
-    instances, each with a score, ``tied_score_images`` those whose scores are all equal.
+    instances, each with a score, ``tied_score_images`` those whose scores are all equal;
+    ``triplet_scores``: the submission store's triplet rows with a score,
+    ``triplet_scores_equal`` 1 when two or more have one and all are equal (from the
+    first-wave check's footer statistics, once per submission: ``with_first_wave``).
     """
 
     images: int = 0
@@ -48,10 +51,23 @@ class LintCounts:
     duplicate_masks: int = 0
     scored_images: int = 0
     tied_score_images: int = 0
+    triplet_scores: int = 0
+    triplet_scores_equal: int = 0
 
     def merged(self, other: LintCounts) -> LintCounts:
         return LintCounts(*(getattr(self, f.name) + getattr(other, f.name)
                             for f in fields(self)))
+
+
+#: what the first-wave check adds to a submission's counts (``sgdask.io.consistency``)
+FIRST_WAVE_PREFIX = "lint_"
+
+
+def with_first_wave(counts: LintCounts, facts: Mapping[str, int]) -> LintCounts:
+    """The counts with what the submission's first-wave check found (``lint_*`` keys of
+    its counts: the triplet scores' spread)."""
+    return replace(counts, **{k[len(FIRST_WAVE_PREFIX):]: v for k, v in facts.items()
+                              if k.startswith(FIRST_WAVE_PREFIX)})
 
 
 def partition_lint(gts: Sequence[ImageGT], preds: Mapping[str, ImagePred],
@@ -208,6 +224,11 @@ def lint_warnings(counts: LintCounts, gt_images: int | None = None,
              "with scores are all equal: the mask merge takes their instances in file "
              "order; an evaluator that ranks by score ranks them by file order (a stable "
              "sort) or arbitrarily (an unstable one)")
+    if c.triplet_scores_equal:
+        warn("tied-triplet-scores",
+             f"all {c.triplet_scores} triplet scores of the submission are equal: its "
+             "lists' order is their ranking here; an evaluator that ranks triplets by score "
+             "ranks them by file order (a stable sort) or arbitrarily (an unstable one)")
     known = known_test_set(list(predicates))
     if known is not None and gt_images is not None and gt_images < known.n_images:
         warn("test-subset",
