@@ -256,22 +256,24 @@ class ManyResult:
 
 def checked_inputs(gt_reader: StoreReader, submissions: list[tuple[str, str, str]],
                    storage_options: StorageOptions | None, limits: ArchiveLimits | None,
-                   methods: dict[str, ResultsMethod]) -> list[SubmissionInput]:
+                   methods: dict[str, ResultsMethod]
+                   ) -> tuple[list[SubmissionInput], list[dict[str, int]]]:
     """Every submission opened (a store, or a file in its registered format checked
     against the GT: a model's result file paired with the GT's images when ``methods``
-    names it)."""
+    names it); and per submission what its store's check gives the protocol lint."""
     gt_info = GTInfo.of(gt_reader)
     for name, url, _ in submissions:
         expect(url, "results" if name in methods else "pred", storage_options)
     inputs = [opened(url, storage_options, gt_reader, gt_info, limits, methods.get(name))
               for name, url, _ in submissions]
+    lint = []
     for sub in inputs:
         if sub.manifest["instances"] == "masks" and gt_reader.manifest["instances"] != "masks":
             raise SgdaskError(f"{sub.url}: a mask submission needs a GT store with masks "
                               f"({gt_reader.url} was ingested without masks)")
-        if isinstance(sub, StoreInput):
-            check_against_gt(sub.reader, gt_reader)
-    return inputs
+        lint.append(check_against_gt(sub.reader, gt_reader) if isinstance(sub, StoreInput)
+                    else {})
+    return inputs, lint
 
 
 @dataclass(frozen=True)
@@ -308,9 +310,11 @@ def opened_plan(gt: GTPlan, name: str, url: str, protocols: str, limits: Archive
 
         check_intact(url, gt.storage_options)
     gt_reader = StoreReader(gt.url, gt.storage_options, manifest=gt.manifest)
-    [given] = checked_inputs(gt_reader, [(name, url, protocols)], gt.storage_options, limits,
-                             {name: method} if method else {})
+    [given], [lint] = checked_inputs(gt_reader, [(name, url, protocols)],
+                                     gt.storage_options, limits,
+                                     {name: method} if method else {})
     slices, counts = pred_slices(gt.chunks, set(gt.known), given)
+    counts.update(lint)  # the report's lint takes them out (sgdask.core.finalize)
     sub = Submission(name, url, get_protocols(protocols), bool(given.manifest.get("has_ng")),
                      _data_of(gt.manifest, given.manifest))
     _check_pair_scores(sub, given)

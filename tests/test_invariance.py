@@ -1,5 +1,5 @@
 """Partitioning and worker count change nothing: bit-identical reports (panoptic quality's
-per-category table included)."""
+per-category table and the protocol lint included)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sgdask.pipeline import evaluate
 
 def comparable(report):
     return (report.metrics, report.per_predicate, report.per_image, report.diagnostics,
-            report.per_category)
+            report.per_category, report.lint)
 
 
 @pytest.mark.parametrize("protocol", ["singlempo", "sgbench", "sgbench2"])
@@ -19,6 +19,7 @@ def test_partition_sizes_give_identical_reports(stores, client, protocol):
     reports = [evaluate(stores.gt, stores.pred, protocol=protocol, partition_size=size,
                         client=client) for size in (1, 7, 64)]
     first = comparable(reports[0])
+    assert first[-1]["counts"]["missing_images"] > 0  # the lint counted across partitions
     assert {"F@50", "ngF@x1", "mR@50[head]", "mNgR@20[tail]"} <= set(first[0])  # derived
     for other in reports[1:]:
         assert comparable(other) == first

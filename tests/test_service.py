@@ -220,6 +220,7 @@ def test_twenty_concurrent_uploads_from_four_teams(server, tiny):
     assert [d["status"] for d in docs] == ["ranked"] * 20, docs
     for doc, (team, _) in zip(docs, jobs, strict=True):
         assert doc["team"] == team and doc["rank"] is not None and "mR@50" in doc["metrics"]
+        assert "test-subset" in [w["code"] for w in doc["lint"]]  # 10 of PSG's test images
     for sid in ids:                                    # one claim, one evaluation, one rank
         records = history(registry, sid)
         assert [r["status"] for r in records] == [
@@ -227,6 +228,9 @@ def test_twenty_concurrent_uploads_from_four_teams(server, tiny):
         assert sorted(map(tuple, records[3]["evaluated"])) == [(sid, "multimpo"),
                                                                (sid, "singlempo")]
     assert len(list((registry / "cache").glob("*/entry.json"))) == 40
+    page = httpx.get(f"{base}/submissions/{ids[0]}", timeout=30).text
+    assert '<ul class="lint" id="lint"><li>' in page
+    assert "<li>test-subset: the GT has 10 images; the PSG test set" in page
     board = httpx.get(f"{base}/api/leaderboard", timeout=30).json()
     assert Counter(r["submission_id"] for r in board if r["submission_id"] in ids) == \
         Counter(ids)

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sgdask.metrics import board_columns, format_value, units_note
-from sgdask.report import Report
+from sgdask.report import Report, lint_warnings
 
 if TYPE_CHECKING:
     from sgdask.batch.many import ManyOutcome
@@ -79,6 +79,14 @@ def print_report(report: Report, console: Console = out_console) -> None:
     if missing:
         console.print(escape(f"{missing} evaluated image(s) have no prediction (scored 0): "
                              f"{_first_missing(report, missing)}"))
+
+
+def print_lint(report: Report, console: Console = err_console) -> None:
+    """The protocol lint's warnings, one line each (the submission's, the same under every
+    protocol: printed once; docs: Metrics and protocols, "Protocol lint")."""
+    for warning in lint_warnings(report):
+        console.print(escape(f"warning (lint {warning['code']}): {warning['message']}"),
+                      highlight=False)
 
 
 #: how many of the images without a prediction the console names

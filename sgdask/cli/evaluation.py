@@ -12,6 +12,7 @@ from sgdask.cli.console import (
     err_console,
     print_comparison,
     print_delta,
+    print_lint,
     print_many,
     print_report,
     progress_bar,
@@ -170,6 +171,7 @@ def evaluate(gt: Annotated[str, typer.Option(
         print_report(report)
     if len(reports) > 1:
         print_delta(reports)
+    print_lint(next(iter(reports.values())))
     err_console.print(f"evaluated in {time.perf_counter() - start:.1f} s")
     if out:
         for path in write_reports(reports, out, options, overwrite):

@@ -11,7 +11,9 @@ partition result the fold merges" lives here, with no I/O and no Dask:
   per-image terms; merging is associative);
 - ``partition``: the per-partition scoring loop (``scored_partition``) and the term blocks
   of a batch of hits (``term_blocks``);
-- ``finalize``: a folded result's report (``report_of``).
+- ``finalize``: a folded result's report (``report_of``);
+- ``lint``: the protocol lint (``partition_lint``: a partition's counts, folded with its
+  result; ``lint_report``: the counts and the warnings they give).
 
 ``sgdask.pipeline`` plans partitions and wires them into a Dask graph whose tasks decode a
 partition (``sgdask.io``) and call ``scored_partition``; ``sgdask.Evaluator`` calls the same

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from sgdask.core.image import hits_under
+from sgdask.core.lint import LintCounts, partition_lint
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ScoringSettings, Submission
 from sgdask.kernels.image import without_proposals
@@ -23,10 +24,12 @@ def scored_partition(gts: Sequence[ImageGT],
     ``result`` (default: a new one). ``decoded`` yields each submission with its
     predictions for these images by image id (an image it lacks: the model gave nothing),
     one submission at a time, so that a task need not hold every submission's predictions
-    at once; images of a submission share their protocol-independent work."""
+    at once; images of a submission share their protocol-independent work. Each
+    submission's protocol lint counts are added too (``sgdask.core.lint``)."""
     out = PartitionResult() if result is None else result
     for sub, preds in decoded:
         shared: list[dict] = [{} for _ in gts]
+        merged_masks: dict[str, int] | None = None
         for protocol in sub.protocols:
             skipped: dict[str, int] = {}
             hits = []
@@ -37,11 +40,21 @@ def scored_partition(gts: Sequence[ImageGT],
                         skipped[name] = skipped.get(name, 0) + value
                     continue
                 hits.append(hits_under(gt, pred, protocol, sub, scoring, cache))
+            if merged_masks is None and protocol.normalization == "singlempo":
+                merged_masks = _merged_masks(hits)
             with_zero_shot_all(hits, scoring.zero_shot)
             blocks = term_blocks(hits, protocol, sub.with_ng, scoring, sub.data) if hits \
                 else []
             out.add((sub.name, protocol.name), hits, blocks, skipped)
+        out.lint[sub.name] = out.lint.get(sub.name, LintCounts()).merged(
+            partition_lint(gts, preds, merged_masks))
     return out
+
+
+def _merged_masks(hits: list[ImageHits]) -> dict[str, int]:
+    """Image id -> predicted masks the singlempo merge merged into another (the lint's
+    duplicate masks: counted by the normalization, not again)."""
+    return {h.image_id: h.diagnostics.get("masks_merged", 0) for h in hits if not h.missing}
 
 
 def term_blocks(hits: list[ImageHits], protocol: Protocol, with_ng: bool,

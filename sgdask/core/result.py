@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sgdask.accum import Accumulator
+from sgdask.core.lint import LintCounts
 from sgdask.metrics.base import IMAGE, Block
 from sgdask.metrics.state import StateRows
 from sgdask.stats.table import TermTable
@@ -27,6 +28,7 @@ class PartitionResult:
     (one ``TermTable`` per partition); the GT parts read; the store parts written
     (``keep_store``); per result-file submission, the digests of the files its tasks read.
     The last three are what a task's I/O reports (plain data, filled by ``sgdask.pipeline``).
+    ``lint``: per submission, the protocol lint's counts (``sgdask.core.lint``).
 
     Merging is associative (accumulators merge exactly; rows and lists concatenate).
     """
@@ -37,6 +39,7 @@ class PartitionResult:
     parts_written: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     terms: dict[Key, list[TermTable]] = field(default_factory=dict)
     digests: dict[str, list[Digest]] = field(default_factory=dict)
+    lint: dict[str, LintCounts] = field(default_factory=dict)
 
     def add(self, key: Key, hits: list[ImageHits], blocks: list[Block | StateRows],
             skipped: dict[str, int] | None = None) -> None:
@@ -63,7 +66,8 @@ class PartitionResult:
             {k: self.accumulators[k] for k in keys}, {k: self.images[k] for k in keys}, [],
             {name: self.parts_written[name]} if name in self.parts_written else {},
             {k: self.terms[k] for k in keys},
-            {name: self.digests[name]} if name in self.digests else {})
+            {name: self.digests[name]} if name in self.digests else {},
+            {name: self.lint[name]} if name in self.lint else {})
 
     def merged(self, other: PartitionResult) -> PartitionResult:
         keys = list(dict.fromkeys([*self.accumulators, *other.accumulators]))
@@ -75,7 +79,7 @@ class PartitionResult:
             self.gt_parts_read + other.gt_parts_read,
             concatenated(self.parts_written, other.parts_written),
             {k: self.terms.get(k, []) + other.terms.get(k, []) for k in keys},
-            concatenated(self.digests, other.digests))
+            concatenated(self.digests, other.digests), summed_lint(self.lint, other.lint))
 
 
     @staticmethod
@@ -89,6 +93,13 @@ class PartitionResult:
             [r.accumulators[k] for r in results if k in r.accumulators])
             for k in bare.accumulators}
         return bare
+
+
+def summed_lint(a: dict[str, LintCounts], b: dict[str, LintCounts]
+                ) -> dict[str, LintCounts]:
+    """Per submission, ``a``'s lint counts plus ``b``'s."""
+    return {name: a.get(name, LintCounts()).merged(b.get(name, LintCounts()))
+            for name in {**a, **b}}
 
 
 def concatenated(a: dict[str, list], b: dict[str, list]) -> dict[str, list]:

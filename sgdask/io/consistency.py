@@ -104,8 +104,9 @@ def reading_pool(reader: StoreReader) -> Iterator[ThreadPoolExecutor]:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def check_against_gt(sub: StoreReader, gt: StoreReader) -> None:
-    """Raise the first inconsistency of submission store ``sub`` with GT store ``gt``."""
+def check_against_gt(sub: StoreReader, gt: StoreReader) -> dict[str, int]:
+    """Raise the first inconsistency of submission store ``sub`` with GT store ``gt``;
+    returns what the protocol lint reads from the footers on the way (``score_spread``)."""
     manifest = gt.manifest
     n_classes = len(manifest["thing_classes"]) + len(manifest["stuff_classes"])
     n_predicates = len(manifest["predicate_classes"])
@@ -114,7 +115,7 @@ def check_against_gt(sub: StoreReader, gt: StoreReader) -> None:
         tables = PartTables(sub, pool)
         gt_images = gt_read.result()
         check_ids_and_sizes(sub.url, sub_read.result(), gt_images)
-        check_tables(sub, tables, n_classes, n_predicates)
+        return check_tables(sub, tables, n_classes, n_predicates)
 
 
 def check_ids_and_sizes(url: str, images: pa.Table, gt_images: pa.Table) -> None:
@@ -251,9 +252,10 @@ def per_part(sub: StoreReader, per_image: np.ndarray) -> np.ndarray:
 
 
 def check_tables(sub: StoreReader, tables: PartTables, n_classes: int | None,
-                 n_predicates: int | None) -> None:
+                 n_predicates: int | None) -> dict[str, int]:
     """Instances, then triplets, of every part against the images table. Columns whose
-    bounds the (hash-checked) footer statistics prove are not decoded."""
+    bounds the (hash-checked) footer statistics prove are not decoded. Returns the
+    triplet scores' ``score_spread``."""
     images = sub.images()
     n_inst = ints(images, "n_instances")
     files = tables.files("instances", per_part(sub, n_inst), "instance")
@@ -269,12 +271,41 @@ def check_tables(sub: StoreReader, tables: PartTables, n_classes: int | None,
     if "n_pairs" in images.column_names:
         n_trip = n_trip + ints(images, "n_pairs")
     files = tables.files("triplets", per_part(sub, n_trip), "triplet")
+    spread = score_spread(files)
     columns = ([] if sub.checksummed and proven(files, "predicate", n_predicates)
                else ["predicate"]) + ["subject", "object"]
     ids = images["image_id"]
     for rows, triplets in tables.tables("triplets", files, columns):
         check_triplets(sub.url, ids[rows], triplets, n_inst[rows], n_trip[rows],
                        n_predicates)
+    return spread
+
+
+def score_spread(files: list[pq.ParquetFile]) -> dict[str, int]:
+    """The protocol lint's facts about the triplet scores, from the footer statistics the
+    check has read anyway (no column decoded): ``lint_triplet_scores``, the rows with a
+    score, and ``lint_triplet_scores_equal``, 1 when two or more have one and all are
+    equal; empty when a footer cannot tell (no score column, no statistics)."""
+    scored, low, high = 0, None, None
+    for file in files:
+        meta = file.metadata
+        if "score" not in meta.schema.names:
+            return {}
+        index = meta.schema.names.index("score")
+        for group in range(meta.num_row_groups):
+            stats = meta.row_group(group).column(index).statistics
+            if stats is None or not stats.has_null_count:
+                return {}
+            rows = meta.row_group(group).num_rows - stats.null_count
+            if rows == 0:
+                continue
+            if not stats.has_min_max:
+                return {}
+            scored += rows
+            low = stats.min if low is None else min(low, stats.min)
+            high = stats.max if high is None else max(high, stats.max)
+    return {"lint_triplet_scores": scored,
+            "lint_triplet_scores_equal": int(scored > 1 and low == high)}
 
 
 def masked_images(images: pa.Table) -> np.ndarray:

@@ -68,7 +68,9 @@ class Report:
     row per category of the vocabulary when a metric family reports per category
     (panoptic quality), else empty. ``states``: the final form of the families' declared
     states (``StateSpec.final``; oiv6's ranked detections), kept in memory for intervals
-    and comparisons (None in reports read back).
+    and comparisons (None in reports read back). ``lint``: the protocol lint's counts and
+    warnings (``sgdask.core.lint``; empty for an in-memory ``Evaluator`` and in reports
+    written before it).
     """
 
     protocol: dict[str, Any]
@@ -87,6 +89,7 @@ class Report:
     mean_over_occurring: dict[str, float] = field(default_factory=dict)
     predicate_groups: dict[str, Any] = field(default_factory=dict)
     per_category: list[dict[str, Any]] = field(default_factory=list)
+    lint: dict[str, Any] = field(default_factory=dict)
     terms: TermTable | None = field(default=None, compare=False, repr=False)
     states: dict[str, dict[int, Any]] | None = field(default=None, compare=False,
                                                      repr=False)
@@ -248,6 +251,7 @@ class Report:
         if self.ci:
             lines += [f"- intervals: {interval_caption(self.ci)}"]
         lines += [f"- {k}: {v}" for k, v in self.diagnostics.items()]
+        lines += [f"- lint warning ({w['code']}): {w['message']}" for w in lint_warnings(self)]
         lines += ["", "## Provenance", "", *self._provenance_lines()]
         return "\n".join(lines) + "\n"
 
@@ -284,6 +288,12 @@ def _no_report(url: str, fs: Any, path: str) -> SgdaskError:
                            + ", ".join(join(url, name) for name in folders))
     return SgdaskError(f"{url}: no report here (no metrics.json; sgdask evaluate --out and "
                        "Report.write write one)")
+
+
+def lint_warnings(report: Report) -> list[dict[str, str]]:
+    """The report's protocol lint warnings (``{"code", "message"}``; none in a report
+    without lint)."""
+    return list(report.lint.get("warnings", []))
 
 
 def interval_caption(ci: dict[str, Any]) -> str:
@@ -573,9 +583,11 @@ def submission_provenance(manifest: dict[str, Any]) -> dict[str, Any]:
 def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalSettings,
                  composition: dict[int, int] | None, gt_manifest: dict[str, Any],
                  pred_manifest: dict[str, Any], counts: dict[str, int],
-                 terms: TermTable | None = None) -> Report:
+                 terms: TermTable | None = None, lint: dict[str, Any] | None = None
+                 ) -> Report:
     """Finalize the accumulator under an aggregation mode into a Report (``terms``: the
-    per-image terms it was summed from, kept for intervals and comparisons)."""
+    per-image terms it was summed from, kept for intervals and comparisons; ``lint``: the
+    protocol lint, as ``sgdask.core.lint.lint_report`` words it)."""
     protocol = settings.protocol
     metrics = final_metrics(acc, settings)
     names = gt_manifest.get("predicate_classes", [])
@@ -630,7 +642,8 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
                   mean_over_occurring=occurring,
                   predicate_groups={} if groups is None else groups.as_dict(),
                   per_category=_category_table(acc, settings, composition, metrics),
-                  terms=terms, states={name: state(name) for name in acc.states})
+                  lint=lint or {}, terms=terms,
+                  states={name: state(name) for name in acc.states})
 
 
 def vocabulary_means(acc: Accumulator, metrics: dict[str, float], settings: EvalSettings,

@@ -18,7 +18,7 @@ import numpy as np
 from sgdask.io.fs import StorageOptions, filesystem, is_local
 from sgdask.metrics import RANK_BY, format_value, is_rank, left_out_lines, units_note
 from sgdask.metrics.recall import METRICS as RECALL_METRICS
-from sgdask.report import Report, interval_caption
+from sgdask.report import Report, interval_caption, lint_warnings
 from sgdask.report.intervals import is_interval_column
 from sgdask.report.page import esc, page
 from sgdask.report.svg import bar_chart, line_chart
@@ -43,8 +43,8 @@ def render_html(reports: dict[str, Report], title: str = "sgdask report",
     no host path reaches the page."""
     if not reports:
         raise ValueError("render_html needs at least one report")
-    sections = [header_section(title, reports, public), overall_section(reports),
-                plots_section(reports), details_section(reports)]
+    sections = [header_section(title, reports, public), lint_section(reports),
+                overall_section(reports), plots_section(reports), details_section(reports)]
     return page(title, "\n".join(sections), CSS)
 
 
@@ -295,6 +295,24 @@ def recall_curve_chart(reports: dict[str, Report]) -> str:
                 lines.append((f"{family} ({name})", i, style, sorted(points)))
     return line_chart("Recall over k", "k", "recall (%)", curve_ks(reports), lines,
                       alt="recall over k")
+
+
+# --- protocol lint ---------------------------------------------------------------------------
+
+def lint_section(reports: dict[str, Report]) -> str:
+    """The submission's protocol lint warnings (the same under every protocol; nothing for
+    reports without lint: an in-memory ``Evaluator``'s, or written before it)."""
+    report = next((r for r in reports.values() if r.lint), None)
+    if report is None:
+        return ""
+    warnings = lint_warnings(report)
+    body = (bullet_list(f"{w['code']}: {w['message']}" for w in warnings) if warnings
+            else paragraph("No warning: nothing in the submission's shape suggests a "
+                           "number scored elsewhere measured something else."))
+    return ('<h2 id="lint">Protocol lint</h2>\n'
+            + paragraph("What the submission's own shape says about how it may have been "
+                        "scored elsewhere (warnings, never errors; docs: Metrics and "
+                        "protocols, Protocol lint).") + "\n" + body)
 
 
 # --- per-predicate tables, diagnostics, left-out metrics, notes ------------------------------

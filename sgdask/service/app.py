@@ -420,6 +420,7 @@ def submission_json(request: Request, sub: Submission, rank: int | None,
            "url": status_url(request, sub.id)}
     if sub.status == "ranked" and scores:
         out["metrics"] = sub.latest("metrics") or {}
+        out["lint"] = sub.latest("lint") or []
         out["report"] = str(request.url_for("report_page", submission_id=sub.id)) \
             if rank is not None else None
     return out

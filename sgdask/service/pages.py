@@ -286,6 +286,7 @@ def status_page(sub: Submission, rank: int | None, has_report: bool, may_see_err
     metrics = sub.latest("metrics") if sub.status == "ranked" and private is None else None
     if metrics:
         parts.append(metrics_table(metrics, protocol))
+        parts.append(lint_list(sub.latest("lint")))
     if private is not None:
         parts.append(f'<p class="note private" id="private">{esc(private)}.</p>')
     if may_change:
@@ -312,6 +313,17 @@ def problem_list(kind: str, lines: list[str] | None) -> str:
         return ""
     items = "".join(f"<li>{esc(line)}</li>" for line in lines)
     return f'<h2>{kind.capitalize()}</h2>\n<ul class="{kind}" id="{kind}">{items}</ul>'
+
+
+def lint_list(warnings: list[dict[str, str]] | None) -> str:
+    """The protocol lint's warnings of a scored submission (docs: Metrics and protocols,
+    Protocol lint)."""
+    if not warnings:
+        return ""
+    items = "".join(f"<li>{esc(w['code'])}: {esc(w['message'])}</li>" for w in warnings)
+    return ('<h2>Protocol lint</h2>\n<p class="note">What the submission\'s shape says about '
+            'how it may have been scored elsewhere (warnings, not errors).</p>\n'
+            f'<ul class="lint" id="lint">{items}</ul>')
 
 
 def metrics_table(metrics: dict[str, Any], protocol: str = "singlempo") -> str:

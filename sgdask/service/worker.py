@@ -184,6 +184,12 @@ def report_metrics(reports: dict[str, Any], protocols: tuple[str, ...] = BOARD_P
     return out
 
 
+def report_lint(reports: dict[str, Any]) -> list[dict[str, str]]:
+    """The protocol lint's warnings of a submission (the same under every protocol),
+    shown with its scores on its status page and in its JSON."""
+    return next((list(r.lint.get("warnings", [])) for r in reports.values() if r.lint), [])
+
+
 def _parts_url(upload: str) -> str:
     """Where a ``submission+scores`` upload's two parts are copied to."""
     return upload + ".parts"
@@ -431,7 +437,7 @@ class Worker:
             try:
                 claim.step("evaluated", metrics=report_metrics(outcome.reports[claim.id],
                                                                self.config.protocols),
-                           evaluated=evaluated)
+                           evaluated=evaluated, lint=report_lint(outcome.reports[claim.id]))
                 self.log(f"worker {self.id}: {claim.id}: evaluated")
             except LostClaim:
                 pass
