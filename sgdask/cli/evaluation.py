@@ -20,6 +20,8 @@ from sgdask.cli.options import (
     INPUT,
     INTERVALS,
     PROTOCOL,
+    ClusterFile,
+    Gateway,
     Limits,
     Processes,
     Scheduler,
@@ -82,6 +84,7 @@ def evaluate(gt: Annotated[str, typer.Option(
              partition_size: _PartitionSize = DEFAULT_PARTITION_SIZE,
              scheduler: Scheduler = None, workers: Workers = None,
              processes: Processes = None,
+             cluster_file: ClusterFile = None, gateway_url: Gateway = None,
              out: Annotated[str | None, typer.Option(
                  metavar="DIR", help="write metrics.json, Parquet tables and reports here")]
              = None,
@@ -144,7 +147,8 @@ def evaluate(gt: Annotated[str, typer.Option(
     start = time.perf_counter()
     limits = ArchiveLimits.from_pairs(limit)
     how = None if method is None else ResultsMethod(method, instance_scores)
-    with dask_client(None, cluster_choice(scheduler, False, workers, processes)) as client:
+    with dask_client(None, cluster_choice(scheduler, False, workers, processes,
+                                          cluster=cluster_file, gateway=gateway_url)) as client:
         gt_store = _gt_store(gt, gt_masks, cache_dir, options, client, limits)
         if how is not None and keep_store is not None:
             from sgdask.io.formats import submission_format
@@ -237,6 +241,7 @@ def compare(gt: Annotated[str, typer.Option(
             partition_size: _PartitionSize = DEFAULT_PARTITION_SIZE,
             scheduler: Scheduler = None, workers: Workers = None,
             processes: Processes = None,
+            cluster_file: ClusterFile = None, gateway_url: Gateway = None,
             cache_dir: CacheDir = None, storage_option: StorageOpt = None) -> None:
     """Is model B better than model A?
 
@@ -272,7 +277,8 @@ def compare(gt: Annotated[str, typer.Option(
                      registry, options, method)
     job.check()
     check_setting_files(settings, options)
-    with dask_client(None, cluster_choice(scheduler, False, workers, processes)) as client:
+    with dask_client(None, cluster_choice(scheduler, False, workers, processes,
+                                          cluster=cluster_file, gateway=gateway_url)) as client:
         job.gt = _gt_store(gt, gt_masks, cache_dir, options, client)
         comparison = run_compare(job, client, progress=True)
     print_comparison(comparison, metrics)
@@ -286,6 +292,7 @@ def evaluate_many(manifest: Annotated[str, typer.Argument(
                       help="YAML or JSON: gt, submissions, out, cache, options")],
                   scheduler: Scheduler = None, workers: Workers = None,
                   processes: Processes = None,
+                  cluster_file: ClusterFile = None, gateway_url: Gateway = None,
                   dry_run: Annotated[bool, typer.Option(
                       "--dry-run", help="list what would be evaluated, then stop")] = False,
                   storage_option: StorageOpt = None) -> None:
@@ -299,7 +306,8 @@ def evaluate_many(manifest: Annotated[str, typer.Argument(
     freeze_imports()
     job = load_manifest(manifest, storage_options(storage_option))
     outcome = run_many(job, scheduler=cluster_choice(scheduler, False, workers, processes,
-                                                     batch=True),
+                                                     batch=True,
+                                                     cluster=cluster_file, gateway=gateway_url),
                        progress=True, dry_run=dry_run,
                        log=err_console.print, isolate=True, slim=True)
     print_many(outcome)
