@@ -47,6 +47,7 @@ def one_error(argv: list[str], capsys) -> str:
         main(argv)
     out, err = capsys.readouterr()
     assert done.value.code == EXIT_ERROR, err
+    assert out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
     return lines[0]
