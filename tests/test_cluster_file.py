@@ -5,6 +5,7 @@ LocalCluster here; SLURM in test_slurm.py, Dask-Gateway in test_gateway.py)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -16,6 +17,7 @@ from sgdask.cluster import Described, dask_client
 from sgdask.cluster_file import gateway, known_arguments, read_cluster_file
 from sgdask.pipeline import evaluate
 
+ROOT = Path(__file__).parents[1]
 BAD_FILES = [
     ("class: slurmm\ncores: 1\n", "class: unknown class 'slurmm' (did you mean 'slurm'?) "
      "(expected one of: slurm, pbs, sge, lsf, htcondor, oar, moab, local, gateway)"),
@@ -102,6 +104,13 @@ def test_what_a_cluster_file_says(tmp_path):
     # arguments of the cluster class, of its jobs and of dask-jobqueue's Job
     assert {"n_workers", "scheduler_options", "account", "walltime", "cores", "python",
             "job_script_prologue"} - {"n_workers"} <= known_arguments("slurm")
+
+
+def test_the_documented_example_parses():
+    """jobs/cluster/slurm.yaml, the recipe's example, is a valid cluster file."""
+    spec = read_cluster_file(str(ROOT / "jobs" / "cluster" / "slurm.yaml"))
+    assert (spec.kind, spec.workers, spec.wait) == ("slurm", 8, 1800.0)
+    assert spec.arguments["job_script_prologue"] == ["source /shared/envs/sgdask/bin/activate"]
 
 
 def test_dask_jobqueue_config_form(tmp_path):
