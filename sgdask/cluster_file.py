@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -194,20 +195,45 @@ def known_arguments(kind: str) -> set[str]:
 def described_client(spec: Described) -> Iterator[Client]:
     """A client of the cluster ``spec`` describes, started and scaled to its workers;
     the cluster (its jobs, its gateway cluster) is released when the block ends."""
-    with _started(spec) as cluster:
-        if spec.workers is not None:
-            cluster.scale(spec.workers)
-        elif spec.kind in JOBQUEUE:
-            cluster.scale(jobs=1)
-        elif spec.kind == GATEWAY:
-            cluster.scale(1)
-        with _client(spec, cluster) as client:
-            try:
-                client.wait_for_workers(1, timeout=spec.wait)
-            except TimeoutError:
-                raise SgdaskError(f"{_named(spec)}: no worker joined within {spec.wait:g} s "
-                                  f"({_why_no_worker(spec.kind)})") from None
-            yield client
+    refused = _RefusedSubmissions()
+    tornado_log = logging.getLogger("tornado.application")
+    tornado_log.addFilter(refused)
+    try:
+        with _started(spec) as cluster:
+            if spec.workers is not None:
+                cluster.scale(spec.workers)
+            elif spec.kind in JOBQUEUE:
+                cluster.scale(jobs=1)
+            elif spec.kind == GATEWAY:
+                cluster.scale(1)
+            with _client(spec, cluster) as client:
+                try:
+                    client.wait_for_workers(1, timeout=spec.wait)
+                except TimeoutError:
+                    why = f"the job submission failed: {refused.last}" if refused.last \
+                        else _why_no_worker(spec.kind)
+                    raise SgdaskError(f"{_named(spec)}: no worker joined within "
+                                      f"{spec.wait:g} s ({why})") from None
+                yield client
+    finally:
+        tornado_log.removeFilter(refused)
+
+
+class _RefusedSubmissions(logging.Filter):
+    """dask-jobqueue submits jobs in the background; a refused submission (``sbatch``
+    exiting non-zero) is logged with its traceback on tornado's logger. Kept here (its
+    command's stderr, for the one-line error) instead of printed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: str | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        err = record.exc_info[1] if record.exc_info else None
+        if isinstance(err, RuntimeError) and "Command exited with non-zero exit code" in str(err):
+            self.last = " ".join(str(err).partition("stderr:")[2].split())[:300] or None
+            return False
+        return True
 
 
 def _named(spec: Described) -> str:

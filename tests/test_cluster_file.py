@@ -5,6 +5,7 @@ LocalCluster here; SLURM in test_slurm.py, Dask-Gateway in test_gateway.py)."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,13 @@ def test_a_local_cluster_file_is_started_scaled_and_released(stores, tmp_path, c
     assert done.value.code == 0, capsys.readouterr().err
     summary = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert summary["metrics"] == local.metrics
+
+
+def test_a_gateway_that_does_not_answer_is_one_line(stores, tmp_path, capsys):
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    line = one_error(["evaluate", "--gt", stores.gt_boxes, "--pred", stores.pred_boxes,
+                      "--gateway", f"http://127.0.0.1:{port}"], capsys)
+    assert line.startswith("sgdask: error: --gateway: cannot start the GatewayCluster "
+                           f"(Cannot connect to host 127.0.0.1:{port}"), line

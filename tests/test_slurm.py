@@ -198,3 +198,27 @@ def test_evaluation_on_slurm_workers_equals_the_local_one(slurm, stores, tmp_pat
     while slurm.jobs() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert slurm.jobs() == []
+
+
+def test_jobs_that_cannot_start_are_one_line_after_the_wait(slurm, stores, tmp_path):
+    """More memory than the node has: SLURM refuses the jobs, no worker joins, and after
+    ``wait`` seconds the command says so in one line, with sbatch's reason, and leaves no
+    job behind."""
+    path = slurm.root / "too-big.yaml"
+    path.write_text(yaml.safe_dump({"class": "slurm", "wait": 5, "cores": 1,
+                                    "memory": "100TiB", "interface": "lo"}))
+    proc = subprocess.run([sys.executable, "-m", "sgdask", "evaluate", "--gt",
+                           stores.gt_boxes, "--pred", stores.pred_boxes, "--cluster", str(path),
+                           "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=100,
+                          env={**slurm.env, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr[-3000:]
+    line = lines[0]
+    assert line == (f"sgdask: error: --cluster {path}: no worker joined within 5 s (the job "
+                    "submission failed: sbatch: error: Memory specification can not be "
+                    "satisfied sbatch: error: Batch job submission failed: Requested node "
+                    "configuration is not available)"), line
+    assert not (tmp_path / "out").exists()
+    assert slurm.jobs() == []
