@@ -13,7 +13,7 @@ import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from sgdask.errors import SettingError, SgdaskError
 
 LOCAL = "local"
 LOCAL_PROCESSES = False  # threads (see the module docstring); processes=True for isolation
+DEFAULT_WAIT = 600.0  # seconds a started cluster's first worker may take to join
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,22 @@ class Local:
     processes: bool = LOCAL_PROCESSES
 
 
-ClusterSpec = Client | str | Local | None
+@dataclass(frozen=True)
+class Described:
+    """A cluster started for the command: ``--cluster FILE`` (``source``) or ``--gateway``.
+    ``kind`` is its class (``sgdask.cluster_file.KINDS``), ``arguments`` the class's,
+    ``workers`` how many to scale to (None: one job's worth), ``wait`` how long to wait for
+    the first, ``config`` the Dask settings to start it under (Dask's ``jobqueue`` form)."""
+
+    source: str
+    kind: str
+    arguments: dict[str, Any]
+    workers: int | None = None
+    wait: float = DEFAULT_WAIT
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+ClusterSpec = Client | str | Local | Described | None
 
 
 def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
@@ -99,11 +115,18 @@ def local_cluster(spec: Local) -> Iterator[Client]:
 
 
 @contextmanager
-def dask_client(client: Client | None = None, scheduler: str | Local | None = None
-                ) -> Iterator[Client]:
+def dask_client(client: Client | None = None,
+                scheduler: str | Local | Described | None = None) -> Iterator[Client]:
     """The given client, a client of ``scheduler`` (an address; when none is named, Dask's
-    configured ``scheduler-address``, if set), or an in-process LocalCluster
-    (``Local(...)``, default: on the usable cores)."""
+    configured ``scheduler-address``, if set), of a cluster started as ``Described``
+    (released at the end), or an in-process LocalCluster (``Local(...)``, default: on the
+    usable cores)."""
+    if client is None and isinstance(scheduler, Described):
+        from sgdask.cluster_file import described_client
+
+        with described_client(scheduler) as started:
+            yield started
+        return
     named = scheduler if isinstance(scheduler, str) and scheduler != LOCAL else None
     address = named or (None if isinstance(scheduler, Local) else configured_scheduler())
     if client is not None:
@@ -125,9 +148,9 @@ def map_tasks(func: Callable[..., Any], args: Sequence[tuple], cluster: ClusterS
               progress: Callable[[Any], None] | None = None) -> list[Any]:
     """``[func(*a) for a in args]``, on the cluster when one is given (one task per item).
 
-    ``cluster``: None runs in this process; a Client, a scheduler address, ``"local"`` or
-    ``Local(...)`` runs one Dask task per item. ``progress`` is called with each result as
-    it arrives. Results come back in the order of ``args``.
+    ``cluster``: None runs in this process; a Client, a scheduler address, ``"local"``,
+    ``Local(...)`` or ``Described(...)`` runs one Dask task per item. ``progress`` is called
+    with each result as it arrives. Results come back in the order of ``args``.
     """
     if cluster is None:
         results = []

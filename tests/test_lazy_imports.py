@@ -1,5 +1,6 @@
 """What an evaluation of box stores never imports: zarr (masks only), scipy.sparse (intervals
-and comparisons only), h5py (Visual Genome), PIL (PSG's PNGs), tifffile (layered TIFFs).
+and comparisons only), h5py (Visual Genome), PIL (PSG's PNGs), tifffile (layered TIFFs),
+dask_jobqueue and dask_gateway (``--cluster``/``--gateway`` only).
 Each costs 5 to 90 ms of every process start. (numba itself imports the top-level ``scipy``
 package and, when it compiles or loads a function, ``scipy.linalg``: those are not ours.)"""
 
@@ -9,7 +10,7 @@ import re
 import subprocess
 import sys
 
-LAZY = ("zarr", "scipy.sparse", "h5py", "PIL", "tifffile")
+LAZY = ("zarr", "scipy.sparse", "h5py", "PIL", "tifffile", "dask_jobqueue", "dask_gateway")
 
 
 def _lazy_among(modules: list[str]) -> list[str]:

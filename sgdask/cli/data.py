@@ -12,6 +12,8 @@ import typer
 from sgdask.cli.console import out_console, progress_bar
 from sgdask.cli.options import (
     INPUT,
+    ClusterFile,
+    Gateway,
     InProcess,
     Limits,
     Processes,
@@ -74,6 +76,7 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
               storage_option: StorageOpt = None, overwrite: Overwrite = False,
               scheduler: Scheduler = None, in_process: InProcess = False,
               workers: Workers = None, processes: Processes = None,
+              cluster_file: ClusterFile = None, gateway_url: Gateway = None,
               limit: Limits = None) -> None:
     """Convert ground truth (OpenPSG, VG150, Open Images V6) to a store.
 
@@ -112,7 +115,8 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
     if split is not None and not visual_genome:
         raise SgdaskError("--split applies to Visual Genome ground truth (psg.json's test "
                           "split is test_image_ids)")
-    cluster = cluster_choice(scheduler, in_process, workers, processes)
+    cluster = cluster_choice(scheduler, in_process, workers, processes,
+                             cluster=cluster_file, gateway=gateway_url)
     given = {"masks_dir": masks, "dicts": dicts, "image_data": image_data, "split": split,
              "categories": categories}
     with progress_bar("ingesting GT images", None) as advance:
@@ -136,7 +140,8 @@ def convert(submission: Annotated[str, typer.Argument(
                 "(required with --method)")] = None,
             storage_option: StorageOpt = None, overwrite: Overwrite = False,
             scheduler: Scheduler = None, in_process: InProcess = False,
-            workers: Workers = None, processes: Processes = None, limit: Limits = None,
+            workers: Workers = None, processes: Processes = None,
+            cluster_file: ClusterFile = None, gateway_url: Gateway = None, limit: Limits = None,
             from_scores: Annotated[str | None, typer.Option(
                 "--from-scores", metavar="PATH", rich_help_panel=_SCORES,
                 help="derive the lists from per-pair predicate scores (Parquet or NPZ)")]
@@ -173,7 +178,8 @@ def convert(submission: Annotated[str, typer.Argument(
         raise SgdaskError("--rank-by and --ng-limit apply to lists derived --from-scores")
     limits = ArchiveLimits.from_pairs(limit)
     _check_method_options(method, from_scores, instance_scores)
-    cluster = cluster_choice(scheduler, in_process, workers, processes)
+    cluster = cluster_choice(scheduler, in_process, workers, processes,
+                             cluster=cluster_file, gateway=gateway_url)
     options = storage_options(storage_option)
     expect(submission, "results" if method is not None else "submission file", options)
     if from_scores is not None:

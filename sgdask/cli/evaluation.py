@@ -22,6 +22,8 @@ from sgdask.cli.options import (
     INPUT,
     INTERVALS,
     PROTOCOL,
+    ClusterFile,
+    Gateway,
     Limits,
     Processes,
     Scheduler,
@@ -84,6 +86,7 @@ def evaluate(gt: Annotated[str, typer.Option(
              partition_size: _PartitionSize = DEFAULT_PARTITION_SIZE,
              scheduler: Scheduler = None, workers: Workers = None,
              processes: Processes = None,
+             cluster_file: ClusterFile = None, gateway_url: Gateway = None,
              out: Annotated[str | None, typer.Option(
                  metavar="DIR", help="write metrics.json, Parquet tables and reports here")]
              = None,
@@ -154,7 +157,8 @@ def evaluate(gt: Annotated[str, typer.Option(
     note = compile_note()
     if note:
         err_console.print(note)
-    with dask_client(None, cluster_choice(scheduler, False, workers, processes)) as client:
+    with dask_client(None, cluster_choice(scheduler, False, workers, processes,
+                                          cluster=cluster_file, gateway=gateway_url)) as client:
         gt_store = _gt_store(gt, gt_masks, cache_dir, options, client, limits)
         if how is not None and keep_store is not None:
             from sgdask.io.formats import submission_format
@@ -248,6 +252,7 @@ def compare(gt: Annotated[str, typer.Option(
             partition_size: _PartitionSize = DEFAULT_PARTITION_SIZE,
             scheduler: Scheduler = None, workers: Workers = None,
             processes: Processes = None,
+            cluster_file: ClusterFile = None, gateway_url: Gateway = None,
             cache_dir: CacheDir = None, storage_option: StorageOpt = None) -> None:
     """Is model B better than model A?
 
@@ -283,7 +288,8 @@ def compare(gt: Annotated[str, typer.Option(
                      registry, options, method)
     job.check()
     check_setting_files(settings, options)
-    with dask_client(None, cluster_choice(scheduler, False, workers, processes)) as client:
+    with dask_client(None, cluster_choice(scheduler, False, workers, processes,
+                                          cluster=cluster_file, gateway=gateway_url)) as client:
         job.gt = _gt_store(gt, gt_masks, cache_dir, options, client)
         comparison = run_compare(job, client, progress=True)
     print_comparison(comparison, metrics)
@@ -297,6 +303,7 @@ def evaluate_many(manifest: Annotated[str, typer.Argument(
                       help="YAML or JSON: gt, submissions, out, cache, options")],
                   scheduler: Scheduler = None, workers: Workers = None,
                   processes: Processes = None,
+                  cluster_file: ClusterFile = None, gateway_url: Gateway = None,
                   dry_run: Annotated[bool, typer.Option(
                       "--dry-run", help="list what would be evaluated, then stop")] = False,
                   storage_option: StorageOpt = None) -> None:
@@ -310,7 +317,8 @@ def evaluate_many(manifest: Annotated[str, typer.Argument(
     freeze_imports()
     job = load_manifest(manifest, storage_options(storage_option))
     outcome = run_many(job, scheduler=cluster_choice(scheduler, False, workers, processes,
-                                                     batch=True),
+                                                     batch=True,
+                                                     cluster=cluster_file, gateway=gateway_url),
                        progress=True, dry_run=dry_run,
                        log=err_console.print, isolate=True, slim=True)
     print_many(outcome)

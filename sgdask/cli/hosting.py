@@ -11,6 +11,8 @@ import typer
 
 from sgdask.cli.console import err_console, out_console
 from sgdask.cli.options import (
+    ClusterFile,
+    Gateway,
     InProcess,
     Limits,
     Processes,
@@ -58,6 +60,7 @@ def submit(submission: Annotated[str, typer.Argument(
                help="how long --wait waits at most")] = 3600,
            scheduler: Scheduler = None, in_process: InProcess = False,
            workers: Workers = None, processes: Processes = None,
+           cluster_file: ClusterFile = None, gateway_url: Gateway = None,
            storage_option: StorageOpt = None) -> None:
     """Register (--registry) or upload (--server) a model.
 
@@ -75,7 +78,8 @@ def submit(submission: Annotated[str, typer.Argument(
 
     entry = register(submission, registry, gt, name, approved, paper,
                      storage_options(storage_option),
-                     cluster=cluster_choice(scheduler, in_process, workers, processes))
+                     cluster=cluster_choice(scheduler, in_process, workers, processes,
+                                            cluster=cluster_file, gateway=gateway_url))
     out_console.print(f"registered {entry.submission_id}: {entry.name} "
                       f"({'approved' if entry.approved else 'not approved'}) -> {entry.url}")
 
@@ -100,6 +104,7 @@ def _upload(submission: str, server: str, token: str | None, name: str, paper: s
 def rerank(registry: Registry, gt: GT, out: Board,
            scheduler: Scheduler = None, workers: Workers = None,
            processes: Processes = None,
+           cluster_file: ClusterFile = None, gateway_url: Gateway = None,
            dry_run: Annotated[bool, typer.Option(
                "--dry-run", help="list what would be evaluated, then stop")] = False,
            lease: Annotated[float, typer.Option(
@@ -131,7 +136,8 @@ def rerank(registry: Registry, gt: GT, out: Board,
     try:
         outcome = run_rerank(registry, gt, out, storage_options=storage_options(storage_option),
                              scheduler=cluster_choice(scheduler, False, workers, processes,
-                                                      batch=True),
+                                                      batch=True,
+                                                      cluster=cluster_file, gateway=gateway_url),
                              dry_run=dry_run, progress=True,
                              log=err_console.print, lease=lease, selection=selection)
     except LockHeld as err:
@@ -185,6 +191,7 @@ def serve(registry: Registry, out: Board,
           gt: Annotated[str | None, typer.Option(
               help="GT store URL (one phase; or --benchmark)")] = None,
           scheduler: Scheduler = None, processes: Processes = None,
+          cluster_file: ClusterFile = None, gateway_url: Gateway = None,
           host: Annotated[str, typer.Option(
               metavar="ADDRESS", rich_help_panel=_HTTP,
               help="address to listen on (public: behind a TLS proxy)")]
@@ -230,7 +237,8 @@ def serve(registry: Registry, out: Board,
     workers = [] if no_worker else [
         WorkerConfig.beside(service, phase, poll, max_attempts,
                             ArchiveLimits.from_pairs(limit)) for phase in phases.phases]
-    run_server(service, workers, cluster_choice(scheduler, False, None, processes, batch=True),
+    run_server(service, workers, cluster_choice(scheduler, False, None, processes, batch=True,
+                                                cluster=cluster_file, gateway=gateway_url),
                host, port)
 
 
@@ -238,6 +246,7 @@ def worker(registry: Registry, out: Board,
            gt: Annotated[str | None, typer.Option(
                help="GT store URL (one phase; or --benchmark)")] = None,
            scheduler: Scheduler = None, processes: Processes = None,
+           cluster_file: ClusterFile = None, gateway_url: Gateway = None,
            tokens: TokensFile = None,
            daily_limit: DailyLimit = 5, total_limit: TotalLimit = 0,
            open_uploads: OpenUploads = False,
@@ -254,7 +263,8 @@ def worker(registry: Registry, out: Board,
     from sgdask.service.worker import WorkerConfig
 
     options, archive = storage_options(storage_option), ArchiveLimits.from_pairs(limit)
-    cluster = cluster_choice(scheduler, False, None, processes, batch=True)
+    cluster = cluster_choice(scheduler, False, None, processes, batch=True,
+                             cluster=cluster_file, gateway=gateway_url)
     if benchmark is None:
         if gt is None:
             raise SgdaskError("worker: give --gt GT (one phase) or --benchmark FILE (phases)")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
 
-from sgdask.cluster import LOCAL, LOCAL_PROCESSES, Local, configured_scheduler
+from sgdask.cluster import LOCAL, LOCAL_PROCESSES, Described, Local, configured_scheduler
 from sgdask.errors import SgdaskError
 
 #: the panels ``--help`` groups options into (the essential ones stay under "Options")
@@ -20,11 +21,19 @@ Scheduler = Annotated[str | None, typer.Option(
     metavar="URL", rich_help_panel=CLUSTER,
     help="an existing Dask scheduler (default: Dask's scheduler-address setting, e.g. "
     "$DASK_SCHEDULER_ADDRESS, else a local cluster)")]
+ClusterFile = Annotated[str | None, typer.Option(
+    "--cluster", metavar="FILE", rich_help_panel=CLUSTER,
+    help="start the cluster a YAML file describes (class: slurm, pbs, sge, local or gateway, "
+    "and its arguments), scaled for the command and released when it ends")]
+Gateway = Annotated[str | None, typer.Option(
+    "--gateway", metavar="URL", rich_help_panel=CLUSTER,
+    help="start a cluster on this Dask-Gateway for the command")]
 InProcess = Annotated[bool, typer.Option(
     "--in-process", rich_help_panel=CLUSTER, help="work in this process, without Dask")]
 Workers = Annotated[int | None, typer.Option(
     "--workers", min=1, metavar="N", rich_help_panel=CLUSTER,
-    help="workers of the local cluster (default: the cores this process may use)")]
+    help="workers of the local cluster (default: the cores this process may use), or to "
+    "scale the --cluster/--gateway one to")]
 Limits = Annotated[list[str] | None, typer.Option(
     "--limit", metavar="NAME=VALUE", rich_help_panel=STORAGE,
     help="raise a limit on untrusted input, e.g. max_json_size=4GiB (repeatable; every "
@@ -39,9 +48,14 @@ Processes = Annotated[bool | None, typer.Option(
 
 def cluster_choice(scheduler: str | None, in_process: bool = False,
                    workers: int | None = None, processes: bool | None = None,
-                   batch: bool = False) -> str | Local | None:
-    """What work runs on: nothing (in process), a scheduler, or a LocalCluster (of worker
-    processes when ``processes`` says so, or by default for a ``batch`` command)."""
+                   batch: bool = False, cluster: str | None = None,
+                   gateway: str | None = None) -> str | Local | Described | None:
+    """What work runs on: nothing (in process), a scheduler, a cluster started for the
+    command (``cluster``: its file; ``gateway``: its URL; ``workers``: how many to scale
+    to), or a LocalCluster (of worker processes when ``processes`` says so, or by default
+    for a ``batch`` command)."""
+    if cluster is not None or gateway is not None:
+        return _described(cluster, gateway, scheduler, in_process, workers, processes)
     if in_process:
         return None
     if scheduler and workers:
@@ -55,6 +69,25 @@ def cluster_choice(scheduler: str | None, in_process: bool = False,
         return LOCAL  # Dask's configured scheduler-address, as without any option
     chosen = batch if processes is None else processes
     return Local(workers, chosen) if workers or chosen != LOCAL_PROCESSES else LOCAL
+
+
+def _described(cluster: str | None, gateway: str | None, scheduler: str | None,
+               in_process: bool, workers: int | None, processes: bool | None) -> Described:
+    """The cluster ``--cluster FILE`` or ``--gateway URL`` starts (dask-jobqueue and
+    dask-gateway are imported only then)."""
+    from sgdask.cluster_file import gateway as gateway_cluster
+    from sgdask.cluster_file import read_cluster_file
+
+    given = "--cluster" if cluster is not None else "--gateway"
+    others = {"--gateway": gateway is not None and cluster is not None,
+              "--scheduler": bool(scheduler), "--in-process": in_process,
+              "--processes/--threads": processes is not None}
+    clash = next((name for name, used in others.items() if used), None)
+    if clash:
+        raise SgdaskError(f"{clash}: not with {given} (the cluster it starts is the one used)")
+    described = read_cluster_file(cluster) if cluster is not None \
+        else gateway_cluster(gateway or "")
+    return described if workers is None else replace(described, workers=workers)
 
 
 def _parse_value(text: str) -> Any:
