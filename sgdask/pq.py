@@ -136,7 +136,7 @@ def pq_report(gt: PanopticFile, counts: Counts, missing: list[str]) -> Report:
              "negatives (panopticapi stops at such an image)"] if missing else []
     per_image = [{"image_id": i, "missing": i in set(missing)} for i in gt.images]
     return Report(PROTOCOL, "per_category", [], metrics, [], per_image,
-                  {"images_evaluated": len(gt.images), "images_missing": len(missing)},
+                  {"evaluated_images": len(gt.images), "images_missing": len(missing)},
                   notes=notes, per_category=rows)
 
 
