@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.run
 	$(PY) -m benchmarks.vg
 	$(PY) -m benchmarks.oiv6
+	$(PY) -m benchmarks.pq
 	$(PY) -m benchmarks.scale
 
 # Refresh constraints.txt deliberately: the newest versions pyproject.toml's ranges allow.

@@ -11,6 +11,11 @@ GT JSON and PNGs of the evaluated images (segment areas = their pixel counts) an
 image, the singlempo merge of the submission's masks (SPEC 5.1, written out below from
 the SPEC) as a panoptic PNG; an image without prediction gets an empty one (its GT segments
 are false negatives). panopticapi runs in its own process (its ``pq_compute`` forks a pool).
+
+The COCO panoptic path (``sgdask evaluate --pred panoptic.json --pred-masks DIR --gt
+gt.json --gt-masks DIR``, ``sgdask.pq``) is compared on files panopticapi reads as they
+are: a generated COCO panoptic GT (VOID pixels, crowd regions, category ids with gaps) and
+predictions of it (``sgdask.synth_coco``).
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ import pytest
 import tifffile
 from PIL import Image
 
+from sgdask.cli import main
 from sgdask.io.ingest import convert_submission, ingest_gt
 from sgdask.pipeline import evaluate_protocols
+from sgdask.pq import evaluate_pq
 from sgdask.synth import write_dataset
+from sgdask.synth_coco import write_coco_panoptic
 
 GROUPS = {"": "All", "_th": "Things", "_st": "Stuff"}
 RUN = ("import json, sys\n"
@@ -127,10 +135,15 @@ def compared(tmp_path_factory, client):
     reports = evaluate_protocols(gt, pred, "singlempo,sgbench,multimpo", client=client)
     evaluated = sorted(row["image_id"] for row in reports["singlempo"].per_image)
     args = panopticapi_files(root, psg, data.masks_dir, data.submission_zip, evaluated)
+    return reports, panopticapi(args)
+
+
+def panopticapi(args: list[str]) -> dict:
+    """What panopticapi's ``pq_compute`` returns on these four arguments."""
     proc = subprocess.run([sys.executable, "-c", RUN, *args], capture_output=True, text=True,
                           check=True)
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    return reports, json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT "):])
 
 
 def test_pq_equals_panopticapi(compared):
@@ -174,3 +187,83 @@ def test_pq_is_the_same_under_every_protocol(compared):
     for report in reports.values():
         assert {n: report.metrics[n] for n in names} == {n: first.metrics[n] for n in names}
         assert report.per_category == first.per_category
+
+
+@pytest.fixture(scope="module")
+def coco(tmp_path_factory, client):
+    """COCO panoptic files, sgdask's report of them through the command line (metrics.json
+    and per_category.parquet) and panopticapi's results."""
+    root = tmp_path_factory.mktemp("coco")
+    files = write_coco_panoptic(root, n_images=30, seed=7, height=90, width=120, cell=4,
+                                crowd=0.2)
+    out = root / "report"
+    with pytest.raises(SystemExit) as exit_code:
+        main(["evaluate", "--gt", str(files.gt_json), "--gt-masks", str(files.gt_masks),
+              "--pred", str(files.pred_json), "--pred-masks", str(files.pred_masks),
+              "--out", str(out)])
+    assert exit_code.value.code in (0, None)
+    import pyarrow.parquet as pq
+
+    metrics = json.loads((out / "metrics.json").read_text())["metrics"]
+    rows = pq.read_table(out / "per_category.parquet").to_pylist()
+    reference = panopticapi([str(files.gt_json), str(files.pred_json), str(files.gt_masks),
+                             str(files.pred_masks)])
+    return files, metrics, rows, reference
+
+
+def test_coco_panoptic_pq_equals_panopticapi(coco):
+    _, metrics, rows, reference = coco
+    for suffix, group in GROUPS.items():
+        for name in ("PQ", "SQ", "RQ"):
+            assert metrics[name + suffix] == pytest.approx(reference[group][name.lower()],
+                                                           abs=1e-12), name + suffix
+    by_id = {row["category"]: row for row in rows}
+    assert set(by_id) == {int(c) for c in reference["per_class"]}  # ids with gaps
+    for category, values in reference["per_class"].items():
+        row = by_id[int(category)]
+        if row["PQ"] is None:
+            assert values == {"pq": 0.0, "sq": 0.0, "rq": 0.0}
+            continue
+        for name in ("PQ", "SQ", "RQ"):
+            assert row[name] == pytest.approx(values[name.lower()], abs=1e-12), (category, name)
+    assert sum(row["PQ"] is not None for row in rows) == reference["All"]["n"]
+
+
+def test_coco_panoptic_data_reach_every_case(coco):
+    """Crowd regions, VOID pixels and every kind of count."""
+    files, _, rows, _ = coco
+    gt = json.loads(files.gt_json.read_text())
+    assert any(s["iscrowd"] for a in gt["annotations"] for s in a["segments_info"])
+    assert min(sum(row[k] for row in rows) for k in ("TP", "FP", "FN")) > 0
+
+
+def test_coco_panoptic_pq_is_the_same_for_any_chunking(coco, client):
+    files, metrics, _, _ = coco
+    args = (str(files.gt_json), str(files.gt_masks), str(files.pred_json),
+            str(files.pred_masks), client)
+    one, many = evaluate_pq(*args, chunk=1000), evaluate_pq(*args, chunk=7)
+    assert one.metrics == many.metrics == metrics
+    assert one.per_category == many.per_category
+
+
+def test_an_image_without_prediction_counts_its_segments_as_false_negatives(tmp_path, client):
+    files = write_coco_panoptic(tmp_path, n_images=12, seed=3, height=40, width=48, cell=4,
+                                missing=0.3)
+    gt, pred = (json.loads(p.read_text()) for p in (files.gt_json, files.pred_json))
+    predicted = {a["image_id"] for a in pred["annotations"]}
+    missing = [a for a in gt["annotations"] if a["image_id"] not in predicted]
+    assert missing
+    report = evaluate_pq(str(files.gt_json), str(files.gt_masks), str(files.pred_json),
+                         str(files.pred_masks), client)
+    # panopticapi stops at such an image: scored on the GT without it, plus its segments
+    kept = dict(gt, annotations=[a for a in gt["annotations"] if a["image_id"] in predicted])
+    (tmp_path / "kept.json").write_text(json.dumps(kept))
+    without = evaluate_pq(str(tmp_path / "kept.json"), str(files.gt_masks),
+                          str(files.pred_json), str(files.pred_masks), client)
+    fn = {row["category"]: row["FN"] for row in without.per_category}
+    for a in missing:
+        for s in a["segments_info"]:
+            fn[s["category_id"]] += 0 if s["iscrowd"] else 1
+    assert {row["category"]: row["FN"] for row in report.per_category} == fn
+    assert report.diagnostics["images_missing"] == len(missing)
+    assert any("no prediction" in note for note in report.notes)

@@ -65,6 +65,9 @@ def evaluate(gt: Annotated[str, typer.Option(
              gt_masks: Annotated[str | None, typer.Option(
                  "--gt-masks", "--masks", metavar="DIR", rich_help_panel=INPUT,
                  help="with --gt psg.json: the panoptic PNGs (omit for box-only GT)")] = None,
+             pred_masks: Annotated[str | None, typer.Option(
+                 "--pred-masks", metavar="DIR", rich_help_panel=INPUT,
+                 help="--pred is COCO panoptic predictions: their PNGs (PQ only)")] = None,
              keep_store: Annotated[str | None, typer.Option(
                  "--keep-store", metavar="PATH",
                  help="also keep a submission file converted, as a store here")] = None,
@@ -121,6 +124,8 @@ def evaluate(gt: Annotated[str, typer.Option(
 
     Prints the table of every metric. The submission is a store or a file (SGBench ZIP or
     JSON; with --method a model's result file); the ground truth a store or psg.json.
+    COCO panoptic predictions (a JSON and --pred-masks) are scored for panoptic quality
+    against a COCO panoptic GT (a JSON and --gt-masks), as panopticapi's pq_compute.
     Scoring runs on a Dask cluster."""
     from sgdask.cluster import dask_client
     from sgdask.core.settings import Settings
@@ -132,6 +137,9 @@ def evaluate(gt: Annotated[str, typer.Option(
     from sgdask.report.writers import check_report_target, write_reports
 
     freeze_imports()
+    if pred_masks is not None or is_coco_panoptic(pred, storage_options(storage_option)):
+        return _evaluate_pq(gt, gt_masks, pred, pred_masks, out, limit, storage_option,
+                            cluster_choice(scheduler, False, workers, processes))
     settings = Settings(protocols=protocol, ks=k, aggregation=aggregation,
                         partition_size=partition_size, stats=stats,
                         predicate_groups=predicate_groups, legacy=legacy_metrics, tau=tau,
@@ -180,6 +188,64 @@ def evaluate(gt: Annotated[str, typer.Option(
     if out:
         for path in write_reports(reports, out, options, overwrite):
             err_console.print(f"wrote {path}")
+
+
+def is_coco_panoptic(url: str, options: Any) -> bool:
+    """Whether ``url`` is a COCO panoptic JSON (``evaluate`` then scores PQ alone)."""
+    from sgdask.io.sniff import COCO_PANOPTIC, what_is
+
+    return what_is(url, options).kind == COCO_PANOPTIC
+
+
+def _evaluate_pq(gt: str, gt_masks: str | None, pred: str, pred_masks: str | None,
+                 out: str | None, limit: Any, storage_option: Any, cluster: Any) -> None:
+    """``evaluate`` of COCO panoptic predictions: panoptic quality (``sgdask.pq``)."""
+    from sgdask.cluster import dask_client
+    from sgdask.io.sniff import coco_panoptic_inputs
+    from sgdask.io.store import check_output_outside_stores
+    from sgdask.pq import evaluate_pq
+    from sgdask.report.writers import write_reports
+
+    options = storage_options(storage_option)
+    coco_panoptic_inputs(gt, gt_masks, pred, pred_masks, options)
+    if out:
+        check_output_outside_stores(out, options)
+    start = time.perf_counter()
+    assert gt_masks is not None and pred_masks is not None  # checked above
+    with dask_client(None, cluster) as client:
+        report = evaluate_pq(gt, gt_masks, pred, pred_masks, client, options,
+                             ArchiveLimits.from_pairs(limit))
+    _print_pq(report)
+    err_console.print(f"evaluated in {time.perf_counter() - start:.1f} s")
+    if out:
+        for path in write_reports({report.protocol["name"]: report}, out, options):
+            err_console.print(f"wrote {path}")
+
+
+def _print_pq(report: Any) -> None:
+    """Panoptic quality as panopticapi prints it: PQ, SQ, RQ (%) and the number of
+    categories, for all, things and stuff; then the notes."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from sgdask.cli.console import out_console
+
+    out_console.print(escape(report.heading))
+    table = Table()
+    for name in ("", "PQ", "SQ", "RQ", "N"):
+        table.add_column(name, justify="right" if name else "left")
+    groups = {"": "All", "_th": "Things", "_st": "Stuff"}
+    things = {"": None, "_th": True, "_st": False}
+    for suffix, group in groups.items():
+        if "PQ" + suffix not in report.metrics:
+            continue
+        n = sum(1 for row in report.per_category if row["PQ"] is not None
+                and things[suffix] in (None, row["isthing"]))
+        table.add_row(group, *(f"{100 * report.metrics[m + suffix]:.1f}"
+                               for m in ("PQ", "SQ", "RQ")), str(n))
+    out_console.print(table)
+    for note in report.notes:
+        out_console.print(escape(f"note: {note}"))
 
 
 def _gt_store(gt: str, masks: str | None, cache_dir: str | None, options: Any,

@@ -215,10 +215,26 @@ def _validate_sgbench(url: str, gt: str | None, options: StorageOptions | None,
     return validate_submission(url, gt, options, limits, max_problems)
 
 
+def _is_coco_panoptic(head: bytes, name: str) -> bool:
+    """A JSON object whose first key is ``annotations`` (within ``HEAD_BYTES``;
+    ``sniff`` looks further, for ``segments_info``)."""
+    return b"".join(head.split()).startswith(b'{"annotations"')
+
+
+def _scored_as_is(url: str, *args: Any, **kwargs: Any) -> Any:
+    """COCO panoptic predictions are neither converted nor opened as a scene graph
+    submission: ``evaluate`` scores their panoptic quality (``sgdask.pq``)."""
+    raise SgdaskError(f"{url}: COCO panoptic predictions are scored as they are, for "
+                      "panoptic quality: sgdask evaluate ", Option("pred"), " with ",
+                      Option("pred_masks", "DIR"), ", ", Option("gt"), " GT.json and ",
+                      Option("gt_masks", "DIR"))
+
+
 SGBENCH, RESULTS, PSG, VG150, OIV6 = ("sgbench", "results", "psg-json", "vg150-h5",
                                        "oiv6-json")
+COCO_PANOPTIC = "coco-panoptic"
 #: the formats sgdask itself reads (``sgdask.io.sniff`` knows their files by content)
-BUILT_IN = frozenset({SGBENCH, RESULTS, PSG, VG150, OIV6})
+BUILT_IN = frozenset({SGBENCH, RESULTS, PSG, VG150, OIV6, COCO_PANOPTIC})
 
 register(Format(
     PSG, GT, lambda head, name: True,
@@ -244,3 +260,7 @@ register(Format(
     ("boxes", "masks", "instance_scores", "graph", "ng"),
     "schemas/results.md", _convert_results, _open_results,
     options=("method", "instance_scores")))
+register(Format(
+    COCO_PANOPTIC, SUBMISSION, _is_coco_panoptic, ("masks",),
+    "COCO panoptic format (panopticapi): JSON + PNGs, sgdask/io/coco_panoptic.py",
+    _scored_as_is, _scored_as_is))

@@ -37,6 +37,10 @@ from sgdask.io.store import MANIFEST, StoreReader, store_kind
     "sgbench zip", "mask zip", "npz", "zip", "sgbench json", "psg json", "vg dicts",
     "oi annotations", "oi categories", "json", "vg h5", "pickle", "parquet", "image", "empty",
     "other")
+#: COCO panoptic files (``sgdask.io.coco_panoptic``): segments (a prediction, or a GT whose
+#: ``annotations`` come first), or a COCO JSON whose image list comes first
+COCO_PANOPTIC, COCO_JSON = "coco panoptic", "coco json"
+_COCO_KEYS = {"images", "file_name"}
 #: bytes read to recognise a JSON file by its keys, or any file by its magic bytes
 _HEAD = 64 << 10
 _IMAGES = {b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image",
@@ -170,6 +174,12 @@ def _json(head: bytes) -> Found:
     """A JSON object by its first key (psg.json starts with its huge ``data`` list, so the
     first key decides), else by the keys in its first bytes."""
     keys = [k.decode() for k in _KEY.findall(head)]
+    from sgdask.io.coco_panoptic import is_coco_panoptic
+
+    if is_coco_panoptic(head):
+        return Found(COCO_PANOPTIC, "COCO panoptic segments (JSON)")
+    if keys[:1] in (["info"], ["images"], ["licenses"]) and set(keys) >= _COCO_KEYS:
+        return Found(COCO_JSON, "a COCO JSON file")
     if set(keys) >= _OI_CATEGORY_KEYS:
         return Found(OI_CATEGORIES, "Open Images V6's categories_dict.json")
     for key in keys[:1] + keys:
@@ -256,6 +266,9 @@ def _hint(kind: str, role: str) -> Text | None:
         return ("pass it to sgdask ingest-gt as ", Option("dicts"))
     if kind == OI_CATEGORIES:
         return ("pass it to sgdask ingest-gt as ", Option("categories"))
+    if kind == COCO_PANOPTIC:
+        return ("scored for panoptic quality by sgdask evaluate ", Option("pred"), " with ",
+                Option("pred_masks", "DIR"))
     if kind == MASK_ZIP:
         return ("masks need ", Option("gt_masks"), ": unzip it and pass the directory")
     if kind == PNG_DIR:
@@ -340,3 +353,27 @@ def unscorable(head: bytes, name: str) -> str | None:
             and f.recognises(head[:HEAD_BYTES], name) for f in FORMATS.values()):
         return None
     return f"{name}: {found.what}, not a submission (expected an SGBench ZIP or JSON)"
+
+
+def coco_panoptic_inputs(gt: str, gt_masks: str | None, pred: str, pred_masks: str | None,
+                         options: StorageOptions | None = None) -> None:
+    """``evaluate``'s COCO panoptic inputs checked before any work: the predictions' JSON
+    and PNG folder, a COCO panoptic GT JSON (its ``annotations`` may come after a long
+    ``images`` list: then its reader checks them) and its PNG folder."""
+    found = existing(pred, options)
+    if found.kind != COCO_PANOPTIC:
+        raise InputError(str(pred), f"{found.what}, where COCO panoptic predictions (JSON "
+                         "with segments_info) are expected",
+                         expected=Hint(("drop ", Option("pred_masks"), ": it is only for "
+                                        "COCO panoptic predictions")))
+    given = existing(gt, options)
+    if given.kind not in (COCO_PANOPTIC, COCO_JSON):
+        raise InputError(str(gt), f"{given.what}, where a COCO panoptic GT JSON is expected "
+                         "with COCO panoptic predictions")
+    for option, folder in (("pred_masks", pred_masks), ("gt_masks", gt_masks)):
+        if folder is None:
+            raise InputError(str(pred), "COCO panoptic predictions without their PNGs",
+                             expected=Hint(("pass ", Option("pred_masks", "DIR"), " and ",
+                                            Option("gt_masks", "DIR"))))
+        if existing(folder, options).kind not in (PNG_DIR, DIRECTORY):
+            raise InputError(str(folder), "not a directory", field=Option(option))

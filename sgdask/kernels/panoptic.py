@@ -124,3 +124,118 @@ def missing_panoptic_hits(gt: ImageGT) -> PanopticHits:
     gt_labels = np.asarray(gt.labels, dtype=np.int64)
     return PanopticHits(NOTHING, NOTHING, NOTHING, NOTHING,
                         gt_labels[~np.asarray(gt.crowd, dtype=bool)])
+
+
+# ------------------------------------------------- two panoptic PNGs (COCO panoptic files)
+
+
+@njit(**JIT)
+def _segment_of(rgb: np.ndarray, i: int, j: int) -> int:
+    """The segment id of pixel (i, j) of a panoptic RGB image: R + 256 G + 65536 B."""
+    return int(rgb[i, j, 0]) + 256 * int(rgb[i, j, 1]) + 65536 * int(rgb[i, j, 2])
+
+
+@njit(**JIT)
+def _position(sorted_ids: np.ndarray, order: np.ndarray, segment: int, missing: int) -> int:
+    """The JSON position of ``segment`` (``missing`` when it is not listed)."""
+    at = np.searchsorted(sorted_ids, segment)
+    if at < len(sorted_ids) and sorted_ids[at] == segment:
+        return order[at]
+    return missing
+
+
+@njit(**JIT)
+def pair_areas(gt_rgb: np.ndarray, gt_ids: np.ndarray, pred_rgb: np.ndarray,
+               pred_ids: np.ndarray) -> tuple[np.ndarray, int]:
+    """The pixels each (predicted, GT) pair of segments shares, from two panoptic RGB
+    images and the segment ids their JSON lists (in its order): rows are the predicted
+    segments, then VOID (id 0); columns the GT segments, then VOID, then ids the GT's JSON
+    does not list. Returns the table and the first id the prediction's PNG holds but its
+    JSON does not list (-1: none). Runs of one colour are looked up once."""
+    n_pred, n_gt = len(pred_ids), len(gt_ids)
+    pred_order, gt_order = np.argsort(pred_ids), np.argsort(gt_ids)
+    pred_sorted, gt_sorted = pred_ids[pred_order], gt_ids[gt_order]
+    table = np.zeros((n_pred + 1, n_gt + 2), dtype=np.int64)
+    height, width = gt_rgb.shape[0], gt_rgb.shape[1]
+    last_pred, last_gt, p, g = -1, -1, n_pred, n_gt
+    for i in range(height):
+        for j in range(width):
+            segment = _segment_of(pred_rgb, i, j)
+            if segment != last_pred:
+                last_pred = segment
+                p = n_pred if segment == 0 else _position(pred_sorted, pred_order, segment, -1)
+                if p < 0:
+                    return table, segment
+            segment = _segment_of(gt_rgb, i, j)
+            if segment != last_gt:
+                last_gt = segment
+                g = n_gt if segment == 0 else _position(gt_sorted, gt_order, segment, n_gt + 1)
+            table[p, g] += 1
+    return table, -1
+
+
+@njit(**JIT)
+def _table_counts(table: np.ndarray, labels: np.ndarray, gt_labels: np.ndarray,
+                  gt_area: np.ndarray, crowd: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``_counts`` from a ``pair_areas`` table, as panopticapi's ``pq_compute_single_core``
+    counts: a prediction's area is its pixel count, a GT segment's the JSON's ``area``,
+    the union leaves out the prediction's pixels on VOID (GT id 0)."""
+    n_pred, n_gt = len(labels), len(gt_labels)
+    area = table[:n_pred].sum(axis=1)
+    void = table[:n_pred, n_gt]
+    tp_category = np.empty(n_pred * n_gt, dtype=np.int64)
+    tp_inter = np.empty(n_pred * n_gt, dtype=np.int64)
+    tp_union = np.empty(n_pred * n_gt, dtype=np.int64)
+    pred_matched = np.zeros(n_pred, dtype=np.bool_)
+    gt_matched = np.zeros(n_gt, dtype=np.bool_)
+    k = 0
+    for p in range(n_pred):
+        for g in range(n_gt):
+            shared = table[p, g]
+            if shared == 0 or crowd[g] or labels[p] != gt_labels[g]:
+                continue
+            union = area[p] + gt_area[g] - shared - void[p]
+            if 2 * shared > union:
+                tp_category[k], tp_inter[k], tp_union[k] = gt_labels[g], shared, union
+                pred_matched[p] = gt_matched[g] = True
+                k += 1
+    n_categories = 1
+    for c in labels:
+        n_categories = max(n_categories, c + 1)
+    for c in gt_labels:
+        n_categories = max(n_categories, c + 1)
+    crowd_of = np.full(n_categories, -1, dtype=np.int64)
+    fn_category = np.empty(n_gt, dtype=np.int64)
+    n_fn = 0
+    for g in range(n_gt):
+        if gt_matched[g]:
+            continue
+        if crowd[g]:
+            crowd_of[gt_labels[g]] = g
+        else:
+            fn_category[n_fn] = gt_labels[g]
+            n_fn += 1
+    fp_category = np.empty(n_pred, dtype=np.int64)
+    n_fp = 0
+    for p in range(n_pred):
+        if pred_matched[p]:
+            continue
+        ignored = void[p]
+        if crowd_of[labels[p]] >= 0:
+            ignored += table[p, crowd_of[labels[p]]]
+        if not 2 * ignored > area[p]:
+            fp_category[n_fp] = labels[p]
+            n_fp += 1
+    return (tp_category[:k], tp_inter[:k], tp_union[:k], fp_category[:n_fp],
+            fn_category[:n_fn])
+
+
+def table_hits(table: np.ndarray, labels: np.ndarray, gt_labels: np.ndarray,
+               gt_area: np.ndarray, crowd: np.ndarray) -> PanopticHits:
+    """One image's counts from its ``pair_areas`` table, the predicted segments'
+    categories and the GT segments' categories, areas and crowd flags (JSON order)."""
+    found = _table_counts(table, np.asarray(labels, dtype=np.int64),
+                          np.asarray(gt_labels, dtype=np.int64),
+                          np.asarray(gt_area, dtype=np.int64), np.asarray(crowd, dtype=np.bool_))
+    return PanopticHits(*found, False)
