@@ -640,10 +640,10 @@ def evaluate_protocols(gt: str, pred: str, protocols: str | None = None, *,
     against ``gt`` under several ``protocols`` in one pass over the data.
 
     ``settings``: the evaluation's settings record (default ``Settings()``); ``fields``:
-    keyword overrides of its fields (``ks="20,50"``, ``tau=1.0``, ``ci=0.95``: bootstrap
-    intervals, the same resamples for every protocol); ``states``: the reports keep their
-    families' final states (``Report.states``), which later intervals or paired tests
-    read."""
+    keyword overrides of its fields (``ks="20,50"`` or ``ks=[20, 50]``, ``tau=1.0``,
+    ``ci=0.95``: bootstrap intervals, the same resamples for every protocol); ``states``:
+    the reports keep their families' final states (``Report.states``), which later
+    intervals or paired tests read."""
     if protocols is not None:
         fields["protocols"] = protocols
     settings = (settings or Settings()).with_fields(**fields)

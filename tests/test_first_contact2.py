@@ -411,3 +411,11 @@ def test_convert_counts_the_images_it_converts(capsys, tiny, tmp_path):
     assert code == 0, err
     n = json.loads((tmp_path / "pred" / "manifest.json").read_text())["n_images"]
     assert re.search(rf"converting images .* {n} images \d+:\d\d:\d\d", err), err
+
+
+def test_an_empty_upload_is_refused_as_empty():
+    from sgdask.io.sniff import unscorable
+
+    assert unscorable(b"", "submission.zip") == (
+        "submission.zip: an empty file (0 bytes), not a submission (expected an SGBench ZIP "
+        "or JSON)")
