@@ -93,7 +93,8 @@ def _row(series: list[Measurement], n_images: int, reference_wall: float) -> dic
 
 
 def render(n_images: int, rows: list[dict[str, Any]], agree: dict[str, dict[str, Any]],
-           targets: list[tuple[str, str, bool]], env: dict[str, Any]) -> str:
+           targets: list[tuple[str, str, bool | None]], env: dict[str, Any]) -> str:
+    """The table; a target ``None`` is a figure beside the targets, not one of them."""
     lines = [f"# Panoptic quality row: COCO panoptic predictions, {n_images} generated "
              "640x480 images", "",
              f"Machine: {env.get('cpu', '?')}, {env.get('cores', '?')} core(s); load "
@@ -106,7 +107,8 @@ def render(n_images: int, rows: list[dict[str, Any]], agree: dict[str, dict[str,
     lines += [""] + [f"Agreement with R, {name}: {a['metrics']} metrics, max |difference| "
                      f"{a['max_abs_difference']:.3g}" for name, a in agree.items()]
     lines += ["", "| target | measured | met |", "|---|---|---|"]
-    lines += [f"| {name} | {measured} | {'yes' if met else '**no**'} |"
+    lines += [f"| {name} | {measured} | "
+              f"{'-' if met is None else 'yes' if met else '**no**'} |"
               for name, measured, met in targets]
     return "\n".join(lines) + "\n"
 
@@ -133,10 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     speedup, cpu_ratio = rows[2]["ratio"], rows[0]["cpu"] / rows[2]["cpu"]
     targets = [("B >= 5x faster than R (median wall, whole process)", f"{speedup:.1f}x",
                 speedup >= 5),
-               ("B against R by CPU seconds (other users' load inflates both walls)",
-                f"{cpu_ratio:.1f}x", cpu_ratio >= 5),
-               ("B against H (median wall; > 1: B faster)",
-                f"{rows[1]['wall'] / rows[2]['wall']:.2f}x", True),
+               ("(beside the target) B against R by CPU seconds: other users' load "
+                "inflates both walls, unevenly", f"{cpu_ratio:.1f}x", None),
+               ("(beside the target) H's wall / B's wall: above 1, B is faster",
+                f"{rows[1]['wall'] / rows[2]['wall']:.2f}x", None),
+               ("(beside the target) H's CPU s / B's CPU s",
+                f"{rows[1]['cpu'] / rows[2]['cpu']:.2f}x", None),
                ("PQ, SQ, RQ (all, things, stuff) of B equal R's to 1e-9",
                 f"max {agree['B']['max_abs_difference']:.3g}", agree["B"]["agree"])]
     text = render(args.images, rows, agree, targets, env)

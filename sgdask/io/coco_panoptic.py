@@ -169,4 +169,4 @@ def panoptic_pixels(masks_dir: str, segments: Segments, options: StorageOptions 
     except Exception as err:  # PIL raises many types for corrupt data
         raise InputError(url, f"not a readable PNG ({type(err).__name__})",
                          image=segments.image_id) from None
-    return rgb
+    return np.ascontiguousarray(rgb)

@@ -176,7 +176,7 @@ def _json(head: bytes) -> Found:
     keys = [k.decode() for k in _KEY.findall(head)]
     from sgdask.io.coco_panoptic import is_coco_panoptic
 
-    if is_coco_panoptic(head):
+    if is_coco_panoptic(head) and not set(keys) & _PSG_KEYS:
         return Found(COCO_PANOPTIC, "COCO panoptic segments (JSON)")
     if keys[:1] in (["info"], ["images"], ["licenses"]) and set(keys) >= _COCO_KEYS:
         return Found(COCO_JSON, "a COCO JSON file")
