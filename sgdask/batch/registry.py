@@ -126,7 +126,10 @@ class Registry:
         is written first: a record whose entry is missing is skipped by ``team_entries``."""
         self._index(entry)
         path = join(self.path, "entries", f"{entry.submission_id}.json")
-        if not create_exclusive(self.fs, path, json.dumps(asdict(entry), indent=1).encode()):
+        doc = asdict(entry)
+        if doc["moved_from"] is None:  # written only when set: older readers read the rest
+            del doc["moved_from"]
+        if not create_exclusive(self.fs, path, json.dumps(doc, indent=1).encode()):
             raise SgdaskError(f"{path}: submission id already registered")
 
     def team_entries(self, team: str | None) -> list[Entry]:

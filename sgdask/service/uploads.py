@@ -419,7 +419,7 @@ def sweep_orphans(registry: Registry, lease: float, watch: MarkerWatch) -> list[
     marker that beat within that time, so with several servers on one registry nothing
     alive is touched; and the stores dead conversions left. Returns the names deleted."""
     cutoff = datetime.now(UTC) - timedelta(seconds=SWEEP_LEASES * lease)
-    alive = _beating(registry, SWEEP_LEASES * lease, watch)
+    alive = _beating(registry, SWEEP_LEASES * lease, watch, None)
     swept = []
     for folder, id_of in ((PARTIAL, _partial_id), (IN_FLIGHT, _stem_id), ("", _stem_id)):
         for info in _files(registry, folder):
