@@ -30,6 +30,7 @@ import json
 import math
 import secrets
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -89,6 +90,9 @@ from sgdask.service.uploads import (
 TOKEN_COOKIE, CSRF_COOKIE = "sgdask_token", "sgdask_csrf"
 DEFAULT_MAX_UPLOAD_MB = 2048
 PAGE_SIZE, MAX_PAGE_SIZE = 100, 1000  # GET /api/submissions?limit=N&after=ID
+#: a team refused for its registered submissions alone is refused again from memory this
+#: long (no storage read: a team flooding refused uploads costs the server little)
+REFUSAL_SECONDS = 5.0
 PAGE_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
             f"script-src '{pages.SCRIPT_HASH}'; form-action 'self'; frame-ancestors 'none'; "
             "base-uri 'none'")
@@ -136,6 +140,13 @@ class Service:
         self.team_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.watch = MarkerWatch()  # when this server saw each in-flight marker beat
         self.slow = slow
+        #: (phase, team) -> (until, refusal): teams at a count limit (``REFUSAL_SECONDS``)
+        self.refused: dict[tuple[str, str], tuple[float, LimitReached]] = {}
+
+    def refusal(self, phase: Phase, account: Account | None) -> LimitReached | None:
+        """The team's recent refusal that still stands, if any."""
+        until, err = self.refused.get((phase.name, team_of(account)), (0.0, None))
+        return err if time.monotonic() < until else None
 
     def team_lock(self, phase: Phase, account: Account | None) -> asyncio.Lock:
         """The lock a team's limits are checked and its entries added under, in a phase:
@@ -395,7 +406,15 @@ def _team_limits(svc: Service, account: Account | None, submission_id: str, phas
     others = [sid for sid in uploads_in_flight(registry, svc.config.lease, svc.watch,
                                                team_of(account))
               if sid != submission_id and sid not in registered]
-    check_limits(account, subs, phase.limits, now, in_flight=len(others), starting=starting)
+    try:
+        check_limits(account, subs, phase.limits, now, in_flight=len(others),
+                     starting=starting)
+    except LimitReached as err:
+        if not others:  # its submissions alone: it stands until one fails or ages out
+            frees = REFUSAL_SECONDS if err.next_allowed is None else \
+                min(REFUSAL_SECONDS, (err.next_allowed - now).total_seconds())
+            svc.refused[(phase.name, team_of(account))] = (time.monotonic() + frees, err)
+        raise
 
 
 class _InFlight:
@@ -415,6 +434,9 @@ class _InFlight:
         servers racing for a team's last slot cannot both get it); refused: unmarked
         before the team's lock is let go."""
         self.team = team_of(account)
+        standing = self.svc.refusal(phase, account)
+        if standing is not None:
+            raise LimitReached(standing.message, standing.next_allowed)
         async with self.svc.team_lock(phase, account):
             self.registry = self.svc.registries[phase.name]
             await self.svc.run(mark_in_flight, self.registry, self.id, self.team)
