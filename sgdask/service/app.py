@@ -144,9 +144,13 @@ class Service:
         self.refused: dict[tuple[str, str], tuple[float, LimitReached]] = {}
 
     def refusal(self, phase: Phase, account: Account | None) -> LimitReached | None:
-        """The team's recent refusal that still stands, if any."""
+        """The team's recent refusal that still stands, if any (within its seconds, and
+        before the time it names by the service's clock)."""
         until, err = self.refused.get((phase.name, team_of(account)), (0.0, None))
-        return err if time.monotonic() < until else None
+        if err is None or time.monotonic() >= until or (
+                err.next_allowed is not None and self.config.clock() >= err.next_allowed):
+            return None
+        return err
 
     def team_lock(self, phase: Phase, account: Account | None) -> asyncio.Lock:
         """The lock a team's limits are checked and its entries added under, in a phase:
@@ -411,9 +415,8 @@ def _team_limits(svc: Service, account: Account | None, submission_id: str, phas
                      starting=starting)
     except LimitReached as err:
         if not others:  # its submissions alone: it stands until one fails or ages out
-            frees = REFUSAL_SECONDS if err.next_allowed is None else \
-                min(REFUSAL_SECONDS, (err.next_allowed - now).total_seconds())
-            svc.refused[(phase.name, team_of(account))] = (time.monotonic() + frees, err)
+            svc.refused[(phase.name, team_of(account))] = (time.monotonic() + REFUSAL_SECONDS,
+                                                            err)
         raise
 
 
