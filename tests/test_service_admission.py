@@ -478,9 +478,9 @@ def test_listings_page_and_old_registries_are_indexed_at_start(tiny, tmp_path):
         everything = httpx.get(f"{app.base}/api/submissions?limit=1000",
                                headers=auth(app.tokens["lab"]), timeout=30)
         assert [d["id"] for d in everything.json()] == ids and "link" not in everything.headers
-        for bad in ("0", "1001", "x"):
-            refused = httpx.get(f"{app.base}/api/submissions?limit={bad}", headers=team,
-                                timeout=30)
+        for bad in ("limit=0", "limit=1001", "limit=x", "after=x",
+                    f"after={ids[5]}"):                  # team-b's
+            refused = httpx.get(f"{app.base}/api/submissions?{bad}", headers=team, timeout=30)
             assert refused.status_code == 400, bad
 
 

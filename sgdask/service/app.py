@@ -844,8 +844,10 @@ def submissions_page(svc: Service, account: Account, after: str | None, size: in
                for p in registry.listing("entries")] if account.is_maintainer else \
             [e.submission_id for e in registry.team_entries(account.team)]
         keys += [(phase, sid) for sid in sorted(ids)]
-    start = next((i + 1 for i, (_, sid) in enumerate(keys) if sid == after), 0) \
+    start = next((i + 1 for i, (_, sid) in enumerate(keys) if sid == after), None) \
         if after else 0
+    if start is None:
+        raise Refusal(400, "after: not a submission of this listing")
     page = []
     for phase, sid in keys[start:start + size]:
         sub = submission(svc.registries[phase.name], sid)
