@@ -13,6 +13,8 @@ Visibility (a team hiding its result) is a second append-only log, ``URL/visibil
 the service keeps three more: a team's choice for the board (``URL/chosen/<team>/``),
 baselines maintainers marked (``URL/baselines/<id>/``) and what maintainers did to a phase
 (``URL/actions/host/``: revealing its scores).
+``URL/teams/<team key>/<id>.json`` indexes the entries by team (written by ``add`` before the
+entry), so a team's limits are checked by reading its own entries, never the whole registry.
 Every file is immutable once written, so a long-lived reader caches what it has read.
 """
 
@@ -51,6 +53,9 @@ class Entry:
     description: str | None = None
     code: str | None = None
     external_data: bool | None = None
+    #: ``PHASE/ID`` of the submission a maintainer's ``move`` copied this one from (a copy
+    #: does not count against the team's limits)
+    moved_from: str | None = None
 
 
 # Statuses an entry moves through in the service's queue; ``evaluated`` (scored and cached,
@@ -62,12 +67,23 @@ RANKABLE = frozenset({"ready", "evaluated", "ranked"})
 STAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
+#: the index folder of entries without a team (``sgdask submit --registry``, open uploads)
+NO_TEAM = "-"
+
+
 def utc_now() -> str:
     return datetime.now(UTC).strftime(STAMP_FORMAT)
 
 
 def parse_stamp(stamp: str) -> datetime:
     return datetime.strptime(stamp, STAMP_FORMAT).replace(tzinfo=UTC)
+
+
+def team_key(team: str | None) -> str:
+    """The team's index folder name: a hash (team names are free text, never a path)."""
+    if team is None:
+        return NO_TEAM
+    return hashlib.sha256(team.encode()).hexdigest()[:24]
 
 
 class Registry:
@@ -106,10 +122,41 @@ class Registry:
         return self._read[path]
 
     def add(self, entry: Entry) -> None:
-        """Write an entry; never overwrites one (exclusive create)."""
+        """Write an entry; never overwrites one (exclusive create). Its team's index record
+        is written first: a record whose entry is missing is skipped by ``team_entries``."""
+        self._index(entry)
         path = join(self.path, "entries", f"{entry.submission_id}.json")
-        if not create_exclusive(self.fs, path, json.dumps(asdict(entry), indent=1).encode()):
+        doc = asdict(entry)
+        if doc["moved_from"] is None:  # written only when set: older readers read the rest
+            del doc["moved_from"]
+        if not create_exclusive(self.fs, path, json.dumps(doc, indent=1).encode()):
             raise SgdaskError(f"{path}: submission id already registered")
+
+    def team_entries(self, team: str | None) -> list[Entry]:
+        """The entries of ``team`` (None: those without a team) as written, oldest first:
+        read through the team's index, so the cost grows with the team's entries only."""
+        out = []
+        for path in self.listing(join("teams", team_key(team))):
+            entry = self.entry(path.rsplit("/", 1)[-1].removesuffix(".json"))
+            if entry is not None and entry.team == team:
+                out.append(entry)
+        return sorted(out, key=lambda e: (e.submitted_at, e.submission_id))
+
+    def index_teams(self) -> int:
+        """Index the entries that have no team index record yet (a registry written before
+        the index existed); returns how many were indexed. Run once when a server starts."""
+        indexed = {p.rsplit("/", 1)[-1] for p in self.listing("teams")}
+        missing = [p for p in self.listing("entries") if p.rsplit("/", 1)[-1] not in indexed]
+        for path in missing:
+            if path not in self._read:
+                self._read[path] = parse_entry(self.read_bytes(path), path)
+            self._index(self._read[path])
+        return len(missing)
+
+    def _index(self, entry: Entry) -> None:
+        path = join(self.path, "teams", team_key(entry.team), f"{entry.submission_id}.json")
+        create_exclusive(self.fs, path, json.dumps({"submission_id": entry.submission_id,
+                                                    "team": entry.team}).encode())
 
     def rankable(self) -> list[Entry]:
         """The entries rerank puts on the board: converted or scored, and not hidden."""

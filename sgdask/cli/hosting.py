@@ -180,11 +180,13 @@ BenchmarkFile = Annotated[str | None, typer.Option(
     "limits and boards); replaces --gt, --title and the limits")]
 
 
-def _team_limits(daily: int, total: int, concurrent: int = 0) -> TeamLimits:
+def _team_limits(daily: int, total: int, concurrent: int = 0, upload_seconds: float = 0
+                 ) -> TeamLimits:
     """The per-team limits the options give (0: no limit)."""
     from sgdask.service.limits import Limits
 
-    return Limits(daily or None, total or None, concurrent or None)
+    return Limits(daily or None, total or None, concurrent or None,
+                  upload_seconds=upload_seconds or None)
 
 
 def serve(registry: Registry, out: Board,
@@ -210,6 +212,16 @@ def serve(registry: Registry, out: Board,
               min=0, metavar="N", rich_help_panel=_ACCOUNTS,
               help="uploads per team streaming in at once, on every server (0: no limit)")]
           = 5,
+          upload_seconds: Annotated[float, typer.Option(
+              min=0, metavar="SECONDS", rich_help_panel=_HTTP,
+              help="time an upload may take to complete (0: no bound; a benchmark file "
+              "sets it per phase)")] = 300,
+          header_timeout: Annotated[float, typer.Option(
+              min=0.1, metavar="SECONDS", rich_help_panel=_HTTP,
+              help="time a request's headers may take to arrive")] = 10,
+          body_timeout: Annotated[float, typer.Option(
+              min=0.1, metavar="SECONDS", rich_help_panel=_HTTP,
+              help="time an upload's body may send nothing")] = 60,
           open_uploads: OpenUploads = False,
           title: Annotated[str, typer.Option(
               metavar="TEXT", rich_help_panel=_HTTP, help="the leaderboard's title")]
@@ -226,20 +238,21 @@ def serve(registry: Registry, out: Board,
     from sgdask.service.server import serve as run_server
     from sgdask.service.worker import WorkerConfig
 
-    limits = _team_limits(daily_limit, total_limit, concurrent_limit)
+    limits = _team_limits(daily_limit, total_limit, concurrent_limit, upload_seconds)
     if benchmark is None and gt is None:
         raise SgdaskError("serve: give --gt GT (one phase) or --benchmark FILE (phases)")
     phases = load_benchmark(benchmark, registry, out) if benchmark is not None \
         else one_phase(registry, out, gt, limits, title)
     service = ServiceConfig(registry, out, storage_options(storage_option), tokens,
                             max_upload_mb, limits, open_uploads, phases.title, lease,
-                            benchmark=phases if benchmark is not None else None)
+                            benchmark=phases if benchmark is not None else None,
+                            body_timeout=body_timeout)
     workers = [] if no_worker else [
         WorkerConfig.beside(service, phase, poll, max_attempts,
                             ArchiveLimits.from_pairs(limit)) for phase in phases.phases]
     run_server(service, workers, cluster_choice(scheduler, False, None, processes, batch=True,
                                                 cluster=cluster_file, gateway=gateway_url),
-               host, port)
+               host, port, header_timeout=header_timeout)
 
 
 def worker(registry: Registry, out: Board,

@@ -12,7 +12,12 @@ name is only ever displayed (escaped). No answer names a host path either: pages
 show ids and the uploaded file's name; a failure's detail stays in the log.
 
 Uploads streaming in count against their team's limits (``uploads.mark_in_flight``), and
-what dead uploads left is swept every lease (``uploads.sweep_orphans``).
+what dead uploads left is swept every lease (``uploads.sweep_orphans``). A team's limits are
+checked under that team's lock, reading that team's submissions only (the registry's team
+index): one team's uploads never wait on another's. An upload is admitted when its file
+part starts (its slot taken, or 429 and the slot given back at once) and registered when
+it completes: the phase's dates are checked again then, and its ``submitted_at`` is that
+moment.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import json
 import math
 import secrets
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -63,10 +69,16 @@ from sgdask.service.queue import (
     new_id,
     submission,
     submissions,
+    team_submissions,
     upload_url,
 )
 from sgdask.service.tokens import Account, TokenBook
 from sgdask.service.uploads import (
+    BODY_TIMEOUT,
+    Body,
+    MarkerWatch,
+    SlowClients,
+    TooSlow,
     UploadSink,
     mark_in_flight,
     receive,
@@ -77,6 +89,10 @@ from sgdask.service.uploads import (
 
 TOKEN_COOKIE, CSRF_COOKIE = "sgdask_token", "sgdask_csrf"
 DEFAULT_MAX_UPLOAD_MB = 2048
+PAGE_SIZE, MAX_PAGE_SIZE = 100, 1000  # GET /api/submissions?limit=N&after=ID
+#: a team refused for its registered submissions alone is refused again from memory this
+#: long (no storage read: a team flooding refused uploads costs the server little)
+REFUSAL_SECONDS = 5.0
 PAGE_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
             f"script-src '{pages.SCRIPT_HASH}'; form-action 'self'; frame-ancestors 'none'; "
             "base-uri 'none'")
@@ -99,6 +115,8 @@ class ServiceConfig:
     benchmark: Benchmark | None = None
     #: what time it is: the phases' dates and the limits read it (tests set it)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    #: seconds a request body may send nothing before the upload is dropped
+    body_timeout: float = BODY_TIMEOUT
 
     @property
     def max_upload_bytes(self) -> int:
@@ -113,13 +131,31 @@ class ServiceConfig:
 class Service:
     """What every handler shares."""
 
-    def __init__(self, config: ServiceConfig) -> None:
+    def __init__(self, config: ServiceConfig, slow: SlowClients) -> None:
         self.config = config
         self.benchmark = config.challenge
         self.registries = {p.name: Registry(p.registry, config.storage_options)
                            for p in self.benchmark.phases}
         self.tokens = TokenBook(config.tokens)
-        self.register_lock = asyncio.Lock()  # limits are checked, entries added under it
+        self.team_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.watch = MarkerWatch()  # when this server saw each in-flight marker beat
+        self.slow = slow
+        #: (phase, team) -> (until, refusal): teams at a count limit (``REFUSAL_SECONDS``)
+        self.refused: dict[tuple[str, str], tuple[float, LimitReached]] = {}
+
+    def refusal(self, phase: Phase, account: Account | None) -> LimitReached | None:
+        """The team's recent refusal that still stands, if any (within its seconds, and
+        before the time it names by the service's clock)."""
+        until, err = self.refused.get((phase.name, team_of(account)), (0.0, None))
+        if err is None or time.monotonic() >= until or (
+                err.next_allowed is not None and self.config.clock() >= err.next_allowed):
+            return None
+        return err
+
+    def team_lock(self, phase: Phase, account: Account | None) -> asyncio.Lock:
+        """The lock a team's limits are checked and its entries added under, in a phase:
+        one per team, so one team's uploads never wait on another's."""
+        return self.team_locks.setdefault((phase.name, team_of(account)), asyncio.Lock())
 
     def phase(self, name: str | None) -> Phase:
         """The phase named (None: the current one), or a 404."""
@@ -293,9 +329,9 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
     """Stream an upload into the registry and register it; returns the submission and
     the token that was used (for the form's cookie). Raises Refusal / LimitReached."""
     config = svc.config
-    submitted_at = config.clock().strftime(STAMP_FORMAT)
-    submission_id = new_id(submitted_at)
+    submission_id = new_id(config.clock().strftime(STAMP_FORMAT))
     slot = _InFlight(svc, submission_id)
+    body = Body(request, config.body_timeout)
     chosen: list[Phase] = []  # the phase the fields before the file name
 
     def who(fields: dict[str, str]) -> tuple[Account | None, str | None]:
@@ -313,11 +349,18 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
         check_phase(phase, fields.get("board") or "public", config.clock(),
                     await svc.run(svc.done, phase, "close"))
         chosen[:] = [phase]
+        body.limit_to(phase.limits.upload_seconds)
         await slot.take(account, chosen[0])
         return UploadSink(svc.registries[chosen[0].name], submission_id)
 
     try:
-        upload = await receive(request, config.max_upload_bytes, start_file)
+        try:
+            upload = await receive(request, body, config.max_upload_bytes, start_file,
+                                   slot.release)
+        except TooSlow as err:
+            client = request.client.host if request.client else "a client"
+            svc.slow.drop(f"{client}: {err}")
+            raise
         assert upload.sink is not None
         try:
             account, used = who(upload.fields)
@@ -332,8 +375,13 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
                                                   "external_data")}
             phase = chosen[0]
             registry = svc.registries[phase.name]
-            async with svc.register_lock:
-                await svc.run(_team_limits, svc, account, submission_id, phase)
+            completed = config.clock()  # the phase's dates hold when the last byte came
+            check_phase(phase, fields.get("board") or "public", completed,
+                        await svc.run(svc.done, phase, "close"))
+            submitted_at = completed.strftime(STAMP_FORMAT)
+            async with svc.team_lock(phase, account):
+                await svc.run(_team_limits, svc, account, submission_id, phase, completed,
+                              False)
                 await svc.run(upload.sink.commit)
                 entry = Entry(submission_id, name, registry.store_url(submission_id),
                               upload_url(registry, submission_id), submitted_at,
@@ -348,38 +396,60 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
     return Submission(entry, []), used
 
 
-def _team_limits(svc: Service, account: Account | None, submission_id: str,
-                 phase: Phase) -> None:
+def _team_limits(svc: Service, account: Account | None, submission_id: str, phase: Phase,
+                 now: datetime, starting: bool) -> None:
     """Raise LimitReached when the team may not add ``submission_id`` to ``phase``: its
     submissions to the phase and its other uploads streaming into the phase on any server
-    sharing the registry count."""
+    sharing the registry count (read through the team index: nothing of other teams)."""
+    if account is not None and account.is_maintainer:
+        return
     registry = svc.registries[phase.name]
-    subs = submissions(registry)
+    subs = team_submissions(registry, account.team if account else None,
+                            phase.limits.since(now), visibility=False)
     registered = {s.id for s in subs}
-    others = [sid for sid, team in uploads_in_flight(registry, svc.config.lease).items()
-              if team == team_of(account) and sid != submission_id and sid not in registered]
-    check_limits(account, subs, phase.limits, svc.config.clock(), in_flight=len(others))
+    others = [sid for sid in uploads_in_flight(registry, svc.config.lease, svc.watch,
+                                               team_of(account))
+              if sid != submission_id and sid not in registered]
+    try:
+        check_limits(account, subs, phase.limits, now, in_flight=len(others),
+                     starting=starting)
+    except LimitReached as err:
+        if not others:  # its submissions alone: it stands until one fails or ages out
+            svc.refused[(phase.name, team_of(account))] = (time.monotonic() + REFUSAL_SECONDS,
+                                                            err)
+        raise
 
 
 class _InFlight:
     """One upload's in-flight marker: written (and the limits checked with it counted)
     before the first byte of the file is stored, rewritten every quarter lease while the
-    file streams in, removed when the upload is registered or refused."""
+    file streams in, removed when the upload is registered or refused (at once: before a
+    refused body is drained)."""
 
     def __init__(self, svc: Service, submission_id: str) -> None:
         self.svc, self.id = svc, submission_id
         self.beating: asyncio.Task | None = None
         self.registry: Registry | None = None  # the phase's, once marked
+        self.team = ""
 
     async def take(self, account: Account | None, phase: Phase) -> None:
         """Mark the upload, then check the limits counting it (written first, so two
-        servers racing for a team's last slot cannot both get it)."""
-        team = team_of(account)
-        async with self.svc.register_lock:
+        servers racing for a team's last slot cannot both get it); refused: unmarked
+        before the team's lock is let go."""
+        self.team = team_of(account)
+        standing = self.svc.refusal(phase, account)
+        if standing is not None:
+            raise LimitReached(standing.message, standing.next_allowed)
+        async with self.svc.team_lock(phase, account):
             self.registry = self.svc.registries[phase.name]
-            await self.svc.run(mark_in_flight, self.registry, self.id, team)
-            await self.svc.run(_team_limits, self.svc, account, self.id, phase)
-        self.beating = asyncio.create_task(self.beat(self.registry, team))
+            await self.svc.run(mark_in_flight, self.registry, self.id, self.team)
+            try:
+                await self.svc.run(_team_limits, self.svc, account, self.id, phase,
+                                   self.svc.config.clock(), True)
+            except BaseException:
+                await self.release()
+                raise
+        self.beating = asyncio.create_task(self.beat(self.registry, self.team))
 
     async def beat(self, registry: Registry, team: str) -> None:
         while True:
@@ -388,12 +458,15 @@ class _InFlight:
                 await self.svc.run(mark_in_flight, registry, self.id, team)
 
     async def release(self) -> None:
+        """Give the slot back (the marker removed); safe to call again."""
         if self.beating is not None:
             self.beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.beating
+            self.beating = None
         if self.registry is not None:
-            await self.svc.run(unmark_in_flight, self.registry, self.id)
+            registry, self.registry = self.registry, None
+            await self.svc.run(unmark_in_flight, registry, self.id, self.team)
 
 
 # --- JSON ----------------------------------------------------------------------------------
@@ -491,15 +564,34 @@ async def api_submission(svc: Service, request: Request) -> Response:
 
 
 async def api_submissions(svc: Service, request: Request) -> Response:
+    """The caller's submissions (every one for maintainers), by phase and then oldest
+    first, a page at a time: ``?limit=N`` (default 100, at most 1000) and ``?after=ID``
+    (the last id of the previous page); a ``Link: <...>; rel="next"`` header while more
+    follow."""
     account = svc.tokens.account(bearer(request))
     if account is None:
         raise Refusal(401, "token: missing or unknown")
-    found = await svc.run(own_submissions, svc, account)
-    ranks = {p.name: await svc.run(svc.ranks, p) for p in svc.benchmark.phases}
-    scores = {p.name: await svc.run(svc.scores_shown, p, account)
-              for p in svc.benchmark.phases}
+    size = _page_size(request.query_params.get("limit"))
+    after = request.query_params.get("after")
+    if after is not None and not is_submission_id(after):
+        raise Refusal(400, "after: not a submission id")
+    found, more = await svc.run(submissions_page, svc, account, after, size)
+    ranks = {p.name: await svc.run(svc.ranks, p) for p in {p for p, _ in found}}
+    scores = {p.name: await svc.run(svc.scores_shown, p, account) for p in {p for p, _ in found}}
+    headers = {}
+    if more and found:
+        following = request.url.include_query_params(limit=size, after=found[-1][1].id)
+        headers["Link"] = f'<{following}>; rel="next"'
     return JSONResponse([submission_json(request, s, ranks[p.name].get(s.id), account, p,
-                                         scores[p.name]) for p, s in found])
+                                         scores[p.name]) for p, s in found], headers=headers)
+
+
+def _page_size(text: str | None) -> int:
+    if text is None:
+        return PAGE_SIZE
+    if not text.isdigit() or not 1 <= int(text) <= MAX_PAGE_SIZE:
+        raise Refusal(400, f"limit: expected a number of submissions from 1 to {MAX_PAGE_SIZE}")
+    return int(text)
 
 
 async def _json_flag(request: Request, field: str) -> bool:
@@ -653,17 +745,31 @@ def _move_entries(svc: Service, phase: Phase, by: str) -> str:
     target = phases[at + 1]
     source, registry = svc.registries[phase.name], svc.registries[target.name]
     moved = 0
+    baselines = source.baselines()
     for sub in submissions(source):
         if sub.state in ("rejected", "failed"):
             continue
         new = new_id(sub.entry.submitted_at)
         registry.fs.makedirs(join(registry.path, "uploads"), exist_ok=True)
         registry.fs.copy(upload_url(source, sub.id), upload_url(registry, new))
+        _copy_marks(source, registry, sub.id, new, sub.id in baselines)
         registry.add(replace(sub.entry, submission_id=new, url=registry.store_url(new),
                              source=upload_url(registry, new), status="received",
-                             content_hash=""))
+                             content_hash="", moved_from=f"{phase.name}/{sub.id}"))
         moved += 1
     return f"moved {moved} submission(s) from phase {phase.name} to phase {target.name} ({by})"
+
+
+def _copy_marks(source: Registry, target: Registry, old: str, new: str, baseline: bool
+                ) -> None:
+    """A moved copy keeps the marks of its original, written before the copy's entry so it
+    is never shown without them: hidden (by its team or by a maintainer, whose hide only
+    maintainers undo) and baseline (outside the ranking)."""
+    visibility = source.visibility(old)
+    if visibility is not None and visibility["hidden"]:
+        target.set_hidden(new, True, visibility["by"])
+    if baseline:
+        target.set_baseline(new, True, "maintainer:move")
 
 
 def _phase_json(phase: Phase, now: datetime, open_now: bool) -> dict[str, Any]:
@@ -722,8 +828,33 @@ async def change_visibility(svc: Service, request: Request, account: Account | N
 def own_submissions(svc: Service, account: Account) -> list[tuple[Phase, Submission]]:
     """The team's submissions with their phases (every submission for maintainers)."""
     return [(phase, s) for phase in svc.benchmark.phases
-            for s in submissions(svc.registries[phase.name])
-            if account.is_maintainer or s.entry.team == account.team]
+            for s in (submissions(svc.registries[phase.name]) if account.is_maintainer
+                      else team_submissions(svc.registries[phase.name], account.team))]
+
+
+def submissions_page(svc: Service, account: Account, after: str | None, size: int
+                     ) -> tuple[list[tuple[Phase, Submission]], bool]:
+    """Up to ``size`` of the caller's submissions (every one for maintainers) after the
+    one named ``after``, by phase and then oldest first (ids sort by time), and whether
+    more follow. Only the page's submissions are read (a team's ids come from its index,
+    a maintainer's from the entries' names)."""
+    keys: list[tuple[Phase, str]] = []
+    for phase in svc.benchmark.phases:
+        registry = svc.registries[phase.name]
+        ids = [p.rsplit("/", 1)[-1].removesuffix(".json")
+               for p in registry.listing("entries")] if account.is_maintainer else \
+            [e.submission_id for e in registry.team_entries(account.team)]
+        keys += [(phase, sid) for sid in sorted(ids)]
+    start = next((i + 1 for i, (_, sid) in enumerate(keys) if sid == after), None) \
+        if after else 0
+    if start is None:
+        raise Refusal(400, "after: not a submission of this listing")
+    page = []
+    for phase, sid in keys[start:start + size]:
+        sub = submission(svc.registries[phase.name], sid)
+        if sub is not None:
+            page.append((phase, sub))
+    return page, start + size < len(keys)
 
 
 # --- pages ---------------------------------------------------------------------------------
@@ -881,9 +1012,10 @@ async def visibility_post(svc: Service, request: Request, csrf: str) -> Response
 
 
 async def mine_page(svc: Service, request: Request, csrf: str) -> Response:
+    """The team's newest submissions (``PAGE_SIZE``; the API pages through all)."""
     account = cookie_account(svc, request)
     found = await svc.run(own_submissions, svc, account) if account else []
-    return HTMLResponse(pages.mine_page([s for _, s in found], account, csrf))
+    return HTMLResponse(pages.mine_page([s for _, s in found][-PAGE_SIZE:], account, csrf))
 
 
 async def login_form(svc: Service, request: Request, csrf: str) -> Response:
@@ -964,12 +1096,26 @@ def _log_stderr(line: str) -> None:
     print(f"sgdask: {line}", file=sys.stderr, flush=True)
 
 
+async def _index_teams(svc: Service, log: Callable[[str], None]) -> None:
+    """Index the entries a registry holds without a team index record (a registry written
+    before the index existed), before the first upload is taken."""
+    for phase, registry in svc.registries.items():
+        try:
+            indexed = await svc.run(registry.index_teams)
+        except Exception as err:  # an unreachable store: limits read what is indexed
+            log(f"indexing phase {phase}'s entries by team failed: {type(err).__name__}: "
+                f"{err}")
+        else:
+            if indexed:
+                log(f"indexed {indexed} entries of phase {phase} by team")
+
+
 async def _sweep_every(svc: Service, log: Callable[[str], None]) -> None:
     """Sweep every phase's orphaned uploads now and every lease."""
     while True:
         for registry in svc.registries.values():
             try:
-                swept = await svc.run(sweep_orphans, registry, svc.config.lease)
+                swept = await svc.run(sweep_orphans, registry, svc.config.lease, svc.watch)
             except Exception as err:  # an unreachable store: the next sweep
                 log(f"sweeping orphaned uploads failed: {type(err).__name__}: {err}")
             else:
@@ -979,9 +1125,11 @@ async def _sweep_every(svc: Service, log: Callable[[str], None]) -> None:
 
 
 def _with_sweeper(svc: Service, lifespan: Any, log: Callable[[str], None]) -> Any:
-    """The application's lifespan: ``lifespan`` (if any) with the orphan sweeper beside."""
+    """The application's lifespan: the team index completed first, then ``lifespan`` (if any)
+    with the orphan sweeper beside."""
     @asynccontextmanager
     async def run(app: Any) -> AsyncIterator[None]:
+        await _index_teams(svc, log)
         sweeper = asyncio.create_task(_sweep_every(svc, log))
         try:
             if lifespan is None:
@@ -997,7 +1145,8 @@ def _with_sweeper(svc: Service, lifespan: Any, log: Callable[[str], None]) -> An
 
 
 def create_app(config: ServiceConfig, lifespan: Any = None,
-               log: Callable[[str], None] = _log_stderr) -> Any:
+               log: Callable[[str], None] = _log_stderr, slow: SlowClients | None = None
+               ) -> Any:
     routes = [
         Route("/", html(leaderboard_page), methods=["GET"]),
         Route("/submit", html(submit_form), methods=["GET"]),
@@ -1030,7 +1179,7 @@ def create_app(config: ServiceConfig, lifespan: Any = None,
         Route("/api/whoami", api(api_whoami), methods=["GET"]),
         Route("/healthz", health, methods=["GET"]),
     ]
-    svc = Service(config)
+    svc = Service(config, slow or SlowClients(log))
     app = Starlette(routes=routes, lifespan=_with_sweeper(svc, lifespan, log))
     app.state.service = svc
     return SecurityHeaders(app)

@@ -23,7 +23,7 @@ from sgdask.io.fs import join
 from sgdask.io.schemas import BENCHMARK, schema_problem
 from sgdask.metrics import RANK_BY, board_columns, metrics
 from sgdask.service.access import BOARDS, Refusal
-from sgdask.service.limits import Limits
+from sgdask.service.limits import DEFAULT_UPLOAD_SECONDS, Limits
 
 DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -157,7 +157,8 @@ def _phase(path: str, i: int, doc: dict[str, Any], base: Path, registry: str, ou
     return Phase(doc["name"], gt, join(registry, "phases", doc["name"]), join(out, doc["name"]),
                  start, end,
                  Limits(limits.get("per_day", 5) or None, limits.get("total") or None,
-                        limits.get("concurrent", 5) or None, limits.get("per_month") or None),
+                        limits.get("concurrent", 5) or None, limits.get("per_month") or None,
+                        limits.get("upload_seconds", DEFAULT_UPLOAD_SECONDS) or None),
                  tuple(doc.get("boards", BOARDS)), doc.get("visibility", "public"),
                  doc.get("selection", "all"), headline,
                  tuple(doc.get("protocols", BOARD_PROTOCOLS)), tuple(direction.items()),

@@ -2,10 +2,14 @@
 so many uploads streaming at once.
 
 Every submission of the team counts except ``failed`` ones (the service's fault, not the
-team's); rejected ones count, as on hosted leaderboards, so a limit cannot be probed
-around with broken files. Uploads still streaming count too, as if submitted now (they
-become submissions when complete), so a team cannot hold more partial uploads on disk than
-it has submissions left. Maintainers are not limited.
+team's) and copies a maintainer's ``move`` made (``Entry.moved_from``); rejected ones count,
+as on hosted leaderboards, so a limit cannot be probed around with broken files. Uploads
+still streaming count too, as if submitted now (they become submissions when complete), so
+a team cannot hold more partial uploads on disk than it has submissions left. Maintainers
+are not limited.
+
+An upload must also complete within ``upload_seconds`` (its ``submitted_at`` is when it
+completed, and the phase's dates are checked again then).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from sgdask.service.tokens import Account
 WINDOW = timedelta(hours=24)
 MONTH = timedelta(days=30)
 ANONYMOUS = "anonymous"
+DEFAULT_UPLOAD_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,14 @@ class Limits:
     total: int | None = None
     concurrent: int | None = 5  # uploads of one team streaming at the same time
     monthly: int | None = None  # per rolling 30 days
+    #: seconds an upload may take from its first byte to its last (None: no bound)
+    upload_seconds: float | None = DEFAULT_UPLOAD_SECONDS
+
+    def since(self, now: datetime) -> datetime | None:
+        """The oldest submission time the count limits look at (None: all time)."""
+        if self.total is not None:
+            return None
+        return now - (MONTH if self.monthly is not None else WINDOW)
 
 
 @dataclass(frozen=True)
@@ -46,15 +59,18 @@ def team_of(account: Account | None) -> str:
 
 
 def check_limits(account: Account | None, subs: list[Submission], limits: Limits,
-                 now: datetime | None = None, in_flight: int = 0) -> None:
+                 now: datetime | None = None, in_flight: int = 0, starting: bool = True
+                 ) -> None:
     """Raise LimitReached when the team may not submit now; ``in_flight``: the team's other
-    uploads still streaming (not yet submissions), counted as submitted now."""
+    uploads still streaming (not yet submissions), counted as submitted now. The limit of
+    uploads at a time applies to an upload ``starting``, not to one that completed."""
     if account is not None and account.is_maintainer:
         return
     team = team_of(account)
     now = now or datetime.now(UTC)
     counted = sorted([*(parse_stamp(s.entry.submitted_at) for s in subs
-                        if (s.entry.team or ANONYMOUS) == team and s.state != "failed"),
+                        if (s.entry.team or ANONYMOUS) == team and s.state != "failed"
+                        and s.entry.moved_from is None),
                       *[now] * in_flight])
     pending = f" (counting {in_flight} upload(s) in progress)" if in_flight else ""
     if limits.total is not None and len(counted) >= limits.total:
@@ -72,7 +88,7 @@ def check_limits(account: Account | None, subs: list[Submission], limits: Limits
         raise LimitReached(f"team {team}: the limit of {limits.monthly} submissions per 30 "
                            f"days is reached{pending}; next upload allowed at {stamp(frees)}",
                            frees)
-    if limits.concurrent is not None and in_flight >= limits.concurrent:
+    if starting and limits.concurrent is not None and in_flight >= limits.concurrent:
         raise LimitReached(f"team {team}: {in_flight} uploads are in progress, the limit of "
                            f"{limits.concurrent} at a time is reached; retry when one has "
                            "finished", None)

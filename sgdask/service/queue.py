@@ -134,6 +134,21 @@ def submissions(registry: Registry) -> list[Submission]:
                        hidden.get(e.submission_id, False)) for e in entries]
 
 
+def team_submissions(registry: Registry, team: str | None, since: datetime | None = None,
+                     visibility: bool = True) -> list[Submission]:
+    """The submissions of ``team`` (None: those without a team) submitted since ``since``
+    (None: all), oldest first, read through the registry's team index: the status records
+    of no other entry are read (nor their visibility, without ``visibility``)."""
+    out = []
+    for entry in registry.team_entries(team):
+        if since is not None and parse_stamp(entry.submitted_at) < since:
+            continue
+        shown = registry.visibility(entry.submission_id) if visibility else None
+        out.append(Submission(entry, registry.history(entry.submission_id),
+                              bool(shown and shown["hidden"])))
+    return out
+
+
 def submission(registry: Registry, submission_id: str) -> Submission | None:
     entry = registry.entry(submission_id)
     if entry is None:

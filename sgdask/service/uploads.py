@@ -9,11 +9,18 @@ on commit and aborted otherwise. Past the size limit the request is answered 413
 
 A refused request's body is read to its end (up to ``DRAIN_LIMIT`` bytes) and dropped
 before the answer, so the client reads the 401/413 instead of a connection reset; beyond
-that the answer goes out at once and the connection is closed.
+that the answer goes out at once and the connection is closed. A refused upload gives its
+slot back (``refused``) before its body is drained.
 
-While a file streams in, ``uploads/.inflight/<id>.json`` names its team and is rewritten
-every quarter lease (the server's heartbeat for it): every replica sharing the registry
-counts it against the team's limits, and ``sweep_orphans`` deletes only what a dead upload
+A body must keep arriving: no bytes for ``body_timeout`` seconds, or not complete within
+its phase's ``upload_seconds``, and the upload is dropped (408, the connection closed, one
+line in the log, counted by ``SlowClients``).
+
+While a file streams in, ``uploads/.inflight/<id>.<team key>.json`` names its team and is
+rewritten every quarter lease (the server's heartbeat for it): every replica sharing the
+registry counts it against the team's limits (reading only that team's markers). Whether a
+marker still beats is judged by this server's own clock (``MarkerWatch``), never by the
+time another host wrote into it, and ``sweep_orphans`` deletes only what a dead upload
 left (older than ``SWEEP_LEASES`` leases, no live marker), and the temporary stores a worker
 killed while converting left beside ``stores/<id>`` once that submission has moved on.
 
@@ -29,18 +36,21 @@ import json
 import os
 import re
 import socket
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 import anyio.to_thread
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
-from sgdask.batch.registry import Registry, parse_stamp, utc_now
+from sgdask.batch.registry import Registry, team_key, utc_now
 from sgdask.batch.rerank import read_json, write_atomic
 from sgdask.errors import Choose
 from sgdask.io.archive import printable
@@ -54,6 +64,7 @@ FIELD_CAPS = {"name": 1000, "paper": 4000, "board": 32, "phase": 64, "token": 51
 ENVELOPE = 64 << 10  # what the multipart envelope and the fields may add to the file size
 FILE_FIELD = "file"
 DRAIN_LIMIT = 64 << 20  # a refused body is read up to this many bytes before the answer
+BODY_TIMEOUT = 60.0  # seconds a body may send nothing before the upload is dropped
 PARTIAL, IN_FLIGHT = ".partial", ".inflight"
 SWEEP_LEASES = 3  # what a dead upload left is swept once this many leases old
 #: a store being replaced (``--overwrite``) is written beside it, and the old one moved aside
@@ -168,18 +179,57 @@ def too_large(limit: int) -> str:
     return f"file: larger than the upload limit of {limit / 2**20:g} MiB"
 
 
+class TooSlow(Refusal):
+    """The body stalled or did not complete in time: answered 408, connection closed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(408, message)
+
+
+class SlowClients:
+    """Clients dropped for being too slow (headers, a stalled body, an upload past its
+    time): one log line each, with the count since the server started."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.log, self.count = log, 0
+
+    def drop(self, what: str) -> None:
+        self.count += 1
+        self.log(f"dropped a slow client: {what} ({self.count} since the server started)")
+
+
 class Body:
     """The request body as it arrives, counted; knows whether it has ended, so the rest of
-    a refused request can be read and dropped."""
+    a refused request can be read and dropped. Each read waits ``idle`` seconds at most,
+    and none goes past ``deadline`` (``time.monotonic``; set once the phase is known)."""
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Request, idle: float = BODY_TIMEOUT) -> None:
         self.receive = request.receive
         self.declared = request.headers.get("content-length")
         self.read, self.ended = 0, False
+        self.idle, self.started = idle, anyio.current_time()
+        self.deadline: float | None = None
+        self.seconds: float | None = None  # the upload's time limit, for the message
+
+    def limit_to(self, seconds: float | None) -> None:
+        """The whole body must have arrived ``seconds`` after the request started."""
+        self.seconds = seconds
+        self.deadline = None if seconds is None else self.started + seconds
+
+    async def next_message(self) -> dict[str, Any]:
+        wait = self.idle
+        if self.deadline is not None:
+            wait = min(wait, self.deadline - anyio.current_time())
+        with anyio.move_on_after(max(wait, 0)):
+            return await self.receive()
+        if self.deadline is not None and anyio.current_time() >= self.deadline:
+            raise TooSlow(f"file: the upload did not complete within {self.seconds:g} s "
+                          "(the phase's upload_seconds)")
+        raise TooSlow(f"file: the upload stalled (no bytes for {self.idle:g} s)")
 
     async def chunks(self) -> AsyncIterator[bytes]:
         while not self.ended:
-            message = await self.receive()
+            message = await self.next_message()
             if message["type"] == "http.disconnect":
                 raise ClientDisconnect()
             self.ended = not message.get("more_body", False)
@@ -200,22 +250,28 @@ class Body:
         return True
 
 
-async def receive(request: Request, limit: int, start_file: StartFile) -> Upload:
+async def receive(request: Request, body: Body, limit: int, start_file: StartFile,
+                  refused: Callable[[], Awaitable[None]]) -> Upload:
     """Read the whole multipart body; the file goes to the sink ``start_file`` returns
     (called with the fields read so far; it may refuse). The caller commits or aborts.
 
-    Refused (any error but a disconnect): the rest of the body is drained first; when it
-    is too long to drain, ``request.state.close`` is set (answer with Connection: close)."""
-    body, upload = Body(request), Upload()
+    Refused (any error but a disconnect): ``refused`` is awaited (the upload gives its slot
+    back), then the rest of the body is drained; when it is too long to drain or too slow,
+    ``request.state.close`` is set (answer with Connection: close)."""
+    upload = Upload()
     try:
         return await read_upload(request, body, upload, limit, start_file)
     except BaseException as err:
         if upload.sink is not None:
             await anyio.to_thread.run_sync(upload.sink.abort)
-        if isinstance(err, Exception) and not isinstance(err, ClientDisconnect):
+        with anyio.CancelScope(shield=True):
+            await refused()
+        if isinstance(err, TooSlow):
+            request.state.close = True
+        elif isinstance(err, Exception) and not isinstance(err, ClientDisconnect):
             try:
                 request.state.close = not await body.drain()
-            except ClientDisconnect:
+            except (ClientDisconnect, TooSlow):
                 request.state.close = True
         raise
 
@@ -303,33 +359,67 @@ def os_basename(name: str) -> str:
 
 # --- in-flight markers and orphans ---------------------------------------------------------
 
+class MarkerWatch:
+    """When this server saw each in-flight marker change: a marker beats while it changed
+    within the lease by this server's monotonic clock, whatever time the host that wrote
+    it put in it. A marker first seen is as old as the storage says it last changed (its
+    modification time: none, new); one seen changed counts as beating for a lease more."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.seen: dict[str, tuple[str, float]] = {}  # path -> (last beat, seen changing at)
+        self.lock = threading.Lock()
+
+    def beating(self, path: str, beat: str, within: float,
+                modified: datetime | None = None) -> bool:
+        """Whether the marker at ``path``, now carrying ``beat`` (``modified`` by the
+        storage's listing), changed within ``within`` seconds of this server's clock."""
+        now = self.clock()
+        with self.lock:
+            last = self.seen.get(path)
+            if last is None:
+                age = 0.0 if modified is None else \
+                    max((datetime.now(UTC) - modified).total_seconds(), 0.0)
+                last = self.seen[path] = (beat, now - age)
+            elif last[0] != beat:
+                last = self.seen[path] = (beat, now)
+            return now - last[1] < within
+
+    def forget(self, present: set[str], folder: str) -> None:
+        """Drop what this server remembers of ``folder``'s markers that are gone."""
+        with self.lock:
+            for path in [p for p in self.seen if p.startswith(folder) and p not in present]:
+                del self.seen[path]
+
+
 def mark_in_flight(registry: Registry, submission_id: str, team: str) -> None:
     """Write (or rewrite: the heartbeat) the marker of an upload streaming in."""
     registry.fs.makedirs(join(registry.path, "uploads", IN_FLIGHT), exist_ok=True)
     record = {"submission_id": submission_id, "team": team, "at": utc_now(),
-              "server": f"{socket.gethostname()}-{os.getpid()}"}
-    write_atomic(registry.fs, _in_flight_path(registry, submission_id),
+              "server": f"{socket.gethostname()}-{os.getpid()}", "beat": uuid.uuid4().hex}
+    write_atomic(registry.fs, _in_flight_path(registry, submission_id, team),
                  json.dumps(record).encode())
 
 
-def unmark_in_flight(registry: Registry, submission_id: str) -> None:
+def unmark_in_flight(registry: Registry, submission_id: str, team: str) -> None:
     with contextlib.suppress(FileNotFoundError):
-        registry.fs.rm(_in_flight_path(registry, submission_id))
+        registry.fs.rm(_in_flight_path(registry, submission_id, team))
 
 
-def uploads_in_flight(registry: Registry, lease: float) -> dict[str, str]:
-    """Submission id -> team of every upload whose marker beat within ``lease`` seconds
-    (in any server sharing the registry)."""
-    return _beating_since(registry, datetime.now(UTC) - timedelta(seconds=lease))
+def uploads_in_flight(registry: Registry, lease: float, watch: MarkerWatch,
+                      team: str | None = None) -> dict[str, str]:
+    """Submission id -> team of every upload (of ``team``; None: of every team) whose
+    marker beat within ``lease`` seconds (in any server sharing the registry)."""
+    return _beating(registry, lease, watch, team)
 
 
-def sweep_orphans(registry: Registry, lease: float) -> list[str]:
+def sweep_orphans(registry: Registry, lease: float, watch: MarkerWatch) -> list[str]:
     """Delete what dead uploads left (partial files, complete uploads never registered,
     their markers): only files older than ``SWEEP_LEASES`` leases whose upload has no
     marker that beat within that time, so with several servers on one registry nothing
     alive is touched; and the stores dead conversions left. Returns the names deleted."""
     cutoff = datetime.now(UTC) - timedelta(seconds=SWEEP_LEASES * lease)
-    alive = _beating_since(registry, cutoff)
+    alive = _beating(registry, SWEEP_LEASES * lease, watch, None)
     swept = []
     for folder, id_of in ((PARTIAL, _partial_id), (IN_FLIGHT, _stem_id), ("", _stem_id)):
         for info in _files(registry, folder):
@@ -374,34 +464,33 @@ def _swept_stores(registry: Registry, cutoff: datetime) -> list[str]:
     return swept
 
 
-def _in_flight_path(registry: Registry, submission_id: str) -> str:
-    return join(registry.path, "uploads", IN_FLIGHT, f"{submission_id}.json")
+def _in_flight_path(registry: Registry, submission_id: str, team: str) -> str:
+    return join(registry.path, "uploads", IN_FLIGHT,
+                f"{submission_id}.{team_key(team)}.json")
 
 
-def _beating_since(registry: Registry, since: datetime) -> dict[str, str]:
-    """Submission id -> team of the markers that beat after ``since``."""
+def _beating(registry: Registry, within: float, watch: MarkerWatch, team: str | None
+             ) -> dict[str, str]:
+    """Submission id -> team of the markers (of ``team``, or all) that beat within
+    ``within`` seconds, as ``watch`` saw them."""
+    folder = join(registry.path, "uploads", IN_FLIGHT)
+    infos = [i for i in _files(registry, IN_FLIGHT) if i["name"].endswith(".json")]
+    watch.forget({i["name"] for i in infos}, folder)
+    suffix = None if team is None else f".{team_key(team)}.json"
     found = {}
-    for record in _markers(registry):
-        try:
-            beat = parse_stamp(record["at"])
-        except (KeyError, TypeError, ValueError):
+    for info in infos:
+        if suffix is not None and not info["name"].endswith(suffix):
             continue
-        if beat > since:
+        try:
+            record = read_json(registry.fs, info["name"])
+        except (ValueError, OSError):
+            continue  # a marker being replaced
+        if not isinstance(record, dict) or not isinstance(record.get("submission_id"), str):
+            continue
+        if watch.beating(info["name"], str(record.get("beat", record.get("at"))), within,
+                         _modified(info)):
             found[record["submission_id"]] = str(record.get("team"))
     return found
-
-
-def _markers(registry: Registry) -> list[dict[str, Any]]:
-    records = []
-    for info in _files(registry, IN_FLIGHT):
-        if info["name"].endswith(".json"):
-            try:
-                record = read_json(registry.fs, info["name"])
-            except (ValueError, OSError):
-                continue  # a marker being replaced
-            if isinstance(record, dict) and isinstance(record.get("submission_id"), str):
-                records.append(record)
-    return records
 
 
 def _files(registry: Registry, folder: str) -> list[dict[str, Any]]:
