@@ -307,9 +307,10 @@ def csv_cell(value: Any) -> Any:
 
 
 def board_csv(labels: list[str], values: list[list[Any]]) -> str:
-    """A board export (``board_export``) as CSV text, every cell through ``csv_cell``."""
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows(
+    """A board export (``board_export``) as CSV text, every cell through ``csv_cell``; rows
+    end in CRLF (RFC 4180), so a cell holding either character is quoted."""
+    out = io.StringIO(newline="")
+    csv.writer(out, lineterminator="\r\n").writerows(
         [[csv_cell(v) for v in row] for row in [labels, *values]])
     return out.getvalue()
 

@@ -122,10 +122,10 @@ class WorkerConfig:
                    memory_cap=memory_cap)
 
     @property
-    def private(self) -> bool:
-        """Whether participants may not see what the GT holds (a phase not public): its
-        validation warnings say counts, never the GT's image ids."""
-        return self.phase is not None and self.phase.visibility != "public"
+    def hide_gt(self) -> bool:
+        """Whether participants may not see what the GT holds (a private phase: no report,
+        so no image id): its validation warnings say counts, never the GT's image ids."""
+        return self.phase is not None and self.phase.visibility == "private"
 
     def rule(self, registry: Registry) -> BoardRule:
         """The board rule of this worker's phase with the registry's choices."""
@@ -208,7 +208,7 @@ class Job:
     names: dict[str, str]  # storage locations by what the service shows (``public_names``)
     max_errors: int
     memory_cap: int | None
-    hide_gt: bool = False  # a phase not public: warnings say counts, not the GT's ids
+    hide_gt: bool = False  # a private phase: warnings say counts, not the GT's ids
     parts: str | None = None  # a ``submission+scores`` upload: where its parts go
     scores: str | None = None  # the score file the conversion reads
     scores_options: tuple[tuple[str, Any], ...] = ()  # ``rank_by``, ``ng_limit``
@@ -479,7 +479,7 @@ class Worker:
         return Job(upload, self.config.gt, claim.sub.entry.url, self.config.storage_options,
                    self.config.archive_limits, claim.sub.entry.filename or "upload",
                    self.public_names(claim), self.config.max_errors, self.config.memory_cap,
-                   self.config.private, _parts_url(upload) if scores else None,
+                   self.config.hide_gt, _parts_url(upload) if scores else None,
                    scores_options=(("rank_by", phase.scores_rank_by),
                                    ("ng_limit", phase.ng_limit)) if scores and phase else ())
 
