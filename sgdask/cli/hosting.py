@@ -26,6 +26,7 @@ from sgdask.errors import SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.lock import DEFAULT_LEASE
 from sgdask.metrics import RANK_BY, format_value
+from sgdask.service import DEFAULT_MEMORY_CAP_MIB
 
 if TYPE_CHECKING:
     from sgdask.service.limits import Limits as TeamLimits
@@ -172,6 +173,10 @@ Poll = Annotated[float, typer.Option(
 Lease = Annotated[float, typer.Option(
     min=0.5, metavar="SECONDS", rich_help_panel=_QUEUE,
     help="heartbeat age after which a worker, upload or lock is presumed dead")]
+MemoryCap = Annotated[int, typer.Option(
+    min=0, metavar="MIB", rich_help_panel=_QUEUE,
+    help="memory each submission's check and conversion may take, in a process of its own "
+    "(more: the submission is rejected, and counts against the team's limits; 0: no cap)")]
 MaxAttempts = Annotated[int, typer.Option(
     min=1, metavar="N", rich_help_panel=_QUEUE,
     help="claims of one entry before it is marked failed")]
@@ -227,6 +232,7 @@ def serve(registry: Registry, out: Board,
               metavar="TEXT", rich_help_panel=_HTTP, help="the leaderboard's title")]
           = "sgdask leaderboard",
           poll: Poll = 1.0, lease: Lease = DEFAULT_LEASE, max_attempts: MaxAttempts = 3,
+          memory_cap: MemoryCap = DEFAULT_MEMORY_CAP_MIB,
           benchmark: BenchmarkFile = None,
           limit: Limits = None, storage_option: StorageOpt = None) -> None:
     """Serve the benchmark: uploads, status, leaderboard, JSON API.
@@ -249,7 +255,8 @@ def serve(registry: Registry, out: Board,
                             body_timeout=body_timeout)
     workers = [] if no_worker else [
         WorkerConfig.beside(service, phase, poll, max_attempts,
-                            ArchiveLimits.from_pairs(limit)) for phase in phases.phases]
+                            ArchiveLimits.from_pairs(limit), memory_cap or None)
+        for phase in phases.phases]
     run_server(service, workers, cluster_choice(scheduler, False, None, processes, batch=True,
                                                 cluster=cluster_file, gateway=gateway_url),
                host, port, header_timeout=header_timeout)
@@ -264,6 +271,7 @@ def worker(registry: Registry, out: Board,
            daily_limit: DailyLimit = 5, total_limit: TotalLimit = 0,
            open_uploads: OpenUploads = False,
            poll: Poll = 1.0, lease: Lease = DEFAULT_LEASE, max_attempts: MaxAttempts = 3,
+           memory_cap: MemoryCap = DEFAULT_MEMORY_CAP_MIB,
            benchmark: BenchmarkFile = None,
            limit: Limits = None, storage_option: StorageOpt = None) -> None:
     """Work the service's queue and inbox.
@@ -283,12 +291,14 @@ def worker(registry: Registry, out: Board,
             raise SgdaskError("worker: give --gt GT (one phase) or --benchmark FILE (phases)")
         work([WorkerConfig(registry, gt, out, options, poll, lease, max_attempts,
                            tokens=tokens, limits=_team_limits(daily_limit, total_limit),
-                           open_uploads=open_uploads, archive_limits=archive)], cluster)
+                           open_uploads=open_uploads, archive_limits=archive,
+                           memory_cap=memory_cap or None)], cluster)
         return
     work([WorkerConfig(p.registry, p.gt or "", p.out, options, poll, lease, max_attempts,
                        tokens=tokens, limits=p.limits, open_uploads=open_uploads,
                        archive_limits=archive, selection=p.selection, rank_by=p.headline,
-                       protocols=p.protocols, direction=p.direction, phase=p)
+                       protocols=p.protocols, direction=p.direction, phase=p,
+                       memory_cap=memory_cap or None)
           for p in load_benchmark(benchmark, registry, out).phases], cluster)
 
 

@@ -40,10 +40,20 @@ class Problem:
 
     error: InputError
     severity: str = "error"
+    #: the same problem told without what the GT holds beyond counts (its image ids), for
+    #: participants of a phase whose GT is hidden; None: the error tells nothing of it
+    counted: InputError | None = None
 
     @property
     def is_error(self) -> bool:
         return self.severity == "error"
+
+    def told(self, hide_gt: bool) -> Problem:
+        """This problem as told to someone who may (or, ``hide_gt``, may not) see the GT's
+        image ids."""
+        if hide_gt and self.counted is not None:
+            return Problem(self.counted, self.severity)
+        return self
 
     def render(self, audience: Audience = "api", names: Mapping[str, str] | None = None
                ) -> str:
@@ -142,10 +152,12 @@ class SubmissionCheck:
             return
         shown = ", ".join(missing[:SHOWN_MISSING]) + (", ..." if len(missing) > SHOWN_MISSING
                                                       else "")
-        yield Problem(InputError(
-            self.source.label, f"{len(missing)} of {len(self.gt.evaluated)} evaluated GT images "
-            f"have no prediction and will score 0: {shown}", field="images",
-            expected="a prediction for every GT test image"), "warning")
+        what = (f"{len(missing)} of {len(self.gt.evaluated)} evaluated GT images have no "
+                "prediction and will score 0")
+        named, counted = (InputError(self.source.label, text, field="images",
+                                     expected="a prediction for every GT test image")
+                          for text in (f"{what}: {shown}", what))
+        yield Problem(named, "warning", counted)
 
 
 def validate_submission(url: str, gt: str | None = None,

@@ -7,9 +7,13 @@
 | ``limits`` | per-team daily and total submission limits |
 | ``uploads`` | streaming multipart uploads into the registry's storage, with a size limit |
 | ``inbox`` | ZIP + JSON sidecar dropped into ``REGISTRY/inbox/``, taken exactly once |
-| ``worker`` | validate -> convert -> evaluate (cached) -> rerank -> publish, on a Dask cluster |
+| ``worker`` | validate, convert (capped job process) -> evaluate -> rerank -> publish |
 | ``pages`` | the server-rendered HTML pages |
 | ``app`` | the Starlette application: pages, JSON API, cookies and CSRF |
 | ``server`` | uvicorn + the in-process worker (``sgdask serve``) |
 | ``client`` | ``sgdask submit --server``: streamed upload, ``--wait`` |
 """
+
+#: MiB a submission's check and conversion may allocate beyond what the job process holds
+#: when it starts (``sgdask serve --memory-cap``; 0: no cap)
+DEFAULT_MEMORY_CAP_MIB = 4096

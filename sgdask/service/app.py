@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import csv
-import io
 import json
 import math
 import secrets
@@ -887,10 +885,8 @@ async def board_export(svc: Service, request: Request, csrf: str) -> Response:
                                                    pages.phase_look(phase))
     if fmt == "json":
         return JSONResponse([dict(zip(labels, row, strict=True)) for row in values])
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerows([labels, *values])
-    return Response(out.getvalue(), media_type="text/csv; charset=utf-8")
+    return Response(leaderboard_html.board_csv(labels, values),
+                    media_type="text/csv; charset=utf-8")
 
 
 def _shown_boards(svc: Service, account: Account | None) -> list[pages.PhaseBoard]:

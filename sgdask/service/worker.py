@@ -1,21 +1,31 @@
 """The queue worker: received -> validating -> converting -> evaluating -> ranked.
 
 One cycle: take what the inbox holds; claim queued entries one at a time, oldest first,
-validating (``sgdask validate``'s checks, as a task on the cluster) and converting each; score
+validating (``sgdask validate``'s checks) and converting each in a job process of its own
+under the memory cap (``memory_cap``: a submission that needs more is rejected, not the
+machine taken; without a cap, as one task on the cluster); score
 every converted entry in one ``evaluate-many`` graph through the registry's result cache;
 then run the cached rerank, which publishes the board, and mark the published entries
 ranked. Every stage's output survives a crash (the store's manifest is written last, the
 cache entry last), so a retried entry resumes where the dead worker stopped.
+
+A job's outcome crosses the process boundary as text, rendered where the error was raised
+(``Verdict``): an exception of a third-party library that cannot be unpickled never turns a
+bad file into "internal error".
 """
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import resource
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from distributed import Client
@@ -40,6 +50,7 @@ from sgdask.io.lock import DEFAULT_LEASE, LockHeld
 from sgdask.io.store import StoreReader
 from sgdask.io.validate import Problem
 from sgdask.metrics import RANK_BY
+from sgdask.service import DEFAULT_MEMORY_CAP_MIB
 from sgdask.service.inbox import pick_inbox
 from sgdask.service.limits import Limits
 from sgdask.service.queue import (
@@ -60,6 +71,9 @@ if TYPE_CHECKING:
 
 Log = Callable[[str], None]
 DEFAULT_MAX_ERRORS = 20
+MiB = 1 << 20
+#: what the job processes import once, in the fork server they are forked from
+JOB_PRELOAD = ["sgdask.service.worker", "sgdask.io.ingest", "sgdask.io.validate"]
 
 
 @dataclass
@@ -89,10 +103,13 @@ class WorkerConfig:
     #: the benchmark file's phase this worker serves: inbox drops outside its dates are
     #: rejected (None: a service from flags, always open)
     phase: Phase | None = None
+    #: MiB each submission's check and conversion may allocate (None: no cap)
+    memory_cap: int | None = DEFAULT_MEMORY_CAP_MIB
 
     @classmethod
     def beside(cls, service: ServiceConfig, phase: Phase, poll: float, max_attempts: int,
-               archive_limits: ArchiveLimits | None) -> WorkerConfig:
+               archive_limits: ArchiveLimits | None,
+               memory_cap: int | None = DEFAULT_MEMORY_CAP_MIB) -> WorkerConfig:
         """A worker of ``sgdask serve``: one phase's registry, GT, board and limits, the
         service's storage options, tokens and lease."""
         assert phase.gt is not None
@@ -101,7 +118,14 @@ class WorkerConfig:
                    open_uploads=service.open_uploads, archive_limits=archive_limits,
                    selection=phase.selection, rank_by=phase.headline,
                    protocols=phase.protocols, direction=phase.direction,
-                   phase=phase if service.benchmark is not None else None)
+                   phase=phase if service.benchmark is not None else None,
+                   memory_cap=memory_cap)
+
+    @property
+    def hide_gt(self) -> bool:
+        """Whether participants may not see what the GT holds (a private phase: no report,
+        so no image id): its validation warnings say counts, never the GT's image ids."""
+        return self.phase is not None and self.phase.visibility == "private"
 
     def rule(self, registry: Registry) -> BoardRule:
         """The board rule of this worker's phase with the registry's choices."""
@@ -133,11 +157,11 @@ class Claim:
 def validation_problems(upload: str, gt: str, options: StorageOptions | None,
                         limits: ArchiveLimits | None, max_errors: int, shown_as: str
                         ) -> list[Problem]:
-    """What ``sgdask validate`` finds in the upload (a Dask task; the problems arrive
-    whole, the worker renders them for the service)."""
+    """What ``sgdask validate`` finds in the upload."""
     fmt = submission_format(upload, options)
     if fmt.validate is None:
-        raise SgdaskError(f"{shown_as}: {fmt.name} files are not accepted here")
+        raise InputError(shown_as, f"{fmt.name} files are not accepted here",
+                         expected="an SGBench submission (a ZIP or a JSON)")
     return fmt.validate(upload, gt, options, limits, max_errors)
 
 
@@ -146,9 +170,9 @@ SUBMISSION_SUFFIXES, SCORE_SUFFIXES = (".json", ".zip"), (".npz", ".parquet")
 
 def _upload_parts(upload: str, parts: str, options: StorageOptions | None,
                   limits: ArchiveLimits | None, shown_as: str) -> tuple[str, str]:
-    """The submission and the score file of a ``submission+scores`` upload (a Dask task):
+    """The submission and the score file of a ``submission+scores`` upload (in its job):
     copied out of its ZIP, the archive checked first, to ``parts/submission.EXT`` and
-    ``parts/scores.EXT``, where the conversion's tasks read them."""
+    ``parts/scores.EXT``, where the conversion reads them."""
     fs, path = filesystem(upload, options)
     with fs.open(path, "rb") as f:
         archive = SafeZip(f, shown_as, limits or ArchiveLimits())
@@ -169,6 +193,123 @@ def _upload_parts(upload: str, parts: str, options: StorageOptions | None,
             out_fs.pipe_file(out_path, archive.read(name))
             copied.append(target)
     return copied[0], copied[1]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A submission's check or conversion, as plain data (it runs in a job process)."""
+
+    upload: str
+    gt: str
+    out: str  # the store the conversion writes
+    options: StorageOptions | None
+    limits: ArchiveLimits | None
+    shown_as: str  # the name the upload was uploaded under
+    names: dict[str, str]  # storage locations by what the service shows (``public_names``)
+    max_errors: int
+    memory_cap: int | None
+    hide_gt: bool = False  # a private phase: warnings say counts, not the GT's ids
+    parts: str | None = None  # a ``submission+scores`` upload: where its parts go
+    scores: str | None = None  # the score file the conversion reads
+    scores_options: tuple[tuple[str, Any], ...] = ()  # ``rank_by``, ``ng_limit``
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a job found, rendered for the service where it was raised: ``errors`` (the
+    submission is rejected), ``warnings``, or a ``failure`` (an unexpected error, ``Type:
+    message``, its ``trace`` for the log: the entry is retried). ``parts``: the submission
+    and score file a check found."""
+
+    errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    failure: str | None = None
+    trace: str = ""
+    parts: tuple[str, str | None] | None = None
+
+
+def checked(job: Job) -> Verdict:
+    """The upload's parts (a ``submission+scores`` upload) and ``sgdask validate``'s
+    problems."""
+    upload, scores = job.upload, None
+    if job.parts is not None:
+        upload, scores = _upload_parts(job.upload, job.parts, job.options, job.limits,
+                                       job.shown_as)
+    problems = validation_problems(upload, job.gt, job.options, job.limits, job.max_errors,
+                                   job.shown_as)
+    return Verdict(tuple(p.render("http", job.names) for p in problems if p.is_error),
+                   tuple(p.told(job.hide_gt).render("http", job.names)
+                         for p in problems if not p.is_error), parts=(upload, scores))
+
+
+def converted(job: Job) -> Verdict:
+    """The upload converted to its store (in this process: the job's memory is capped)."""
+    scores = {"from_scores": job.scores, **dict(job.scores_options)} if job.scores else {}
+    submission_format(job.upload, job.options).convert(
+        job.upload, job.out, job.gt, job.options, overwrite=True, cluster=None,
+        limits=job.limits, **scores)
+    return Verdict()
+
+
+def over_cap(shown_as: str, cap: int) -> str:
+    """The reason a submission that needs more than the memory cap is rejected."""
+    return (f"error: {shown_as}: needs more than the {cap} MiB memory cap of the service's "
+            "worker to be checked and converted (the server's limit memory_cap; ask the "
+            "maintainers to raise it)")
+
+
+def judged(run: Callable[[Job], Verdict], job: Job) -> Verdict:
+    """``run(job)``, every exception rendered as text: a bad file (an ``InputError``, or
+    more memory than the cap) as the rejection's one line, anything else as a failure."""
+    try:
+        return run(job)
+    except MemoryError:
+        if job.memory_cap is None:
+            return Verdict(failure="MemoryError: out of memory", trace=traceback.format_exc())
+        return Verdict(errors=(over_cap(job.shown_as, job.memory_cap),))
+    except InputError as err:
+        return Verdict(errors=(f"error: {err.render('http', job.names)}",))
+    except Exception as err:
+        return Verdict(failure=f"{type(err).__name__}: {err}", trace=traceback.format_exc())
+
+
+def _data_size() -> int:
+    """Bytes of this process's data segment (heap and private writable mappings: what
+    ``RLIMIT_DATA`` limits), from ``/proc/self/status``."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmData in /proc/self/status")
+
+
+def _capped(cap: int) -> None:
+    """In a job process: allocations past ``cap`` MiB more than it holds now fail
+    (``MemoryError``)."""
+    limit = _data_size() + cap * MiB
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
+def _job_context() -> Any:
+    """Job processes are forked from a fork server that imported what they run once
+    (``JOB_PRELOAD``): no thread of the service is forked, and a job starts in
+    milliseconds."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(JOB_PRELOAD)
+    return context
+
+
+def run_capped(run: Callable[[Job], Verdict], job: Job) -> Verdict:
+    """``judged(run, job)`` in a process of its own whose memory is capped at
+    ``job.memory_cap`` MiB; a process that dies (a crash, the kernel's OOM killer) is a
+    failure."""
+    assert job.memory_cap is not None
+    with ProcessPoolExecutor(1, _job_context(), initializer=_capped,
+                             initargs=(job.memory_cap,), max_tasks_per_child=1) as pool:
+        try:
+            return pool.submit(judged, run, job).result()
+        except BrokenProcessPool as err:
+            return Verdict(failure=f"the job process died: {err}")
 
 
 def report_metrics(reports: dict[str, Any], protocols: tuple[str, ...] = BOARD_PROTOCOLS
@@ -296,10 +437,10 @@ class Worker:
         self.log(f"worker {self.id}: {sub.id}: claimed (attempt {sub.attempts + 1})")
         return Claim(self.registry, sub, self.id, sub.next_seq)
 
-    def retry_or_fail(self, claim: Claim, err: BaseException) -> None:
-        """An unexpected error: queue the entry again, or fail it after max attempts."""
-        reason = f"{type(err).__name__}: {err}"
-        self.log(f"worker {self.id}: {claim.id}: {reason}\n{traceback.format_exc()}")
+    def retry_or_fail(self, claim: Claim, reason: str, trace: str = "") -> None:
+        """An unexpected error (``reason``: ``Type: message``; ``trace`` for the log): queue
+        the entry again, or fail it after max attempts."""
+        self.log(f"worker {self.id}: {claim.id}: {reason}\n{trace}")
         attempts = claim.sub.attempts + 1
         try:
             if attempts >= self.config.max_attempts:
@@ -312,54 +453,48 @@ class Worker:
     # --- validate and convert ------------------------------------------------------------
 
     def prepare(self, claim: Claim) -> bool:
-        """Validate and convert; True when the entry is ready to be scored."""
-        entry = claim.sub.entry
+        """Validate and convert, each a job under the memory cap; True when the entry is
+        ready to be scored."""
         try:
-            if not self.store_complete(entry.url):
-                upload, scores = self.upload_parts(claim)
-                problems = self.client.submit(
-                    validation_problems, upload, self.config.gt,
-                    self.config.storage_options, self.config.archive_limits,
-                    self.config.max_errors, entry.filename or "upload", pure=False).result()
-                names = self.public_names(claim)
-                errors = [p.render("http", names) for p in problems if p.is_error]
-                warnings = [p.render("http", names) for p in problems if not p.is_error]
-                if errors:
-                    claim.step("rejected", errors=errors, warnings=warnings)
-                    self.log(f"worker {self.id}: {claim.id}: rejected ({errors[0]})")
-                    return False
-                claim.step("converting", warnings=warnings)
-                submission_format(upload, self.config.storage_options).convert(
-                    upload, entry.url, self.config.gt, self.config.storage_options,
-                    overwrite=True, cluster=self.client, limits=self.config.archive_limits,
-                    **self.scores_options(scores))
+            if self.store_complete(claim.sub.entry.url):
+                return True
+            job = self.job(claim)
+            verdict = self.run_job(checked, job)
+            if not verdict.errors and verdict.failure is None:
+                claim.step("converting", warnings=list(verdict.warnings))
+                assert verdict.parts is not None
+                upload, scores = verdict.parts
+                verdict = self.run_job(converted, replace(job, upload=upload, scores=scores))
+            if verdict.errors:
+                self.reject(claim, verdict.errors, verdict.warnings)
+                return False
+            if verdict.failure is not None:
+                self.retry_or_fail(claim, verdict.failure, verdict.trace)
+                return False
             return True
         except LostClaim:
             raise
-        except InputError as err:
-            claim.step("rejected", errors=[self.shown(err, claim)])
-            return False
         except Exception as err:
-            self.retry_or_fail(claim, err)
+            self.retry_or_fail(claim, f"{type(err).__name__}: {err}", traceback.format_exc())
             return False
 
-    def upload_parts(self, claim: Claim) -> tuple[str, str | None]:
-        """The upload to validate and convert, and its score file (a ``submission+scores``
-        phase's uploads: their two parts, see ``_upload_parts``)."""
-        upload = upload_url(self.registry, claim.id)
-        phase = self.config.phase
-        if phase is None or phase.upload != "submission+scores":
-            return upload, None
-        return self.client.submit(_upload_parts, upload, _parts_url(upload),
-                                  self.config.storage_options, self.config.archive_limits,
-                                  claim.sub.entry.filename or "upload", pure=False).result()
+    def job(self, claim: Claim) -> Job:
+        """The entry's check and conversion as a ``Job``."""
+        upload, phase = upload_url(self.registry, claim.id), self.config.phase
+        scores = phase is not None and phase.upload == "submission+scores"
+        return Job(upload, self.config.gt, claim.sub.entry.url, self.config.storage_options,
+                   self.config.archive_limits, claim.sub.entry.filename or "upload",
+                   self.public_names(claim), self.config.max_errors, self.config.memory_cap,
+                   self.config.hide_gt, _parts_url(upload) if scores else None,
+                   scores_options=(("rank_by", phase.scores_rank_by),
+                                   ("ng_limit", phase.ng_limit)) if scores and phase else ())
 
-    def scores_options(self, scores: str | None) -> dict[str, Any]:
-        """The conversion's ``--from-scores``, ``--rank-by`` and ``--ng-limit``, if any."""
-        if scores is None or self.config.phase is None:
-            return {}
-        return {"from_scores": scores, "rank_by": self.config.phase.scores_rank_by,
-                "ng_limit": self.config.phase.ng_limit}
+    def run_job(self, run: Callable[[Job], Verdict], job: Job) -> Verdict:
+        """``run(job)`` in a job process under the memory cap, or without a cap as one
+        task on the cluster; either way its outcome arrives as text."""
+        if job.memory_cap is None:
+            return self.client.submit(judged, run, job, pure=False).result()
+        return run_capped(run, job)
 
     def public_names(self, claim: Claim) -> dict[str, str]:
         """What the service shows for the storage locations of an entry (its errors name no
@@ -384,6 +519,17 @@ class Worker:
     def shown(self, err: InputError, claim: Claim) -> str:
         """The error line the service shows for ``err``."""
         return f"error: {err.render('http', self.public_names(claim))}"
+
+    def reject(self, claim: Claim, errors: tuple[str, ...] | list[str],
+               warnings: tuple[str, ...] | list[str] | None = None) -> None:
+        """Reject the entry; a rejection always says why (its team sees no log)."""
+        reasons = list(errors) or [f"error: {claim.sub.entry.filename or 'upload'}: "
+                                   "rejected without a reason (a bug in sgdask; the "
+                                   "maintainers can see the log)"]
+        fields = {} if warnings is None else {"warnings": list(warnings)}
+        with contextlib.suppress(LostClaim):
+            claim.step("rejected", errors=reasons, **fields)
+        self.log(f"worker {self.id}: {claim.id}: rejected ({reasons[0]})")
 
     def store_complete(self, url: str) -> bool:
         """A store left complete by an earlier attempt (its manifest is written last)."""
@@ -411,12 +557,14 @@ class Worker:
                 try:
                     self.score([claim])
                 except InputError as err:
-                    self.reject(claim, err)
+                    self.reject(claim, [self.shown(err, claim)])
                 except Exception as err:
-                    self.retry_or_fail(claim, err)
+                    self.retry_or_fail(claim, f"{type(err).__name__}: {err}",
+                                       traceback.format_exc())
         except Exception as err:
             for claim in live:
-                self.retry_or_fail(claim, err)
+                self.retry_or_fail(claim, f"{type(err).__name__}: {err}",
+                                   traceback.format_exc())
 
     def score(self, claims: list[Claim]) -> None:
         if not claims:
@@ -441,10 +589,6 @@ class Worker:
                 self.log(f"worker {self.id}: {claim.id}: evaluated")
             except LostClaim:
                 pass
-
-    def reject(self, claim: Claim, err: InputError) -> None:
-        with contextlib.suppress(LostClaim):
-            claim.step("rejected", errors=[self.shown(err, claim)])
 
     # --- publish -------------------------------------------------------------------------
 
