@@ -255,12 +255,12 @@ def parquet_rows(f: IO[bytes], file: str, limits: ArchiveLimits) -> ScoreRows:
     column alone, before any other column is read."""
     try:
         parquet = pq.ParquetFile(f)
+        parquet_budget(parquet.metadata, file, limits)
         names = parquet.schema_arrow.names
         for name in REQUIRED:
             if name not in names:
                 raise InputError(file, "missing column", field=name,
                                  expected=f"columns {', '.join(REQUIRED)} [, {NO_RELATION}]")
-        parquet_budget(parquet.metadata, file, limits)
         image_ids = parquet_image_ids(
             parquet.read(columns=["image_id"]).column(0).combine_chunks(), file)
         check_pairs_per_image(image_ids, file, limits)
@@ -294,6 +294,9 @@ def parquet_budget(meta: pq.FileMetaData, file: str, limits: ArchiveLimits) -> N
         group = meta.row_group(g)
         for c in range(group.num_columns):
             column = group.column(c)
+            if column.file_path:  # a _metadata footer: never follow it to another file
+                raise InputError(file, "not a readable Parquet file (its column chunks are "
+                                 "in another file)")
             top = column.path_in_schema.split(".")[0]
             if top == "scores":
                 values += column.num_values
