@@ -63,7 +63,7 @@ def _checked_groups(doc: Any, names: list[str], file: str) -> dict[str, tuple[in
     for group, members in doc.items():
         if not GROUP_NAME.fullmatch(group):
             raise InputError(file, f"group name {shown(group)} is not [A-Za-z0-9_-]+",
-                             field=shown(group))
+                             field=group)
         if not isinstance(members, list) or not members:
             raise InputError(file, "not a non-empty list of predicate names", field=group,
                              expected=EXPECTED)
