@@ -28,6 +28,9 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 Audience = Literal["cli", "api", "http"]
+#: longest message (before its fix) an error renders: input echoed into a message (a name,
+#: a value) never makes a line longer than this; the cut says how much was left out
+MAX_MESSAGE = 400
 #: API names whose command line option is not ``--`` and the name with dashes (besides the
 #: settings record's fields, whose option is their ``flag``)
 _FLAGS = {"limits": "--limit"}
@@ -118,7 +121,7 @@ class SgdaskError(Exception):
                ) -> str:
         """The one-line message for ``audience``; ``names`` maps storage locations to what
         to show instead (the service: the uploaded file's name, a submission id)."""
-        text = "".join(_rendered(piece, audience, names) for piece in self.pieces())
+        text = cut("".join(_rendered(piece, audience, names) for piece in self.pieces()))
         return f"{text} {self.fix.render(audience)}" if self.fix is not None else text
 
     def __str__(self) -> str:
@@ -142,6 +145,13 @@ def _rebuilt(cls: type[SgdaskError], state: dict) -> SgdaskError:
     err.__dict__.update(state)
     err.args = state.get("parts", ())
     return err
+
+
+def cut(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text``, or its first ``limit`` characters and how many more there were."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 class SettingError(SgdaskError, ValueError):

@@ -64,6 +64,15 @@ class ArchiveLimits:
     max_pickle_depth: int = PICKLE_DEPTH  # tuples nested in tuples in a pickle
     max_h5_dataset_size: int = 2 * GiB  # one HDF5 dataset (or chunk) as declared
     max_h5_total_size: int = 4 * GiB  # every HDF5 dataset read, as declared
+    #: what a parsed JSON document may take in memory, estimated before parsing as its size
+    #: times the expansion factor of its kind (``JSON_EXPANSION``)
+    max_json_memory: int = 8 * GiB
+    max_instances_per_image: int = 10_000  # instances (boxes, masks) of one image
+    max_triplets_per_image: int = 1_000_000  # one triplet list (graph or NG) of one image
+    max_score_rows: int = 50_000_000  # rows (scored pairs) of a score file, from its header
+    max_score_values: int = 1_000_000_000  # rows x predicate scores of a score file
+    max_score_columns: int = 1_000  # predicate scores per row of a score file
+    max_pairs_per_image: int = 20_000  # score rows of one image
 
     @classmethod
     def from_pairs(cls, pairs: list[str] | None) -> ArchiveLimits:

@@ -110,7 +110,7 @@ def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
     """
     limits = limits or ArchiveLimits()
     raw = read_bytes(psg_json, storage_options, "psg.json", (limits, "max_json_size"))
-    doc = load_json(raw, psg_json, limits)
+    doc = load_json(raw, psg_json, limits, "gt")
     names = class_lists(doc, psg_json)
     in_data_order = evaluation_records(doc, psg_json, masks=masks_dir is not None)
     records = sorted_records(in_data_order, psg_json)
@@ -201,8 +201,8 @@ def ingest_oi(anno: str, out: str, categories: str | None = None,
     raw = read_bytes(anno, storage_options, "vrd-test-anno.json", (limits, "max_json_size"))
     cat_bytes = read_bytes(categories, storage_options, "--categories",
                            (limits, "max_json_size"))
-    names = category_names(load_json(cat_bytes, categories, limits), categories)
-    records, dropped = evaluated_records(load_json(raw, anno, limits), anno, names)
+    names = category_names(load_json(cat_bytes, categories, limits, "gt"), categories)
+    records, dropped = evaluated_records(load_json(raw, anno, limits, "gt"), anno, names)
     if not records:
         raise InputError(str(anno), "no image with boxes and relations", field="rel")
     digest = hashlib.sha256(raw)
@@ -213,7 +213,7 @@ def ingest_oi(anno: str, out: str, categories: str | None = None,
     if str(anno).rstrip("/").rsplit("/", 1)[-1] != TRAIN_FILE and fs.exists(path):
         train_bytes = read_bytes(train, storage_options, TRAIN_FILE,
                                  (limits, "max_json_size"))
-        stats = oi_train_stats(load_json(train_bytes, train, limits), train)
+        stats = oi_train_stats(load_json(train_bytes, train, limits, "gt"), train, names)
         digest.update(hashlib.sha256(train_bytes).digest())
     else:
         train = None
@@ -241,7 +241,7 @@ def sorted_records(records: list[GTRecord], psg_json: str) -> list[GTRecord]:
 
 def gt_records(raw: bytes, psg_json: str, masks: bool) -> list[GTRecord]:
     """The records ``ingest_gt`` writes, in store order, from psg.json's bytes."""
-    return sorted_records(evaluation_records(load_json(raw, psg_json), psg_json, masks),
+    return sorted_records(evaluation_records(load_json(raw, psg_json, kind="gt"), psg_json, masks),
                           psg_json)
 
 
@@ -328,7 +328,9 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
             {img.image_id: img.scores for img in images})
         images = lists_from_scores(images, load_score_lists(
             from_scores, storage_options, ng_limit, rank_by, instances, limits,
-            gt_info.classes.predicates if gt_info else None))
+            gt_info.classes.predicates if gt_info else None,
+            unique_pairs=gt_reader is not None
+            and gt_reader.manifest.get("gt_format") == OI_FORMAT))
         has_ng = True
         content_hash = derived_content_hash(content_hash, from_scores, storage_options,
                                             rank_by, ng_limit)

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from sgdask.errors import InputError
+from sgdask.io.archive import printable
 from sgdask.io.psg import GTRecord
 from sgdask.io.training_stats import STATS_SCHEMA
 
@@ -64,25 +65,52 @@ def _entries(doc: Any, file: str) -> list[dict[str, Any]]:
     return doc
 
 
+#: what each field must hold, for its one-line error
+FIELD_SHAPES = {"bbox": "[[x1, y1, x2, y2], ...]", "det_labels": "[label, ...]",
+                "rel": "[[subject, object, predicate], ...]", "img_size": "[width, height]"}
+#: largest image side (pixels) and integer field value: what the store's int32 columns hold
+INT32_MAX = 2**31 - 1
+
+
 def _array(entry: dict[str, Any], key: str, shape: tuple[int, ...], file: str,
            image: str, dtype: type) -> np.ndarray:
-    """A field as an array of ``shape`` (-1: any length), or the InputError naming it."""
+    """A field as an array of ``shape`` (-1: any length), or the InputError naming it.
+
+    Types are checked, never converted: an integer field holds JSON integers in
+    0..2^31-1 (not 0.9, which numpy would truncate to 0, nor "1", 1e30, 2^63 or
+    Infinity), a float field numbers (not strings, not booleans)."""
     value = entry.get(key)
+    kinds = "iu" if dtype is np.int64 else "iuf"
     try:
-        arr = np.asarray(value if value is not None else [], dtype=dtype)
+        arr = np.asarray(value if value is not None else [])
         if arr.size == 0:
-            arr = arr.reshape((0, *shape[1:]))
+            arr = np.empty((0, *shape[1:]), dtype=dtype)
         if arr.ndim != len(shape) or any(s not in (-1, n) for s, n in zip(shape, arr.shape,
                                                                            strict=True)):
             raise ValueError(f"shape {arr.shape}")
-    except (TypeError, ValueError) as err:
-        what = {"bbox": "[[x1, y1, x2, y2], ...]", "det_labels": "[label, ...]",
-                "rel": "[[subject, object, predicate], ...]", "img_size": "[width, height]"}
-        raise InputError(file, f"malformed ({err})", image=image, field=key,
-                         expected=what[key]) from None
+    except (TypeError, ValueError, OverflowError) as err:
+        raise InputError(file, f"malformed ({printable(str(err))})", image=image, field=key,
+                         expected=FIELD_SHAPES[key]) from None
+    if arr.dtype.kind not in kinds:
+        raise InputError(file, f"holds {_first_not(arr, kinds)}", image=image, field=key,
+                         expected=FIELD_SHAPES[key] + (" of integers" if kinds == "iu"
+                                                       else " of numbers"))
+    if kinds == "iu" and arr.size and (arr.min() < 0 or arr.max() > INT32_MAX):
+        raise InputError(file, f"{arr.min()}..{arr.max()}", image=image, field=key,
+                         expected=f"integers in 0..{INT32_MAX}")
+    arr = arr.astype(dtype)
     if dtype is np.float64 and not np.isfinite(arr).all():
         raise InputError(file, "not finite", image=image, field=key)
     return arr
+
+
+def _first_not(arr: np.ndarray, kinds: str) -> str:
+    """The first value of a field that is not of the ``kinds`` asked for, shown short."""
+    for value in arr.reshape(-1).tolist():
+        bad = isinstance(value, bool | str) or (kinds == "iu" and not isinstance(value, int))
+        if bad or not isinstance(value, int | float):
+            return printable(repr(value))[:40]
+    return f"values of type {arr.dtype}"
 
 
 def _record(entry: dict[str, Any], file: str, n_classes: int, n_predicates: int
@@ -138,15 +166,27 @@ def evaluated_records(doc: Any, file: str, names: dict[str, list[str]]
     return records, dropped
 
 
-def oi_train_stats(doc: Any, file: str) -> pa.Table:
-    """Triplet-type counts of a vrd-train-anno.json (every relation as given)."""
+def oi_train_stats(doc: Any, file: str, names: dict[str, list[str]] | None = None
+                   ) -> pa.Table:
+    """Triplet-type counts of a vrd-train-anno.json (every relation as given); labels and
+    predicates within ``names`` (categories_dict.json's) when given."""
     counts: Counter[tuple[int, int, int]] = Counter()
+    n_classes = len(names["thing_classes"]) if names else INT32_MAX + 1
+    n_predicates = len(names["predicate_classes"]) if names else INT32_MAX + 1
     for entry in _entries(doc, file):
-        image = str(entry.get("img_fn"))
+        image = printable(str(entry.get("img_fn")))[:100]
         labels = _array(entry, "det_labels", (-1,), file, image, np.int64)
         rels = _array(entry, "rel", (-1, 3), file, image, np.int64)
         if ((rels[:, :2] < 0) | (rels[:, :2] >= len(labels))).any():
             raise InputError(file, "a box index out of range", image=image, field="rel")
+        if (labels >= n_classes).any():
+            raise InputError(file, f"label {labels.max()} out of range", image=image,
+                             field="det_labels", expected=f"labels in 0..{n_classes - 1} "
+                             "(categories_dict.json's obj)")
+        if (rels[:, 2] >= n_predicates).any():
+            raise InputError(file, f"predicate {rels[:, 2].max()} out of range", image=image,
+                             field="rel", expected=f"predicates in 0..{n_predicates - 1} "
+                             "(categories_dict.json's rel)")
         counts.update(zip(labels[rels[:, 0]].tolist(), labels[rels[:, 1]].tolist(),
                           rels[:, 2].tolist(), strict=True))
     rows = sorted(counts.items())

@@ -10,10 +10,10 @@ training split's predicate frequency in thirds (from the training statistics), e
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from sgdask.errors import InputError
+from sgdask.io.documents import shown, strict_json
 from sgdask.io.fs import StorageOptions, file_digest, filesystem, unreadable
 from sgdask.io.training_stats import gt_stats_table, predicate_counts
 from sgdask.metrics.groups import GROUP_NAME, PredicateGroups, frequency_thirds, vg150_groups
@@ -42,10 +42,7 @@ def groups_document(url: str, storage_options: StorageOptions | None = None) -> 
         raise InputError(url, "no such file", expected=EXPECTED) from None
     except OSError as err:
         raise InputError(url, unreadable(err), expected=EXPECTED) from None
-    try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(url, f"not JSON ({err})", expected=EXPECTED) from None
+    return strict_json(data, url, EXPECTED)
 
 
 def groups_digest(url: str, storage_options: StorageOptions | None = None) -> str:
@@ -67,20 +64,22 @@ def _checked_groups(doc: Any, names: list[str], file: str) -> dict[str, tuple[in
     out: dict[str, tuple[int, ...]] = {}
     for group, members in doc.items():
         if not GROUP_NAME.fullmatch(group):
-            raise InputError(file, f"group name {group!r} is not [A-Za-z0-9_-]+", field=group)
+            raise InputError(file, f"group name {shown(group)} is not [A-Za-z0-9_-]+",
+                             field=group)
         if not isinstance(members, list) or not members:
             raise InputError(file, "not a non-empty list of predicate names", field=group,
                              expected=EXPECTED)
         for i, name in enumerate(members):
             where = f"{group}[{i}]"
             if not isinstance(name, str):
-                raise InputError(file, f"{name!r} is not a predicate name", field=where)
+                raise InputError(file, f"{shown(name)} is not a predicate name", field=where)
             if name not in index:
-                raise InputError(file, f"unknown predicate {name!r}", field=where,
+                raise InputError(file, f"unknown predicate {shown(name)}", field=where,
                                  expected=f"one of the GT's {len(names)} predicates")
             if name in owner:
-                raise InputError(file, f"predicate {name!r} is in groups {owner[name]!r} "
-                                 f"and {group!r}", field=where, expected="disjoint groups")
+                raise InputError(file, f"predicate {shown(name)} is in groups "
+                                 f"{owner[name]!r} and {group!r}", field=where,
+                                 expected="disjoint groups")
             owner[name] = group
         out[group] = tuple(sorted(index[name] for name in members))
     return out

@@ -43,6 +43,11 @@ FILE_VERSIONS = (1, 2)
 INT32_MAX = 2**31 - 1
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 DEFAULT_LIMITS = ArchiveLimits()
+#: bytes of Python objects per byte of JSON, at most, by kind of document (tracemalloc's
+#: peak of ``json.loads``): an upload may be built for the worst case, ``[[0],[0],...]``
+#: (a list per 4 bytes: 25x); a GT file (psg.json, vrd-*-anno.json) is the maintainers',
+#: objects of numbers and names (8x measured on such documents)
+JSON_EXPANSION = {"submission": 26, "gt": 10}
 #: spelling name -> the image keys it uses
 SPELLINGS = {"instances": ("instances",), "bboxes + categories": ("bboxes", "categories"),
              "annotation": ("annotation",)}
@@ -147,11 +152,14 @@ class SubmissionImage:
 # --------------------------------------------------------------------------- JSON
 
 
-def load_json(data: bytes, file: str, limits: ArchiveLimits = DEFAULT_LIMITS) -> Any:
-    """Parsed JSON within the size and depth limits, or an InputError naming the file."""
+def load_json(data: bytes, file: str, limits: ArchiveLimits = DEFAULT_LIMITS,
+              kind: str = "submission") -> Any:
+    """Parsed JSON within the size, memory (``kind``: ``JSON_EXPANSION``) and depth
+    limits, or an InputError naming the file."""
     if len(data) > limits.max_json_size:
         raise InputError(file, f"is {len(data)} bytes", expected=limit_hint(limits,
                                                                              "max_json_size"))
+    check_json_memory(len(data), file, limits, kind)
     too_deep = InputError(file, "JSON nested too deeply",
                           expected=limit_hint(limits, "max_json_depth"))
     try:
@@ -168,6 +176,16 @@ def load_json(data: bytes, file: str, limits: ArchiveLimits = DEFAULT_LIMITS) ->
     if deeper:
         raise too_deep
     return doc
+
+
+def check_json_memory(size: int, file: str, limits: ArchiveLimits, kind: str) -> None:
+    """InputError when a JSON document of ``size`` bytes of ``kind`` could take more memory
+    parsed than ``max_json_memory``: its size times the kind's expansion factor."""
+    estimate = size * JSON_EXPANSION[kind]
+    if estimate > limits.max_json_memory:
+        raise InputError(file, f"is {size} bytes, up to {estimate} bytes once parsed "
+                         f"({JSON_EXPANSION[kind]} x its size)",
+                         expected=limit_hint(limits, "max_json_memory"))
 
 
 @contextlib.contextmanager
@@ -469,11 +487,15 @@ def semantic_problems(img: dict, index: int, file: str, masks: bool,
 
 
 def checked_image(img: Any, index: int, file: str, masks: bool,
-                  classes: ClassCounts | None = None
+                  classes: ClassCounts | None = None, limits: ArchiveLimits = DEFAULT_LIMITS
                   ) -> tuple[SubmissionImage | None, list[InputError]]:
     """``images[index]`` (None when it has a problem) and every problem: its first schema
-    violation, or else every semantic problem. Each triplet list is made an array once."""
+    violation, or else every semantic problem. Each triplet list is made an array once,
+    after its length is checked against the limits (as are the instances)."""
     image, prefix = image_label(img, index)
+    over = size_problem(img, file, image or prefix, limits)
+    if over is not None:
+        return None, [over]
     rows = {key: _plain_triplet_array(img.get(key)) for key in TRIPLET_LISTS} \
         if isinstance(img, dict) else {}
     plain = [key for key, value in rows.items() if value is not None]
@@ -488,6 +510,27 @@ def checked_image(img: Any, index: int, file: str, masks: bool,
 
 
 TRIPLET_LISTS = ("triplets", "ng_triplets")
+#: the instance fields of each spelling of an image (``SPELLINGS``)
+INSTANCE_LISTS = ("instances", "categories", "annotation")
+
+
+def size_problem(img: Any, file: str, image: str, limits: ArchiveLimits
+                 ) -> InputError | None:
+    """An image with more instances or triplets in one list than the limits allow, before
+    anything is made of them (the kernels' work grows with both)."""
+    if not isinstance(img, dict):
+        return None
+    for key, limit in ((k, "max_triplets_per_image") for k in TRIPLET_LISTS):
+        value = img.get(key)
+        if isinstance(value, list) and len(value) > getattr(limits, limit):
+            return InputError(file, f"{len(value)} triplets", image=image, field=key,
+                              expected=limit_hint(limits, limit))
+    for key in INSTANCE_LISTS:
+        value = img.get(key)
+        if isinstance(value, list) and len(value) > limits.max_instances_per_image:
+            return InputError(file, f"{len(value)} instances", image=image, field=key,
+                              expected=limit_hint(limits, "max_instances_per_image"))
+    return None
 INT32_MAX = 2**31 - 1
 
 
@@ -534,12 +577,13 @@ def triplet_array(values: list | None) -> np.ndarray:
     return np.asarray(values, dtype=np.int64).reshape(-1, 3)
 
 
-def checked_images(doc: dict, file: str, masks: bool, classes: ClassCounts | None = None
+def checked_images(doc: dict, file: str, masks: bool, classes: ClassCounts | None = None,
+                   limits: ArchiveLimits = DEFAULT_LIMITS
                    ) -> Iterator[tuple[SubmissionImage | None, list[InputError]]]:
     """Per image of a document without ``document_problems``: the image (None when it has
     problems) and its problems."""
     for index, img in enumerate(doc["images"]):
-        yield checked_image(img, index, file, masks, classes)
+        yield checked_image(img, index, file, masks, classes, limits)
 
 
 def duplicate_problems(images: list[SubmissionImage], file: str) -> Iterator[InputError]:
@@ -622,6 +666,9 @@ class SubmissionSource:
     def document(self) -> Any:
         """The parsed triplets document (``triplets.json`` of a ZIP, or the JSON file)."""
         if self.is_zip:
+            info = self.archive().entries.get("triplets.json")
+            if info is not None:
+                check_json_memory(info.file_size, self.label, self.limits, "submission")
             data = self.archive().read("triplets.json", "max_json_size")
         else:
             data = self._read_json_file()

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sgdask.errors import InputError, SgdaskError, StoreError
+from sgdask.io.archive import printable
 from sgdask.io.fs import StorageOptions, file_digest, filesystem, join, unreadable
 from sgdask.types import ZeroShot
 
@@ -26,25 +27,46 @@ STATS_FILE = "train_stats.parquet"
 
 
 def train_stats(doc: Any, file: str) -> pa.Table:
-    """Triplet-type counts over the training split of a parsed psg.json."""
+    """Triplet-type counts over the training split of a parsed psg.json: every category,
+    instance index and predicate an integer within the document's vocabularies."""
     train = {str(i) for i in doc.get("train_image_ids") or []}
+    n_classes = len(doc.get("thing_classes") or []) + len(doc.get("stuff_classes") or [])
+    n_predicates = len(doc.get("predicate_classes") or [])
     counts: Counter[tuple[int, int, int]] = Counter()
     for index, entry in enumerate(doc["data"]):
-        if str(entry.get("image_id")) not in train:
+        if not isinstance(entry, dict) or str(entry.get("image_id")) not in train:
             continue
-        try:
-            source = entry.get("segments_info") or entry.get("annotations") or []
-            cats = [int(s["category_id"]) for s in source]
-            for s, o, p in entry.get("relations") or []:
-                counts[(cats[s], cats[o], int(p))] += 1
-        except (KeyError, TypeError, ValueError, IndexError) as err:
-            raise InputError(file, f"malformed training entry ({type(err).__name__}: {err})",
-                             image=entry.get("image_id"), field=f"data[{index}]") from err
+        where = {"image": printable(str(entry.get("image_id")))[:100]}
+        source = entry.get("segments_info") or entry.get("annotations") or []
+        if not isinstance(source, list) or not all(isinstance(s, dict) for s in source):
+            raise InputError(file, "not a list of objects", field=f"data[{index}].segments_info",
+                             **where)
+        cats = [_index(s.get("category_id"), n_classes or None, file,
+                       f"data[{index}].segments_info[{i}].category_id", where)
+                for i, s in enumerate(source)]
+        relations = entry.get("relations") or []
+        for r, relation in enumerate(relations if isinstance(relations, list) else [None]):
+            field = f"data[{index}].relations[{r}]"
+            if not isinstance(relation, list) or len(relation) != 3:
+                raise InputError(file, "not [subject, object, predicate]", field=field, **where)
+            s, o = (_index(v, len(cats), file, field, where) for v in relation[:2])
+            p = _index(relation[2], n_predicates or None, file, field, where)
+            counts[(cats[s], cats[o], p)] += 1
     rows = sorted(counts.items())
     return pa.table({"subject_category": [r[0][0] for r in rows],
                      "object_category": [r[0][1] for r in rows],
                      "predicate": [r[0][2] for r in rows],
                      "count": [r[1] for r in rows]}, schema=STATS_SCHEMA)
+
+
+def _index(value: Any, n: int | None, file: str, field: str, where: dict[str, str]) -> int:
+    """``value`` when it is an integer in 0..n-1 (0..2^31-1 when ``n`` is None), else the
+    InputError naming the field: 0.9, "1", True, -5 or 99999 never reach the counts."""
+    top = (n if n is not None else 2**31) - 1
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= top:
+        return value
+    shown = printable(repr(value))[:40]
+    raise InputError(file, f"{shown} is not an index in 0..{top}", field=field, **where)
 
 
 def psg_train_stats(psg_json: str, storage_options: StorageOptions | None = None) -> pa.Table:
@@ -55,7 +77,7 @@ def psg_train_stats(psg_json: str, storage_options: StorageOptions | None = None
     from sgdask.io.openimages import oi_train_stats
     from sgdask.io.sgbench import load_json
 
-    doc = load_json(read_bytes(psg_json, storage_options, "psg.json"), psg_json)
+    doc = load_json(read_bytes(psg_json, storage_options, "psg.json"), psg_json, kind="gt")
     table = (oi_train_stats if isinstance(doc, list) else train_stats)(doc, psg_json)
     if not len(table):
         raise SgdaskError(f"{psg_json}: train_image_ids: no training relation found")

@@ -103,7 +103,8 @@ class SubmissionCheck:
         label = self.source.label
         self.has_ng = has_ng(doc)
         for image, found in checked_images(doc, label, self.source.is_zip,
-                                           self.gt.classes if self.gt else None):
+                                           self.gt.classes if self.gt else None,
+                                           self.source.limits):
             yield from map(Problem, found)
             if image is not None:
                 yield from map(Problem, self.image_problems(image, decode))

@@ -15,10 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sgdask.batch.rerank import BOARD_PROTOCOLS
 from sgdask.errors import InputError
+from sgdask.io.documents import strict_yaml
 from sgdask.io.fs import join
 from sgdask.io.schemas import BENCHMARK, schema_problem
 from sgdask.metrics import RANK_BY, board_columns, metrics
@@ -105,10 +104,10 @@ def load_benchmark(path: str, registry: str, out: str) -> Benchmark:
     """The benchmark file at ``path`` (YAML or JSON), checked against its schema; the
     phases' registries and boards under ``registry`` and ``out``."""
     try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        doc = strict_yaml(Path(path).read_text(encoding="utf-8"), path)
     except FileNotFoundError:
         raise InputError(path, "not found", expected="a benchmark file (YAML)") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
+    except UnicodeDecodeError as err:
         raise InputError(path, f"not valid YAML ({' '.join(str(err).split())})") from None
     doc = _dates_as_text(doc)
     problem = schema_problem(BENCHMARK, doc)
@@ -195,7 +194,8 @@ def _date(path: str, field_name: str, text: str | None) -> datetime | None:
         return None
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+        when.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise InputError(path, f"{text!r} is not a date", field=field_name,
                          expected="UTC, e.g. 2026-01-01T00:00:00Z") from None
     if when.tzinfo is None:
