@@ -81,7 +81,9 @@ class HandCluster:
         proc = self.spawn("scheduler", "scheduler", "--host", "127.0.0.1", "--port", "0",
                           "--no-dashboard", "--scheduler-file", self.scheduler_file)
         deadline = time.monotonic() + 60
-        while not Path(self.scheduler_file).exists():
+        # the scheduler writes its file in place: wait until it holds the whole address
+        while not (Path(self.scheduler_file).exists()
+                   and Path(self.scheduler_file).read_text().rstrip().endswith("}")):
             assert proc.poll() is None, self.logs()
             assert time.monotonic() < deadline, "scheduler did not start\n" + self.logs()
             time.sleep(0.1)

@@ -219,4 +219,4 @@ def test_cli_missing_store_in_bucket_is_one_line(s3, s3_stores):
                    *s3.cli_options(), timeout=120)
     line = one_error_line(proc)
     assert s3.url("no-such-store") in line, line
-    assert "no manifest.json" in line, line
+    assert "not found (no file or directory at this path)" in line, line

@@ -182,14 +182,14 @@ def convert(submission: Annotated[str, typer.Argument(
                              cluster=cluster_file, gateway=gateway_url)
     options = storage_options(storage_option)
     expect(submission, "results" if method is not None else "submission file", options)
-    if from_scores is not None:
-        expect(from_scores, "scores", options)
     check_store_target(out, "submission", options)
     fmt = submission_format(submission, options, method)
     given = {"method": method, "instance_scores": instance_scores or None,
              "from_scores": from_scores, "rank_by": rank_by if from_scores else None,
              "ng_limit": ng_limit}
     chosen = conversion_options(fmt, {k: v for k, v in given.items() if v is not None})
+    if from_scores is not None:  # after the format says it takes one
+        expect(from_scores, "scores", options)
     with progress_bar("converting images", None) as advance:
         manifest = fmt.convert(submission, out, gt, options, overwrite=overwrite,
                                progress=advance, cluster=cluster, limits=limits, **chosen)

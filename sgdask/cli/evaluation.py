@@ -139,7 +139,8 @@ def evaluate(gt: Annotated[str, typer.Option(
     freeze_imports()
     if pred_masks is not None or is_coco_panoptic(pred, storage_options(storage_option)):
         return _evaluate_pq(gt, gt_masks, pred, pred_masks, out, limit, storage_option,
-                            cluster_choice(scheduler, False, workers, processes))
+                            cluster_choice(scheduler, False, workers, processes,
+                                           cluster=cluster_file, gateway=gateway_url))
     settings = Settings(protocols=protocol, ks=k, aggregation=aggregation,
                         partition_size=partition_size, stats=stats,
                         predicate_groups=predicate_groups, legacy=legacy_metrics, tau=tau,
@@ -194,7 +195,10 @@ def is_coco_panoptic(url: str, options: Any) -> bool:
     """Whether ``url`` is a COCO panoptic JSON (``evaluate`` then scores PQ alone)."""
     from sgdask.io.sniff import COCO_PANOPTIC, what_is
 
-    return what_is(url, options).kind == COCO_PANOPTIC
+    try:
+        return what_is(url, options).kind == COCO_PANOPTIC
+    except SgdaskError:  # unreadable: the usual checks, GT first, say so in their order
+        return False
 
 
 def _evaluate_pq(gt: str, gt_masks: str | None, pred: str, pred_masks: str | None,

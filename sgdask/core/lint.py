@@ -195,15 +195,15 @@ def lint_warnings(counts: LintCounts, gt_images: int | None = None,
              f"one (subject, object) pair in the graph-constraint list "
              f"({c.multi_predicate_entries} entries beyond a pair's first predicate): "
              "singlempo keeps each pair's first; an evaluator that takes the list as given "
-             "(sgbench, multimpo) reports no-graph-constraint recall under the name of "
-             "graph-constraint recall")
+             "(as SGBench and OpenPSG do) reports no-graph-constraint recall under the name "
+             "of graph-constraint recall")
     if c.duplicate_masks:
         warn("duplicate-masks",
              f"{c.duplicate_masks} predicted masks in {c.duplicate_mask_images} of "
              f"{c.mask_images} images overlap a higher-scored (or, unscored, earlier) mask "
              "by IoU > 0.5: singlempo merges them; an evaluator that matches every mask "
-             "(sgbench, multimpo) lets the copies hit one GT instance several times, which "
-             "raises recall")
+             "(as SGBench and OpenPSG do) lets the copies hit one GT instance several "
+             "times, which raises recall")
     if c.missing_images:
         warn("missing-images",
              f"{c.missing_images} of {c.images} evaluated images have no prediction, "
