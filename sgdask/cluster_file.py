@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import dask.config
-import yaml
 from distributed import Client
 
 from sgdask.cluster import DEFAULT_WAIT, Described
 from sgdask.errors import Choose, InputError, SgdaskError
+from sgdask.io.documents import strict_yaml
 
 #: the batch systems of dask-jobqueue, by the name a cluster file gives them
 JOBQUEUE = {"slurm": "SLURMCluster", "pbs": "PBSCluster", "sge": "SGECluster",
@@ -46,12 +46,12 @@ _EXPECTED = "a mapping: class (slurm, pbs, sge, local or gateway) and its argume
 def read_cluster_file(path: str) -> Described:
     """The cluster ``path`` describes, its class and arguments checked."""
     try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except (FileNotFoundError, IsADirectoryError):
         raise InputError(path, "not found", expected="a cluster file (YAML)") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise InputError(path, f"not valid YAML ({' '.join(str(err).split())[:200]})"
-                         ) from None
+    except UnicodeDecodeError as err:
+        raise InputError(path, f"not valid YAML ({err})") from None
+    doc = strict_yaml(text, path)
     if not isinstance(doc, dict):
         raise InputError(path, f"{type(doc).__name__} is not a mapping", expected=_EXPECTED)
     if "jobqueue" in doc:

@@ -133,6 +133,22 @@ def test_setting_documents_strict(tmp_path):
         strict_json("[" * 100_000 + "]" * 100_000, "g.json")
 
 
+def test_manifest_and_cluster_file_refuse_duplicate_keys(tmp_path):
+    """The other setting files, the evaluate-many manifest and a cluster file, read as
+    strictly as the benchmark file."""
+    from sgdask.batch.many import load_manifest
+    from sgdask.cluster_file import read_cluster_file
+
+    manifest = tmp_path / "many.yaml"
+    manifest.write_text("gt: a\ngt: b\nsubmissions: []\n")
+    with pytest.raises(InputError, match="key 'gt' given twice"):
+        load_manifest(str(manifest))
+    cluster = tmp_path / "slurm.yaml"
+    cluster.write_text("class: local\nclass: slurm\n")
+    with pytest.raises(InputError, match="key 'class' given twice"):
+        read_cluster_file(str(cluster))
+
+
 def test_benchmark_file_refuses_duplicates_and_far_dates(tmp_path):
     bench = tmp_path / "bench.yaml"
     bench.write_text("phases:\n- name: a\n  gt: gt\n  visibility: private\n"

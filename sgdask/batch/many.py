@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-import yaml
 from distributed import Client
 
 from sgdask.batch.cache import ResultCache, cache_key
@@ -29,6 +28,7 @@ from sgdask.batch.pages import page_url, render_page
 from sgdask.cluster import Local
 from sgdask.core.settings import Settings
 from sgdask.errors import Choose, InputError, SettingError, SgdaskError
+from sgdask.io.documents import strict_yaml
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.predicate_groups import groups_digest
 from sgdask.io.sniff import existing
@@ -107,11 +107,10 @@ def load_manifest(url: str, storage_options: StorageOptions | None = None) -> Ma
     fs, path = filesystem(url, storage_options)
     try:
         with fs.open(path, "r") as f:
-            doc = yaml.safe_load(f)
+            text = f.read()
     except FileNotFoundError:
         raise InputError(url, "file not found") from None
-    except yaml.YAMLError as err:
-        raise InputError(url, f"not valid YAML/JSON ({err})") from err
+    doc = strict_yaml(text, url)
     job = parse_manifest(doc, url)
     if job.storage_options is None:
         job.storage_options = storage_options
