@@ -33,22 +33,18 @@ NOTHING = np.empty(0, dtype=np.int64)
 
 
 @njit(**JIT)
-def _counts(inter: np.ndarray, labels: np.ndarray, area: np.ndarray, boxes: np.ndarray,
-            starts: np.ndarray, words: np.ndarray, gt_labels: np.ndarray, gt_area: np.ndarray,
-            crowd: np.ndarray, gt_boxes: np.ndarray, gt_starts: np.ndarray,
-            gt_words: np.ndarray, height: int, width: int
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _categorised(inter: np.ndarray, labels: np.ndarray, area: np.ndarray, void: np.ndarray,
+                 gt_labels: np.ndarray, gt_area: np.ndarray, crowd: np.ndarray,
+                 skip_empty: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(true positives' category, intersection and union; false positives' categories;
-    false negatives' categories) from the pixels each same-category (prediction, GT) pair
-    shares (``inter``), the predicted masks and areas, the GT masks, areas and crowd
-    flags. A GT whose disjoint segments cover every pixel has no VOID; else a prediction's
-    VOID pixels are those no GT segment covers."""
-    n_pred, n_gt = inter.shape
-    if gt_area.sum() == height * width:
-        void = np.zeros(n_pred, dtype=np.int64)
-    else:
-        void = area - covered_pixels(boxes, starts, words, gt_boxes, gt_starts, gt_words,
-                                     height, width)
+    false negatives' categories), as panopticapi's ``pq_compute_single_core`` counts them,
+    from the pixels each (prediction, GT segment) pair shares (``inter``, a column per GT
+    segment, more columns ignored), the predictions' areas and pixels on VOID, the GT
+    segments' categories, areas and crowd flags. ``skip_empty``: a prediction of no pixel
+    is no false positive. A crowd segment is never matched, so it is no false negative: it
+    excuses the pixels a prediction of its category puts on it."""
+    n_pred, n_gt = len(labels), len(gt_labels)
     tp_category = np.empty(n_pred * n_gt, dtype=np.int64)
     tp_inter = np.empty(n_pred * n_gt, dtype=np.int64)
     tp_union = np.empty(n_pred * n_gt, dtype=np.int64)
@@ -82,7 +78,7 @@ def _counts(inter: np.ndarray, labels: np.ndarray, area: np.ndarray, boxes: np.n
     fp_category = np.empty(n_pred, dtype=np.int64)
     n_fp = 0
     for p in range(n_pred):
-        if pred_matched[p] or area[p] == 0:
+        if pred_matched[p] or (skip_empty and area[p] == 0):
             continue
         ignored = void[p]
         if crowd_of[labels[p]] >= 0:
@@ -92,6 +88,25 @@ def _counts(inter: np.ndarray, labels: np.ndarray, area: np.ndarray, boxes: np.n
             n_fp += 1
     return (tp_category[:k], tp_inter[:k], tp_union[:k], fp_category[:n_fp],
             fn_category[:n_fn])
+
+
+@njit(**JIT)
+def _counts(inter: np.ndarray, labels: np.ndarray, area: np.ndarray, boxes: np.ndarray,
+            starts: np.ndarray, words: np.ndarray, gt_labels: np.ndarray, gt_area: np.ndarray,
+            crowd: np.ndarray, gt_boxes: np.ndarray, gt_starts: np.ndarray,
+            gt_words: np.ndarray, height: int, width: int
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``_categorised`` from the pixels each same-category (prediction, GT) pair shares
+    (``inter``), the predicted masks and areas, the GT masks, areas and crowd flags. A GT
+    whose disjoint segments cover every pixel has no VOID; else a prediction's VOID pixels
+    are those no GT segment covers."""
+    n_pred = inter.shape[0]
+    if gt_area.sum() == height * width:
+        void = np.zeros(n_pred, dtype=np.int64)
+    else:
+        void = area - covered_pixels(boxes, starts, words, gt_boxes, gt_starts, gt_words,
+                                     height, width)
+    return _categorised(inter, labels, area, void, gt_labels, gt_area, crowd, True)
 
 
 def panoptic_hits(gt: ImageGT, masks: BitMasks, labels: np.ndarray, areas: np.ndarray,
@@ -178,57 +193,12 @@ def pair_areas(gt_rgb: np.ndarray, gt_ids: np.ndarray, pred_rgb: np.ndarray,
 def _table_counts(table: np.ndarray, labels: np.ndarray, gt_labels: np.ndarray,
                   gt_area: np.ndarray, crowd: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``_counts`` from a ``pair_areas`` table, as panopticapi's ``pq_compute_single_core``
-    counts: a prediction's area is its pixel count, a GT segment's the JSON's ``area``,
-    the union leaves out the prediction's pixels on VOID (GT id 0)."""
+    """``_categorised`` from a ``pair_areas`` table: a prediction's area is its pixel
+    count, a GT segment's the JSON's ``area``, VOID is GT id 0."""
     n_pred, n_gt = len(labels), len(gt_labels)
     area = table[:n_pred].sum(axis=1)
     void = table[:n_pred, n_gt]
-    tp_category = np.empty(n_pred * n_gt, dtype=np.int64)
-    tp_inter = np.empty(n_pred * n_gt, dtype=np.int64)
-    tp_union = np.empty(n_pred * n_gt, dtype=np.int64)
-    pred_matched = np.zeros(n_pred, dtype=np.bool_)
-    gt_matched = np.zeros(n_gt, dtype=np.bool_)
-    k = 0
-    for p in range(n_pred):
-        for g in range(n_gt):
-            shared = table[p, g]
-            if shared == 0 or crowd[g] or labels[p] != gt_labels[g]:
-                continue
-            union = area[p] + gt_area[g] - shared - void[p]
-            if 2 * shared > union:
-                tp_category[k], tp_inter[k], tp_union[k] = gt_labels[g], shared, union
-                pred_matched[p] = gt_matched[g] = True
-                k += 1
-    n_categories = 1
-    for c in labels:
-        n_categories = max(n_categories, c + 1)
-    for c in gt_labels:
-        n_categories = max(n_categories, c + 1)
-    crowd_of = np.full(n_categories, -1, dtype=np.int64)
-    fn_category = np.empty(n_gt, dtype=np.int64)
-    n_fn = 0
-    for g in range(n_gt):
-        if gt_matched[g]:
-            continue
-        if crowd[g]:
-            crowd_of[gt_labels[g]] = g
-        else:
-            fn_category[n_fn] = gt_labels[g]
-            n_fn += 1
-    fp_category = np.empty(n_pred, dtype=np.int64)
-    n_fp = 0
-    for p in range(n_pred):
-        if pred_matched[p]:
-            continue
-        ignored = void[p]
-        if crowd_of[labels[p]] >= 0:
-            ignored += table[p, crowd_of[labels[p]]]
-        if not 2 * ignored > area[p]:
-            fp_category[n_fp] = labels[p]
-            n_fp += 1
-    return (tp_category[:k], tp_inter[:k], tp_union[:k], fp_category[:n_fp],
-            fn_category[:n_fn])
+    return _categorised(table, labels, area, void, gt_labels, gt_area, crowd, False)
 
 
 def table_hits(table: np.ndarray, labels: np.ndarray, gt_labels: np.ndarray,
