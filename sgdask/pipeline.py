@@ -38,6 +38,7 @@ from sgdask.io.sniff import expect
 from sgdask.io.sources import PredSlice, StoreInput, SubmissionInput
 from sgdask.io.store import CROWD_VERSION, Corrupt, StoreReader, unseen_by_workers
 from sgdask.io.training_stats import gt_training_stats
+from sgdask.io.units import check_units
 from sgdask.io.validate import GTInfo
 from sgdask.metrics import FAMILIES, Family, families_of
 from sgdask.metrics.groups import PredicateGroups
@@ -318,6 +319,7 @@ def opened_plan(gt: GTPlan, name: str, url: str, protocols: str, limits: Archive
     sub = Submission(name, url, get_protocols(protocols), bool(given.manifest.get("has_ng")),
                      _data_of(gt.manifest, given.manifest))
     _check_pair_scores(sub, given)
+    check_units([p.unit for p in sub.protocols], gt.manifest, gt.url)
     return Planned(sub, given.manifest, given.keeps, tuple(slices), counts), given
 
 

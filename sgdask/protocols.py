@@ -54,6 +54,10 @@ class Protocol:
     subject x object x predicate score, and the protocol reports pooled R@50 and average
     precision (``sgdask.kernels.oiv6``, ``sgdask.metrics.oiv6``); ``ks``: the ks the
     protocol has (``--k`` is refused), None: any.
+
+    ``unit``: the evaluation unit that bootstrap intervals and paired tests resample:
+    ``image``, or a group whose members are images (``video``: frames), which the GT store
+    records per image (``sgdask.stats.units``).
     """
 
     name: str
@@ -76,6 +80,7 @@ class Protocol:
     first_triplet_per_remapped_pair: bool = False
     open_images: bool = False
     ks: str | None = None
+    unit: str = "image"
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

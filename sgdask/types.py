@@ -110,6 +110,8 @@ class ImageGT:
     known (protocols that clip GT boxes to the image need it). ``crowd``: per instance,
     whether it is a crowd region (psg.json's ``iscrowd``; panoptic quality ignores it);
     None where not recorded (GT stores before format version 4): no panoptic quality then.
+    ``units``: the groups the image is a member of, by unit (``{"video": "v07"}``: a frame
+    of video v07), which a protocol whose unit is a group resamples by.
     """
 
     image_id: str
@@ -121,6 +123,7 @@ class ImageGT:
     masks: BitMasks | None = None
     size: tuple[int, int] | None = None
     crowd: np.ndarray | None = None
+    units: dict[str, str] = field(default_factory=dict)
 
     @property
     def n_instances(self) -> int:

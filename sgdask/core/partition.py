@@ -8,6 +8,7 @@ from sgdask.core.image import hits_under
 from sgdask.core.lint import LintCounts, partition_lint
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ScoringSettings, Submission
+from sgdask.errors import SgdaskError
 from sgdask.kernels.image import without_proposals
 from sgdask.metrics.base import Block, Context
 from sgdask.metrics.state import StateRows
@@ -45,10 +46,24 @@ def scored_partition(gts: Sequence[ImageGT],
             with_zero_shot_all(hits, scoring.zero_shot)
             blocks = term_blocks(hits, protocol, sub.with_ng, scoring, sub.data) if hits \
                 else []
-            out.add((sub.name, protocol.name), hits, blocks, skipped)
+            out.add((sub.name, protocol.name), hits, blocks, skipped, protocol.unit,
+                    units_of(gts, protocol.unit))
         out.lint[sub.name] = out.lint.get(sub.name, LintCounts()).merged(
             partition_lint(gts, preds, merged_masks))
     return out
+
+
+def units_of(gts: Sequence[ImageGT], unit: str) -> dict[str, str] | None:
+    """Image id -> the id of its unit (None under the unit ``image``: every image its own).
+    The pipeline checks the GT store records the unit before any task runs
+    (``sgdask.io.units``)."""
+    if unit == "image":
+        return None
+    missing = next((gt.image_id for gt in gts if unit not in gt.units), None)
+    if missing is not None:
+        raise SgdaskError(f"GT image {missing}: no {unit} recorded (the protocol resamples "
+                          f"by {unit}; give a GT store that records each image's {unit})")
+    return {gt.image_id: gt.units[unit] for gt in gts}
 
 
 def _merged_masks(hits: list[ImageHits]) -> dict[str, int]:

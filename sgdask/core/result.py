@@ -42,9 +42,11 @@ class PartitionResult:
     lint: dict[str, LintCounts] = field(default_factory=dict)
 
     def add(self, key: Key, hits: list[ImageHits], blocks: list[Block | StateRows],
-            skipped: dict[str, int] | None = None) -> None:
+            skipped: dict[str, int] | None = None, unit: str = "image",
+            units: dict[str, str] | None = None) -> None:
         """Add the hits of a partition's images and their term blocks (``skipped``: the
-        diagnostics of the images the protocol left out)."""
+        diagnostics of the images the protocol left out; ``units``: under a ``unit`` other
+        than ``image``, each image's unit id, kept with its terms and per-image row)."""
         acc = self.accumulators.setdefault(key, Accumulator())
         self.images.setdefault(key, [])
         self.terms.setdefault(key, [])
@@ -55,9 +57,14 @@ class PartitionResult:
         acc.add_blocks(blocks)
         acc.add_counts(np.concatenate([h.predicates for h in hits]),
                        image_diagnostics(hits))
-        self.images.setdefault(key, []).extend(image_rows(hits, blocks))
-        self.terms.setdefault(key, []).append(
-            TermTable.from_blocks([h.image_id for h in hits], blocks))
+        ids = [h.image_id for h in hits]
+        rows = image_rows(hits, blocks)
+        if units is not None:
+            for row, image_id in zip(rows, ids, strict=True):
+                row[f"{unit}_id"] = units[image_id]
+        self.images.setdefault(key, []).extend(rows)
+        self.terms.setdefault(key, []).append(TermTable.from_blocks(
+            ids, blocks, unit, None if units is None else [units[i] for i in ids]))
 
     def of(self, name: str) -> PartitionResult:
         """One submission's share (every protocol of it): what its reports are made of."""

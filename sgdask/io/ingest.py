@@ -52,6 +52,7 @@ from sgdask.io.store import (
     write_part,
 )
 from sgdask.io.training_stats import STATS_FILE, STATS_SCHEMA, train_stats, write_stats
+from sgdask.io.units import grouping_digest, recorded_units, unit_column
 from sgdask.io.validate import GTInfo, checked_submission
 from sgdask.io.vg import VAL_IMAGES, VGFiles, read_vg
 from sgdask.kernels.scores import PREDICATE, DerivedLists
@@ -131,7 +132,13 @@ def write_gt_store(out: str, options: StorageOptions | None, overwrite: bool,
     """A GT store of ``records`` (sorted by id): one task per part, then the training
     statistics, then the manifest. ``digest`` (a hashlib object over the sources read so
     far) is completed with every PNG read and becomes the content hash; ``image_order``:
-    the test ids in the source's order (psg.json's ``data``), for pairing model results."""
+    the test ids in the source's order (psg.json's ``data``), for pairing model results.
+    Records that name units (``GTRecord.units``: a frame's video) make a store that
+    records them (``sgdask.io.units``; the grouping is part of the content hash)."""
+    grouped = [(r.image_id, r.units) for r in records]
+    units = recorded_units(grouped, str(fields.get("source", out)))
+    if units:
+        fields["units"] = list(units)
     with StoreWriter(out, "gt", options, overwrite) as writer:
         if image_order is not None:
             write_image_order(writer.write_url, options, image_order)
@@ -145,6 +152,8 @@ def write_gt_store(out: str, options: StorageOptions | None, overwrite: bool,
         for _, png_digests in done:
             for d in png_digests:
                 digest.update(d)
+        if units:
+            digest.update(grouping_digest(grouped))
         return writer.finish(
             [info for info, _ in done], train_stats=STATS_FILE if len(stats) else None,
             sgdask_version=__version__, content_hash="sha256:" + digest.hexdigest(),
@@ -252,7 +261,7 @@ def write_gt_part(out: str, options: StorageOptions | None, index: int,
 
     Returns the part's manifest entry and the SHA-256 digest of each PNG, in order.
     """
-    tables = PartTables.empty()
+    tables = PartTables.empty(tuple(sorted(records[0].units)) if records else ())
     digests = []
     for record in records:
         masks = None
@@ -273,7 +282,8 @@ def add_gt_rows(tables: PartTables, record: GTRecord, part: str, masks: BitMasks
                         ("width", record.width), ("n_instances", len(record.categories)),
                         ("n_graph", len(relations)), ("n_ng", 0), ("n_pairs", 0),
                         ("mask_array", None if masks is None else part),
-                        ("mask_offset", None), ("source_file", record.pan_seg_file_name)):
+                        ("mask_offset", None), ("source_file", record.pan_seg_file_name),
+                        *((unit_column(u), record.units[u]) for u in tables.units)):
         cols[name].append(value)
     add_instance_rows(tables, record.image_id, record.categories, record.boxes, None, masks,
                       None if masks is None else masks.areas(),

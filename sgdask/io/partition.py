@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from sgdask.io.codecs.words import sparse_problem, unpack_sparse, v1_crop_words, xor_rows
 from sgdask.io.store import CROWD_VERSION, PAIRS_VERSION, Corrupt, StoreReader
+from sgdask.io.units import unit_column
 from sgdask.kernels.bits import word_layout
 from sgdask.types import BitMasks, ImageGT, ImagePred, TopPredicates
 
@@ -69,13 +70,15 @@ class PartRows:
     has_areas: np.ndarray  # per image: every instance has an area
     crowd: np.ndarray | None  # per instance, iscrowd (version 4 on; null read as false)
     has_crowd: np.ndarray  # per image: every instance has its iscrowd
+    units: dict[str, list[str]]  # per unit the store records, each image's unit id
 
 
 def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
     """The rows of the wanted images of one part."""
     with_pairs = reader.version >= PAIRS_VERSION
-    images = reader.table("images", [part],
-                          columns=IMAGE_COLUMNS + (["n_pairs"] if with_pairs else []))
+    unit_columns = [unit_column(u) for u in reader.units]
+    images = reader.table("images", [part], columns=IMAGE_COLUMNS + (
+        ["n_pairs"] if with_pairs else []) + unit_columns)
     ids = images["image_id"].to_pylist()
     n_inst = column(images, "n_instances")
     n_pairs = column(images, "n_pairs") if with_pairs else np.zeros(len(ids), np.int64)
@@ -126,7 +129,9 @@ def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
         has_scores=~any_per_image(np.isnan(score), inst_starts) & (np.diff(inst_starts) > 0),
         has_areas=~any_per_image(np.isnan(area), inst_starts),
         crowd=np.nan_to_num(crowd).astype(bool) if with_crowd else None,
-        has_crowd=~any_per_image(np.isnan(crowd), inst_starts))
+        has_crowd=~any_per_image(np.isnan(crowd), inst_starts),
+        units={u: [v for v, k in zip(images[c].to_pylist(), keep, strict=True) if k]
+               for u, c in zip(reader.units, unit_columns, strict=True)})
 
 
 def kept_rows(table: pa.Table, starts: np.ndarray, keep: np.ndarray) -> pa.Table:
@@ -236,18 +241,20 @@ def load_gt_images(reader: StoreReader, parts: list[str], ids: list[str]) -> Ite
             t = rows.trip[i]
             relations = rows.spo[t:t + rows.n_graph[i]]
             shape = (int(rows.height[i]), int(rows.width[i]))
+            units = {u: of[i] for u, of in rows.units.items() if of[i] is not None}
             if not rows.has_masks[i]:
-                yield ImageGT(image_id, labels, relations, boxes, size=shape)
+                yield ImageGT(image_id, labels, relations, boxes, size=shape, units=units)
                 continue
             a, b = rows.inst[i], rows.inst[i + 1]
             areas = rows.area[a:b].astype(np.int64) if rows.has_areas[i] else None
             crowd = rows.crowd[a:b] if rows.crowd is not None and rows.has_crowd[i] else None
             if reader.version == 1:
                 yield ImageGT(image_id, labels, relations, boxes, masks.label_image(i), areas,
-                              size=shape)
+                              size=shape, units=units)
             else:
                 yield ImageGT(image_id, labels, relations, boxes, areas=areas,
-                              masks=masks.of(i, shape), size=shape, crowd=crowd)
+                              masks=masks.of(i, shape), size=shape, crowd=crowd,
+                              units=units)
 
 
 def load_predictions(reader: StoreReader, parts: list[str], ids: list[str]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import imagecodecs
@@ -27,6 +27,7 @@ class GTRecord:
     relations: np.ndarray
     pan_seg_file_name: str | None
     crowd: np.ndarray | None = None  # with masks: each segment's iscrowd (absent: false)
+    units: dict[str, str] = field(default_factory=dict)  # e.g. {"video": id}: sgdask.io.units
 
 
 def class_lists(doc: Any, file: str) -> dict[str, list[str]]:

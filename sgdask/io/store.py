@@ -21,6 +21,12 @@ checksums (written and verified by pyarrow) and every mask chunk ends with a CRC
 (Zarr v3's ``crc32c`` codec). Any mismatch is ``URL/relative/path: corrupt (...)``.
 Versions 1 and 2 carry no checksums: they are read with a one-line warning.
 
+Version 6 records evaluation units (``sgdask.io.units``): the manifest's ``units`` names
+the groups its images belong to (``["video"]``) and the images table has a column
+``<unit>_id`` per unit (``video_id``: the image is a frame of that video). Only a store
+that records units is written as version 6; every other store is written as version 5, as
+before, so releases that read version 5 read it and nothing about it changes.
+
 Version 4 adds the instances' ``iscrowd`` (GT from psg.json: its ``segments_info``'s
 ``iscrowd``; null elsewhere), which panoptic quality needs; older stores are read as they
 are, without crowd flags (no panoptic quality then, with the reason in the report).
@@ -35,7 +41,7 @@ import json
 import os
 import uuid
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -60,6 +66,7 @@ from sgdask.io.fs import (
 )
 from sgdask.io.lock import exclusive_lock
 from sgdask.io.schemas import STORE_MANIFEST, schema_problem
+from sgdask.io.units import unit_column
 from sgdask.kernels.bits import word_layout
 from sgdask.types import BitMasks
 
@@ -69,7 +76,9 @@ if TYPE_CHECKING:
 
 FORMAT = "sgdask-store"
 FORMAT_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+#: the version of a store whose images table records units (written only for those)
+UNITS_VERSION = 6
 #: the first version whose manifest lists every file with its size and hash
 CHECKSUMMED_VERSION = 3
 #: the first version whose instances table has ``iscrowd``
@@ -147,13 +156,23 @@ def part_name(index: int) -> str:
     return f"part-{index:05d}"
 
 
-def table_columns(name: str, version: int) -> list[str]:
+def table_columns(name: str, version: int, units: Sequence[str] = ()) -> list[str]:
     """The columns of table ``name`` in a store of format ``version`` (before version 4,
     the instances table has no ``iscrowd``; before version 5, the images table has no
-    ``n_pairs``)."""
+    ``n_pairs``; ``units``: the units the store records, a column each in the images
+    table)."""
     absent = {*(("iscrowd",) if version < CROWD_VERSION else ()),
               *(("n_pairs",) if version < PAIRS_VERSION else ())}
-    return [c for c in SCHEMAS[name].names if c not in absent]
+    return [c for c in SCHEMAS[name].names if c not in absent] + (
+        [unit_column(u) for u in units] if name == "images" else [])
+
+
+def table_schema(name: str, units: Sequence[str] = ()) -> pa.Schema:
+    """The Parquet schema of table ``name`` as written, with the units' columns."""
+    schema = SCHEMAS[name]
+    for unit in units if name == "images" else ():
+        schema = schema.append(pa.field(unit_column(unit), pa.string()))
+    return schema
 
 
 @dataclass
@@ -166,10 +185,12 @@ class PartTables:
     triplets: dict[str, list]
     masks: list[np.ndarray] = field(default_factory=list)
     mask_length: int = 0  # words
+    units: tuple[str, ...] = ()  # the units recorded (a column each in ``images``)
 
     @classmethod
-    def empty(cls) -> PartTables:
-        return cls(*({name: [] for name in SCHEMAS[t].names} for t in TABLES))
+    def empty(cls, units: Sequence[str] = ()) -> PartTables:
+        return cls(*({name: [] for name in table_schema(t, units).names} for t in TABLES),
+                   units=tuple(units))
 
     def add_masks(self, masks: BitMasks) -> np.ndarray:
         """Append masks (row-XOR encoded, see ``encoded_words``); returns each mask's word
@@ -293,7 +314,8 @@ def write_part(url: str, storage_options: StorageOptions | None, index: int,
             rel = f"masks/{part_name(index)}/{key}"
             files[rel] = put_file(fs, join(path, rel), blob, join(url, rel))
     for name in TABLES:
-        table = pa.Table.from_pydict(getattr(tables, name), schema=SCHEMAS[name])
+        table = pa.Table.from_pydict(getattr(tables, name),
+                                     schema=table_schema(name, tables.units))
         rel = f"{name}/{part_name(index)}.parquet"
         files[rel] = put_file(fs, join(path, rel), parquet_bytes(table), join(url, rel))
     return {"name": part_name(index), "first_id": ids[0], "last_id": ids[-1],
@@ -391,7 +413,8 @@ class StoreWriter:
         try:
             for rel in self.own_files(fields):
                 files[rel] = file_entry(self.fs.cat_file(join(self.write_path, rel)))
-            manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": self.kind,
+            version = UNITS_VERSION if fields.get("units") else FORMAT_VERSION
+            manifest = {"format": FORMAT, "format_version": version, "kind": self.kind,
                         **fields, "parts": entries, "files": dict(sorted(files.items()))}
             manifest[SELF_HASH] = manifest_digest(manifest)
             with self.fs.open(join(self.write_path, MANIFEST), "w") as f:
@@ -592,6 +615,11 @@ class StoreReader:
         return int(self.manifest["format_version"])
 
     @property
+    def units(self) -> tuple[str, ...]:
+        """The units the store records (a column each in the images table)."""
+        return tuple(self.manifest.get("units") or ())
+
+    @property
     def checksummed(self) -> bool:
         return self.version >= CHECKSUMMED_VERSION
 
@@ -666,15 +694,15 @@ class StoreReader:
         tables = []
         for part in parts:
             table = self.read_table(f"{name}/{part}.parquet", columns if columns is not None
-                                    else table_columns(name, self.version))
+                                    else table_columns(name, self.version, self.units))
             if ids is not None:
                 table = table.filter(pa.compute.is_in(table["image_id"],
                                                       value_set=pa.array(ids, pa.string())))
             tables.append(table)
         if not tables:
-            schema = SCHEMAS[name]
+            schema = table_schema(name, self.units)
             return pa.schema([schema.field(c) for c in columns or table_columns(
-                name, self.version)]).empty_table()
+                name, self.version, self.units)]).empty_table()
         try:
             return pa.concat_tables(tables)
         except pa.ArrowInvalid as err:

@@ -31,6 +31,7 @@ from sgdask.io.store import (
     StoreReader,
     table_columns,
 )
+from sgdask.io.units import unit_column
 
 
 class Attempts:
@@ -134,9 +135,13 @@ def check_part_tables(reader: StoreReader, part: dict[str, Any]) -> bool:
     counts, ids sorted and inside the part's range."""
     name = part["name"]
     images = reader.read_table(f"images/{name}.parquet",
-                               table_columns("images", reader.version))
+                               table_columns("images", reader.version, reader.units))
     ids = images["image_id"].to_pylist()
     rel = f"images/{name}.parquet"
+    for unit in reader.units:
+        if images[unit_column(unit)].null_count:
+            raise Corrupt(reader.url, rel, f"corrupt (an image without its {unit}: the "
+                          f"manifest says the store records each image's {unit})")
     if len(ids) != part["n_images"]:
         raise Corrupt(reader.url, rel, f"corrupt ({len(ids)} images, the manifest says "
                       f"{part['n_images']})")

@@ -32,6 +32,7 @@ from sgdask.stats.bootstrap import (
     count_chunks,
     percentile_intervals,
 )
+from sgdask.stats.units import unit_index, unit_of
 
 INTERVAL_SUFFIXES = ("_lo", "_hi")
 
@@ -192,7 +193,8 @@ def _state_intervals(report: Report, settings: CISettings, names: list[str] | No
     """Intervals of the metrics families derive from their merged state (oiv6's AP),
     from the family's own values under the bootstrap's image weights
     (``Family.state_samples``: the same resamples as the terms' bootstrap)."""
-    found = Intervals(settings.level, settings.resamples, settings.seed, {}, {})
+    found = Intervals(settings.level, settings.resamples, settings.seed, {}, {},
+                      unit_of(report.terms) if report.terms is not None else "image")
     families = [f for f in FAMILIES if f.state_samples is not None and report.states
                 and all(s.name in report.states for s in f.states)
                 and any(metric_of(n) in f.metrics for n in report.metrics)]
@@ -205,7 +207,8 @@ def _state_intervals(report: Report, settings: CISettings, names: list[str] | No
     predicates: dict[str, list[np.ndarray]] = {}
     under = [f.state_samples(report.states, ids, ctx) for f in families
              if f.state_samples is not None]
-    for weights in count_chunks(len(ids), settings.resamples, settings.seed):
+    for weights in count_chunks(len(ids), settings.resamples, settings.seed,
+                                index=unit_index(report.terms)):
         for values_under in under:
             values, per_predicate = values_under(weights)
             for name, value in values.items():

@@ -23,12 +23,15 @@ predicates per image), so a chunk of resamples costs one sparse-dense product; t
 
 Resample b draws ``rng.integers(0, n, n)`` (the b-th such draw of ``default_rng(seed)``)
 over the images in canonical order (sorted ids): the same indices for every metric,
-protocol and model of one run, whatever the partitioning. Everything here is a pure
-function of (terms, indices); nothing depends on Dask.
+protocol and model of one run, whatever the partitioning. Under a protocol whose unit is a
+group of images (``video``), the draw is over the n units instead and each image weighs
+what its unit was drawn (``sgdask.stats.units``: the clustered bootstrap). Everything here
+is a pure function of (terms, indices); nothing depends on Dask.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +43,7 @@ import numpy as np
 from sgdask.metrics.base import IMAGE, MEAN, RATIO, FinalColumns, Finals, StateColumns
 from sgdask.metrics.state import SPECS, PairState
 from sgdask.stats.table import TermTable, is_state
+from sgdask.stats.units import n_units, per_image, shared_index, unit_of
 
 if TYPE_CHECKING:
     from scipy import sparse
@@ -433,19 +437,21 @@ def resample_indices(n_images: int, resamples: int, seed: int, start: int = 0
 
 
 def count_chunks(n_images: int, resamples: int, seed: int, chunk: int | None = None,
-                 start: int = 0) -> Iterator[np.ndarray]:
+                 start: int = 0, index: np.ndarray | None = None) -> Iterator[np.ndarray]:
     """Resample weights (how often each image was drawn) of resamples ``start`` ..
     ``resamples - 1``, a (chunk x images) array at a time: bounded memory whatever the
-    number of resamples."""
+    number of resamples. ``index``: each image's unit (``sgdask.stats.units``); the units
+    are drawn and an image weighs what its unit was drawn (None: images are drawn)."""
     size = chunk or max(1, CHUNK_CELLS // max(n_images, 1))
+    units = n_units(index, n_images)
     batch: list[np.ndarray] = []
-    for indices in resample_indices(n_images, resamples, seed, start):
-        batch.append(np.bincount(indices, minlength=n_images))
+    for indices in resample_indices(units, resamples, seed, start):
+        batch.append(np.bincount(indices, minlength=units))
         if len(batch) == size:
-            yield np.array(batch, dtype=float)
+            yield per_image(np.array(batch, dtype=float), index)
             batch = []
     if batch:
-        yield np.array(batch, dtype=float)
+        yield per_image(np.array(batch, dtype=float), index)
 
 
 def percentile_interval(samples: np.ndarray, level: float) -> tuple[float, float] | None:
@@ -491,18 +497,20 @@ class Intervals:
     seed: int
     metrics: dict[str, tuple[float, float]]
     predicates: dict[str, dict[int, tuple[float, float]]]
+    unit: str = "image"
 
     def settings(self) -> dict[str, object]:
         return {"level": self.level, "resamples": self.resamples, "method": METHOD,
-                "unit": "image", "seed": self.seed}
+                "unit": self.unit, "seed": self.seed}
 
 
 def block_samples(matrices: Sequence[TermMatrix], plan: Plan, seed: int, start: int,
-                  stop: int) -> list[Values]:
-    """Per term matrix, its values under resamples ``start`` .. ``stop - 1``."""
+                  stop: int, index: np.ndarray | None = None) -> list[Values]:
+    """Per term matrix, its values under resamples ``start`` .. ``stop - 1`` (``index``:
+    the images' units, as ``count_chunks``)."""
     n = matrices[0].n_images
     parts: list[list[Values]] = [[] for _ in matrices]
-    for weights in count_chunks(n, stop, seed, start=start):
+    for weights in count_chunks(n, stop, seed, start=start, index=index):
         for i, matrix in enumerate(matrices):
             parts[i].append(plan.values(matrix, weights))
     return [Values.joined(p) for p in parts]
@@ -520,22 +528,27 @@ BLOCK_WORK = 500_000_000
 def bootstrap_samples(tables: Sequence[TermTable], plan: Plan, resamples: int, seed: int,
                       mapper: Mapper | None = None) -> list[Values]:
     """Per table, its values under every resample (the same resamples for every table:
-    the tables must hold the same images). With a ``mapper``, blocks of resamples may run
-    elsewhere; every resample is computed on its own, so the values are the same."""
+    the tables must hold the same images, grouped into the same units). With a ``mapper``,
+    blocks of resamples may run elsewhere; every resample is computed on its own, so the
+    values are the same."""
     work = sum(len(t) for t in tables) * resamples
     blocks = 1 if mapper is None else min(max(1, work // BLOCK_WORK), resamples)
     matrices = [term_matrix(plan.layout, t) for t in tables]
+    index = shared_index(tables)
     if blocks == 1:
-        return block_samples(matrices, plan, seed, 0, resamples)
+        return block_samples(matrices, plan, seed, 0, resamples, index)
     edges = np.linspace(0, resamples, blocks + 1).astype(int).tolist()
-    done = mapper(block_samples, (matrices, plan, seed), list(pairwise(edges)))
+    sample = block_samples if index is None else functools.partial(block_samples,
+                                                                   index=index)
+    done = mapper(sample, (matrices, plan, seed), list(pairwise(edges)))
     return [Values.joined([d[i] for d in done]) for i in range(len(tables))]
 
 
 def bootstrap(table: TermTable, scoring: Scoring, level: float = 0.95,
               resamples: int = 1000, seed: int = 0, names: Sequence[str] | None = None,
               mapper: Mapper | None = None) -> Intervals:
-    """Percentile bootstrap intervals over images for ``names`` (None: every metric)."""
+    """Percentile bootstrap intervals over the table's units (images unless grouped) for
+    ``names`` (None: every metric)."""
     plan = plan_for([table], names, scoring)
     samples = bootstrap_samples([table], plan, resamples, seed, mapper)[0]
     shown = set(plan.layout.scalar) | set(plan.layout.averaged) | set(plan.derived)
@@ -551,7 +564,7 @@ def bootstrap(table: TermTable, scoring: Scoring, level: float = 0.95,
             rows = percentile_intervals(matrix, level)
             predicates[name] = {int(p): iv for p, iv in zip(ids.tolist(), rows, strict=True)
                                 if iv is not None}
-    return Intervals(level, resamples, seed, metrics, predicates)
+    return Intervals(level, resamples, seed, metrics, predicates, unit_of(table))
 
 
 def point_values(table: TermTable, scoring: Scoring, names: Sequence[str] | None = None

@@ -13,6 +13,9 @@ interval.
   and recomputes the difference; p = (1 + #{|d_perm| ≥ |d|}) / (1 + permutations). For
   groups every (run of a, run of b) pair is swapped on the same images and the differences
   averaged. A model against itself gets d = 0 and p = 1.
+- **Units**: under a protocol whose unit is a group of images (``video``), the bootstrap
+  draws units and a permutation swaps whole units (``sgdask.stats.units``); wins, ties and
+  losses stay per image.
 - **Holm**: per metric, over all compared pairs (step-down, monotone).
 - **Rank ranges** (leaderboard): model j is significantly better than i when the paired
   bootstrap interval of their difference excludes 0; i ranks from 1 + #(significantly
@@ -44,6 +47,7 @@ from sgdask.stats.bootstrap import (
     term_matrix,
 )
 from sgdask.stats.table import TermTable
+from sgdask.stats.units import n_units, per_image, shared_index, unit_of
 
 DEFAULT_PERMUTATIONS = 1000
 PERMUTATION_STREAM = 1  # the swaps' generator: default_rng((seed, 1)), apart from resamples
@@ -79,15 +83,18 @@ def metric_names(plan: Plan) -> list[str]:
     return sorted(names, key=sort_key)
 
 
-def swap_chunks(n_images: int, permutations: int, seed: int) -> Iterator[np.ndarray]:
+def swap_chunks(n_images: int, permutations: int, seed: int,
+                index: np.ndarray | None = None) -> Iterator[np.ndarray]:
     """Per permutation, which images swap models (1.0) and which stay (0.0), a chunk of
-    permutations at a time."""
+    permutations at a time; ``index``: each image's unit, whose images swap together
+    (``sgdask.stats.units``; None: each image on its own)."""
     rng = np.random.default_rng((seed, PERMUTATION_STREAM))
     size = max(1, CHUNK_CELLS // max(n_images, 1))
+    units = n_units(index, n_images)
     done = 0
     while done < permutations:
         count = min(size, permutations - done)
-        yield (rng.random((count, n_images)) < 0.5).astype(float)
+        yield per_image((rng.random((count, units)) < 0.5).astype(float), index)
         done += count
 
 
@@ -148,15 +155,16 @@ def model_values(runs: list[Values]) -> Values:
 
 
 def randomization_p(plan: Plan, a: list, b: list, observed: dict[str, float],
-                    names: list[str], permutations: int, seed: int
-                    ) -> dict[str, float | None]:
+                    names: list[str], permutations: int, seed: int,
+                    index: np.ndarray | None = None) -> dict[str, float | None]:
     """Two-sided paired approximate-randomization p-value per metric (a, b: the runs'
-    term matrices; None where the difference itself is undefined)."""
+    term matrices; None where the difference itself is undefined; ``index``: the images'
+    units, swapped whole)."""
     n = a[0].n_images
     extreme = dict.fromkeys(names, 0)
     ones = np.ones((1, n))
     pairs = [(mb - ma, ma.sums(ones), mb.sums(ones)) for ma in a for mb in b]
-    for swaps in swap_chunks(n, permutations, seed):
+    for swaps in swap_chunks(n, permutations, seed, index):
         diffs: dict[str, list[np.ndarray]] = {name: [] for name in names}
         for difference, sum_a, sum_b in pairs:
             moved = difference.sums(swaps)
@@ -182,13 +190,20 @@ def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: 
     too, when every run has its states and ``state_context`` is given."""
     image_ids = same_images(models)
     tables = [run for m in models for run in m.runs]
+    try:
+        index = shared_index(tables)
+    except ValueError as err:
+        raise SgdaskError(f"compare: {err}: compare needs the same protocol and ground "
+                          "truth") from None
+    unit = unit_of(tables[0])
     plan = plan_for(tables, names, scoring)
     # (the plan also holds what derived metrics read: R@k for F@k; only ``names`` compare)
     compared = [n for n in metric_names(plan) if names is None or n in names]
     matrices = [[term_matrix(plan.layout, run) for run in m.runs] for m in models]
     ones = np.ones((1, len(image_ids)))
     points = [[plan.values(mx, ones) for mx in runs] for runs in matrices]
-    samples = [model_values(block_samples(runs, plan, seed, 0, resamples)) for runs in matrices]
+    samples = [model_values(block_samples(runs, plan, seed, 0, resamples, index))
+               for runs in matrices]
     summaries = [model_summary(m, p, s, compared, level)
                  for m, p, s in zip(models, points, samples, strict=True)]
     rows, per_predicate = [], []
@@ -199,7 +214,7 @@ def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: 
         observed = {n: number(b["metrics"][n]["value"]) - number(a["metrics"][n]["value"])
                     for n in compared}
         p_values = randomization_p(plan, matrices[ia], matrices[ib], observed, compared,
-                                   permutations, seed)
+                                   permutations, seed, index)
         for name in compared:
             delta = samples[ib].metrics[name] - samples[ia].metrics[name]
             interval = percentile_interval(delta, level) or (None, None)
@@ -221,7 +236,7 @@ def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: 
                                                samples[ia], samples[ib], level)
     if state_context is not None:
         from_state = _StateComparison(models, [str(i) for i in image_ids], state_context,
-                                     resamples, seed, names)
+                                     resamples, seed, names, index)
         for summary, found in zip(summaries, from_state.summaries(level), strict=True):
             summary["metrics"].update(found)
         for ia, ib in pairs:
@@ -233,9 +248,11 @@ def compare(models: Sequence[Model], pairs: Sequence[tuple[int, int]], scoring: 
         for row, adjusted in zip(mine, holm([r["p_value"] for r in mine]), strict=True):
             row["p_holm"] = adjusted
     settings = {"level": level, "resamples": resamples, "permutations": permutations,
-                "seed": seed, "method": f"paired {METHOD} bootstrap over images; paired "
+                "seed": seed, "method": f"paired {METHOD} bootstrap over {unit}s; paired "
                 "approximate randomization; Holm per metric", "aggregation":
-                scoring.aggregation, "images": len(image_ids)}
+                scoring.aggregation, "images": len(image_ids), "unit": unit}
+    if index is not None:
+        settings["units"] = n_units(index, len(image_ids))
     return Comparison(settings, summaries, rows, per_predicate, image_ids, per_image)
 
 
@@ -245,10 +262,12 @@ class _StateComparison:
     ``state_swaps`` (both models' values with images swapped, for the p-values)."""
 
     def __init__(self, models: Sequence[Model], image_ids: list[str], ctx: Context,
-                 resamples: int, seed: int, names: Sequence[str] | None) -> None:
+                 resamples: int, seed: int, names: Sequence[str] | None,
+                 index: np.ndarray | None = None) -> None:
         from sgdask.metrics import FAMILIES
 
         self.models, self.ids, self.ctx, self.seed = models, image_ids, ctx, seed
+        self.index = index  # the images' units (``sgdask.stats.units``)
         runs = [st for m in models for st in (m.states or [None])]
         self.families = [f for f in FAMILIES if f.state_samples and f.state_swaps and all(
             st is not None and all(spec.name in st for spec in f.states) for st in runs)]
@@ -272,7 +291,7 @@ class _StateComparison:
     def sampled(self, states: dict[str, Any], resamples: int
                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         parts = [self.values(states, w) for w in count_chunks(len(self.ids), resamples,
-                                                              self.seed)]
+                                                              self.seed, index=self.index)]
         return ({n: np.concatenate([p[0][n] for p in parts]) for n in parts[0][0]},
                 {n: np.concatenate([p[1][n] for p in parts], 1) for n in parts[0][1]})
 
@@ -327,7 +346,7 @@ class _StateComparison:
                  for sa in self.models[ia].states for sb in self.models[ib].states
                  for family in self.families if family.state_swaps is not None]
         extreme = dict.fromkeys(self.names, 0)
-        for mask in swap_chunks(len(self.ids), permutations, self.seed):
+        for mask in swap_chunks(len(self.ids), permutations, self.seed, self.index):
             diffs: dict[str, list[np.ndarray]] = {name: [] for name in self.names}
             for under in swaps:
                 va, vb = under(mask)

@@ -13,10 +13,16 @@ Tables of partitions concatenate; ``canonical`` sorts images by id, metrics in r
 order and rows by (image, metric, predicate), so the merged table is the same for any
 partitioning, worker count and order. ``per_image_terms.parquet`` is its file form
 (``schemas/per-image-terms.md``).
+
+Under a protocol whose evaluation unit is a group of images (``video``: frames), the table
+also holds each image's unit (``units``, parallel to ``image_ids``; ``unit`` names the
+group): resampling draws units, each carrying all its images' rows
+(``sgdask.stats.units``). Without, every image is its own unit.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,6 +38,7 @@ if TYPE_CHECKING:
 
 FORMAT_VERSION = "1"
 NO_PREDICATE = -1
+UNIT_METADATA = "sgdask_units"  # metadata: {"unit": name, "units": per image id, in order}
 
 
 @dataclass
@@ -46,6 +53,8 @@ class TermTable:
     predicate: np.ndarray
     num: np.ndarray
     den: np.ndarray
+    unit: str = "image"
+    units: np.ndarray | None = None  # per image, its unit's id (None: the image itself)
 
     def __len__(self) -> int:
         return len(self.num)
@@ -64,11 +73,12 @@ class TermTable:
         return np.flatnonzero(self.metric == self.names.index(name))
 
     @classmethod
-    def from_blocks(cls, image_ids: Sequence[str], blocks: list[Block | StateRows]
-                    ) -> TermTable:
+    def from_blocks(cls, image_ids: Sequence[str], blocks: list[Block | StateRows],
+                    unit: str = "image", units: Sequence[str] | None = None) -> TermTable:
         """A partition's table: ``blocks`` number their images 0..n-1 in ``image_ids``
         order (``sgdask.metrics.base.batch_of``); a resampled state's rows are terms (they
-        must carry their images), other states' rows are not."""
+        must carry their images), other states' rows are not. ``units``: each image's
+        unit (a ``unit`` other than ``image``)."""
         used = [b for b in blocks if isinstance(b, Block) and len(b.num)]
         used += [_term_block(b) for b in blocks
                  if isinstance(b, StateRows) and b.spec.resampled and len(b)]
@@ -85,7 +95,8 @@ class TermTable:
             column([np.full(len(b.num), names.index(b.name)) for b in used], np.int32),
             column([b.predicate if b.predicate is not None
                     else np.full(len(b.num), NO_PREDICATE) for b in used], np.int32),
-            column([b.num for b in used], np.int64), column([b.den for b in used], np.int64))
+            column([b.num for b in used], np.int64), column([b.den for b in used], np.int64),
+            unit, None if units is None else np.array([str(u) for u in units], dtype=object))
 
     @classmethod
     def concat(cls, tables: Sequence[TermTable]) -> TermTable:
@@ -99,13 +110,14 @@ class TermTable:
                 else np.empty(0, dtype)
 
         codes = [np.array([names.index(n) for n in t.names] or [0], np.int32) for t in tables]
+        unit, units = joined_units(tables)
         return cls(
             joined([t.image_ids for t in tables], object), names, [kinds[n] for n in names],
             joined([t.image + off for t, off in zip(tables, offsets, strict=True)], np.int32),
             joined([c[t.metric] for t, c in zip(tables, codes, strict=True)], np.int32),
             joined([t.predicate for t in tables], np.int32),
             joined([t.num for t in tables], np.int64),
-            joined([t.den for t in tables], np.int64)).canonical()
+            joined([t.den for t in tables], np.int64), unit, units).canonical()
 
     def canonical(self) -> TermTable:
         """Images sorted by id, metrics in report order, rows by (image, metric,
@@ -125,10 +137,14 @@ class TermTable:
         return TermTable(np.array([ids[i] for i in image_order], dtype=object), names,
                          [self.kinds[self.names.index(n)] for n in names], image[order],
                          metric[order], self.predicate[order], self.num[order],
-                         self.den[order])
+                         self.den[order], self.unit,
+                         None if self.units is None else self.units[image_order])
 
     def to_arrow(self) -> pa.Table:
-        """The file form: dictionary-encoded image ids, metric names and kinds."""
+        """The file form: dictionary-encoded image ids, metric names and kinds (and, under
+        a group unit, the unit and each image's unit id in the metadata, ``sgdask_units``:
+        images without a row keep theirs; a table without units is written exactly as
+        before units existed)."""
         import pyarrow as pa  # here: the in-memory Evaluator builds tables without pyarrow
 
         predicate = pa.array(self.predicate, mask=self.predicate == NO_PREDICATE)
@@ -143,7 +159,12 @@ class TermTable:
             "predicate": predicate.cast(pa.int32()),
             "num": pa.array(self.num, pa.int64()),
             "den": pa.array(self.den, pa.int64())})
-        return table.replace_schema_metadata({"sgdask_terms_version": FORMAT_VERSION})
+        metadata = {"sgdask_terms_version": FORMAT_VERSION}
+        if self.units is not None:
+            metadata[UNIT_METADATA] = json.dumps({
+                "unit": self.unit, "image_ids": [str(i) for i in self.image_ids],
+                "units": [str(u) for u in self.units]})
+        return table.replace_schema_metadata(metadata)
 
     @classmethod
     def from_arrow(cls, table: pa.Table) -> TermTable:
@@ -157,10 +178,33 @@ class TermTable:
         kinds = {names[m]: kind_names[kind[r]] for m, r in
                  zip(first_codes.tolist(), first_rows.tolist(), strict=True)}
         predicate = pc.fill_null(table.column("predicate"), NO_PREDICATE)
+        unit, units = units_of_file(table, ids)
         return cls(np.array(ids, dtype=object), names, [kinds.get(n, "") for n in names],
                    image, metric, predicate.to_numpy().astype(np.int32),
                    table.column("num").to_numpy().astype(np.int64),
-                   table.column("den").to_numpy().astype(np.int64)).canonical()
+                   table.column("den").to_numpy().astype(np.int64), unit, units).canonical()
+
+
+def units_of_file(table: pa.Table, ids: list[str]) -> tuple[str, np.ndarray | None]:
+    """The unit and per image (``ids``: the file's image dictionary) its unit id, from a
+    terms file's metadata (none: every image its own unit)."""
+    found = (table.schema.metadata or {}).get(UNIT_METADATA.encode())
+    if found is None:
+        return "image", None
+    doc = json.loads(found)
+    by_image = dict(zip(doc["image_ids"], doc["units"], strict=True))
+    return str(doc["unit"]), np.array([by_image[i] for i in ids], dtype=object)
+
+
+def joined_units(tables: Sequence[TermTable]) -> tuple[str, np.ndarray | None]:
+    """The unit of several tables and their images' units, concatenated (None: images;
+    tables of one evaluation share their unit)."""
+    unit = tables[0].unit if tables else "image"
+    if any(t.unit != unit or (t.units is None) != (tables[0].units is None) for t in tables):
+        raise ValueError("per-image terms: partitions of one evaluation with other units")
+    if unit == "image" or tables[0].units is None:
+        return unit, None
+    return unit, np.concatenate([t.units for t in tables]).astype(object)
 
 
 def _term_block(rows: StateRows) -> Block:
