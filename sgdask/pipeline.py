@@ -38,7 +38,7 @@ from sgdask.io.sniff import expect
 from sgdask.io.sources import PredSlice, StoreInput, SubmissionInput
 from sgdask.io.store import CROWD_VERSION, Corrupt, StoreReader, unseen_by_workers
 from sgdask.io.training_stats import gt_training_stats
-from sgdask.io.units import check_units
+from sgdask.io.units import check_units, grouped_chunks, unit_column
 from sgdask.io.validate import GTInfo
 from sgdask.metrics import FAMILIES, Family, families_of
 from sgdask.metrics.groups import PredicateGroups
@@ -126,10 +126,12 @@ def parts_holding(ids: list[str], parts: list[dict[str, Any]]) -> tuple[str, ...
 
 
 def evaluation_chunks(gt_images: pa.Table, partition_size: int | None,
-                      tasks: int | None = None) -> list[list[str]]:
+                      tasks: int | None = None, unit: str | None = None) -> list[list[str]]:
     """Sorted ids of GT images with relations, cut into ``partition_size`` chunks, or by
     store part when None: one task per part, or the parts in ``tasks`` groups of
-    consecutive parts, as equal in count as they divide."""
+    consecutive parts, as equal in count as they divide. ``unit``: a unit the store
+    records, whose members a chunk keeps together (``sgdask.io.units.grouped_chunks``; the
+    store's parts already do)."""
     with_relations = gt_images["n_graph"].to_numpy(zero_copy_only=False).tolist()
     rows = sorted((image_id, part) for image_id, part, n in
                   zip(gt_images["image_id"].to_pylist(), gt_images["part"].to_pylist(),
@@ -145,7 +147,11 @@ def evaluation_chunks(gt_images: pa.Table, partition_size: int | None,
         return [sorted(itertools.chain.from_iterable(parts[a:b]))
                 for a, b in itertools.pairwise(cuts)]
     ids = [i for i, _ in rows]
-    return [ids[s:s + partition_size] for s in range(0, len(ids), partition_size)]
+    if unit is None:
+        return [ids[s:s + partition_size] for s in range(0, len(ids), partition_size)]
+    of = dict(zip(gt_images["image_id"].to_pylist(), gt_images[unit_column(unit)].to_pylist(),
+                  strict=True))
+    return grouped_chunks(ids, [of[i] for i in ids], partition_size)
 
 
 def pred_slices(chunks: list[list[str]], known: set[str], pred: SubmissionInput
@@ -225,12 +231,13 @@ def sized_chunks(gt: StoreReader, gt_images: pa.Table, partition_size: int | Non
                  client: Client, groups: int) -> list[list[str]]:
     """The evaluation's chunks of GT image ids, one per task of each of ``groups`` groups
     of submissions, sized to the cluster (``spread_size``, ``task_count``)."""
-    chunks = checked_chunks(gt, evaluation_chunks(gt_images, partition_size))
+    unit = gt.units[0] if gt.units else None
+    chunks = checked_chunks(gt, evaluation_chunks(gt_images, partition_size, unit=unit))
     n_images = sum(len(c) for c in chunks)
     size = spread_size(n_images, len(chunks), client, partition_size, groups)
     tasks = task_count(len(chunks), n_images, client, partition_size, groups)
     if size is not None:
-        return evaluation_chunks(gt_images, size)
+        return evaluation_chunks(gt_images, size, unit=unit)
     if tasks < len(chunks):
         return evaluation_chunks(gt_images, None, tasks)
     return chunks

@@ -44,6 +44,7 @@ from sgdask.io.ingest import convert_images, write_gt_store
 from sgdask.io.psg import GTRecord
 from sgdask.io.sgbench import SubmissionImage
 from sgdask.io.training_stats import STATS_SCHEMA
+from sgdask.io.units import grouped_chunks
 from sgdask.io.verify import verify_store
 from sgdask.metrics.base import IMAGE, MEAN, Block
 from sgdask.protocols import PROTOCOLS, SINGLEMPO
@@ -171,6 +172,19 @@ def test_compare_draws_and_swaps_videos(hand, client):
     assert settings_video["unit"] == "video" and settings_video["units"] == 2
     assert "over videos" in settings_video["method"]
     assert settings_frame["unit"] == "image" and "units" not in settings_frame
+
+
+def test_a_videos_frames_stay_in_one_part(tmp_path):
+    """Parts are cut where the video changes (4 images a part: one video each, not 4 + 2);
+    a video longer than a part takes whole parts (2 a part: 2 + 1 frames of each video)."""
+    gt = write_gt(tmp_path / "gt4", hand_records(), partition_size=4)
+    parts = json.loads(Path(gt, "manifest.json").read_text())["parts"]
+    assert [(p["first_id"], p["last_id"]) for p in parts] == [("va-0", "va-2"),
+                                                             ("vb-0", "vb-2")]
+    assert grouped_chunks(list("aabbbbbcd"), list("aabbbbbcd"), 3) == [
+        ["a", "a"], ["b", "b", "b"], ["b", "b", "c"], ["d"]]
+    assert grouped_chunks(list("aabbbbbcd"), None, 3) == [list("aab"), list("bbb"),
+                                                          list("bcd")]
 
 
 def test_a_grouped_protocol_needs_a_store_that_records_its_unit(tmp_path, client):

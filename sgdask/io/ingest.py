@@ -52,7 +52,7 @@ from sgdask.io.store import (
     write_part,
 )
 from sgdask.io.training_stats import STATS_FILE, STATS_SCHEMA, train_stats, write_stats
-from sgdask.io.units import grouping_digest, recorded_units, unit_column
+from sgdask.io.units import grouped_chunks, grouping_digest, recorded_units, unit_column
 from sgdask.io.validate import GTInfo, checked_submission
 from sgdask.io.vg import VAL_IMAGES, VGFiles, read_vg
 from sgdask.kernels.scores import PREDICATE, DerivedLists
@@ -143,8 +143,10 @@ def write_gt_store(out: str, options: StorageOptions | None, overwrite: bool,
         if image_order is not None:
             write_image_order(writer.write_url, options, image_order)
             fields["image_order"] = IMAGE_ORDER_FILE
+        cut = grouped_chunks(records, [r.units[units[0]] for r in records] if units else None,
+                             partition_size)  # a video's frames in one part
         tasks = [(writer.write_url, options, i, part, masks_dir, limits)
-                 for i, part in enumerate(chunks(records, partition_size))]
+                 for i, part in enumerate(cut)]
         done = map_tasks(write_gt_part, tasks, cluster,
                          (lambda r: progress(r[0]["n_images"])) if progress else None)
         if len(stats):

@@ -14,10 +14,11 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from sgdask.errors import InputError, StoreError
 
+T = TypeVar("T")
 IMAGE_UNIT = "image"
 UNIT_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
@@ -57,6 +58,33 @@ def grouping_digest(images: Sequence[tuple[str, Mapping[str, str]]]) -> bytes:
     hash when the store records units (a store without them hashes as before)."""
     doc = [[image_id, dict(sorted(given.items()))] for image_id, given in sorted(images)]
     return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode()).digest()
+
+
+def grouped_chunks(items: Sequence[T], groups: Sequence[str] | None, size: int
+                   ) -> list[list[T]]:
+    """``items`` (in id order) cut into consecutive chunks of at most ``size``, cut only
+    where the group changes, so that a group's members (a video's frames, consecutive in id
+    order) stay in one chunk; a group of more than ``size`` members takes whole chunks of
+    its own and the rest (per-image state merges exactly, so splitting one changes no
+    number). ``groups`` None: every ``size`` items, as without units."""
+    if groups is None:
+        return [list(items[s:s + size]) for s in range(0, len(items), size)]
+    out: list[list[T]] = []
+    current: list[T] = []
+    start = 0
+    for end in range(1, len(items) + 1):
+        if end < len(items) and groups[end] == groups[start]:
+            continue
+        run = list(items[start:end])
+        start = end
+        if current and len(current) + len(run) > size:
+            out.append(current)
+            current = []
+        while len(current) + len(run) > size:
+            out.append(run[:size])
+            run = run[size:]
+        current += run
+    return [*out, current] if current else out
 
 
 def check_units(units: Sequence[str], manifest: Mapping[str, Any], url: str) -> None:
