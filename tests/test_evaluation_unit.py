@@ -48,6 +48,7 @@ from sgdask.io.units import grouped_chunks
 from sgdask.io.verify import verify_store
 from sgdask.metrics.base import IMAGE, MEAN, Block
 from sgdask.protocols import PROTOCOLS, SINGLEMPO
+from sgdask.report import Report, interval_caption
 from sgdask.stats.bootstrap import Scoring, bootstrap
 from sgdask.stats.paired import Model, compare
 from sgdask.stats.table import TermTable
@@ -134,6 +135,8 @@ def test_intervals_resample_videos_and_reach_metrics_json(hand, client, tmp_path
     assert by_video.intervals["R@20"] == [0.0, 1.0]
     assert by_frame.intervals["R@20"] == pytest.approx([1 / 6, 5 / 6], abs=1e-12)
     assert by_video.ci["unit"] == "video" and by_frame.ci["unit"] == "image"
+    assert "bootstrap over videos" in interval_caption(by_video.ci)
+    assert "bootstrap over images" in interval_caption(by_frame.ci)
     by_video.write(str(tmp_path / "out"))
     written = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert written["ci"]["unit"] == "video" and written["intervals"]["R@20"] == [0.0, 1.0]
@@ -141,8 +144,6 @@ def test_intervals_resample_videos_and_reach_metrics_json(hand, client, tmp_path
     rows = pq.read_table(tmp_path / "out" / "per_image.parquet").to_pylist()
     assert {r["image_id"]: r["video_id"] for r in rows} == {
         f: v for v, fs in VIDEOS.items() for f in fs}
-    from sgdask.report import Report
-
     back = Report.read(str(tmp_path / "out"))
     assert back.terms is not None and back.terms.unit == "video"
     assert back.terms.units.tolist() == ["va"] * 3 + ["vb"] * 3

@@ -162,7 +162,9 @@ def print_comparison(comparison: Comparison, metrics: str | None,
                               "-" if r["wins"] is None
                               else f"{r['wins']}/{r['ties']}/{r['losses']}")
         console.print(diffs)
-    console.print(f"interval: paired percentile bootstrap, {settings['resamples']} resamples; "
+    over = "" if settings.get("unit", "image") == "image" else f" over {settings['unit']}s"
+    console.print(f"interval: paired percentile bootstrap{over}, {settings['resamples']} "
+                  "resamples; "
                   f"p: paired approximate randomization, {settings['permutations']} "
                   "permutations, Holm over all pairs; W/T/L: images b wins/ties/loses",
                   highlight=False)

@@ -298,7 +298,8 @@ def lint_warnings(report: Report) -> list[dict[str, str]]:
 
 def interval_caption(ci: dict[str, Any]) -> str:
     """How the intervals were computed, in one line."""
-    return (f"{100 * ci['level']:g}% {ci['method']} bootstrap over images, "
+    return (f"{100 * ci['level']:g}% {ci['method']} bootstrap over "
+            f"{ci.get('unit', 'image')}s, "
             f"{ci['resamples']} resamples, seed {ci['seed']}")
 
 
