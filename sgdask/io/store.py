@@ -616,7 +616,9 @@ class StoreReader:
 
     @property
     def units(self) -> tuple[str, ...]:
-        """The units the store records (a column each in the images table)."""
+        """The units the store records (a column each in the images table; version 6)."""
+        if self.version < UNITS_VERSION:
+            return ()
         return tuple(self.manifest.get("units") or ())
 
     @property
