@@ -9,6 +9,7 @@ import shutil
 import zipfile
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -19,8 +20,10 @@ from sgdask.io.ingest import ingest_gt
 from sgdask.io.sniff import PSG_CHALLENGE as FOUND
 from sgdask.io.sniff import expect, what_is
 from sgdask.pipeline import evaluate_protocols
+from sgdask.service.tokens import add_token
 from sgdask.synth import write_dataset
 from tests.psg_challenge_files import colour_png, distinct_ids, write_challenge_submission
+from tests.servicekit import Proc, upload, wait_final
 
 #: What OpenPSG's tools/grade.py (commit HEAD of github:Jingkang50/OpenPSG, run with its
 #: torch/mmcv/mmdet imports stubbed where its metric path does not use them, mmdet 2.25.3's
@@ -249,3 +252,47 @@ def test_zip_without_one_relation_json(hand_gt, tmp_path):
     packed = _zipped(tmp_path / "b", tmp_path / "two.zip")
     text = _error(hand_gt, packed)
     assert "two.zip" in text and "holds 2 relation.json" in text
+
+
+# --------------------------------------------------------------------------- the service
+
+
+@pytest.mark.timeout(300)
+def test_a_phase_taking_psg_challenge_files(hand_gt, client, tmp_path):
+    """`upload: psg-challenge`: a ZIP of relation.json and panseg/ is checked, converted
+    and ranked with grade.py's numbers; anything else is rejected in one line naming the
+    upload."""
+    benchmark = tmp_path / "challenge.yaml"
+    benchmark.write_text(f"""title: PSG challenge
+phases:
+  - {{name: psg, gt: {hand_gt}, protocols: [multimpo], headline: mR@20,
+      upload: psg-challenge}}
+""")
+    tokens = tmp_path / "tokens.json"
+    team = add_token(tokens, "team-a", "participant")
+    proc = Proc(["serve", "--registry", str(tmp_path / "registry"), "--out",
+                 str(tmp_path / "board"), "--benchmark", str(benchmark), "--tokens",
+                 str(tokens), "--port", "0", "--scheduler", client.scheduler.address,
+                 "--poll", "0.2"], tmp_path / "serve.log")
+    try:
+        base = proc.url()
+        packed = _zipped(_hand_submission(tmp_path / "sub", [*WRONG[:3], HIT]),
+                         tmp_path / "model.zip", "submission/")
+        sid = upload(base, team, packed, "psg model", phase="psg").json()["id"]
+        done = wait_final(base, team, sid, 180)
+        assert done["status"] == "ranked", proc.text()[-2000:]
+        # grade.py's three numbers on the status page; the board ranks by mR@20
+        assert [done["metrics"][m] for m in ("R@20", "mR@20", "PQ")] == [1.0, 1 / 56, 1.0]
+        [row] = httpx.get(f"{base}/api/leaderboard?phase=psg", timeout=30).json()
+        assert row["metrics"]["mR@20"] == 1 / 56
+
+        other = tmp_path / "sgbench.json"
+        other.write_text(json.dumps({"version": 2, "images": []}))
+        sid = upload(base, team, other, "not one", phase="psg").json()["id"]
+        final = wait_final(base, team, sid, 180)
+        assert final["status"] == "rejected"
+        assert final["errors"] == [
+            "error: sgbench.json: not a PSG-challenge submission (expected a ZIP of "
+            "relation.json and its panseg/ PNGs, as OpenPSG's save_results writes them)"]
+    finally:
+        proc.stop()
