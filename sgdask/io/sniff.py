@@ -222,8 +222,8 @@ ROLES = {r.name: r for r in (
          "a submission store, an SGBench ZIP or JSON, or PSG-challenge files"),
     Role("results", frozenset({PICKLE, NPZ_DIR, NPZ}) | _UNSURE,
          "a model's result file: a pickle or a directory of .npz files"),
-    Role("submission file", frozenset({SGBENCH_ZIP, SGBENCH_JSON}) | _UNSURE,
-         "an SGBench ZIP or JSON"),
+    Role("submission file", frozenset({SGBENCH_ZIP, SGBENCH_JSON, PSG_CHALLENGE}) | _UNSURE,
+         "an SGBench ZIP or JSON, or PSG-challenge files"),
     Role("gt source", frozenset({PSG_JSON, VG_H5, OI_ANNO}) | _UNSURE,
          "psg.json, Visual Genome's VG-SGG-with-attri.h5 or Open Images V6's "
          "vrd-test-anno.json"),
