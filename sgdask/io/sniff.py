@@ -219,11 +219,11 @@ ROLES = {r.name: r for r in (
     Role("gt", frozenset({GT_STORE, PSG_JSON}) | _UNSURE,
          "a ground-truth store or psg.json"),
     Role("pred", _SUBMISSIONS | _UNSURE,
-         "a submission store, an SGBench ZIP or JSON, or PSG-challenge files"),
+         "a submission store, an SGBench ZIP or JSON"),
     Role("results", frozenset({PICKLE, NPZ_DIR, NPZ}) | _UNSURE,
          "a model's result file: a pickle or a directory of .npz files"),
     Role("submission file", frozenset({SGBENCH_ZIP, SGBENCH_JSON, PSG_CHALLENGE}) | _UNSURE,
-         "an SGBench ZIP or JSON, or PSG-challenge files"),
+         "an SGBench ZIP or JSON"),
     Role("gt source", frozenset({PSG_JSON, VG_H5, OI_ANNO}) | _UNSURE,
          "psg.json, Visual Genome's VG-SGG-with-attri.h5 or Open Images V6's "
          "vrd-test-anno.json"),
@@ -339,7 +339,8 @@ def evaluation_inputs(gt: str, pred: str, gt_masks: str | None = None,
 
 
 def _has_masks(url: str, found: Found, options: StorageOptions | None) -> bool:
-    """Whether a submission holds masks: an SGBench ZIP, or a store of masks."""
+    """Whether a submission holds masks: an SGBench ZIP, PSG-challenge files, or a store of
+    masks."""
     if found.kind in (SGBENCH_ZIP, PSG_CHALLENGE):
         return True
     if found.kind != SUBMISSION_STORE:
