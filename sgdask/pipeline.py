@@ -29,7 +29,7 @@ from sgdask.core.settings import ONE_PROTOCOL, ScoringSettings, Settings, Submis
 from sgdask.errors import InputError, SettingError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.consistency import check_against_gt
-from sgdask.io.formats import opened
+from sgdask.io.formats import is_challenge, opened
 from sgdask.io.fs import StorageOptions, absolute, filesystem
 from sgdask.io.partition import load_gt_images
 from sgdask.io.predicate_groups import evaluation_groups
@@ -338,11 +338,12 @@ def planned(gt: GTPlan, name: str, url: str, protocols: str, limits: ArchiveLimi
 
 def _is_file(url: str, method: ResultsMethod | None, options: StorageOptions | None) -> bool:
     """Whether the submission is a file (or a model's result files), not a store: opened
-    in this process, which parses it anyway, as ``sgdask.io.formats.opened`` decides."""
+    in this process, which parses it anyway, as ``sgdask.io.formats.opened`` decides (a
+    PSG-challenge directory too)."""
     if method is not None:
         return True
     fs, path = filesystem(url, options)
-    return fs.isfile(path)
+    return fs.isfile(path) or (fs.isdir(path) and is_challenge(url, options))
 
 
 def first_wave(client: Client, gt: GTPlan, submissions: list[tuple[str, str, str]],

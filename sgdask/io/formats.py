@@ -120,7 +120,20 @@ def submission_format(url: str, options: StorageOptions | None, method: str | No
                       ) -> Format:
     """A submission file's format: a model's result file when ``method`` is given, else
     the one that recognises it."""
-    return FORMATS[RESULTS] if method is not None else recognised(url, options, SUBMISSION)
+    if method is not None:
+        return FORMATS[RESULTS]
+    if is_challenge(url, options):
+        return FORMATS[PSG_CHALLENGE]
+    return recognised(url, options, SUBMISSION)
+
+
+def is_challenge(url: str, options: StorageOptions | None) -> bool:
+    """Whether ``url`` is a PSG-challenge submission: a directory or ZIP of
+    ``relation.json`` and ``panseg/`` is told by its member names (``sgdask.io.sniff``)."""
+    from sgdask.io.sniff import PSG_CHALLENGE as FOUND
+    from sgdask.io.sniff import what_is
+
+    return what_is(url, options).kind == FOUND
 
 
 def opened(url: str, options: StorageOptions | None, gt_reader: StoreReader, gt_info: GTInfo,
@@ -131,7 +144,7 @@ def opened(url: str, options: StorageOptions | None, gt_reader: StoreReader, gt_
     model's result file with ``method``)."""
     if method is None:
         fs, path = filesystem(url, options)
-        if not fs.isfile(path):
+        if not fs.isfile(path) and not is_challenge(url, options):
             return StoreInput(url, options)
     fmt = submission_format(url, options, None if method is None else method.method)
     if fmt.open is None:
@@ -230,11 +243,32 @@ def _scored_as_is(url: str, *args: Any, **kwargs: Any) -> Any:
                       Option("gt_masks", "DIR"))
 
 
+def _open_challenge(url: str, options: StorageOptions | None, gt_reader: StoreReader,
+                    gt_info: GTInfo, limits: ArchiveLimits | None, how: Any) -> SubmissionInput:
+    from sgdask.io.psg_challenge import ChallengeInput
+
+    return ChallengeInput(url, options, gt_reader, gt_info, limits)
+
+
+def _convert_challenge(url: str, out: str, gt: str | None, options: StorageOptions | None,
+                       **kwargs: Any) -> dict[str, Any]:
+    from sgdask.io.psg_challenge import convert_challenge
+
+    return convert_challenge(url, out, gt, options, **kwargs)
+
+
+def _validate_challenge(url: str, gt: str | None, options: StorageOptions | None,
+                        limits: ArchiveLimits | None, max_problems: int) -> list[Problem]:
+    from sgdask.io.psg_challenge import validate_challenge
+
+    return validate_challenge(url, gt, options, limits, max_problems)
+
+
 SGBENCH, RESULTS, PSG, VG150, OIV6 = ("sgbench", "results", "psg-json", "vg150-h5",
                                        "oiv6-json")
-COCO_PANOPTIC = "coco-panoptic"
+COCO_PANOPTIC, PSG_CHALLENGE = "coco-panoptic", "psg-challenge"
 #: the formats sgdask itself reads (``sgdask.io.sniff`` knows their files by content)
-BUILT_IN = frozenset({SGBENCH, RESULTS, PSG, VG150, OIV6, COCO_PANOPTIC})
+BUILT_IN = frozenset({SGBENCH, RESULTS, PSG, VG150, OIV6, COCO_PANOPTIC, PSG_CHALLENGE})
 
 register(Format(
     PSG, GT, lambda head, name: True,
@@ -264,3 +298,7 @@ register(Format(
     COCO_PANOPTIC, SUBMISSION, _is_coco_panoptic, ("masks",),
     "COCO panoptic format (panopticapi): JSON + PNGs, sgdask/io/coco_panoptic.py",
     _scored_as_is, _scored_as_is))
+register(Format(
+    PSG_CHALLENGE, SUBMISSION, lambda head, name: name == "relation.json", ("masks", "graph"),
+    "relation.json + panseg/ PNGs (the PSG challenge, OpenPSG's tools/grade.py), "
+    "sgdask/io/psg_challenge.py", _convert_challenge, _open_challenge, _validate_challenge))

@@ -40,6 +40,11 @@ from sgdask.io.store import MANIFEST, StoreReader, store_kind
 #: COCO panoptic files (``sgdask.io.coco_panoptic``): segments (a prediction, or a GT whose
 #: ``annotations`` come first), or a COCO JSON whose image list comes first
 COCO_PANOPTIC, COCO_JSON = "coco panoptic", "coco json"
+#: a PSG-challenge submission (``sgdask.io.psg_challenge``): a directory or ZIP holding
+#: ``relation.json`` and ``panseg/``, or ``relation.json`` itself
+PSG_CHALLENGE = "psg challenge"
+_CHALLENGE = "a PSG-challenge submission (relation.json + panseg/)"
+_CHALLENGE_KEYS = {"relations", "segments_info", "pan_seg_file_name"}
 _COCO_KEYS = {"images", "file_name"}
 #: bytes read to recognise a JSON file by its keys, or any file by its magic bytes
 _HEAD = 64 << 10
@@ -98,6 +103,8 @@ def _directory(fs: AbstractFileSystem, path: str) -> Found:
     if fs.exists(join(path, MANIFEST)):
         return Found(DIRECTORY, "a directory with an unreadable manifest.json")
     names = [str(p).rsplit("/", 1)[-1].lower() for p in fs.ls(path, detail=False)]
+    if "relation.json" in names:
+        return Found(PSG_CHALLENGE, _CHALLENGE)
     if names and any(n.endswith(".npz") for n in names):
         return Found(NPZ_DIR, "a directory of .npz files (a model's result files)")
     if names and all(n.endswith(".png") for n in names):
@@ -115,6 +122,8 @@ def _archive(f: BinaryIO) -> Found:
     files = [n for n in names if not n.endswith("/")]
     if "triplets.json" in names:
         return Found(SGBENCH_ZIP, "an SGBench submission (ZIP)")
+    if any(n.rsplit("/", 1)[-1] == "relation.json" and n.count("/") <= 1 for n in files):
+        return Found(PSG_CHALLENGE, _CHALLENGE + " (ZIP)")
     if files and all(n.endswith(".npy") for n in files):
         return Found(NPZ, "an .npz file")
     if files and all(n.endswith(".png") for n in files):
@@ -163,6 +172,8 @@ def _file(head: bytes) -> Found:
         return _json(head)
     if head.lstrip()[:1] == b"[" and {k.decode() for k in _KEY.findall(head)} >= _OI_KEYS:
         return Found(OI_ANNO, "Open Images V6 annotations (vrd-*-anno.json)")
+    if head.lstrip()[:1] == b"[" and {k.decode() for k in _KEY.findall(head)} & _CHALLENGE_KEYS:
+        return Found(PSG_CHALLENGE, "a PSG challenge's relation.json")
     if not head:
         return Found(EMPTY, "an empty file (0 bytes)")
     if head.lstrip()[:1] == b"[":
@@ -201,7 +212,7 @@ class Role:
     expected: str
 
 
-_SUBMISSIONS = frozenset({SUBMISSION_STORE, SGBENCH_ZIP, SGBENCH_JSON})
+_SUBMISSIONS = frozenset({SUBMISSION_STORE, SGBENCH_ZIP, SGBENCH_JSON, PSG_CHALLENGE})
 #: a kind nothing here can pin down: the format's reader says what is wrong with it
 _UNSURE = frozenset({DIRECTORY, ZIP, JSON, OTHER})
 ROLES = {r.name: r for r in (
@@ -211,7 +222,7 @@ ROLES = {r.name: r for r in (
          "a submission store, an SGBench ZIP or JSON"),
     Role("results", frozenset({PICKLE, NPZ_DIR, NPZ}) | _UNSURE,
          "a model's result file: a pickle or a directory of .npz files"),
-    Role("submission file", frozenset({SGBENCH_ZIP, SGBENCH_JSON}) | _UNSURE,
+    Role("submission file", frozenset({SGBENCH_ZIP, SGBENCH_JSON, PSG_CHALLENGE}) | _UNSURE,
          "an SGBench ZIP or JSON"),
     Role("gt source", frozenset({PSG_JSON, VG_H5, OI_ANNO}) | _UNSURE,
          "psg.json, Visual Genome's VG-SGG-with-attri.h5 or Open Images V6's "
@@ -252,7 +263,7 @@ def _hint(kind: str, role: str) -> Text | None:
         return _COMMANDS[role][kind]
     if kind in (GT_STORE, PSG_JSON):
         return ("pass it as ", Option("gt")) if role != "psg" else None
-    if kind in (SUBMISSION_STORE, SGBENCH_ZIP, SGBENCH_JSON):
+    if kind in (SUBMISSION_STORE, SGBENCH_ZIP, SGBENCH_JSON, PSG_CHALLENGE):
         return ("pass it as ", Option("pred")) if role != "submission file" else None
     if kind in (PICKLE, NPZ_DIR, NPZ):
         return ("add ", Option("method", "METHOD")) if role in ("pred", "submission file") else (
@@ -328,8 +339,9 @@ def evaluation_inputs(gt: str, pred: str, gt_masks: str | None = None,
 
 
 def _has_masks(url: str, found: Found, options: StorageOptions | None) -> bool:
-    """Whether a submission holds masks: an SGBench ZIP, or a store of masks."""
-    if found.kind == SGBENCH_ZIP:
+    """Whether a submission holds masks: an SGBench ZIP, PSG-challenge files, or a store of
+    masks."""
+    if found.kind in (SGBENCH_ZIP, PSG_CHALLENGE):
         return True
     if found.kind != SUBMISSION_STORE:
         return False
@@ -339,7 +351,7 @@ def _has_masks(url: str, found: Found, options: StorageOptions | None) -> bool:
 #: what an upload's first bytes must tell (psg.json's first key comes within them)
 UPLOAD_HEAD = 1024
 #: what the benchmarking service may score (a ZIP is told apart only by its members)
-_UPLOADABLE = frozenset({SGBENCH_JSON, JSON, ZIP})
+_UPLOADABLE = frozenset({SGBENCH_JSON, JSON, ZIP, PSG_CHALLENGE})
 
 
 def unscorable(head: bytes, name: str) -> str | None:

@@ -50,8 +50,9 @@ class Phase:
     meta_columns: tuple[str, ...] = ()  # entry metadata shown as columns
     intervals: bool = True
     rank_ranges: bool = True
-    #: what an upload is: ``submission`` (an SGBench ZIP or JSON) or ``submission+scores``
+    #: what an upload is: ``submission`` (an SGBench ZIP or JSON), ``submission+scores``
     #: (a ZIP of one and its score file, converted like ``sgdask convert --from-scores``)
+    #: or ``psg-challenge`` (a ZIP of relation.json and panseg/, ``sgdask.io.psg_challenge``)
     upload: str = "submission"
     scores_rank_by: str = "predicate"  # ``--rank-by`` of a submission+scores upload
     ng_limit: int | None = None  # ``--ng-limit`` of a submission+scores upload

@@ -224,9 +224,9 @@ def upload_form(account: Account | None, csrf: str, max_mb: float, open_uploads:
 
 def _upload_kind(phase: Phase) -> str:
     """What the phase option adds when an upload there is not a plain submission."""
-    if phase.upload != "submission+scores":
-        return ""
-    return "; a ZIP of the submission and its score file"
+    return {"submission+scores": "; a ZIP of the submission and its score file",
+            "psg-challenge": "; the PSG challenge's files: a ZIP of relation.json and "
+                             "panseg/"}.get(phase.upload, "")
 
 
 def login_form(account: Account | None, csrf: str, error: str | None = None) -> str:

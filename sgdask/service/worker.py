@@ -44,7 +44,7 @@ from sgdask.batch.rerank import (
 from sgdask.core.settings import Settings
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.archive import ArchiveLimits, SafeZip
-from sgdask.io.formats import submission_format
+from sgdask.io.formats import PSG_CHALLENGE, submission_format
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.lock import DEFAULT_LEASE, LockHeld
 from sgdask.io.store import StoreReader
@@ -154,6 +154,18 @@ class Claim:
         self.seq += 1
 
 
+#: a phase whose uploads are PSG-challenge files (``sgdask.io.psg_challenge``)
+PSG_CHALLENGE_UPLOAD = "psg-challenge"
+
+
+def challenge_upload(upload: str, options: StorageOptions | None, shown_as: str) -> None:
+    """Refuse an upload to a ``psg-challenge`` phase that is not a PSG-challenge ZIP."""
+    if submission_format(upload, options).name != PSG_CHALLENGE:
+        raise InputError(shown_as, "not a PSG-challenge submission",
+                         expected="a ZIP of relation.json and its panseg/ PNGs, as OpenPSG's "
+                         "save_results writes them")
+
+
 def validation_problems(upload: str, gt: str, options: StorageOptions | None,
                         limits: ArchiveLimits | None, max_errors: int, shown_as: str
                         ) -> list[Problem]:
@@ -212,6 +224,7 @@ class Job:
     parts: str | None = None  # a ``submission+scores`` upload: where its parts go
     scores: str | None = None  # the score file the conversion reads
     scores_options: tuple[tuple[str, Any], ...] = ()  # ``rank_by``, ``ng_limit``
+    upload_kind: str = "submission"  # the phase's ``upload``
 
 
 @dataclass(frozen=True)
@@ -232,6 +245,8 @@ def checked(job: Job) -> Verdict:
     """The upload's parts (a ``submission+scores`` upload) and ``sgdask validate``'s
     problems."""
     upload, scores = job.upload, None
+    if job.upload_kind == PSG_CHALLENGE_UPLOAD:
+        challenge_upload(upload, job.options, job.shown_as)
     if job.parts is not None:
         upload, scores = _upload_parts(job.upload, job.parts, job.options, job.limits,
                                        job.shown_as)
@@ -487,7 +502,8 @@ class Worker:
                    self.public_names(claim), self.config.max_errors, self.config.memory_cap,
                    self.config.hide_gt, _parts_url(upload) if scores else None,
                    scores_options=(("rank_by", phase.scores_rank_by),
-                                   ("ng_limit", phase.ng_limit)) if scores and phase else ())
+                                   ("ng_limit", phase.ng_limit)) if scores and phase else (),
+                   upload_kind=phase.upload if phase is not None else "submission")
 
     def run_job(self, run: Callable[[Job], Verdict], job: Job) -> Verdict:
         """``run(job)`` in a job process under the memory cap, or without a cap as one
