@@ -290,3 +290,24 @@ def test_pickles_run_nothing_and_respect_limits(golden_data, tmp_path):
     with pytest.raises(InputError) as err:
         read_predictions(str(tmp_path / "t.pkl"), gt, "predcls")
     _one_line(err, "torch.save", ".cpu().numpy()")
+
+
+def test_limits_and_bad_npz_members(golden_data, tmp_path):
+    _, root, gt = golden_data
+    with pytest.raises(InputError) as err:
+        read_predictions(str(root / "predictions_sgdet.pkl"), gt, "sgdet",
+                         limits=ArchiveLimits(max_pairs_per_image=1))
+    _one_line(err, "predictions_sgdet.pkl", "frame", "im_idx", "max_pairs_per_image")
+    arrays = pickle.loads((root / "predictions_predcls.pkl").read_bytes())
+    for name, fields in arrays.items():
+        np.savez(tmp_path / f"{name}.npz", **fields)
+    video = gt[1].name
+    np.savez(tmp_path / f"{video}.npz", **{**arrays[video],
+                                           "scores": np.array(["a"] * 3, dtype=object)})
+    with pytest.raises(InputError) as err:
+        read_predictions(str(tmp_path), gt, "predcls")
+    _one_line(err, f"{video}.npz", "scores", "dtype object")
+    (tmp_path / f"{video}.npz").write_bytes(b"not a zip")
+    with pytest.raises(InputError) as err:
+        read_predictions(str(tmp_path), gt, "predcls")
+    _one_line(err, f"{video}.npz", "not a readable ZIP")

@@ -290,8 +290,8 @@ def read_predictions(url: str, videos: list[AGVideo], setting: str, *,
     extra = next((n for n in sorted(names) if n not in {v.name for v in videos}), None)
     if extra is not None:
         raise InputError(url, "not a GT video of the split", field=f"video {_shown(extra)}")
-    return {v.name: video_prediction(arrays[v.name], v, setting, attention, where[v.name])
-            for v in videos}
+    return {v.name: video_prediction(arrays[v.name], v, setting, attention, where[v.name],
+                                     limits) for v in videos}
 
 
 def _npz_fields(file: str, video: str, limits: ArchiveLimits,
@@ -318,9 +318,10 @@ def _npz_fields(file: str, video: str, limits: ArchiveLimits,
     return out
 
 
-def video_prediction(fields: Any, video: AGVideo, setting: str, attention: str, file: str
-                     ) -> AGVideoPred:
-    """One video's arrays, checked against its GT frames and decoded."""
+def video_prediction(fields: Any, video: AGVideo, setting: str, attention: str, file: str,
+                     limits: ArchiveLimits = DEFAULT_LIMITS) -> AGVideoPred:
+    """One video's arrays, checked against its GT frames (and at most
+    ``max_pairs_per_image`` pairs per frame) and decoded."""
     def fail(field: str, what: str, expected: str | None = None) -> InputError:
         return InputError(file, what, field=f"video {_shown(video.name)}: {field}",
                           expected=expected)
@@ -355,6 +356,12 @@ def video_prediction(fields: Any, video: AGVideo, setting: str, attention: str, 
         raise fail(f"im_idx[{bad[0]}]", f"{frames[bad[0]]} is not a frame of the video",
                    f"0 to {len(video.frames) - 1}: the video's frames after the loader's "
                    "filters")
+    per_frame = np.bincount(frames.astype(np.int64), minlength=len(video.frames))
+    if len(per_frame) and per_frame.max() > limits.max_pairs_per_image:
+        busiest = int(per_frame.argmax())
+        raise InputError(file, f"{per_frame[busiest]} pairs",
+                         field=f"video {_shown(video.name)}: frame {busiest}: im_idx",
+                         expected=limit_hint(limits, "max_pairs_per_image"))
     distribution = f["attention_distribution"]
     if attention == "logits":
         distribution = softmax(distribution)
