@@ -2,17 +2,19 @@
 predicate (``docs/video.md``, section "Action Genome", is the definition; the literal twin
 in ``tests/literal_ag.py`` is its plain-Python reading).
 
-Vectorised numpy, no I/O. Every float is computed in the reference's order of operations
-(box IoU with +1, the no-constraint top 100 by box scores multiplied in their own dtype, the
-ranking by the float64 product), and ties rank in candidate order (stable sorts), so the
-counts equal the twin's exactly.
+Vectorised numpy over a whole video, no I/O: the rows of every frame are built, chosen,
+ranked and matched in one pass (stable sorts keyed by frame first), so a frame costs no
+Python call. Every float is computed in the reference's order of operations (box IoU with
++1, the no-constraint top 100 by box scores multiplied in their own dtype, the ranking by
+the float64 product), and ties rank in candidate order, so the counts equal the twin's
+exactly.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from sgdask.types_ag import CONSTRAINTS, OFFSETS, PREDICATES, AGFrame, AGVideo, AGVideoPred
+from sgdask.types_ag import CONSTRAINTS, OFFSETS, PREDICATES, AGVideo, AGVideoPred
 
 KS = (10, 20, 50, 100)
 IOU = 0.5
@@ -27,104 +29,126 @@ def video_counts(video: AGVideo, pred: AGVideoPred, constraint: str,
                  ks: tuple[int, ...] = KS, threshold: float = SEMI_THRESHOLD
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(hits, gt): ``hits[f, i, p]`` the GT relations of predicate p in frame f hit by the
-    first ``ks[i]`` candidates, ``gt[f, p]`` the frame's GT relations of predicate p."""
+    first ``ks[i]`` candidates of the frame, ``gt[f, p]`` its GT relations of predicate p."""
     if constraint not in CONSTRAINTS:
         raise ValueError(f"constraint {constraint!r} (expected one of {CONSTRAINTS})")
-    order = np.argsort(pred.frames, kind="stable")
-    bounds = np.searchsorted(pred.frames[order], np.arange(len(video.frames) + 1))
-    hits = np.zeros((len(video.frames), len(ks), N_PREDICATES), dtype=np.int64)
-    gt = np.zeros((len(video.frames), N_PREDICATES), dtype=np.int64)
-    for f, frame in enumerate(video.frames):
-        hits[f], gt[f] = frame_counts(frame, pred, order[bounds[f]:bounds[f + 1]], constraint,
-                                      ks, threshold)
-    return hits, gt
+    n_frames = len(video.frames)
+    frame, subjects, objects, predicate, rank = ranked(pred, constraint, threshold)
+    gt_frame, gs, go, gp, gt_boxes, gt_classes = gt_relations(video)
+    first = first_hits(gt_frame * N_PREDICATES + gp, frame * N_PREDICATES + predicate, rank,
+                       (gt_classes[gs], pred.labels[subjects], gt_classes[go],
+                        pred.labels[objects]),
+                       (gt_boxes[gs], pred.boxes[subjects], gt_boxes[go], pred.boxes[objects]))
+    cell = gt_frame * N_PREDICATES + gp
+    size = n_frames * N_PREDICATES
+    hits = np.stack([np.bincount(cell[first < k], minlength=size) for k in ks], axis=1)
+    return (hits.reshape(n_frames, N_PREDICATES, len(ks)).transpose(0, 2, 1),
+            np.bincount(cell, minlength=size).reshape(n_frames, N_PREDICATES))
 
 
-def frame_counts(frame: AGFrame, pred: AGVideoPred, pairs: np.ndarray, constraint: str,
-                 ks: tuple[int, ...] = KS, threshold: float = SEMI_THRESHOLD
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(hits (len(ks), 26), gt (26,)) of one frame whose predicted pairs are ``pairs``
-    (indices into the video's pairs, in pair order)."""
-    predicates = frame.relations[:, 2]
-    gt = np.bincount(predicates, minlength=N_PREDICATES)
-    subjects, objects, predicate = ranked(pred, pairs, constraint, threshold)
-    first = first_hits(frame, pred, subjects, objects, predicate)
-    hits = np.stack([np.bincount(predicates[first < k], minlength=N_PREDICATES) for k in ks])
-    return hits, gt
+def gt_relations(video: AGVideo) -> tuple[np.ndarray, ...]:
+    """The video's GT relations (frame, subject, object, predicate; subject and object as
+    rows of the video's stacked GT boxes), the stacked boxes and classes."""
+    offsets = np.cumsum([0] + [len(f.boxes) for f in video.frames])
+    relations = [f.relations for f in video.frames]
+    frame = np.repeat(np.arange(len(relations)), [len(r) for r in relations])
+    stacked = np.concatenate(relations) if relations else np.zeros((0, 3), np.int64)
+    boxes = (np.concatenate([f.boxes for f in video.frames]) if video.frames
+             else np.zeros((0, 4)))
+    classes = (np.concatenate([f.classes for f in video.frames]) if video.frames
+               else np.zeros(0, np.int64))
+    return (frame, stacked[:, 0] + offsets[frame], stacked[:, 1] + offsets[frame],
+            stacked[:, 2], boxes, classes)
 
 
-def rows(pred: AGVideoPred, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(subjects, objects, scores (3n, 26)): attention rows, spatial rows (subject and
-    object swapped), contacting rows, each in pair order, zero outside their kind."""
-    n = len(pairs)
-    s, o = pred.pairs[pairs, 0], pred.pairs[pairs, 1]
-    scores = np.zeros((3 * n, N_PREDICATES), dtype=np.float64)
-    for kind, dist in enumerate((pred.attention, pred.spatial, pred.contacting)):
-        scores[kind * n:(kind + 1) * n, OFFSETS[kind]:OFFSETS[kind] + dist.shape[1]] = \
-            dist[pairs]
-    return np.concatenate([s, o, s]), np.concatenate([o, s, o]), scores
+def rows(pred: AGVideoPred) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(frame, subjects, objects, scores (3p, 26)) of every row: per frame its attention
+    rows, spatial rows (subject and object swapped), contacting rows, each in pair order,
+    zero outside their kind."""
+    p = len(pred.pairs)
+    kind, pair = np.repeat(np.arange(3), p), np.tile(np.arange(p), 3)
+    order = np.lexsort((pair, kind, pred.frames[pair]))
+    kind, pair = kind[order], pair[order]
+    s, o = pred.pairs[pair, 0], pred.pairs[pair, 1]
+    swapped = kind == 1
+    scores = np.zeros((3 * p, N_PREDICATES), dtype=np.float64)
+    for k, dist in enumerate((pred.attention, pred.spatial, pred.contacting)):
+        mine = kind == k
+        scores[mine, OFFSETS[k]:OFFSETS[k] + dist.shape[1]] = dist[pair[mine]]
+    return (pred.frames[pair], np.where(swapped, o, s), np.where(swapped, s, o), scores)
 
 
-def candidates(pred: AGVideoPred, pairs: np.ndarray, constraint: str,
-               threshold: float = SEMI_THRESHOLD
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(subjects, objects, predicates, predicate scores) before ranking, in the reference's
-    candidate order."""
-    subjects, objects, scores = rows(pred, pairs)
+def candidates(pred: AGVideoPred, constraint: str, threshold: float = SEMI_THRESHOLD
+               ) -> tuple[np.ndarray, ...]:
+    """(frame, subjects, objects, predicates, predicate scores) before ranking, each
+    frame's in the reference's candidate order, frames in order."""
+    frame, subjects, objects, scores = rows(pred)
     if constraint == "no":
         both = pred.scores[subjects] * pred.scores[objects]  # in the scores' own dtype
         overall = (both[:, None] * scores).ravel()
-        top = np.argsort(-overall, kind="stable")[:NO_CONSTRAINT_TOP]
+        entry_frame = np.repeat(frame, N_PREDICATES)
+        order = np.lexsort((-overall, entry_frame))
+        top = order[_within_group(entry_frame[order]) < NO_CONSTRAINT_TOP]
         row, column = np.divmod(top, N_PREDICATES)
-        return subjects[row], objects[row], column, scores[row, column]
-    best = np.zeros(scores.shape, dtype=bool)
-    if len(scores):
-        best[np.arange(len(scores)), scores.argmax(1)] = True
-    if constraint == "with":
-        chosen = best
     else:
-        attention = scores[:, 0] + scores[:, 1] > 0
-        other = ~attention & ((scores[:, 3] + scores[:, 4] > 0)
-                              | (scores[:, 9] + scores[:, 10] > 0))
-        chosen = (best & attention[:, None]) | ((scores > threshold) & other[:, None])
-    row, column = np.nonzero(chosen)
-    return subjects[row], objects[row], column, scores[row, column]
+        chosen = np.zeros(scores.shape, dtype=bool)
+        if len(scores):
+            chosen[np.arange(len(scores)), scores.argmax(1)] = True
+        if constraint == "semi":
+            attention = scores[:, 0] + scores[:, 1] > 0
+            other = ~attention & ((scores[:, 3] + scores[:, 4] > 0)
+                                  | (scores[:, 9] + scores[:, 10] > 0))
+            chosen = (chosen & attention[:, None]) | ((scores > threshold) & other[:, None])
+        row, column = np.nonzero(chosen)
+    return frame[row], subjects[row], objects[row], column, scores[row, column]
 
 
-def ranked(pred: AGVideoPred, pairs: np.ndarray, constraint: str,
-           threshold: float = SEMI_THRESHOLD) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(subjects, objects, predicates) of the candidates from the best, by subject x object
-    x predicate score in float64, ties in candidate order."""
-    subjects, objects, predicate, value = candidates(pred, pairs, constraint, threshold)
+def ranked(pred: AGVideoPred, constraint: str, threshold: float = SEMI_THRESHOLD
+           ) -> tuple[np.ndarray, ...]:
+    """(frame, subjects, objects, predicates, rank in the frame) of the candidates, each
+    frame's from the best by subject x object x predicate score in float64, ties in
+    candidate order."""
+    frame, subjects, objects, predicate, value = candidates(pred, constraint, threshold)
     score = (pred.scores[subjects].astype(np.float64)
              * pred.scores[objects].astype(np.float64) * value)
-    order = np.argsort(-score, kind="stable")
-    return subjects[order], objects[order], predicate[order]
+    order = np.lexsort((-score, frame))
+    return (frame[order], subjects[order], objects[order], predicate[order],
+            _within_group(frame[order]))
 
 
-def first_hits(frame: AGFrame, pred: AGVideoPred, subjects: np.ndarray, objects: np.ndarray,
-               predicate: np.ndarray) -> np.ndarray:
-    """Per GT relation, the rank of the first candidate that hits it (``NEVER`` if none
-    does): same predicate and classes, both boxes at IoU >= 0.5."""
-    gs, go, gp = frame.relations.T
-    hit = ((gp[:, None] == predicate[None])
-           & (frame.classes[gs][:, None] == pred.labels[subjects][None])
-           & (frame.classes[go][:, None] == pred.labels[objects][None]))
-    hit &= iou(frame.boxes[gs], pred.boxes[subjects]) >= IOU
-    hit &= iou(frame.boxes[go], pred.boxes[objects]) >= IOU
-    if not len(subjects):
-        return np.full(len(gp), NEVER)
-    return np.where(hit.any(1), hit.argmax(1), NEVER)
+def _within_group(keys: np.ndarray) -> np.ndarray:
+    """Each position's index among the equal keys before it (``keys`` sorted)."""
+    return np.arange(len(keys)) - np.searchsorted(keys, keys, side="left")
+
+
+def first_hits(gt_keys: np.ndarray, keys: np.ndarray, rank: np.ndarray,
+               classes: tuple[np.ndarray, ...], boxes: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Per GT relation, the rank of the first candidate of its frame and predicate (same
+    ``keys``) that hits it: both classes equal, both boxes at IoU >= 0.5 (``NEVER`` if
+    none). ``classes`` and ``boxes``: (GT subject, candidate subject, GT object, candidate
+    object), indexed like ``gt_keys`` and ``keys``."""
+    by_key = np.argsort(keys, kind="stable")
+    lo = np.searchsorted(keys[by_key], gt_keys, side="left")
+    hi = np.searchsorted(keys[by_key], gt_keys, side="right")
+    counts = hi - lo
+    g = np.repeat(np.arange(len(gt_keys)), counts)
+    c = by_key[np.repeat(lo, counts) + _within_group(g)]
+    gs_cls, cs_cls, go_cls, co_cls = classes
+    gs_box, cs_box, go_box, co_box = boxes
+    hit = ((gs_cls[g] == cs_cls[c]) & (go_cls[g] == co_cls[c])
+           & (iou(gs_box[g], cs_box[c]) >= IOU) & (iou(go_box[g], co_box[c]) >= IOU))
+    first = np.full(len(gt_keys), NEVER)
+    np.minimum.at(first, g[hit], rank[c[hit]])
+    return first
 
 
 def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of every box of ``a`` (GT) with every box of ``b``, +1 pixel convention, in the
-    reference's order of operations."""
-    a, b = a[:, None, :], b[None, :, :]
-    iw = np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]) + 1
-    ih = np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]) + 1
-    b_area = (b[..., 2] - b[..., 0] + 1) * (b[..., 3] - b[..., 1] + 1)
-    union = (a[..., 2] - a[..., 0] + 1) * (a[..., 3] - a[..., 1] + 1) + b_area - iw * ih
+    """IoU of each GT box of ``a`` with the box of ``b`` in the same row, +1 pixel
+    convention, in the reference's order of operations."""
+    iw = np.minimum(a[:, 2], b[:, 2]) - np.maximum(a[:, 0], b[:, 0]) + 1
+    ih = np.minimum(a[:, 3], b[:, 3]) - np.maximum(a[:, 1], b[:, 1]) + 1
+    b_area = (b[:, 2] - b[:, 0] + 1) * (b[:, 3] - b[:, 1] + 1)
+    union = (a[:, 2] - a[:, 0] + 1) * (a[:, 3] - a[:, 1] + 1) + b_area - iw * ih
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where((iw > 0) & (ih > 0), iw * ih / union, 0.0)
 
