@@ -193,8 +193,8 @@ def write_pvsg(root: Path | str, n_videos: int = 3, n_frames: int = 16, height: 
         if gt and rng.random() < 0.5:
             gt.append(json.loads(json.dumps(gt[0])))          # a duplicate GT relation
         records.append({
-            "video_id": vid, "video_path": f"vidor/videos/{vid}.mp4",
-            "height": height, "width": width, "meta": {"num_frames": n_frames},
+            "video_id": vid,
+            "meta": {"height": height, "width": width, "fps": 5, "num_frames": n_frames},
             "objects": [{"object_id": k + 1, "category": (classes["thing"] + classes["stuff"])[c],
                          "is_thing": c < n_things, "status": []}
                         for k, c in enumerate(categories)],

@@ -33,7 +33,8 @@ def write_weak_hit_case(root: Path) -> Path:
         lines.append(f"{f + 1} 12 1 {h} {w} {encode_rle(pan == 2)}")
     anno = {"objects": {"thing": ["person", "cup"], "stuff": []}, "relations": ["holding", "near"],
             "split": {"vidor": {"val": [VIDEO]}, "epic_kitchen": {"val": []}, "ego4d": {"val": []}},
-            "data": [{"video_id": VIDEO, "height": h, "width": w, "meta": {"num_frames": frames},
+            "data": [{"video_id": VIDEO,
+                      "meta": {"height": h, "width": w, "fps": 5, "num_frames": frames},
                       "objects": [{"object_id": 1, "category": "person", "is_thing": True},
                                   {"object_id": 2, "category": "cup", "is_thing": True}],
                       "relations": [[1, 2, "holding", [[0, 9]]]]}]}
