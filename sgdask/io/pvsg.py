@@ -187,6 +187,8 @@ def _video(rec: Any, index: int, file: str, classes: list[str], predicates: list
                 raise bad(field, "a span is not [start, end] inside the video",
                           f"0 <= start <= end < {meta['num_frames']}")
             rows.append((j, s, o, predicates.index(name), span[0], span[1]))
+        if not spans:  # a relation without frames: still one GT relation
+            rows.append((j, s, o, predicates.index(name), 0, -1))
     return Video(vid, meta["height"], meta["width"], meta["num_frames"],
                  np.asarray(ids, np.int64), np.asarray(cats, np.int64),
                  np.asarray(rows, np.int64).reshape(-1, 6))
