@@ -19,7 +19,8 @@ The tube store (``URL``)::
     videos/<video>/relations.parquet     GT: relation, subject, object, predicate, start, end
                                          (one row per span); results: rank, score too
     videos/<video>/pairs.parquet         results only: the pair proposals' ranking
-    videos/<video>/masks.parquet         a row per (frame, tube) with pixels: its box, chunk, offset
+    videos/<video>/masks.parquet         a row per (frame, tube) with a mask (GT: with pixels;
+                                         results: every masks.txt line): box, chunk, offset
     videos/<video>/chunk-00000/          Zarr v3: the masks of frames [0, F), the store's word
                                          encoding (rows XOR-ed, sparse, zstd, CRC-32C)
 
@@ -430,10 +431,9 @@ def _pred_chunks(lines: list[tuple[int, int, int, str]], info: dict, per_chunk: 
             tubes = np.asarray([x[1] for x in here], np.int64)
             dense = np.stack([decode_rle(x[3], h, w) for x in here]) if here else \
                 np.zeros((0, h, w), bool)
-            masks = BitMasks.from_dense(dense) if here else BitMasks.empty((h, w))
-            keep = masks.areas() > 0
-            frames.append((f, tubes[keep], BitMasks(masks.shape, masks.boxes[keep],
-                                                    masks.starts[keep], masks.words)))
+            # empty masks kept: OpenPVSG compares them (IoU 0) and counts the track present
+            frames.append((f, tubes, BitMasks.from_dense(dense) if here
+                           else BitMasks.empty((h, w))))
         yield frames
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Protocol
 
 import numpy as np
@@ -143,3 +144,89 @@ def relation_counts(viou: np.ndarray, cand_rel: np.ndarray, cand_rank: np.ndarra
             weak_ranks = weak_ranks[:1]
         weak_hits[r] = (weak_ranks[:, None] < kk).sum(0)
     return hits, weak_hits
+
+
+# ------------------------------------------------------------------ pair recall (rel_test.py)
+
+
+def video_tube_matches(gt_chunks: Iterable[Chunk], pred_chunks: Iterable[Chunk],
+                       gt_class_of: dict[int, int], pred_class_of: dict[int, int]
+                       ) -> tuple[dict[tuple[int, int], list[int]], dict[int, set[int]]]:
+    """The frames where a GT object and a predicted tube of its class have mask IoU above
+    0.5 (strict, as ``match_and_process_gt_tubes``), per (object, track); and the frames
+    where each track has a mask line (where the tracker gave it a query feature)."""
+    matched: dict[tuple[int, int], list[int]] = {}
+    present: dict[int, set[int]] = {}
+    for gc, pc in zip(gt_chunks, pred_chunks, strict=True):
+        for j in range(len(gc.tubes)):
+            frame, g_ids, p_ids = gc.first + j, gc.tubes[j], pc.tubes[j]
+            for t in p_ids.tolist():
+                present.setdefault(t, set()).add(frame)
+            if not len(g_ids) or not len(p_ids):
+                continue
+            g, p = gc.masks[j], pc.masks[j]
+            iou = cross_iou(g.boxes, g.starts, g.words, g.areas(),
+                            np.asarray([gt_class_of[t] for t in g_ids]), p.boxes, p.starts,
+                            p.words, p.areas(), np.asarray([pred_class_of[t] for t in p_ids]),
+                            True)
+            for a, b in zip(*np.nonzero(iou > MASK_IOU), strict=True):
+                matched.setdefault((int(g_ids[a]), int(p_ids[b])), []).append(frame)
+    return matched, present
+
+
+def _ranges(frames: list[int], single: bool) -> list[tuple[int, int]]:
+    """``compact_matching_dict``'s ranges: one (min, max) when the object matched one track,
+    else runs split where the next frame is more than 5 on."""
+    if single:
+        return [(min(frames), max(frames))]
+    frames = sorted(frames)
+    out, start = [], frames[0]
+    for prev, cur in pairwise(frames):
+        if cur > prev + 5:
+            out.append((start, prev))
+            start = cur
+    return [*out, (start, frames[-1])]
+
+
+def gt_pairs(matched: dict[tuple[int, int], list[int]], present: dict[int, set[int]],
+             relations: list[tuple[int, int, int, list[tuple[int, int]]]], frames: int
+             ) -> set[tuple[int, int]]:
+    """The GT relations moved onto the predicted tracks as ``prepare_rel_set.py`` does
+    (``compact_matching_dict``, ``translate_gt_relations``, ``process_feats_and_relations``):
+    the (track, track) pairs kept."""
+    per_object: dict[int, dict[int, list[int]]] = {}
+    for (oid, tid), fs in matched.items():
+        per_object.setdefault(oid, {})[tid] = fs
+    ranges = {oid: {tid: _ranges(fs, len(inner) == 1) for tid, fs in inner.items()
+                    if len(fs) >= 5}
+              for oid, inner in per_object.items()}
+    ranges = {oid: inner for oid, inner in ranges.items() if inner}
+    spans: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
+    for s, o, predicate, gt_spans in relations:
+        if s not in ranges or o not in ranges:
+            continue
+        for t0, t1 in gt_spans:
+            for tid1, r1 in ranges[s].items():
+                for a1, b1 in r1:
+                    for tid2, r2 in ranges[o].items():
+                        for a2, b2 in r2:
+                            lo = max(t0, a1, a2)
+                            hi = min(t1, b1 + 1, b2 + 1)
+                            if lo < hi:
+                                spans.setdefault((tid1, tid2, predicate), []).append((lo, hi))
+    out = set()
+    for (tid1, tid2, _), kept in spans.items():
+        on = np.zeros(frames, bool)
+        for lo, hi in kept:
+            on[lo:hi] = True
+        both = present.get(tid1, set()) & present.get(tid2, set())
+        if sum(1 for f in np.flatnonzero(on).tolist() if f in both) >= 3:
+            out.add((tid1, tid2))
+    return out
+
+
+def pair_recall(ranked_pairs: np.ndarray, truth: set[tuple[int, int]], k: int = 20) -> float:
+    """``calculate_pair_recall_at_k``: the share of the GT pairs among the top k (0 without
+    GT pairs)."""
+    top = {(int(s), int(o)) for s, o in ranked_pairs[:k]}
+    return len(top & truth) / len(truth) if truth else 0
