@@ -217,3 +217,15 @@ def test_existing_output_is_never_overwritten(files, tmp_path):
     with pytest.raises(StoreError, match="exists already"):
         _gt(files, tmp_path / "gt")
     assert TubeStore(str(tmp_path / "gt")).manifest["kind"] == "gt"
+
+
+def test_video_error_survives_a_worker_and_renders_for_the_service():
+    import pickle
+
+    err = VideoInputError("/srv/data/x/0007.png", "holds object id 200", video="0001_4",
+                          frame=7)
+    again = pickle.loads(pickle.dumps(err))
+    line = "/srv/data/x/0007.png: video 0001_4: frame 7: holds object id 200"
+    assert str(again) == str(err) == line
+    assert err.render("http", {"/srv/data/x": "masks"}) == \
+        "masks/0007.png: video 0001_4: frame 7: holds object id 200"
