@@ -209,6 +209,23 @@ class InputError(SgdaskError):
         return (*_joined(parts, ": "), ": ", self.what, *expected)
 
 
+class VideoInputError(InputError):
+    """Malformed video input (PVSG's annotation, frame PNGs, a model's tubes and relations):
+    the file, the video, the frame (if one) and the field, and what was expected."""
+
+    def __init__(self, file: str, what: str, *, video: object | None = None,
+                 frame: int | None = None, field: str | None = None,
+                 expected: Text | Fix | None = None) -> None:
+        self.video, self.frame = video, frame
+        super().__init__(file, what, field=field, expected=expected)
+
+    def pieces(self) -> tuple[str | Option | SgdaskError, ...]:
+        where = [f"video {self.video}"] if self.video is not None else []
+        where += [f"frame {self.frame}"] if self.frame is not None else []
+        head, *rest = super().pieces()
+        return (head, *(piece for w in where for piece in (": ", w)), *rest)
+
+
 class InstanceMismatch(ValueError):
     """Raised by a kernel when a prediction and its GT share no instance representation
     (masks or boxes): the one kernel failure caused by the inputs rather than by a bug."""

@@ -73,6 +73,7 @@ class ArchiveLimits:
     max_score_values: int = 1_000_000_000  # rows x predicate scores of a score file
     max_score_columns: int = 1_000  # predicate scores per row of a score file
     max_pairs_per_image: int = 20_000  # score rows of one image
+    max_video_frames: int = 100_000  # frames of one video (PVSG: num_frames, frame numbers)
 
     @classmethod
     def from_pairs(cls, pairs: list[str] | None) -> ArchiveLimits:
