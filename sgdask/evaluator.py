@@ -41,7 +41,7 @@ from sgdask.core.partition import term_blocks
 from sgdask.core.plan import EvalSettings
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ONE_PROTOCOL, ScoringSettings, Settings, Submission
-from sgdask.errors import InputError, SettingError, SgdaskError
+from sgdask.errors import InputError, Option, SettingError, SgdaskError
 from sgdask.io.triplets import EVALUATOR, row_problems
 from sgdask.metrics import FAMILIES, available, metric_of
 from sgdask.metrics.groups import PredicateGroups, default_groups
@@ -381,7 +381,8 @@ class Evaluator:
         if self.protocol.open_images:
             raise SgdaskError("Evaluator: the oiv6 protocol ranks each pair's predicate "
                               "scores, which update() does not take; convert the "
-                              "submission --from-scores and run sgdask evaluate")
+                              "submission ", Option("from_scores"), " and run sgdask "
+                              "evaluate")
         self.predicates = names_of(predicates, "predicates")
         self.classes = names_of(classes, "classes")
         if things is not None and not (isinstance(things, int) and not isinstance(things, bool)

@@ -27,7 +27,7 @@ from sgdask.core.partition import scored_partition
 from sgdask.core.plan import EvalSettings
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ONE_PROTOCOL, ScoringSettings, Settings, Submission
-from sgdask.errors import InputError, SettingError, SgdaskError
+from sgdask.errors import InputError, Option, SettingError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.consistency import check_against_gt
 from sgdask.io.formats import opened
@@ -606,8 +606,8 @@ def _check_pair_scores(sub: Submission, given: SubmissionInput) -> None:
     if any(p.open_images for p in sub.protocols) and not given.manifest.get("pair_scores"):
         raise SgdaskError(f"{given.url}: the oiv6 protocol ranks each scored pair's "
                           "predicate scores, which this submission does not hold (convert "
-                          "it with --from-scores; a store converted before store format 5 "
-                          "holds none: convert it again)")
+                          "it with ", Option("from_scores"), "; a store converted before "
+                          "store format 5 holds none: convert it again)")
 
 
 def cluster_mapper(client: Client) -> Mapper:
