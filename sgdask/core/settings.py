@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING, Any
 from sgdask.core.accum import AGGREGATIONS
 from sgdask.errors import Choose, Option, SettingError, cli_flag
 from sgdask.kernels.selection import DEFAULT_KS, KSpec, parse_ks
-from sgdask.metrics import check_metric_names
-from sgdask.metrics.base import Family
 from sgdask.protocols import DEFAULT_PROTOCOL, Protocol, get_protocols
 from sgdask.types import ZeroShot
 
 if TYPE_CHECKING:
     from sgdask.core.plan import CISettings
+    from sgdask.metrics.base import Family
 
 DEFAULT_PARTITION_SIZE: int | None = None  # whole GT store parts per task (task_count)
 #: what the calls that take one protocol (``Evaluator``, ``evaluate``) call ``protocols``
@@ -169,6 +168,8 @@ class Settings:
             raise SettingError("tau", f"{self.tau} must be a number >= 0")
         if self.intervals is not None:
             self.intervals.check()  # the level, resamples and seed
+            from sgdask.metrics import check_metric_names  # the registry, only to check
+
             check_metric_names(self.ci_metrics, "ci_metrics", self.k_specs)
         elif self.ci_metrics is not None:
             raise SettingError("ci_metrics", "only with ", Option("ci", "LEVEL"))
