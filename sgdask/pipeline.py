@@ -24,9 +24,10 @@ from distributed import Client, as_completed
 from sgdask.cluster import Local, dask_client
 from sgdask.core.finalize import report_of
 from sgdask.core.partition import scored_partition
+from sgdask.core.plan import EvalSettings
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ONE_PROTOCOL, ScoringSettings, Settings, Submission
-from sgdask.errors import InputError, SettingError, SgdaskError
+from sgdask.errors import InputError, Option, SettingError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.consistency import check_against_gt
 from sgdask.io.formats import is_challenge, opened
@@ -43,7 +44,7 @@ from sgdask.io.validate import GTInfo
 from sgdask.metrics import FAMILIES, Family, families_of
 from sgdask.metrics.groups import PredicateGroups
 from sgdask.protocols import get_protocols
-from sgdask.report import EvalSettings, Report
+from sgdask.report import Report
 from sgdask.report.intervals import add_intervals
 from sgdask.stats.bootstrap import Mapper
 from sgdask.types import ImagePred
@@ -419,11 +420,11 @@ def finalized(sub: Submission, manifest: dict[str, Any], counts: dict[str, int],
     own = PartitionResult.merged_all(results)
     categories, things = _categories_of(ctx.gt_manifest)
     with families_of(ctx.families):
-        reports = {p.name: report_of(
+        reports = {p.name: Report.of(report_of(
             own, (sub.name, p.name),
             EvalSettings(p, ctx.options, sub.with_ng, ctx.zero_shot, ctx.groups, sub.data,
                          categories, things),
-            ctx.composition, ctx.gt_manifest, manifest, {**ctx.counts, **counts})
+            ctx.composition, ctx.gt_manifest, manifest, {**ctx.counts, **counts}))
             for p in sub.protocols}
         if then is not None:  # written as the reports name their metrics
             then(sub.name, reports)
@@ -615,8 +616,8 @@ def _check_pair_scores(sub: Submission, given: SubmissionInput) -> None:
     if any(p.open_images for p in sub.protocols) and not given.manifest.get("pair_scores"):
         raise SgdaskError(f"{given.url}: the oiv6 protocol ranks each scored pair's "
                           "predicate scores, which this submission does not hold (convert "
-                          "it with --from-scores; a store converted before store format 5 "
-                          "holds none: convert it again)")
+                          "it with ", Option("from_scores"), "; a store converted before "
+                          "store format 5 holds none: convert it again)")
 
 
 def cluster_mapper(client: Client) -> Mapper:

@@ -150,8 +150,8 @@ def resolve(job: CompareJob, gt_manifest: dict[str, Any], cache: ResultCache | N
                 found.to_evaluate[text], found.cache_keys[text] = url, key
         else:
             raise SgdaskError(f"{text}: not a report directory (metrics.json), a submission "
-                              "store (manifest.json), a submission file or, with --registry, "
-                              "a registry name")
+                              "store (manifest.json), a submission file or, with ",
+                              Option("registry"), ", a registry name")
     return found
 
 
@@ -228,7 +228,8 @@ def run_compare(job: CompareJob, client: Client | None = None, scheduler: Any = 
                       if (m := metric_of(n)) is not None and m.lower_is_better)
     if get_protocols(job.protocol)[0].open_images and any(r.states is None
                                                           for r in reports.values()):
-        raise SgdaskError("compare --protocol oiv6: a report read back from disk (a report "
+        raise SgdaskError("compare ", Option("protocols", "oiv6"), ": a report read back from "
+                          "disk (a report "
                           "directory, a cached registry result) holds no ranked detections; "
                           "give the submission stores")
     context = derive_context(first, composition)
