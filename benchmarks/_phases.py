@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from sgdask.accum import Accumulator
+from sgdask.core.accum import Accumulator
 from sgdask.io.partition import load_gt_images, load_predictions
 from sgdask.io.store import StoreReader
 from sgdask.kernels.image import gt_relations, instance_iou

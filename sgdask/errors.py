@@ -24,16 +24,17 @@ import copy
 import difflib
 import posixpath
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Literal
 
 Audience = Literal["cli", "api", "http"]
 #: longest message (before its fix) an error renders: input echoed into a message (a name,
 #: a value) never makes a line longer than this; the cut says how much was left out
 MAX_MESSAGE = 400
-#: API names whose command line option is not ``--`` and the name with dashes (besides the
-#: settings record's fields, whose option is their ``flag``)
-_FLAGS = {"limits": "--limit"}
+#: API names whose command line option is not ``--`` and the name with dashes (the settings
+#: record's fields take their ``flag`` from here: ``sgdask.core.settings``)
+_FLAGS = {"protocols": "--protocol", "ks": "--k", "legacy": "--legacy-metrics",
+          "limits": "--limit"}
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Option:
 
     def render(self, audience: Audience) -> str:
         if audience == "cli":
-            flag = _cli_flag(self.name)
+            flag = cli_flag(self.name)
             return flag if self.value is None or self.value is True else f"{flag} {self.value}"
         return self.name if self.value is None else f"{self.name}={self.value}"
 
@@ -260,10 +261,8 @@ def _rendered(piece: str | Option | SgdaskError, audience: Audience,
     return piece
 
 
-def _cli_flag(name: str) -> str:
-    """The command line's option for the API name ``name``: a settings field's ``flag``
-    (``ks``: ``--k``), ``--limit`` for ``limits``, else ``--`` and the name with dashes."""
-    from sgdask.core.settings import Settings  # here: the record imports this module
-
-    flags = {f.name: f.metadata["flag"] for f in fields(Settings)}
-    return flags.get(name) or _FLAGS.get(name) or "--" + name.replace("_", "-")
+def cli_flag(name: str) -> str:
+    """The command line's option for the API name ``name`` (``ks``: ``--k``, ``limits``:
+    ``--limit``), else ``--`` and the name with dashes (``partition_size``:
+    ``--partition-size``)."""
+    return _FLAGS.get(name) or "--" + name.replace("_", "-")

@@ -34,10 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from sgdask.accum import Accumulator, KeyedSums, RationalSum
+from sgdask.core.accum import Accumulator, KeyedSums, RationalSum
 from sgdask.core.finalize import report_of
 from sgdask.core.image import hits_under
 from sgdask.core.partition import term_blocks
+from sgdask.core.plan import EvalSettings
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ONE_PROTOCOL, ScoringSettings, Settings, Submission
 from sgdask.errors import InputError, SettingError, SgdaskError
@@ -47,7 +48,7 @@ from sgdask.metrics.groups import PredicateGroups, default_groups
 from sgdask.metrics.state import rows_of_plain
 from sgdask.metrics.terms import inputs_of, with_zero_shot
 from sgdask.protocols import get_protocol
-from sgdask.report import EvalSettings, Report
+from sgdask.report import Report
 from sgdask.stats.table import TermTable
 from sgdask.types import ImageGT, ImageHits, ImagePred, ZeroShot
 
@@ -504,8 +505,9 @@ class Evaluator:
             None if self.things is None else frozenset(range(self.things)))
         manifest = {"source": SOURCE, "content_hash": None,
                     "predicate_classes": list(self.predicates)}
-        return report_of(result, KEY, settings, self.composition, manifest,
-                         {"source": SOURCE, "content_hash": None}, dict(self._counts))
+        return Report.of(report_of(result, KEY, settings, self.composition, manifest,
+                                   {"source": SOURCE, "content_hash": None},
+                                   dict(self._counts)))
 
     # ------------------------------------------------------------------ state
 

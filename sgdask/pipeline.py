@@ -24,6 +24,7 @@ from distributed import Client, as_completed
 from sgdask.cluster import Local, dask_client
 from sgdask.core.finalize import report_of
 from sgdask.core.partition import scored_partition
+from sgdask.core.plan import EvalSettings
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ONE_PROTOCOL, ScoringSettings, Settings, Submission
 from sgdask.errors import InputError, SettingError, SgdaskError
@@ -42,7 +43,7 @@ from sgdask.io.validate import GTInfo
 from sgdask.metrics import FAMILIES, Family, families_of
 from sgdask.metrics.groups import PredicateGroups
 from sgdask.protocols import get_protocols
-from sgdask.report import EvalSettings, Report
+from sgdask.report import Report
 from sgdask.report.intervals import add_intervals
 from sgdask.stats.bootstrap import Mapper
 from sgdask.types import ImagePred
@@ -409,11 +410,11 @@ def finalized(sub: Submission, manifest: dict[str, Any], counts: dict[str, int],
     own = PartitionResult.merged_all(results)
     categories, things = _categories_of(ctx.gt_manifest)
     with families_of(ctx.families):
-        reports = {p.name: report_of(
+        reports = {p.name: Report.of(report_of(
             own, (sub.name, p.name),
             EvalSettings(p, ctx.options, sub.with_ng, ctx.zero_shot, ctx.groups, sub.data,
                          categories, things),
-            ctx.composition, ctx.gt_manifest, manifest, {**ctx.counts, **counts})
+            ctx.composition, ctx.gt_manifest, manifest, {**ctx.counts, **counts}))
             for p in sub.protocols}
         if then is not None:  # written as the reports name their metrics
             then(sub.name, reports)

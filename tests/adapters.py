@@ -30,7 +30,9 @@ import numpy as np
 import tifffile
 from PIL import Image as PILImage
 
-from sgdask.accum import Accumulator
+from sgdask.core.accum import Accumulator
+from sgdask.core.finalize import build_report
+from sgdask.core.plan import EvalSettings
 from sgdask.core.result import image_diagnostics, image_rows
 from sgdask.core.settings import Settings
 from sgdask.io.ingest import convert_submission, ingest_gt
@@ -46,7 +48,7 @@ from sgdask.metrics.groups import PredicateGroups, default_groups
 from sgdask.metrics.terms import batch_blocks, image_result, inputs_of, with_zero_shot
 from sgdask.pipeline import evaluate_protocols
 from sgdask.protocols import Protocol, get_protocol, image_hits, missing_image_hits
-from sgdask.report import EvalSettings, Report, build_report
+from sgdask.report import Report
 from sgdask.types import ImageGT, ImageHits, ImagePred, ImageResult, ZeroShot, as_triplets
 from tests.builders import snapshot
 from tests.literal import GT, ImageTerms, Pred, Training

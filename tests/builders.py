@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgdask.accum import AGGREGATIONS, Accumulator
+from sgdask.core.accum import AGGREGATIONS, Accumulator
 
 
 def labels_of(*rows: str) -> np.ndarray:

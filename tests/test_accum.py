@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sgdask.accum import (
+from sgdask.core.accum import (
     AGGREGATIONS,
     Accumulator,
     RationalSum,

@@ -20,6 +20,7 @@ import sgdask.synth_oi
 from sgdask.batch.compare import CompareJob, run_compare
 from sgdask.core.finalize import report_of
 from sgdask.core.partition import scored_partition
+from sgdask.core.plan import EvalSettings
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ScoringSettings, Settings, Submission
 from sgdask.errors import InputError, SgdaskError
@@ -33,7 +34,7 @@ from sgdask.metrics.base import Context
 from sgdask.pipeline import evaluate
 from sgdask.protocols import OIV6
 from sgdask.protocols.oiv6.metrics import samples, swapped
-from sgdask.report import EvalSettings, Report
+from sgdask.report import Report
 from sgdask.synth_oi import write_oi_dataset
 from sgdask.types import ImageGT, ImagePred, TopPredicates
 from tests import literal_oiv6

@@ -24,8 +24,8 @@ ALIASES = {"legacy_metrics", "intervals"}
 #: signatures that take several setting-named values and why they are not the settings
 NOT_SETTINGS = {
     ("sgdask/core/settings.py", "Settings"): "the record itself",
-    ("sgdask/report/__init__.py", "Report"): "the report file's provenance, as read back",
-    ("sgdask/report/intervals.py", "CISettings"): "the bootstrap's view, Settings.intervals",
+    ("sgdask/core/findings.py", "Findings"): "the report file's provenance, as read back",
+    ("sgdask/core/plan.py", "CISettings"): "the bootstrap's view, Settings.intervals",
     ("sgdask/batch/compare.py", "CompareJob"): "compare's own paired resampling options",
     ("sgdask/batch/rerank.py", "BoardCI"): "the leaderboard's own interval options",
     ("sgdask/metrics/base.py", "Context"): "the metrics' view, EvalSettings.context",
@@ -36,7 +36,7 @@ NOT_SETTINGS = {
     "whether its board shows intervals, as the file spells them",
 }
 #: layers that compute with single values (a kernel's match_labels is its argument)
-COMPUTE = ("sgdask/kernels/", "sgdask/metrics/", "sgdask/stats/", "sgdask/accum.py")
+COMPUTE = ("sgdask/kernels/", "sgdask/metrics/", "sgdask/stats/", "sgdask/core/accum.py")
 
 
 def cli_options(command: str) -> set[str]:

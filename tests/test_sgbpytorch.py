@@ -11,13 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sgdask.accum import Accumulator
+from sgdask.core.accum import Accumulator
+from sgdask.core.finalize import build_report
+from sgdask.core.plan import EvalSettings
 from sgdask.core.settings import Settings
 from sgdask.errors import InstanceMismatch
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.terms import evaluate_image, missing_image_result
 from sgdask.protocols import MULTIMPO, SGBPYTORCH, SINGLEMPO, Protocol, get_protocol
-from sgdask.report import EvalSettings, Report, build_report
+from sgdask.report import Report
 from sgdask.types import BitMasks, ImageGT, ImagePred, ZeroShot, as_triplets
 from tests import literal_sgbpytorch as literal
 

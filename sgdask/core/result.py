@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sgdask.accum import Accumulator
+from sgdask.core.accum import Accumulator
 from sgdask.core.lint import LintCounts
 from sgdask.metrics.base import IMAGE, Block
 from sgdask.metrics.state import StateRows

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from sgdask.accum import AGGREGATIONS
+from sgdask.core.accum import AGGREGATIONS
 from sgdask.errors import Choose, Option, SettingError
 from sgdask.kernels.selection import DEFAULT_KS, KSpec, parse_ks
 from sgdask.metrics import check_metric_names
@@ -16,7 +16,7 @@ from sgdask.protocols import DEFAULT_PROTOCOL, Protocol, get_protocols
 from sgdask.types import ZeroShot
 
 if TYPE_CHECKING:
-    from sgdask.report.intervals import CISettings
+    from sgdask.core.plan import CISettings
 
 DEFAULT_PARTITION_SIZE: int | None = None  # whole GT store parts per task (task_count)
 #: what the calls that take one protocol (``Evaluator``, ``evaluate``) call ``protocols``
@@ -137,7 +137,7 @@ class Settings:
         if self.ci is None:
             return None
         # imported here: the bootstrap loads scipy, which only intervals need
-        from sgdask.report.intervals import CISettings
+        from sgdask.core.plan import CISettings
 
         return CISettings(self.ci, self.resamples, self.seed, self.ci_metrics)
 

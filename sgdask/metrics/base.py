@@ -2,7 +2,7 @@
 
 A family computes *terms*: exact (numerator, denominator) pairs per image (image-level
 metrics, ``R@50``), per image and predicate (mean metrics, ``mR@50``) or per image to be
-summed before dividing (ratio metrics, ``A@50``). The accumulator (``sgdask.accum``) sums
+summed before dividing (ratio metrics, ``A@50``). The accumulator (``sgdask.core.accum``) sums
 them exactly and finalizes them under an aggregation mode; families never aggregate.
 
 Every family has a plain per-image function (``image_terms``: the literal definition,

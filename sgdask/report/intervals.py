@@ -11,10 +11,9 @@ wIMR, derives nothing without).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from sgdask.core.plan import CISettings, vocabulary_sets
 from sgdask.errors import Choose, SettingError, SgdaskError
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import FAMILIES, metric_of, row_label
@@ -22,7 +21,7 @@ from sgdask.metrics.base import DERIVED, Context, Family, FinalColumns, Finals
 from sgdask.metrics.groups import PredicateGroups
 from sgdask.metrics.recall import VOCABULARY_MEANS
 from sgdask.protocols import recorded
-from sgdask.report import Report, vocabulary_sets
+from sgdask.report import Report
 from sgdask.stats.bootstrap import (
     ColumnDerive,
     Derive,
@@ -35,24 +34,6 @@ from sgdask.stats.bootstrap import (
 )
 
 INTERVAL_SUFFIXES = ("_lo", "_hi")
-
-
-@dataclass(frozen=True)
-class CISettings:
-    """``evaluate --ci LEVEL --resamples N --seed S --ci-metrics NAMES``."""
-
-    level: float = 0.95
-    resamples: int = 1000
-    seed: int = 0
-    metrics: str | None = None
-
-    def check(self) -> None:
-        if not 0 < self.level < 1:
-            raise SettingError("ci", f"{self.level} is not a level between 0 and 1 (e.g. 0.95)")
-        if self.resamples < 1:
-            raise SettingError("resamples", "must be at least 1")
-        if self.seed < 0:
-            raise SettingError("seed", "must be >= 0")
 
 
 def tokens(spec: str | None) -> list[str]:

@@ -1,6 +1,6 @@
 """Per-image terms of one evaluation (one submission under one protocol), kept compactly.
 
-The accumulator (``sgdask.accum``) sums terms over images and forgets which image gave
+The accumulator (``sgdask.core.accum``) sums terms over images and forgets which image gave
 what; resampling images needs them per image. A ``TermTable`` holds every term block of
 every family as parallel numpy arrays, one row per (image, metric[, predicate]):
 ``image`` (index into ``image_ids``), ``metric`` (index into ``names``), ``predicate``
