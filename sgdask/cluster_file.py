@@ -24,7 +24,7 @@ import dask.config
 from distributed import Client
 
 from sgdask.cluster import DEFAULT_WAIT, Described
-from sgdask.errors import Choose, InputError, SgdaskError
+from sgdask.errors import Choose, InputError, Option, SgdaskError
 from sgdask.io.documents import strict_yaml
 
 #: the batch systems of dask-jobqueue, by the name a cluster file gives them
@@ -141,7 +141,7 @@ def _import_jobqueue() -> Any:
     try:
         import dask_jobqueue
     except ImportError:
-        raise SgdaskError("--cluster: a batch system's cluster needs dask-jobqueue: "
+        raise SgdaskError(Option("cluster"), ": a batch system's cluster needs dask-jobqueue: "
                           "pip install 'sgdask[clusters]'") from None
     return dask_jobqueue
 
@@ -150,7 +150,7 @@ def _import_gateway() -> Any:
     try:
         import dask_gateway
     except ImportError:
-        raise SgdaskError("--gateway: a Dask-Gateway cluster needs dask-gateway: "
+        raise SgdaskError(Option("gateway"), ": a Dask-Gateway cluster needs dask-gateway: "
                           "pip install 'sgdask[clusters]'") from None
     return dask_gateway
 

@@ -380,7 +380,7 @@ class Evaluator:
         self.protocol, self.ks = protocols[0], self.options.k_specs
         refusal = self.protocol.evaluator_refusal()
         if refusal is not None:
-            raise SgdaskError(f"Evaluator: {refusal}")
+            raise SgdaskError("Evaluator: ", *refusal)
         self.predicates = names_of(predicates, "predicates")
         self.classes = names_of(classes, "classes")
         if things is not None and not (isinstance(things, int) and not isinstance(things, bool)

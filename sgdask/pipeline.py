@@ -606,7 +606,7 @@ def _check_pair_scores(sub: Submission, given: SubmissionInput) -> None:
     for protocol in sub.protocols:
         refusal = protocol.submission_refusal(given.manifest)
         if refusal is not None:
-            raise SgdaskError(f"{given.url}: {refusal}")
+            raise SgdaskError(f"{given.url}: ", *refusal)
 
 
 def cluster_mapper(client: Client) -> Mapper:

@@ -150,8 +150,8 @@ def resolve(job: CompareJob, gt_manifest: dict[str, Any], cache: ResultCache | N
                 found.to_evaluate[text], found.cache_keys[text] = url, key
         else:
             raise SgdaskError(f"{text}: not a report directory (metrics.json), a submission "
-                              "store (manifest.json), a submission file or, with --registry, "
-                              "a registry name")
+                              "store (manifest.json), a submission file or, with ",
+                              Option("registry"), ", a registry name")
     return found
 
 
@@ -229,7 +229,7 @@ def run_compare(job: CompareJob, client: Client | None = None, scheduler: Any = 
     protocol = get_protocols(job.protocol)[0]
     refusal = protocol.compare_refusal()
     if refusal is not None and any(r.states is None for r in reports.values()):
-        raise SgdaskError(f"compare --protocol {protocol.name}: {refusal}")
+        raise SgdaskError("compare ", Option("protocols", protocol.name), ": ", *refusal)
     context = derive_context(first, composition)
     context.n_predicates = len(first.per_predicate)
     comparison = compare(models, job.pairs, scoring, job.level, job.resamples,

@@ -33,12 +33,11 @@ from sgdask.cli.options import (
     storage_options,
 )
 from sgdask.cli.process import freeze_imports
-from sgdask.core.settings import DEFAULT_PARTITION_SIZE
+from sgdask.core.settings import DEFAULTS
 from sgdask.errors import SgdaskError, checked_choice
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.methods import METHODS
-from sgdask.kernels.selection import DEFAULT_KS
-from sgdask.protocols import DEFAULT_PROTOCOL, PROTOCOLS
+from sgdask.protocols import PROTOCOLS
 
 Aggregation = Annotated[str, typer.Option(
     metavar="NAME", rich_help_panel=PROTOCOL, help="per_predicate, pooled or image")]
@@ -83,40 +82,44 @@ def evaluate(gt: Annotated[str, typer.Option(
              protocol: Annotated[str, typer.Option(
                  metavar="NAME[,...]", rich_help_panel=PROTOCOL,
                  help=f"one or more of {_PROTOCOLS}")]
-             = DEFAULT_PROTOCOL,
-             k: _Ks = DEFAULT_KS,
-             aggregation: Aggregation = "per_predicate",
-             partition_size: _PartitionSize = DEFAULT_PARTITION_SIZE,
+             = DEFAULTS.protocols,
+             k: _Ks = DEFAULTS.ks,
+             aggregation: Aggregation = DEFAULTS.aggregation,
+             partition_size: _PartitionSize = DEFAULTS.partition_size,
              scheduler: Scheduler = None, workers: Workers = None,
              processes: Processes = None,
              cluster_file: ClusterFile = None, gateway_url: Gateway = None,
              out: Annotated[str | None, typer.Option(
                  metavar="DIR", help="write metrics.json, Parquet tables and reports here")]
              = None,
-             stats: _Stats = None,
+             stats: _Stats = DEFAULTS.stats,
              predicate_groups: Annotated[str | None, typer.Option(
                  "--predicate-groups", metavar="PATH", rich_help_panel=INPUT,
                  help="JSON groups of predicates for mR@k[G] (default: head/body/tail)")]
-             = None,
+             = DEFAULTS.predicate_groups,
              legacy_metrics: Annotated[bool, typer.Option(
                  "--legacy-metrics", rich_help_panel=PROTOCOL,
-                 help="also compute the legacy pair accuracy A@k")] = False,
+                 help="also compute the legacy pair accuracy A@k")] = DEFAULTS.legacy,
              tau: Annotated[float, typer.Option(
-                 metavar="TAU", rich_help_panel=PROTOCOL, help="wIMR weight exponent")] = 0.5,
+                 metavar="TAU", rich_help_panel=PROTOCOL, help="wIMR weight exponent")]
+             = DEFAULTS.tau,
              match_labels: Annotated[bool, typer.Option(
                  "--match-labels/--no-match-labels", rich_help_panel=PROTOCOL,
                  help="match only GT instances of the predicted category (docs: Metrics)")]
-             = True,
+             = DEFAULTS.match_labels,
              ci: Annotated[float | None, typer.Option(
                  "--ci", metavar="LEVEL", rich_help_panel=INTERVALS,
-                 help="bootstrap intervals at this level, e.g. 0.95")] = None,
+                 help="bootstrap intervals at this level, e.g. 0.95")] = DEFAULTS.ci,
              resamples: Annotated[int, typer.Option(
-                 metavar="N", rich_help_panel=INTERVALS, help="bootstrap resamples")] = 1000,
+                 metavar="N", rich_help_panel=INTERVALS, help="bootstrap resamples")]
+             = DEFAULTS.resamples,
              seed: Annotated[int, typer.Option(
-                 metavar="N", rich_help_panel=INTERVALS, help="seed of the resamples")] = 0,
+                 metavar="N", rich_help_panel=INTERVALS, help="seed of the resamples")]
+             = DEFAULTS.seed,
              ci_metrics: Annotated[str | None, typer.Option(
                  "--ci-metrics", metavar="NAME[,...]", rich_help_panel=INTERVALS,
-                 help="intervals only for these metrics (mR@50) or families (mR)")] = None,
+                 help="intervals only for these metrics (mR@50) or families (mR)")]
+             = DEFAULTS.ci_metrics,
              limit: Limits = None, storage_option: StorageOpt = None,
              overwrite: Annotated[bool, typer.Option(
                  help="replace an existing report at --out")] = False) -> None:
@@ -287,7 +290,7 @@ def compare(gt: Annotated[str, typer.Option(
             = False,
             protocol: Annotated[str, typer.Option(
                 metavar="NAME", rich_help_panel=PROTOCOL, help="the protocol to compare under")]
-            = DEFAULT_PROTOCOL,
+            = DEFAULTS.protocols,
             metrics: Annotated[str | None, typer.Option(
                 "--metrics", metavar="NAME[,...]", rich_help_panel=PROTOCOL,
                 help="only these metrics (mR@50) or families (mR)")] = None,
@@ -304,22 +307,23 @@ def compare(gt: Annotated[str, typer.Option(
                 help="models given as files are result files of this method (as evaluate)")]
             = None,
             resamples: Annotated[int, typer.Option(
-                metavar="N", rich_help_panel=INTERVALS, help="bootstrap resamples")] = 1000,
+                metavar="N", rich_help_panel=INTERVALS, help="bootstrap resamples")]
+            = DEFAULTS.resamples,
             permutations: Annotated[int, typer.Option(
                 metavar="N", rich_help_panel=INTERVALS,
                 help="approximate-randomization permutations")] = 1000,
             seed: Annotated[int, typer.Option(
                 metavar="N", rich_help_panel=INTERVALS,
-                help="seed of resamples and permutations")] = 0,
+                help="seed of resamples and permutations")] = DEFAULTS.seed,
             registry: Annotated[str | None, typer.Option(
                 metavar="PATH", rich_help_panel=INPUT,
                 help="registry: models may be its names (its cache is used)")] = None,
             k: Annotated[str, typer.Option(
                 "--k", metavar="K[,K...]", rich_help_panel=PROTOCOL,
-                help="top-k cut-offs of stores evaluated here")] = DEFAULT_KS,
-            aggregation: Aggregation = "per_predicate",
-            stats: _Stats = None,
-            partition_size: _PartitionSize = DEFAULT_PARTITION_SIZE,
+                help="top-k cut-offs of stores evaluated here")] = DEFAULTS.ks,
+            aggregation: Aggregation = DEFAULTS.aggregation,
+            stats: _Stats = DEFAULTS.stats,
+            partition_size: _PartitionSize = DEFAULTS.partition_size,
             scheduler: Scheduler = None, workers: Workers = None,
             processes: Processes = None,
             cluster_file: ClusterFile = None, gateway_url: Gateway = None,

@@ -8,20 +8,25 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from sgdask.core.accum import AGGREGATIONS
-from sgdask.errors import Choose, Option, SettingError
+from sgdask.errors import Choose, Option, SettingError, cli_flag
 from sgdask.kernels.selection import DEFAULT_KS, KSpec, parse_ks
-from sgdask.metrics import check_metric_names
-from sgdask.metrics.base import Family
 from sgdask.protocols import DEFAULT_PROTOCOL, Protocol, get_protocols
 from sgdask.types import ZeroShot
 
 if TYPE_CHECKING:
     from sgdask.core.plan import CISettings
+    from sgdask.metrics.base import Family
 
 DEFAULT_PARTITION_SIZE: int | None = None  # whole GT store parts per task (task_count)
 #: what the calls that take one protocol (``Evaluator``, ``evaluate``) call ``protocols``
 #: (their errors name it so: ``SgdaskError.renamed``)
 ONE_PROTOCOL = {"protocols": "protocol"}
+
+
+def _flag(name: str) -> dict[str, str]:
+    """A field's metadata: its command line option (``sgdask.errors.cli_flag``, the one
+    place flags are spelled)."""
+    return {"flag": cli_flag(name)}
 
 
 @dataclass(frozen=True)
@@ -73,33 +78,33 @@ class Settings:
 
     #: protocols to score under, comma separated (``singlempo,multimpo``); in a manifest,
     #: the default of submissions naming none
-    protocols: str = field(default=DEFAULT_PROTOCOL, metadata={"flag": "--protocol"})
+    protocols: str = field(default=DEFAULT_PROTOCOL, metadata=_flag("protocols"))
     #: the ks: integers and relative ``xF`` (F times the image's GT relations)
-    ks: str = field(default=DEFAULT_KS, metadata={"flag": "--k"})
+    ks: str = field(default=DEFAULT_KS, metadata=_flag("ks"))
     #: how per-predicate means aggregate: ``per_predicate``, ``pooled`` or ``image``
-    aggregation: str = field(default="per_predicate", metadata={"flag": "--aggregation"})
+    aggregation: str = field(default="per_predicate", metadata=_flag("aggregation"))
     #: images per Dask task (None: whole GT store parts, grouped to about 256 images)
     partition_size: int | None = field(default=DEFAULT_PARTITION_SIZE,
-                                       metadata={"flag": "--partition-size"})
+                                       metadata=_flag("partition_size"))
     #: training statistics from ``sgdask stats`` (None: the GT store's)
-    stats: str | None = field(default=None, metadata={"flag": "--stats"})
+    stats: str | None = field(default=None, metadata=_flag("stats"))
     #: predicate groups of mR@k[G] (JSON: group name -> predicate names; None: VG150's
     #: head/body/tail, else the training frequency in thirds)
-    predicate_groups: str | None = field(default=None, metadata={"flag": "--predicate-groups"})
+    predicate_groups: str | None = field(default=None, metadata=_flag("predicate_groups"))
     #: also compute the legacy pair accuracy A@k
-    legacy: bool = field(default=False, metadata={"flag": "--legacy-metrics"})
+    legacy: bool = field(default=False, metadata=_flag("legacy"))
     #: wIMR's weight exponent
-    tau: float = field(default=0.5, metadata={"flag": "--tau"})
+    tau: float = field(default=0.5, metadata=_flag("tau"))
     #: match predictions only to GT instances of the same category (SPEC section 4)
-    match_labels: bool = field(default=True, metadata={"flag": "--match-labels"})
+    match_labels: bool = field(default=True, metadata=_flag("match_labels"))
     #: bootstrap intervals at this level (e.g. 0.95); None: no intervals
-    ci: float | None = field(default=None, metadata={"flag": "--ci"})
+    ci: float | None = field(default=None, metadata=_flag("ci"))
     #: with ``ci``: bootstrap resamples
-    resamples: int = field(default=1000, metadata={"flag": "--resamples"})
+    resamples: int = field(default=1000, metadata=_flag("resamples"))
     #: with ``ci``: seed of the resamples (the same for every protocol)
-    seed: int = field(default=0, metadata={"flag": "--seed"})
+    seed: int = field(default=0, metadata=_flag("seed"))
     #: with ``ci``: only these metrics, comma separated (``mR@50`` or families like ``mR``)
-    ci_metrics: str | None = field(default=None, metadata={"flag": "--ci-metrics"})
+    ci_metrics: str | None = field(default=None, metadata=_flag("ci_metrics"))
 
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any]) -> Settings:
@@ -163,6 +168,8 @@ class Settings:
             raise SettingError("tau", f"{self.tau} must be a number >= 0")
         if self.intervals is not None:
             self.intervals.check()  # the level, resamples and seed
+            from sgdask.metrics import check_metric_names  # the registry, only to check
+
             check_metric_names(self.ci_metrics, "ci_metrics", self.k_specs)
         elif self.ci_metrics is not None:
             raise SettingError("ci_metrics", "only with ", Option("ci", "LEVEL"))
@@ -186,3 +193,8 @@ _TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "bool": (bo
 def _kinds(annotation: str) -> tuple[type, ...]:
     """The types a field's annotation (``int | None``) admits (an int is a float too)."""
     return tuple(t for name in annotation.split(" | ") for t in _TYPES[name])
+
+
+#: every setting at its default: what the command line's options default to (each default
+#: spelled once, in the record)
+DEFAULTS = Settings()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sgdask import __version__
 from sgdask.cluster import ClusterSpec
-from sgdask.errors import SgdaskError
+from sgdask.errors import Option, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.ingest import Progress, gt_records, ingest_gt, read_bytes
@@ -124,7 +124,8 @@ def given_store(gt: str, masks_dir: str | None,
     is a file to ingest (a psg.json). A directory without a manifest is neither."""
     if is_store(gt, storage_options):
         if masks_dir:
-            raise SgdaskError(f"--gt-masks: {gt} is a GT store already (masks come with it)")
+            raise SgdaskError(Option("gt_masks"), f": {gt} is a GT store already (masks come "
+                              "with it)")
         return gt
     fs, path = filesystem(gt, storage_options)
     if fs.isdir(path):

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, fields
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sgdask.errors import Text
+from sgdask.errors import Option, Text
 from sgdask.kernels import image as _image
 from sgdask.kernels.image import ImageRules
 from sgdask.types import ImageGT, ImageHits, ImagePred
@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 # Version of the metric definitions shared by all protocols (kernels, accumulators,
 # aggregation). Cached results carry it: bump it when any number could change.
 METRICS_VERSION = "2"
+
+#: why a protocol cannot do something: the pieces of a one-line error (settings named as
+#: ``Option``s, rendered for whoever reads it)
+Refusal = tuple[str | Option, ...]
 
 
 @dataclass(frozen=True)
@@ -192,15 +196,15 @@ class Protocol:
 
     # --------------------------------------------------------------- refusals
 
-    def submission_refusal(self, manifest: dict[str, Any]) -> str | None:
+    def submission_refusal(self, manifest: dict[str, Any]) -> Refusal | None:
         """Why a converted submission (its manifest) cannot be scored, or None."""
         return None
 
-    def evaluator_refusal(self) -> str | None:
+    def evaluator_refusal(self) -> Refusal | None:
         """Why the in-memory ``Evaluator`` cannot score under this protocol, or None."""
         return None
 
-    def compare_refusal(self) -> str | None:
+    def compare_refusal(self) -> Refusal | None:
         """Why reports read back from disk (without their states) cannot be compared
         under this protocol, or None."""
         return None

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sgdask.errors import Text
+from sgdask.errors import Option, Text
 from sgdask.kernels.image import gt_relations
 from sgdask.protocols import register
-from sgdask.protocols.base import Protocol
+from sgdask.protocols.base import Protocol, Refusal
 from sgdask.protocols.oiv6.kernels import oiv6_hits
 from sgdask.protocols.oiv6.metrics import FAMILY
 from sgdask.types import ImageGT, ImageHits, ImagePred
@@ -44,20 +44,21 @@ class OpenImagesProtocol(Protocol):
                data: frozenset[str] = frozenset()) -> set[str]:
         return {INPUT}
 
-    def submission_refusal(self, manifest: dict[str, Any]) -> str | None:
+    def submission_refusal(self, manifest: dict[str, Any]) -> Refusal | None:
         if manifest.get("pair_scores"):
             return None
         return ("the oiv6 protocol ranks each scored pair's predicate scores, which this "
-                "submission does not hold (convert it with --from-scores; a store converted "
-                "before store format 5 holds none: convert it again)")
+                "submission does not hold (convert it with ", Option("from_scores"), "; a "
+                "store converted before store format 5 holds none: convert it again)")
 
-    def evaluator_refusal(self) -> str | None:
+    def evaluator_refusal(self) -> Refusal | None:
         return ("the oiv6 protocol ranks each pair's predicate scores, which update() does "
-                "not take; convert the submission --from-scores and run sgdask evaluate")
+                "not take; convert the submission ", Option("from_scores"), " and run "
+                "sgdask evaluate")
 
-    def compare_refusal(self) -> str | None:
+    def compare_refusal(self) -> Refusal | None:
         return ("a report read back from disk (a report directory, a cached registry "
-                "result) holds no ranked detections; give the submission stores")
+                "result) holds no ranked detections; give the submission stores",)
 
 
 OIV6 = register(OpenImagesProtocol(
