@@ -41,7 +41,7 @@ from sgdask.core.partition import term_blocks
 from sgdask.core.plan import EvalSettings
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ONE_PROTOCOL, ScoringSettings, Settings, Submission
-from sgdask.errors import InputError, Option, SettingError, SgdaskError
+from sgdask.errors import InputError, SettingError, SgdaskError
 from sgdask.io.triplets import EVALUATOR, row_problems
 from sgdask.metrics import FAMILIES, available, metric_of
 from sgdask.metrics.groups import PredicateGroups, default_groups
@@ -342,8 +342,8 @@ class Evaluator:
     """Scores images held in memory: ``update`` per image, ``compute`` the Report,
     ``merge`` other evaluators (data-parallel ranks), ``state`` / ``from_state`` to send it.
 
-    ``protocol``: one protocol name (``singlempo``, ``sgbench``, ``sgbench2``, ``multimpo``,
-    ``sgbpytorch``); ``ks``: as ``--k`` (a string like ``"20,50,100,x1"`` or a list);
+    ``protocol``: one protocol name (``sgdask.protocols.PROTOCOLS``); ``ks``: as ``--k`` (a
+    string like ``"20,50,100,x1"`` or a list);
     ``predicates`` and ``classes``: the names (or the number) of predicate and instance
     classes; ``stats``: training statistics for the zero-shot metrics and wIMR (a
     statistics file URL from ``sgdask stats``, its pyarrow table, or a parsed psg.json with
@@ -378,11 +378,9 @@ class Evaluator:
         if len(protocols) != 1:
             raise SgdaskError(f"Evaluator: one protocol, not {self.options.protocols!r}")
         self.protocol, self.ks = protocols[0], self.options.k_specs
-        if self.protocol.open_images:
-            raise SgdaskError("Evaluator: the oiv6 protocol ranks each pair's predicate "
-                              "scores, which update() does not take; convert the "
-                              "submission ", Option("from_scores"), " and run sgdask "
-                              "evaluate")
+        refusal = self.protocol.evaluator_refusal()
+        if refusal is not None:
+            raise SgdaskError("Evaluator: ", *refusal)
         self.predicates = names_of(predicates, "predicates")
         self.classes = names_of(classes, "classes")
         if things is not None and not (isinstance(things, int) and not isinstance(things, bool)

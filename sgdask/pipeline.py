@@ -27,7 +27,7 @@ from sgdask.core.partition import scored_partition
 from sgdask.core.plan import EvalSettings
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ONE_PROTOCOL, ScoringSettings, Settings, Submission
-from sgdask.errors import InputError, Option, SettingError, SgdaskError
+from sgdask.errors import InputError, SettingError, SgdaskError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.consistency import check_against_gt
 from sgdask.io.formats import is_challenge, opened
@@ -399,8 +399,8 @@ Finish = Callable[[str, dict[str, Report]], None]
 class Returned:
     """What of a report a finalizing task sends back besides its numbers: the per-image
     rows and terms (``rows``: for the driver to write or resample), the families' final
-    states (``states``: what intervals and paired tests read; oiv6's are every candidate
-    of the test set)."""
+    states (``states``: what intervals and paired tests read; a ranking protocol's are every
+    candidate of the test set)."""
 
     rows: bool = True
     states: bool = True
@@ -611,13 +611,12 @@ def _categories_of(gt: dict[str, Any]) -> tuple[tuple[str, ...], frozenset[int]]
 
 
 def _check_pair_scores(sub: Submission, given: SubmissionInput) -> None:
-    """A one-line error for a submission scored under ``oiv6`` without each pair's
-    predicate scores (it ranks them itself)."""
-    if any(p.open_images for p in sub.protocols) and not given.manifest.get("pair_scores"):
-        raise SgdaskError(f"{given.url}: the oiv6 protocol ranks each scored pair's "
-                          "predicate scores, which this submission does not hold (convert "
-                          "it with ", Option("from_scores"), "; a store converted before "
-                          "store format 5 holds none: convert it again)")
+    """A one-line error for a submission one of its protocols cannot score (a protocol
+    that ranks each pair's predicate scores, without them)."""
+    for protocol in sub.protocols:
+        refusal = protocol.submission_refusal(given.manifest)
+        if refusal is not None:
+            raise SgdaskError(f"{given.url}: ", *refusal)
 
 
 def cluster_mapper(client: Client) -> Mapper:

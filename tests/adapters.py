@@ -42,13 +42,12 @@ from sgdask.io.training_stats import (
     train_stats,
     zero_shot_from,
 )
-from sgdask.kernels.image import image_hits, missing_image_hits
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.base import Context
 from sgdask.metrics.groups import PredicateGroups, default_groups
 from sgdask.metrics.terms import batch_blocks, image_result, inputs_of, with_zero_shot
 from sgdask.pipeline import evaluate_protocols
-from sgdask.protocols import Protocol, get_protocol
+from sgdask.protocols import Protocol, get_protocol, image_hits, missing_image_hits
 from sgdask.report import Report
 from sgdask.types import ImageGT, ImageHits, ImagePred, ImageResult, ZeroShot, as_triplets
 from tests.builders import snapshot

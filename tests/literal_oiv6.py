@@ -3,10 +3,10 @@ set, in the shape of PySGG's ``eval_rel_results`` and ``ap_eval_rel`` (a loop ov
 building each image's top candidates and recall matches, then per predicate one global
 ranking of every image's detections walked in order with per-image ``visited`` flags).
 
-The fast path (``sgdask.kernels.oiv6`` per image, ``sgdask.metrics.oiv6`` over merged
-state) is checked against it. It departs from the reference only where the reference's
-order is undefined: its sorts are stable here (equal scores keep image, then candidate,
-order), and then among a predicate's detections of equal score the false positives are
+The fast path (``sgdask.protocols.oiv6.kernels`` per image, ``sgdask.protocols.oiv6.metrics``
+over merged state) is checked against it. It departs from the reference only where the
+reference's order is undefined: its sorts are stable here (equal scores keep image, then
+candidate, order), and then among a predicate's detections of equal score the false positives are
 put first, sgdask's documented rule for ties.
 """
 

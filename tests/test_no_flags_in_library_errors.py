@@ -15,7 +15,7 @@ FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
 #: what still spells a flag, to be turned into ``Option`` pieces (issue 37, item 6): this
 #: list only shrinks (path, a piece of the text)
 KNOWN = {
-    ("sgdask/kernels/oiv6.py", "this prediction has none (convert the submission with "),
+    ("sgdask/protocols/oiv6/kernels.py", "this prediction has none (convert the submission with "),
     ("sgdask/io/training_stats.py", "`sgdask stats PSG_JSON --out URL`)"),
     ("sgdask/io/scores.py", "no instance scores, which --rank-by triplet "),
     ("sgdask/io/scores.py", ": ignored under --rank-by triplet (pairs are "),

@@ -31,9 +31,9 @@ from sgdask.io.store import StoreReader
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import FAMILIES
 from sgdask.metrics.base import Context
-from sgdask.metrics.oiv6 import samples, swapped
 from sgdask.pipeline import evaluate
 from sgdask.protocols import OIV6
+from sgdask.protocols.oiv6.metrics import samples, swapped
 from sgdask.report import Report
 from sgdask.synth_oi import write_oi_dataset
 from sgdask.types import ImageGT, ImagePred, TopPredicates

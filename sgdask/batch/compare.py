@@ -226,12 +226,10 @@ def run_compare(job: CompareJob, client: Client | None = None, scheduler: Any = 
     names = selected(first, job.metrics) if job.metrics else None
     lower = frozenset(n for r in reports.values() for n in r.metrics
                       if (m := metric_of(n)) is not None and m.lower_is_better)
-    if get_protocols(job.protocol)[0].open_images and any(r.states is None
-                                                          for r in reports.values()):
-        raise SgdaskError("compare ", Option("protocols", "oiv6"), ": a report read back from "
-                          "disk (a report "
-                          "directory, a cached registry result) holds no ranked detections; "
-                          "give the submission stores")
+    protocol = get_protocols(job.protocol)[0]
+    refusal = protocol.compare_refusal()
+    if refusal is not None and any(r.states is None for r in reports.values()):
+        raise SgdaskError("compare ", Option("protocols", protocol.name), ": ", *refusal)
     context = derive_context(first, composition)
     context.n_predicates = len(first.per_predicate)
     comparison = compare(models, job.pairs, scoring, job.level, job.resamples,

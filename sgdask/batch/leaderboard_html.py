@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from sgdask.metrics import RANK_BY, format_value
+from sgdask.protocols import BOARD_PROTOCOLS
 from sgdask.report.page import esc, link, page
 
 Entry = dict[str, Any]
@@ -36,8 +37,8 @@ class BoardLook:
     (``higher`` or ``lower`` is better; a column not named shows none) and the metric its
     intervals are of."""
 
-    protocol: str = "singlempo"
-    delta: str | None = "multimpo"
+    protocol: str = BOARD_PROTOCOLS[0]
+    delta: str | None = BOARD_PROTOCOLS[1]
     better: dict[str, str] = field(default_factory=dict)
     rank_by: str = RANK_BY
 

@@ -46,13 +46,13 @@ from sgdask.io.lock import DEFAULT_LEASE, exclusive_lock
 from sgdask.io.store import StoreReader, check_output_outside_stores
 from sgdask.io.training_stats import gt_training_stats
 from sgdask.metrics import RANK_BY, TIE_BREAK, board_columns, metric_of
+from sgdask.protocols import BOARD_PROTOCOLS, DEFAULT_PROTOCOL
 from sgdask.report import Report
 from sgdask.report.intervals import scoring_of
 from sgdask.stats.bootstrap import Scoring
 from sgdask.stats.paired import rank_ranges
 from sgdask.stats.table import TermTable
 
-BOARD_PROTOCOLS = ("singlempo", "multimpo")
 #: what a published board holds beyond its inputs: a new layout republishes once
 BOARD_LAYOUT = 2
 EXIT_LOCKED = 3
@@ -241,7 +241,7 @@ class BoardCI:
 
 
 def ranking_terms(row: dict[str, Any], reports: dict[str, dict[str, Report]],
-                  rank_by: str = RANK_BY, protocol: str = "singlempo") -> TermTable | None:
+                  rank_by: str = RANK_BY, protocol: str = DEFAULT_PROTOCOL) -> TermTable | None:
     """The per-image terms a row is ranked by (its ``protocol`` report's), if any."""
     report = reports.get(row["submission_id"], {}).get(protocol)
     if report is None or row["metrics"].get(rank_by) is None:
@@ -461,7 +461,7 @@ def board_look(rule: BoardRule) -> BoardLook:
 
 
 def interval_columns(row: dict[str, Any], rank_by: str = RANK_BY,
-                     protocol: str = "singlempo") -> dict[str, Any]:
+                     protocol: str = DEFAULT_PROTOCOL) -> dict[str, Any]:
     """The ranking metric's interval and the rank range as flat Parquet columns."""
     interval = (row.get("intervals") or {}).get(rank_by) or [None, None]
     ranks = row.get("rank_range") or [None, None]

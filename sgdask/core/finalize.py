@@ -35,10 +35,6 @@ from sgdask.protocols import METRICS_VERSION
 from sgdask.stats.table import TermTable
 from sgdask.versions import dependency_versions
 
-# What the reference tool prints when a predicate of the vocabulary is absent.
-_NAN_WHEN_ABSENT = {"sgbench": "sgbench 1.0.0 prints NaN for mR@k",
-                    "sgbench2": "SGBench 2.0.0 prints NaN for mR@k and mR@inf"}
-
 
 def report_of(result: PartitionResult, key: Key, settings: EvalSettings,
               composition: dict[int, int] | None, gt_manifest: dict[str, Any],
@@ -65,8 +61,8 @@ def final_metrics(acc: Accumulator, settings: EvalSettings) -> dict[str, float]:
         values[name] = acc.image_value(name)
     for name in acc.mean_metric_names():
         metric = metric_of(name)
-        flag = metric.over_cells_flag if metric else None
-        values[name] = acc.mean_metric(name, aggregation, bool(flag and getattr(protocol, flag)))
+        over_cells = metric is not None and protocol.mean_over_cells(metric.prefix)
+        values[name] = acc.mean_metric(name, aggregation, over_cells)
     for name in acc.ratio_metric_names():
         values[name] = acc.ratio_value(name)
     return in_order(values)
@@ -104,8 +100,8 @@ def derived_metrics(acc: Accumulator, settings: EvalSettings,
 
 
 def _named(name: str, candidates: list[Metric]) -> bool:
-    """Whether ``name`` is the name of one of ``candidates`` (a family's own metric: oiv6's
-    R@50 is not recall's R@k, which ``metric_of`` would name)."""
+    """Whether ``name`` is the name of one of ``candidates`` (a family's own metric: a
+    protocol's own R@50 is not recall's R@k, which ``metric_of`` would name)."""
     prefix, _, group = split_name(name)
     return any(m.prefix == prefix and m.grouped == (group is not None) if m.per_k
                else m.prefix == name for m in candidates)
@@ -145,7 +141,7 @@ def _category_table(acc: Accumulator, settings: EvalSettings,
 
 def _cached_states(acc: Accumulator) -> Callable[[str], dict[int, Any] | None]:
     """``acc.state_final``, each state put in its final order once (a sort of every row:
-    oiv6's detections are a million rows on Open Images V6)."""
+    a ranking protocol's detections are a million rows on Open Images V6)."""
     found: dict[str, dict[int, Any] | None] = {}
 
     def state(name: str) -> dict[int, Any] | None:
@@ -158,7 +154,7 @@ def _cached_states(acc: Accumulator) -> Callable[[str], dict[int, Any] | None]:
 
 def _derived_predicate_values(settings: EvalSettings, state: Callable[[str], Any],
                               n_predicates: int | None) -> dict[str, dict[int, float]]:
-    """Per-predicate values the active families derive from their state (oiv6's AP)."""
+    """Per-predicate values the active families derive from their state (an AP)."""
     out: dict[str, dict[int, float]] = {}
     for family in FAMILIES:
         if family.derive_predicates and any(available(m, settings.inputs) is None
@@ -169,7 +165,7 @@ def _derived_predicate_values(settings: EvalSettings, state: Callable[[str], Any
 
 
 def _state_diagnostics(settings: EvalSettings, state: Callable[[str], Any]) -> dict[str, int]:
-    """Counts the active families read from their state (oiv6's tied detections)."""
+    """Counts the active families read from their state (tied detections)."""
     out: dict[str, int] = {}
     for family in FAMILIES:
         if family.state_diagnostics and any(available(m, settings.inputs) is None
@@ -183,7 +179,7 @@ def predicate_table(acc: Accumulator, names: list[str], aggregation: str,
                     derived: Mapping[str, Mapping[int, float]] | None = None
                     ) -> list[dict[str, Any]]:
     """One row per predicate occurring in the evaluated GT, or given a ``derived`` value
-    (oiv6's AP of every predicate of the vocabulary): GT count, its group (with predicate
+    (an AP of every predicate of the vocabulary): GT count, its group (with predicate
     groups; None in none), every mean metric and the derived per-predicate values."""
     values: dict[str, Mapping[int, Any]] = {
         m: acc.predicate_values(m, aggregation) for m in acc.mean_metric_names()}
@@ -251,16 +247,9 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     metrics = in_order({**metrics, **derived_metrics(acc, settings, composition, metrics,
                                                      len(names) or None, state)})
     reasons = left_out(settings.inputs, metrics, protocol.name)
-    not_gt = acc.diagnostics.get("pred_boxes_not_gt", 0)
-    if protocol.pair_accuracy_by_index and not_gt:
-        metrics = {n: v for n, v in metrics.items() if n.partition("@")[0] != "A"}
-        reasons["A@k"] = (f"the predicted boxes of {not_gt} image(s) are not their GT boxes "
-                          "in the same order (sgdet): the pair accuracy of "
-                          "Scene-Graph-Benchmark.pytorch assumes they are (predcls, sgcls)")
-    if protocol.name in _NAN_WHEN_ABSENT and absent > 0:
-        notes.append(f"{absent} predicate class(es) never occur in the evaluated GT: "
-                     f"{_NAN_WHEN_ABSENT[protocol.name]} then; sgdask averages over the "
-                     "predicates that occur")
+    metrics, withheld = protocol.withheld(metrics, acc.diagnostics)
+    reasons.update(withheld)
+    notes += protocol.notes(absent)
     if not settings.match_labels:
         notes.append("--no-match-labels: predictions matched GT instances of any category "
                      "(docs: Metrics and protocols, matching); not comparable with "
@@ -276,7 +265,7 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
         for line in family.notes(acc.diagnostics)]
     diagnostics = {**counts, **{k: v for k, v in acc.diagnostics.items() if k != "images"},
                    **_state_diagnostics(settings, state)}
-    if protocol.mean_over_vocabulary and names:
+    if protocol.means_over_vocabulary() and names:
         diagnostics["predicates_absent"] = max(absent, 0)
     provenance = {"sgdask_version": __version__, "metrics_version": METRICS_VERSION,
                   "gt": {"source": gt_manifest.get("source"),
@@ -300,10 +289,10 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
 
 def vocabulary_means(acc: Accumulator, metrics: dict[str, float], settings: EvalSettings,
                      n_vocabulary: int, absent: int) -> tuple[dict[str, float], list[str]]:
-    """Under a protocol with ``mean_over_vocabulary``: mR@k and mNgR@k in ``metrics``
+    """Under a protocol whose means run over the vocabulary: mR@k and mNgR@k in ``metrics``
     replaced (in place) by the mean over every predicate of the vocabulary (an absent one
     counts 0); returns the replaced means over the occurring predicates and the notes."""
-    if not settings.protocol.mean_over_vocabulary or not n_vocabulary:
+    if not settings.protocol.means_over_vocabulary() or not n_vocabulary:
         return {}, []
     if settings.aggregation == "image":
         return {}, ["--aggregation image averages each image's predicates: mR@k and mNgR@k "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from sgdask.core.settings import ScoringSettings, Submission
 from sgdask.errors import InputError, InstanceMismatch
-from sgdask.kernels.image import image_hits, missing_image_hits
 from sgdask.protocols import Protocol
 from sgdask.types import ImageGT, ImageHits, ImagePred
 
@@ -15,9 +14,9 @@ def hits_under(gt: ImageGT, pred: ImagePred | None, protocol: Protocol, sub: Sub
     adds them, ``with_zero_shot_all`` for many images at once); ``shared``: what the
     image's protocols share (one dict per image and submission)."""
     if pred is None:
-        return missing_image_hits(gt, protocol, sub.with_ng)
+        return protocol.missing_image_hits(gt, sub.with_ng)
     try:
-        return image_hits(gt, pred, protocol, sub.with_ng, scoring.match_labels, shared,
-                          scoring.legacy)
+        return protocol.image_hits(gt, pred, sub.with_ng, scoring.match_labels, shared,
+                                   scoring.legacy)
     except InstanceMismatch as err:  # any other kernel exception is a bug in sgdask
         raise InputError(sub.url, str(err), image=gt.image_id, field="instances") from err

@@ -178,6 +178,19 @@ def _share(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "0%"
 
 
+def _left_out_under() -> str:
+    """``, except under P, which leaves them out ...`` for the registered protocols that
+    leave images without relation proposals out (none: nothing)."""
+    from sgdask.protocols import PROTOCOLS
+
+    names = [p.name for p in PROTOCOLS.values() if p.leaves_out(None)]
+    if not names:
+        return ""
+    which = "which leaves" if len(names) == 1 else "which leave"
+    return (f", except under {', '.join(names)}, {which} them out as "
+            "Scene-Graph-Benchmark.pytorch does (images without relation proposals)")
+
+
 def lint_warnings(counts: LintCounts, gt_images: int | None = None,
                   predicates: Sequence[str] = ()) -> list[dict[str, str]]:
     """The warnings the counts give, each ``{"code", "message"}`` (docs: Metrics and
@@ -215,9 +228,8 @@ def lint_warnings(counts: LintCounts, gt_images: int | None = None,
         warn("empty-graph-lists",
              f"{c.empty_images} of {c.images} evaluated images have a prediction with an "
              f"empty graph list, holding {c.empty_relations} GT relations "
-             f"({_share(c.empty_relations, c.gt_relations)}): scored 0 here, except under "
-             "sgbpytorch, which leaves them out as Scene-Graph-Benchmark.pytorch does "
-             "(images without relation proposals); a filtered test set looks like this")
+             f"({_share(c.empty_relations, c.gt_relations)}): scored 0 here"
+             f"{_left_out_under()}; a filtered test set looks like this")
     if c.tied_score_images:
         warn("tied-scores",
              f"the instance scores of {c.tied_score_images} of the {c.scored_images} images "

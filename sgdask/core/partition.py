@@ -9,7 +9,6 @@ from sgdask.core.lint import LintCounts, partition_lint
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ScoringSettings, Submission
 from sgdask.errors import SgdaskError
-from sgdask.kernels.image import without_proposals
 from sgdask.metrics.base import Block, Context
 from sgdask.metrics.state import StateRows
 from sgdask.metrics.terms import batch_blocks, inputs_of, skipped_diagnostics, with_zero_shot_all
@@ -36,12 +35,12 @@ def scored_partition(gts: Sequence[ImageGT],
             hits = []
             for gt, cache in zip(gts, shared, strict=True):
                 pred = preds.get(gt.image_id)
-                if without_proposals(pred, protocol):
+                if protocol.leaves_out(pred):
                     for name, value in skipped_diagnostics(pred is None).items():
                         skipped[name] = skipped.get(name, 0) + value
                     continue
                 hits.append(hits_under(gt, pred, protocol, sub, scoring, cache))
-            if merged_masks is None and protocol.normalization == "singlempo":
+            if merged_masks is None and protocol.merges_masks():
                 merged_masks = _merged_masks(hits)
             with_zero_shot_all(hits, scoring.zero_shot)
             blocks = term_blocks(hits, protocol, sub.with_ng, scoring, sub.data) if hits \
@@ -67,7 +66,7 @@ def units_of(gts: Sequence[ImageGT], unit: str) -> dict[str, str] | None:
 
 
 def _merged_masks(hits: list[ImageHits]) -> dict[str, int]:
-    """Image id -> predicted masks the singlempo merge merged into another (the lint's
+    """Image id -> predicted masks the mask merge merged into another (the lint's
     duplicate masks: counted by the normalization, not again)."""
     return {h.image_id: h.diagnostics.get("masks_merged", 0) for h in hits if not h.missing}
 

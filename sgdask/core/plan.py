@@ -66,7 +66,7 @@ class EvalSettings:
 
     @property
     def ks(self) -> tuple[KSpec, ...]:
-        """The settings' ks, or the protocol's own (oiv6: 50)."""
+        """The settings' ks, or the protocol's own (a protocol of one k: 50)."""
         if self.protocol.ks is not None:
             return parse_ks(self.protocol.ks)
         return self.settings.k_specs
@@ -99,7 +99,7 @@ class EvalSettings:
         vocabulary; ``n_predicates``: the GT's predicate vocabulary, when known)."""
         return Context(self.ks, self.aggregation, self.settings.tau, composition,
                        None if self.groups is None else self.groups.members,
-                       vocabulary_sets(self.protocol.mean_over_vocabulary and
+                       vocabulary_sets(self.protocol.means_over_vocabulary() and
                                        self.groups is not None, self.aggregation, valued,
                                        names), things=self.things, n_predicates=n_predicates)
 

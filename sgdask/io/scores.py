@@ -153,8 +153,8 @@ def check_unique_pairs(url: str, image_id: str, subjects: np.ndarray, objects: n
         row = int(first[twice[np.argmin(first[twice])]])
         raise InputError(url, f"pair ({subjects[row]}, {objects[row]}) scored twice",
                          image=image_id, field="subject/object",
-                         expected="one row per pair: the oiv6 protocol takes one score "
-                         "vector per pair")
+                         expected="one row per pair: a protocol that ranks pairs takes "
+                         "one score vector per pair")
 
 
 def check_instances(url: str, image_id: str, subjects: np.ndarray, objects: np.ndarray,

@@ -1,6 +1,8 @@
-"""One image, one protocol: normalize -> match -> select -> remap (SPEC section 3).
+"""One image under one set of rules: normalize -> match -> select -> remap (SPEC section 3).
 
-The result is ``ImageHits``: for every GT triplet (and GT pair) the first position of each
+A protocol (``sgdask.protocols``) states its per-image rules as an ``ImageRules`` and calls
+``image_hits``; nothing here knows a protocol. The result is ``ImageHits``: for every GT
+triplet (and GT pair) the first position of each
 list that hits it, the matched GT instances and the PRank ranks. Every metric family reads
 these (``sgdask.metrics``), so the expensive work (IoU, merge, matching, list walks) is done
 once per image and protocol however many metrics are asked for. Each step is one compiled
@@ -8,6 +10,8 @@ call (``bits``, ``lists``), so no Python runs per instance, pair or triplet.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,10 +34,37 @@ from sgdask.kernels.matching import (
     match_one_to_one,
 )
 from sgdask.kernels.normalize import NormalizedPred, merge_masks, normalize_prediction
-from sgdask.kernels.oiv6 import oiv6_hits
 from sgdask.kernels.panoptic import missing_panoptic_hits, panoptic_hits
-from sgdask.protocols import Protocol
 from sgdask.types import ImageGT, ImageHits, ImagePred, PanopticHits
+
+
+@dataclass(frozen=True)
+class ImageRules:
+    """How one image is scored (what a protocol decides per image).
+
+    ``normalization``: ``singlempo`` (the mask merge of SPEC 5.1) | ``dedup`` | ``none``;
+    ``matching``: ``one_to_one`` | ``many_to_one`` (instance mappings) | ``triplet``;
+    ``zero_area_nan``: two zero-area boxes have IoU NaN, which the argmax takes (sgbench
+    1.0.0); ``inclusive_iou``: box IoU in inclusive pixel coordinates in float32
+    (maskrcnn_benchmark's ``boxlist_iou``); ``clip_gt``: GT boxes clipped to the image;
+    ``keep_duplicates``: GT relations kept as given; ``ng_cut``: the NG list cut at this
+    many entries; ``pairs_by_index``: the pair accuracy by index (legacy positions);
+    ``first_per_pair``: after the remap only the first triplet of each remapped pair in
+    the top k counts; ``boxes_only``: instances matched by boxes even when both sides have
+    masks; ``label``: how errors name the rules (the protocol's name).
+    """
+
+    normalization: str
+    matching: str
+    zero_area_nan: bool = False
+    inclusive_iou: bool = False
+    clip_gt: bool = False
+    keep_duplicates: bool = False
+    ng_cut: int | None = None
+    pairs_by_index: bool = False
+    first_per_pair: bool = False
+    boxes_only: bool = False
+    label: str = "the"
 
 
 def as_float32(boxes: np.ndarray) -> np.ndarray:
@@ -46,16 +77,16 @@ def gt_relations(gt: ImageGT, keep_duplicates: bool = False) -> np.ndarray:
     return relations if keep_duplicates else deduplicated(relations)
 
 
-def without_proposals(pred: ImagePred | None, protocol: Protocol) -> bool:
-    """True when the protocol leaves this image out: no prediction or an empty graph list
-    under ``skip_images_without_proposals``."""
-    return protocol.skip_images_without_proposals and (pred is None or len(pred.graph) == 0)
+def without_proposals(pred: ImagePred | None) -> bool:
+    """True when the image has no relation proposals: no prediction or an empty graph
+    list."""
+    return pred is None or len(pred.graph) == 0
 
 
-def gt_boxes_of(gt: ImageGT, protocol: Protocol) -> np.ndarray:
-    """The GT boxes a protocol matches against (clipped to the image when it says so)."""
+def gt_boxes_of(gt: ImageGT, clip: bool) -> np.ndarray:
+    """The GT boxes to match against (clipped to the image with ``clip``)."""
     boxes = np.ascontiguousarray(gt.boxes, dtype=np.float64).reshape(-1, 4)
-    if protocol.clip_gt_boxes:
+    if clip:
         if gt.size is None:
             raise InstanceMismatch("the protocol clips GT boxes to the image, but the GT "
                                    "image has no size")
@@ -76,19 +107,19 @@ def boxes_are_gt(gt: ImageGT, boxes: np.ndarray | None) -> bool:
 
 
 def instance_iou(gt: ImageGT, pred: NormalizedPred, match_labels: bool,
-                 zero_area_nan: bool = False, protocol: Protocol | None = None) -> np.ndarray:
+                 zero_area_nan: bool = False, rules: ImageRules | None = None) -> np.ndarray:
     """IoU of predicted vs GT instances, 0 for pairs of different categories when
-    ``match_labels``: masks when both sides have them (unless the protocol matches
-    boxes; the pixels each pair shares are kept in ``pred.intersections``, which panoptic
+    ``match_labels``: masks when both sides have them (unless the rules match boxes only;
+    the pixels each pair shares are kept in ``pred.intersections``, which panoptic
     quality reuses), else boxes (``zero_area_nan``:
-    sgbench 1.0.0's NaN for two zero-area boxes, which its argmax then takes; a
-    ``protocol`` with ``box_iou_inclusive`` / ``clip_gt_boxes``: maskrcnn_benchmark's box
-    IoU against the clipped GT boxes)."""
+    sgbench 1.0.0's NaN for two zero-area boxes, which its argmax then takes; ``rules``
+    with ``inclusive_iou`` / ``clip_gt``: maskrcnn_benchmark's box IoU against the clipped
+    GT boxes)."""
     pred_labels = np.asarray(pred.labels, dtype=np.int64)
     gt_labels = np.asarray(gt.labels, dtype=np.int64)
-    box_protocol = protocol is not None and protocol.match_boxes
+    box_protocol = rules is not None and rules.boxes_only
     if box_protocol and (pred.boxes is None or gt.boxes is None):
-        raise InstanceMismatch(f"the {protocol.name} protocol matches boxes, but the "
+        raise InstanceMismatch(f"the {rules.label} protocol matches boxes, but the "
                                + ("prediction" if pred.boxes is None else "GT image")
                                + " has none")
     gt_masks = None if box_protocol else gt.bit_masks()
@@ -102,12 +133,12 @@ def instance_iou(gt: ImageGT, pred: NormalizedPred, match_labels: bool,
         return iou_of_intersections(pred.intersections, pred_area,
                                     np.asarray(gt_area, dtype=np.int64))
     if pred.boxes is not None and gt.boxes is not None:
-        if protocol is not None and (protocol.box_iou_inclusive or protocol.clip_gt_boxes):
-            gt_boxes = gt_boxes_of(gt, protocol)
+        if rules is not None and (rules.inclusive_iou or rules.clip_gt):
+            gt_boxes = gt_boxes_of(gt, rules.clip_gt)
             pred_boxes = np.asarray(pred.boxes, dtype=np.float64).reshape(-1, 4)
-            if protocol.clip_gt_boxes and boxes_are_gt(gt, pred_boxes):
+            if rules.clip_gt and boxes_are_gt(gt, pred_boxes):
                 pred_boxes = gt_boxes  # predcls: its evaluator scores the clipped GT boxes
-            if protocol.box_iou_inclusive:
+            if rules.inclusive_iou:
                 return inclusive_box_iou(as_float32(pred_boxes), pred_labels,
                                          as_float32(gt_boxes), gt_labels, match_labels)
             return box_iou(pred_boxes, pred_labels, gt_boxes, gt_labels, match_labels,
@@ -120,53 +151,51 @@ def instance_iou(gt: ImageGT, pred: NormalizedPred, match_labels: bool,
                            ", the GT image has none)")
 
 
-def shared_iou(gt: ImageGT, norm: NormalizedPred, protocol: Protocol, match_labels: bool,
+def shared_iou(gt: ImageGT, norm: NormalizedPred, rules: ImageRules, match_labels: bool,
                shared: dict | None) -> np.ndarray:
-    """The IoU matrix, computed once per image for the protocols that match the unmerged
-    instances (sgbench, multimpo share it when their box rule is the same)."""
-    zero_area = protocol.zero_area_boxes_match
-    if shared is None or protocol.normalization == "singlempo":
-        return instance_iou(gt, norm, match_labels, zero_area, protocol)
-    key = ("iou", zero_area, protocol.box_iou_inclusive, protocol.clip_gt_boxes)
+    """The IoU matrix, computed once per image for the rules that match the unmerged
+    instances (two protocols share it when their box rule is the same)."""
+    zero_area = rules.zero_area_nan
+    if shared is None or rules.normalization == "singlempo":
+        return instance_iou(gt, norm, match_labels, zero_area, rules)
+    key = ("iou", zero_area, rules.inclusive_iou, rules.clip_gt)
     if key not in shared:
-        shared[key] = instance_iou(gt, norm, match_labels, zero_area, protocol)
+        shared[key] = instance_iou(gt, norm, match_labels, zero_area, rules)
     return shared[key]
 
 
-def image_hits(gt: ImageGT, pred: ImagePred, protocol: Protocol, with_ng: bool = True,
+def image_hits(gt: ImageGT, pred: ImagePred, rules: ImageRules, with_ng: bool = True,
                match_labels: bool = True, shared: dict | None = None,
                legacy: bool = True) -> ImageHits:
-    """Every hit position of one image under one protocol.
+    """Every hit position of one image under ``rules``.
 
-    ``shared``: a dict kept across the protocols of one image, so that protocols that
-    match the unmerged masks (sgbench, multimpo) compute their IoU against the GT once.
+    ``shared``: a dict kept across the protocols of one image, so that rules that match
+    the unmerged masks compute their IoU against the GT once.
     ``legacy``: also the positions only the legacy metrics use where they cost extra work
-    (sgbpytorch's pair accuracy by index).
+    (the pair accuracy by index).
     """
-    relations = gt_relations(gt, protocol.keep_duplicate_gt)
-    if protocol.open_images:
-        return oiv6_hits(gt, pred, relations)
-    norm = normalize_prediction(pred, protocol.normalization)
-    if protocol.ng_limit is not None and len(norm.ng) > protocol.ng_limit:
-        norm.ng = np.ascontiguousarray(norm.ng[:protocol.ng_limit])
-    iou = shared_iou(gt, norm, protocol, match_labels, shared)
+    relations = gt_relations(gt, rules.keep_duplicates)
+    norm = normalize_prediction(pred, rules.normalization)
+    if rules.ng_cut is not None and len(norm.ng) > rules.ng_cut:
+        norm.ng = np.ascontiguousarray(norm.ng[:rules.ng_cut])
+    iou = shared_iou(gt, norm, rules, match_labels, shared)
     n_gt = gt.n_instances
     extra: dict[str, int] = {}
-    if protocol.matching == "triplet":
+    if rules.matching == "triplet":
         hit = iou >= IOU_THRESHOLD
         graph_first, pair_first, ng_first, imr_first = triplet_level_hits(
             relations, norm.graph, norm.ng, hit, n_gt, with_ng)
         prank = legacy_first = None
-        if protocol.pair_accuracy_by_index and legacy:
+        if rules.pairs_by_index and legacy:
             legacy_first = pairs_by_index_first(relations, norm.graph, hit, n_gt)
             extra["pred_boxes_not_gt"] = int(not boxes_are_gt(gt, pred.boxes))
         matched, unmatched = hit_coverage(hit)
     else:
-        match = match_one_to_one if protocol.matching == "one_to_one" else match_many_to_one
+        match = match_one_to_one if rules.matching == "one_to_one" else match_many_to_one
         mapping = match(iou, IOU_THRESHOLD)
         graph_first, pair_first, legacy_first, ng_first, imr_first, prank = mapped_hits(
             relations, norm.graph, norm.ng, mapping, n_gt, with_ng,
-            protocol.first_triplet_per_remapped_pair)
+            rules.first_per_pair)
         matched = np.zeros(n_gt, dtype=bool)
         matched[mapping[mapping >= 0]] = True
         unmatched = int((mapping < 0).sum())
@@ -191,7 +220,7 @@ def _panoptic_of(gt: ImageGT, pred: ImagePred, norm: NormalizedPred, shared: dic
                 ) -> PanopticHits | None:
     """Panoptic quality's counts of the image (None without masks on both sides or crowd
     flags). The same under every protocol, so computed once per image with ``shared``:
-    from the singlempo merge this protocol made and the pixels its matching counted,
+    from the mask merge these rules made and the pixels its matching counted,
     else from a merge of its own."""
     if pred.masks is None or not _has_panoptic(gt):
         return None
@@ -217,13 +246,13 @@ def pairs_by_index_first(relations: np.ndarray, graph: np.ndarray, hit: np.ndarr
     return first_hits_triplet(relations, np.ascontiguousarray(graph[on_pair]), hit, True)
 
 
-def missing_image_hits(gt: ImageGT, protocol: Protocol, with_ng: bool = True) -> ImageHits:
+def missing_image_hits(gt: ImageGT, rules: ImageRules, with_ng: bool = True) -> ImageHits:
     """An image of the GT without prediction: nothing hits, no PRank value."""
-    relations = gt_relations(gt, protocol.keep_duplicate_gt)
+    relations = gt_relations(gt, rules.keep_duplicates)
     n_gt = gt.n_instances
     never = np.full(len(relations), NEVER, dtype=np.int64)
     pairs = gt_pair_rows(relations, n_gt)
-    mapped = protocol.matching != "triplet"
+    mapped = rules.matching != "triplet"
     return ImageHits(
         gt.image_id, True, relations, np.asarray(gt.labels), np.zeros(n_gt, dtype=bool),
         graph_first=never, pair_first=np.full(len(pairs), NEVER, dtype=np.int64),

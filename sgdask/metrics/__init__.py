@@ -1,7 +1,8 @@
 """The metric registry: one module per metric family, and everything that asks about metrics.
 
 A family module (``recall``, ``fmeasure``, ``groups``, ``pair``, ``zeroshot``, ``imr``,
-``instances``, ``prank``, ``legacy``, ``panoptic``, ``oiv6``) declares its metrics (names, kind,
+``instances``, ``prank``, ``legacy``, ``panoptic``; a protocol may bring families of its own,
+``sgdask.protocols``) declares its metrics (names, kind,
 inputs, display rule, board columns, the reason it is left out) and computes their
 per-image terms, or derives them from other metrics' values. The report, the console
 table, the leaderboard and the left-out lines read this registry; no metric name is spelled
@@ -22,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from fractions import Fraction
 
-from sgdask.errors import Audience, Choose, SettingError
+from sgdask.errors import Audience, Choose, SettingError, Text
 from sgdask.kernels.selection import KSpec, parse_k
 from sgdask.metrics import (
     fmeasure,
@@ -30,7 +31,6 @@ from sgdask.metrics import (
     imr,
     instances,
     legacy,
-    oiv6,
     pair,
     panoptic,
     prank,
@@ -51,7 +51,7 @@ from sgdask.metrics.base import (
 
 FAMILIES: list[Family] = [recall.FAMILY, fmeasure.FAMILY, groups.FAMILY, pair.FAMILY,
                           zeroshot.FAMILY, imr.FAMILY, legacy.FAMILY, instances.FAMILY,
-                          prank.FAMILY, panoptic.FAMILY, oiv6.FAMILY]
+                          prank.FAMILY, panoptic.FAMILY]
 _NAME = re.compile(r"(?P<prefix>[^@\[\]]+)(?:@(?P<k>[^@\[\]]+))?(?:\[(?P<group>[^\[\]]+)\])?")
 
 
@@ -69,6 +69,18 @@ def register(family: Family) -> None:
 
 def unregister(name: str) -> None:
     FAMILIES[:] = [f for f in FAMILIES if f.name != name]
+
+
+def declare_inputs(needs: dict[str, Text], not_listed: Iterable[str] = (),
+                   exclusive: dict[str, str] | None = None) -> None:
+    """Inputs a protocol provides (``sgdask.protocols.base.Protocol``): what a metric
+    needing one is left out with under a protocol without it (``NEEDS``, replacing the
+    reason of an input already known), the ones whose absence keeps the metric off the
+    left-out list (``NOT_LISTED``) and the ones that make an evaluation report only the
+    metrics that need them (``EXCLUSIVE``)."""
+    NEEDS.update(needs)
+    NOT_LISTED.update(not_listed)
+    EXCLUSIVE.update(exclusive or {})
 
 
 _SWAP = threading.Lock()
@@ -245,7 +257,7 @@ def left_out(inputs: set[str], values: dict[str, object], protocol: str) -> dict
         if why in EXCLUSIVE.values():
             if m not in valued:
                 excluded.setdefault(why, []).append(m.left_out_key)
-            continue  # (a metric of this name is reported: oiv6's R@50)
+            continue  # (a metric of this name is reported: a protocol's own R@50)
         if why is None and m.empty_reason and m not in valued:
             why = m.empty_reason
         if why is not None:
@@ -291,3 +303,8 @@ __all__ = [
     "units_note",
     "unregister",
 ]
+
+
+# The protocols register their own families and inputs with this registry: imported last,
+# so that every caller of the registry sees them (``sgdask.protocols`` imports it back).
+import sgdask.protocols  # noqa: E402, F401

@@ -42,9 +42,7 @@ NEEDS: dict[str, Text] = {
     "legacy": ("legacy metric, off by default (", Option("legacy", True), ")"),
     "ng": "the submission has no ng_triplets (NG list)",
     "mapping": "needs an instance mapping; {protocol} matches triplets",
-    "pairs": "needs an instance mapping (or, under sgbpytorch, predicted boxes that are the "
-             "GT boxes in the same order); {protocol} matches triplets",
-    "ngz": "not part of this protocol (sgbpytorch reports it)",
+    "pairs": "needs an instance mapping; {protocol} matches triplets",
     "stats": ("no training statistics (the GT has no train_image_ids; give ",
               Option("stats", "FILE"), " from `sgdask stats`)"),
     "groups": ("no predicate groups: the GT is not VG150 and has no training statistics to "
@@ -58,7 +56,6 @@ NEEDS: dict[str, Text] = {
     "crowd": "the GT store does not record iscrowd (store format version < 4: ingest the GT "
              "again with this sgdask)",
     "things": "the categories' thing/stuff split is unknown (Evaluator(things=N))",
-    "oiv6": "not part of this protocol (oiv6 reports it)",
 }
 
 
@@ -85,15 +82,13 @@ def reason_for(reason: str, audience: Audience) -> str:
 # Inputs whose absence means the metric is not part of the evaluation at all: such a
 # metric is not listed under "left out" (a box evaluation has no panoptic quality), unless
 # the evaluation has the input of LISTED_WITH (boxes scored against a GT with masks).
-NOT_LISTED = frozenset({"ngz", "masks", "oiv6"})
+NOT_LISTED = {"masks"}
 LISTED_WITH = {"masks": "gt_masks"}
 
 # Inputs that make an evaluation report only the metrics that need them: every other
 # metric is left out with this reason.
-EXCLUSIVE = {
-    "oiv6": "not part of the oiv6 protocol (Open Images V6 reports R@50, AP_rel, AP_phr, "
-            "their means and score_wtd)",
-}
+EXCLUSIVE: dict[str, str] = {}
+# (Protocols add the inputs they provide to these three: ``sgdask.metrics.declare_inputs``.)
 
 
 @dataclass(frozen=True)
@@ -109,9 +104,9 @@ class Metric:
     ``board``: the ks (or ``("",)`` for a metric without k) shown on the leaderboard.
     ``empty_reason``: why the metric is left out when its inputs exist but no image has a
     value (zero-shot recall without zero-shot GT triplets). ``note``: a line every report
-    with the metric carries. ``over_cells_flag``: a protocol attribute that, when true,
-    makes this MEAN metric the mean over all (image, predicate) cells instead of following
-    the aggregation mode (sgbench's PRank).
+    with the metric carries (whether a MEAN metric is the mean over all (image, predicate)
+    cells instead of following the aggregation mode is the protocol's:
+    ``Protocol.mean_over_cells``).
     """
 
     prefix: str
@@ -123,7 +118,6 @@ class Metric:
     board: tuple[str, ...] = ()
     empty_reason: str | None = None
     note: str | None = None
-    over_cells_flag: str | None = None
     grouped: bool = False
 
     def names(self, ks: tuple[KSpec, ...]) -> list[str]:
@@ -263,9 +257,9 @@ class Family:
     (one dict per category, with its ``category``; optional);
     ``notes(diagnostics)``: lines the report carries, from its diagnostic totals (optional);
     ``derive_predicates(finals, ctx)``: per-predicate values of its own (columns of the
-    per-predicate table, e.g. oiv6's ``AP_rel``), optional;
+    per-predicate table, e.g. average precision's ``AP_rel``), optional;
     ``state_diagnostics(finals)``: counts the report's diagnostics get from the state
-    (e.g. oiv6's tied detections), optional;
+    (e.g. tied detections of a ranking), optional;
     ``state_samples(finals, image_ids, ctx)``: a function of image weights (resamples x
     images, in ``image_ids`` order) giving the family's metrics and per-predicate values
     under them, from its states' final forms (by state name): how its metrics get
@@ -304,8 +298,8 @@ class HitsBatch:
     ``reachable``: GT triplets whose subject and object were both matched. ``group``
     numbers the (image, predicate) cells of the GT triplets in order; ``group_image``,
     ``group_predicate``, ``group_count`` describe them.
-    ``detections``: under ``oiv6``, every image's ranked candidates concatenated, with
-    ``d_image`` their image (None otherwise).
+    ``detections``: under a protocol that ranks candidates, every image's ranked candidates
+    concatenated, with ``d_image`` their image (None otherwise).
     """
 
     image_ids: list[str]
@@ -403,7 +397,7 @@ def batch_of(images: list[ImageHits]) -> HitsBatch:
 
 def detections_of(images: list[ImageHits]) -> dict[str, Detections | np.ndarray]:
     """The images' detections concatenated, with their image (nothing when no image has
-    any: only ``oiv6`` ranks candidates)."""
+    any: only a protocol that ranks candidates has them)."""
     found = [(i, h.detections) for i, h in enumerate(images) if h.detections is not None]
     if not found:
         return {}

@@ -1,7 +1,7 @@
 """Predicate rank ``PRank`` (SPEC section 6; lower is better): per predicate p, the mean
 over GT triplets of p found in the remapped NG list of the triplet's 0-based rank among the
 distinct predicates the NG list gives its pair; undefined when none is found. Needs an
-instance mapping (not multimpo)."""
+instance mapping (not under triplet-level matching)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from sgdask.types import ImageHits
 
 METRICS = (Metric("PRank", MEAN, "predicate rank: 0-based rank of the GT predicate among "
                   "its pair's NG predicates (lower is better)", per_k=False,
-                  needs=("ng", "mapping"), display=RANK, board=("",),
-                  over_cells_flag="prank_over_cells"),)
+                  needs=("ng", "mapping"), display=RANK, board=("",)),)
 
 
 def image_terms(hits: ImageHits, ctx: Context) -> Terms:

@@ -9,39 +9,27 @@ family's vectorized ``batch_terms`` over all images of a partition at once.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sgdask.kernels.image import image_hits, missing_image_hits, without_proposals
 from sgdask.kernels.selection import KSpec
 from sgdask.metrics import FAMILIES, available
 from sgdask.metrics.base import MEAN, Block, Context, Family, Terms, batch_of
 from sgdask.metrics.state import STATE, StateRows, merged_by_name
-from sgdask.protocols import Protocol
 from sgdask.types import ImageGT, ImageHits, ImagePred, ImageResult, ZeroShot
+
+if TYPE_CHECKING:
+    from sgdask.protocols import Protocol
 
 
 def inputs_of(protocol: Protocol, with_ng: bool, has_stats: bool, legacy: bool,
               data: frozenset[str] = frozenset()) -> set[str]:
     """The inputs an evaluation has (what metrics may need: ``sgdask.metrics.base.NEEDS``;
-    under ``oiv6`` only its own, ``EXCLUSIVE``); ``data``: what its data hold beyond lists
-    (``masks`` on both sides, the GT's ``crowd`` flags, the categories' ``things`` split)."""
-    if protocol.open_images:
-        return {"oiv6"}
-    inputs = {"graph", *data}
-    if with_ng:
-        inputs.add("ng")
-    if protocol.matching != "triplet":
-        inputs.update(("mapping", "pairs"))
-    if protocol.pair_accuracy_by_index:
-        inputs.add("pairs")
-    if protocol.ng_zero_shot:
-        inputs.add("ngz")
-    if has_stats:
-        inputs.add("stats")
-    if legacy:
-        inputs.add("legacy")
-    return inputs
+    the protocol says which: ``Protocol.inputs``); ``data``: what its data hold beyond
+    lists (``masks`` on both sides, the GT's ``crowd`` flags, the categories' ``things``
+    split)."""
+    return protocol.inputs(with_ng, has_stats, legacy, data)
 
 
 def active(inputs: set[str], families: Sequence[Family] | None = None
@@ -72,7 +60,7 @@ def image_result(hits: ImageHits, ctx: Context, protocol: Protocol, inputs: set[
         terms = family.image_terms(hits, ctx)
         result.image_terms.update({n: t for n, t in terms.image.items() if wanted(n, prefixes)})
         result.ratio_terms.update({n: t for n, t in terms.ratio.items() if wanted(n, prefixes)})
-        if not (hits.missing and not protocol.missing_counts_in_means):
+        if protocol.counts_in_means(hits.missing):
             result.predicate_terms.update({n: t for n, t in terms.predicate.items()
                                            if wanted(n, prefixes)})
         result.states += terms.states
@@ -105,7 +93,7 @@ def plain_blocks(images: list[ImageHits], ctx: Context, protocol: Protocol, fami
             rows.setdefault((name, "image"), []).append((i, -1, num, den))
         for name, (num, den) in terms.ratio.items():
             rows.setdefault((name, "ratio"), []).append((i, -1, num, den))
-        if hits.missing and not protocol.missing_counts_in_means:
+        if not protocol.counts_in_means(hits.missing):
             continue
         for name, per_predicate in terms.predicate.items():
             for p, (num, den) in per_predicate.items():
@@ -131,7 +119,7 @@ def batch_blocks(images: list[ImageHits], ctx: Context, protocol: Protocol,
             found = plain_blocks(images, ctx, protocol, family)
         else:
             found = family.batch_terms(batch, ctx)
-            if not protocol.missing_counts_in_means and batch.missing.any():
+            if not protocol.counts_in_means(True) and batch.missing.any():
                 found = [drop_missing(b, batch.missing)
                          if isinstance(b, Block) and b.kind == MEAN else b for b in found]
         blocks += [b for b in found if b.kind == STATE or wanted(b.name, prefixes)]
@@ -168,10 +156,10 @@ def evaluate_image(gt: ImageGT, pred: ImagePred, protocol: Protocol, ks: tuple[K
     """Every metric term of one image under one protocol (``match_labels=False``: a
     prediction may match a GT instance of another category, SPEC section 4). An image the
     protocol leaves out (no relation proposals) gives a ``skipped`` result."""
-    if without_proposals(pred, protocol):
+    if protocol.leaves_out(pred):
         return skipped_result(gt, missing=False)
-    hits = with_zero_shot(image_hits(gt, pred, protocol, with_ng, match_labels,
-                                     legacy=legacy), zero_shot)
+    hits = with_zero_shot(protocol.image_hits(gt, pred, with_ng, match_labels, legacy=legacy),
+                          zero_shot)
     inputs = inputs_of(protocol, with_ng, zero_shot is not None, legacy)
     return image_result(hits, Context(ks), protocol, inputs)
 
@@ -185,9 +173,9 @@ def missing_image_result(gt: ImageGT, protocol: Protocol, ks: tuple[KSpec, ...],
     image-level zeros are recorded; under protocols that skip images without proposals it
     is skipped (and counted).
     """
-    if protocol.skip_images_without_proposals:
+    if protocol.leaves_out(None):
         return skipped_result(gt, missing=True)
-    hits = with_zero_shot(missing_image_hits(gt, protocol, with_ng), zero_shot)
+    hits = with_zero_shot(protocol.missing_image_hits(gt, with_ng), zero_shot)
     inputs = inputs_of(protocol, with_ng, zero_shot is not None, legacy)
     return image_result(hits, Context(ks), protocol, inputs)
 

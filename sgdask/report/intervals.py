@@ -20,6 +20,7 @@ from sgdask.metrics import FAMILIES, metric_of, row_label
 from sgdask.metrics.base import DERIVED, Context, Family, FinalColumns, Finals
 from sgdask.metrics.groups import PredicateGroups
 from sgdask.metrics.recall import VOCABULARY_MEANS
+from sgdask.protocols import recorded
 from sgdask.report import Report
 from sgdask.stats.bootstrap import (
     ColumnDerive,
@@ -48,15 +49,16 @@ def scoring_of(report: Report, composition: dict[int, int] | None,
     (``composition``: the GT's training compositions, None without), and the mean metrics
     its protocol prints over the predicate vocabulary."""
     names = report.terms.names if report.terms is not None else list(report.metrics)
+    protocol = recorded(report.protocol)
     over_cells = set()
     for name in names:
         metric = metric_of(name)
-        if metric and metric.over_cells_flag and report.protocol.get(metric.over_cells_flag):
+        if metric and protocol.mean_over_cells(metric.prefix):
             over_cells.add(name)
     mode = aggregation or report.aggregation
     vocabulary = frozenset()
     n_vocabulary = 0
-    if report.protocol.get("mean_over_vocabulary") and mode != "image":
+    if protocol.means_over_vocabulary() and mode != "image":
         vocabulary = frozenset(n for n in names if n.partition("@")[0] in VOCABULARY_MEANS
                                and not n.endswith("@inf"))
         n_vocabulary = len(report.per_predicate) + report.diagnostics.get(
@@ -88,7 +90,7 @@ def derive_context(report: Report, composition: dict[int, int] | None) -> Contex
     return Context(parse_ks(report.ks), report.aggregation,
                    float(report.options.get("tau", 0.5)), composition,
                    None if groups is None else groups.members,
-                   vocabulary_sets(bool(report.protocol.get("mean_over_vocabulary"))
+                   vocabulary_sets(recorded(report.protocol).means_over_vocabulary()
                                    and groups is not None, report.aggregation, valued, names),
                    things=things)
 
@@ -171,7 +173,7 @@ def add_intervals(report: Report, settings: CISettings,
 
 def _state_intervals(report: Report, settings: CISettings, names: list[str] | None
                     ) -> Intervals:
-    """Intervals of the metrics families derive from their merged state (oiv6's AP),
+    """Intervals of the metrics families derive from their merged state (an AP),
     from the family's own values under the bootstrap's image weights
     (``Family.state_samples``: the same resamples as the terms' bootstrap)."""
     found = Intervals(settings.level, settings.resamples, settings.seed, {}, {},

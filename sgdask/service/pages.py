@@ -20,6 +20,7 @@ from sgdask.batch.leaderboard_html import (
 )
 from sgdask.batch.rerank import BOARD_PROTOCOLS, BoardRule, board_look, row_columns
 from sgdask.metrics import RANK_BY, board_columns, format_value
+from sgdask.protocols import DEFAULT_PROTOCOL
 from sgdask.report import page as html_page
 from sgdask.report.page import esc, link, script_hash
 from sgdask.service.access import BOARDS
@@ -256,7 +257,7 @@ def error_page(status: int, message: str, account: Account | None, csrf: str) ->
 def status_page(sub: Submission, rank: int | None, has_report: bool, may_see_errors: bool,
                 may_change: bool, account: Account | None, csrf: str, phase: str = "main",
                 private: str | None = None, marks: tuple[str, ...] = (),
-                protocol: str = "singlempo") -> str:
+                protocol: str = DEFAULT_PROTOCOL) -> str:
     """A submission's page; ``private``: why its scores are not shown (a private phase);
     ``protocol``: the one its phase's board shows;
     ``marks``: the board marks the reader may set (``choose``: the team's row under the
@@ -326,7 +327,7 @@ def lint_list(warnings: list[dict[str, str]] | None) -> str:
             f'<ul class="lint" id="lint">{items}</ul>')
 
 
-def metrics_table(metrics: dict[str, Any], protocol: str = "singlempo") -> str:
+def metrics_table(metrics: dict[str, Any], protocol: str = DEFAULT_PROTOCOL) -> str:
     """The board's metrics of a submission under ``protocol``, then the other protocol's
     ranking metric (``multimpo mR@50``)."""
     names = [c for c in board_columns() if c in metrics] + \

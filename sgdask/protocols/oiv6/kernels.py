@@ -22,7 +22,7 @@ Per image, as the reference computes it:
 
 IoU in float32 with the ``+1`` pixel convention (``boxlist_iou``); GT boxes clipped to the
 image, predicted boxes not. The dataset-wide ranking and the AP itself are
-``sgdask.metrics.oiv6``.
+``sgdask.protocols.oiv6.metrics``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ set, as ``eval_rel_results`` and ``ap_eval_rel`` of RelDN / BGNN (PySGG) compute
   GT relation of the evaluated images: ``float(hits) / (float(GT) + 1e-12)``;
 - ``AP_rel`` / ``AP_phr`` (per predicate, in ``per_predicate.parquet``): VOC average
   precision (all-point interpolation) of the predicate's candidates of the whole test set
-  ranked by score, true positives as ``sgdask.kernels.oiv6`` marks them per image; recall
+  ranked by score, true positives as ``sgdask.protocols.oiv6.kernels`` marks them per image; recall
   divides by ``npos + 1e-12``; a predicate without GT has AP 0;
 - ``mAP_rel`` / ``mAP_phr``: the plain means over every predicate of the vocabulary;
   ``wmAP_rel`` / ``wmAP_phr``: weighted by each predicate's share of the GT relations;
