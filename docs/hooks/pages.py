@@ -47,7 +47,7 @@ API_MODULES: dict[str, dict[str, Any]] = {
     "sgdask.report": {},
     "sgdask.evaluator": {},
     "sgdask.core": {"show_submodules": True},
-    "sgdask.io.ingest": {},
+    "sgdask.formats.ingest": {},
     "sgdask.batch": {"show_submodules": True},
     "sgdask.kernels": {},
     "sgdask.errors": {},

@@ -2,15 +2,33 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import imagecodecs
 import numpy as np
+import pyarrow as pa
 
+from sgdask import __version__
+from sgdask.cluster import ClusterSpec, map_tasks
 from sgdask.errors import InputError
+from sgdask.formats.ingest import DEFAULT_STORE_PARTITION, Progress, chunks, read_bytes
+from sgdask.formats.registry import GT, PSG, Format, register
 from sgdask.io.archive import ArchiveLimits, limit_hint
+from sgdask.io.bounded_json import load_json
+from sgdask.io.fs import StorageOptions, absolute, filesystem, join
+from sgdask.store.store import (
+    PartTables,
+    StoreWriter,
+    add_instance_rows,
+    add_triplet_rows,
+    part_name,
+    write_part,
+)
+from sgdask.store.training_stats import STATS_FILE, train_stats, write_stats
 from sgdask.types import BitMasks
 
 
@@ -165,3 +183,136 @@ def panoptic_masks(png: bytes, record: GTRecord, file: str,
     assert record.segment_ids is not None
     return BitMasks.from_panoptic(panoptic_rgb(png, record, file, limits),
                                   record.segment_ids, len(record.categories))
+
+
+#: GT stores: the test image ids in psg.json's ``data`` order (model result files are
+#: paired with the GT images in that order)
+IMAGE_ORDER_FILE = "image_order.json"
+
+
+def ingest_gt(psg_json: str, out: str, masks_dir: str | None = None,
+              storage_options: StorageOptions | None = None,
+              partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
+              progress: Progress = None, cluster: ClusterSpec = None,
+              limits: ArchiveLimits | None = None) -> dict[str, Any]:
+    """psg.json (+ panoptic PNGs) -> GT store of the test split. Returns the manifest.
+
+    One task per part of ``partition_size`` images (on ``cluster`` when given).
+    ``limits``: psg.json's size and depth (``max_json_size``, ``max_json_depth``) and each
+    PNG's pixel count (``max_layer_pixels``).
+    """
+    limits = limits or ArchiveLimits()
+    raw = read_bytes(psg_json, storage_options, "psg.json", (limits, "max_json_size"))
+    doc = load_json(raw, psg_json, limits, "gt")
+    names = class_lists(doc, psg_json)
+    in_data_order = evaluation_records(doc, psg_json, masks=masks_dir is not None)
+    records = sorted_records(in_data_order, psg_json)
+    stats = train_stats(doc, psg_json)
+    masks_dir = None if masks_dir is None else absolute(masks_dir)  # read by the tasks
+    return write_gt_store(out, storage_options, overwrite, records, stats, partition_size,
+                          masks_dir, progress, cluster, hashlib.sha256(raw),
+                          [r.image_id for r in in_data_order], limits=limits,
+                          source=str(psg_json), instances="masks" if masks_dir else "boxes",
+                          **names)
+
+
+
+def write_gt_store(out: str, options: StorageOptions | None, overwrite: bool,
+                   records: list[GTRecord], stats: pa.Table, partition_size: int,
+                   masks_dir: str | None, progress: Progress, cluster: ClusterSpec,
+                   digest: Any, image_order: list[str] | None = None,
+                   limits: ArchiveLimits | None = None, **fields: Any) -> dict[str, Any]:
+    """A GT store of ``records`` (sorted by id): one task per part, then the training
+    statistics, then the manifest. ``digest`` (a hashlib object over the sources read so
+    far) is completed with every PNG read and becomes the content hash; ``image_order``:
+    the test ids in the source's order (psg.json's ``data``), for pairing model results."""
+    with StoreWriter(out, "gt", options, overwrite) as writer:
+        if image_order is not None:
+            write_image_order(writer.write_url, options, image_order)
+            fields["image_order"] = IMAGE_ORDER_FILE
+        tasks = [(writer.write_url, options, i, part, masks_dir, limits)
+                 for i, part in enumerate(chunks(records, partition_size))]
+        done = map_tasks(write_gt_part, tasks, cluster,
+                         (lambda r: progress(r[0]["n_images"])) if progress else None)
+        if len(stats):
+            write_stats(stats, join(writer.write_url, STATS_FILE), options)
+        for _, png_digests in done:
+            for d in png_digests:
+                digest.update(d)
+        return writer.finish(
+            [info for info, _ in done], train_stats=STATS_FILE if len(stats) else None,
+            sgdask_version=__version__, content_hash="sha256:" + digest.hexdigest(),
+            n_images=len(records), partition_size=partition_size, **fields)
+
+
+
+def write_image_order(out: str, options: StorageOptions | None, ids: list[str]) -> None:
+    """The GT store's ``image_order.json``: every test image id in psg.json's order."""
+    fs, path = filesystem(out, options)
+    with fs.open(join(path, IMAGE_ORDER_FILE), "w") as f:
+        json.dump({"image_ids": ids}, f)
+
+
+
+def sorted_records(records: list[GTRecord], psg_json: str) -> list[GTRecord]:
+    """The test split's records in store order (sorted by image id)."""
+    if not records:
+        raise InputError(psg_json, "no test images", field="test_image_ids")
+    return sorted(records, key=lambda r: r.image_id)
+
+
+
+def gt_records(raw: bytes, psg_json: str, masks: bool) -> list[GTRecord]:
+    """The records ``ingest_gt`` writes, in store order, from psg.json's bytes."""
+    return sorted_records(evaluation_records(load_json(raw, psg_json, kind="gt"), psg_json, masks),
+                          psg_json)
+
+
+
+def write_gt_part(out: str, options: StorageOptions | None, index: int,
+                  records: list[GTRecord], masks_dir: str | None,
+                  limits: ArchiveLimits | None = None) -> tuple[dict[str, Any], list[bytes]]:
+    """One GT part (a Dask task): reads its PNGs, writes tables and label images.
+
+    Returns the part's manifest entry and the SHA-256 digest of each PNG, in order.
+    """
+    tables = PartTables.empty()
+    digests = []
+    for record in records:
+        masks = None
+        if masks_dir is not None:
+            png_url = join(masks_dir, record.pan_seg_file_name or "")
+            png = read_bytes(png_url, options, "pan_seg_file_name")
+            digests.append(hashlib.sha256(png).digest())
+            masks = panoptic_masks(png, record, png_url, limits)
+        add_gt_rows(tables, record, part_name(index), masks)
+    return write_part(out, options, index, tables), digests
+
+
+
+def add_gt_rows(tables: PartTables, record: GTRecord, part: str, masks: BitMasks | None
+                ) -> None:
+    relations = record.relations
+    cols = tables.images
+    for name, value in (("image_id", record.image_id), ("height", record.height),
+                        ("width", record.width), ("n_instances", len(record.categories)),
+                        ("n_graph", len(relations)), ("n_ng", 0), ("n_pairs", 0),
+                        ("mask_array", None if masks is None else part),
+                        ("mask_offset", None), ("source_file", record.pan_seg_file_name)):
+        cols[name].append(value)
+    add_instance_rows(tables, record.image_id, record.categories, record.boxes, None, masks,
+                      None if masks is None else masks.areas(),
+                      None if masks is None else record.crowd)
+    add_triplet_rows(tables, record.image_id, "gt", relations, None)
+
+# --------------------------------------------------------------------------- the format
+
+def _ingest(url: str, out: str, gt: str | None, options: StorageOptions | None, *,
+            masks_dir: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    return ingest_gt(url, out, masks_dir, options, **kwargs)
+
+
+FORMAT = register(Format(
+    PSG, GT, lambda head, name: True,
+    ("boxes", "masks", "relations", "training_stats"),
+    "psg.json (OpenPSG)", _ingest, options=("masks_dir",)))

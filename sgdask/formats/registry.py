@@ -5,7 +5,8 @@ A ``Format`` says how a file is recognised (its first bytes and name), what it y
 image and which schema describes it, and gives the functions that open it for an evaluation
 (an input cut into per-partition slices, decoded in the tasks), convert it into a store and
 validate it. ``convert``, ``validate``, ``ingest-gt``, ``evaluate`` and the service's worker
-find the format here; adding one is one ``register`` call (``docs/development.md``).
+find the format here; adding one is one module that makes one ``register`` call
+(``docs/development.md``), as each built-in format's module does.
 
 Recognition tries the formats newest first, so a registered format is seen before the
 built-in fallbacks: SGBench JSON for submissions and psg.json for ground truth (their
@@ -17,22 +18,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sgdask.errors import Option, SgdaskError
+from sgdask.errors import SgdaskError
+from sgdask.formats.validate import GTInfo, Problem
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, filesystem
-from sgdask.io.results import ResultsMethod
-from sgdask.io.sources import (
-    FileInput,
-    ResultInput,
-    StoreInput,
-    SubmissionInput,
-)
-from sgdask.io.store import StoreReader
-from sgdask.io.validate import GTInfo, Problem
+from sgdask.io.sources import StoreInput, SubmissionInput
+from sgdask.store.store import StoreReader
+
+if TYPE_CHECKING:
+    from sgdask.formats.results import ResultsMethod
 
 SUBMISSION, GT = "submission", "gt"
+#: the built-in formats' names (each registered by its module: ``sgdask.formats.psg``, ...)
+SGBENCH, RESULTS, PSG, VG150, OIV6 = ("sgbench", "results", "psg-json", "vg150-h5",
+                                       "oiv6-json")
+COCO_PANOPTIC = "coco-panoptic"
+#: the formats sgdask itself reads (``sgdask.formats.sniff`` knows their files by content)
+BUILT_IN = frozenset({SGBENCH, RESULTS, PSG, VG150, OIV6, COCO_PANOPTIC})
 #: what a format can yield per image (``Format.yields``)
 YIELDS = frozenset({
     "boxes", "masks", "instance_scores", "graph", "graph_scores", "ng",  # submissions
@@ -147,120 +151,3 @@ def conversion_options(fmt: Format, given: dict[str, Any]) -> dict[str, Any]:
     if other:
         raise SgdaskError(f"{other[0]}: does not apply to {fmt.name} files")
     return given
-
-
-# --------------------------------------------------------------------------- built-ins
-
-
-def _convert_sgbench(url: str, out: str, gt: str | None, options: StorageOptions | None,
-                     **kwargs: Any) -> dict[str, Any]:
-    from sgdask.io.ingest import convert_submission
-
-    return convert_submission(url, out, gt, options, **kwargs)
-
-
-def _convert_results(url: str, out: str, gt: str | None, options: StorageOptions | None, *,
-                     method: str, **kwargs: Any) -> dict[str, Any]:
-    from sgdask.io.ingest import convert_results
-
-    if gt is None:
-        raise SgdaskError(Option("method"), " needs ", Option("gt"), ": results are paired "
-                          "with the GT store's test images, in psg.json's order")
-    return convert_results(url, out, gt, method, options, **kwargs)
-
-
-def _ingest_psg(url: str, out: str, gt: str | None, options: StorageOptions | None, *,
-                masks_dir: str | None = None, **kwargs: Any) -> dict[str, Any]:
-    from sgdask.io.ingest import ingest_gt
-
-    return ingest_gt(url, out, masks_dir, options, **kwargs)
-
-
-def _ingest_vg(url: str, out: str, gt: str | None, options: StorageOptions | None, *,
-               dicts: str, image_data: str, split: str = "test", **kwargs: Any
-               ) -> dict[str, Any]:
-    from sgdask.io.ingest import ingest_vg
-
-    return ingest_vg(url, out, dicts, image_data, split, options, **kwargs)
-
-
-def _ingest_oi(url: str, out: str, gt: str | None, options: StorageOptions | None, *,
-               categories: str | None = None, **kwargs: Any) -> dict[str, Any]:
-    from sgdask.io.ingest import ingest_oi
-
-    return ingest_oi(url, out, categories, options, **kwargs)
-
-
-def _is_open_images(head: bytes, name: str) -> bool:
-    from sgdask.io.openimages import is_open_images
-
-    return is_open_images(head)
-
-
-def _is_hdf5(head: bytes, name: str) -> bool:
-    from sgdask.io.vg import is_hdf5
-
-    return is_hdf5(head)
-
-
-def _open_results(url: str, options: StorageOptions | None, gt_reader: StoreReader,
-                  gt_info: GTInfo, limits: ArchiveLimits | None, how: Any) -> SubmissionInput:
-    return ResultInput(url, options, gt_reader, gt_info, how, limits)
-
-
-def _validate_sgbench(url: str, gt: str | None, options: StorageOptions | None,
-                      limits: ArchiveLimits | None, max_problems: int) -> list[Problem]:
-    from sgdask.io.validate import validate_submission
-
-    return validate_submission(url, gt, options, limits, max_problems)
-
-
-def _is_coco_panoptic(head: bytes, name: str) -> bool:
-    """A JSON object whose first key is ``annotations`` (within ``HEAD_BYTES``;
-    ``sniff`` looks further, for ``segments_info``)."""
-    return b"".join(head.split()).startswith(b'{"annotations"')
-
-
-def _scored_as_is(url: str, *args: Any, **kwargs: Any) -> Any:
-    """COCO panoptic predictions are neither converted nor opened as a scene graph
-    submission: ``evaluate`` scores their panoptic quality (``sgdask.pq``)."""
-    raise SgdaskError(f"{url}: COCO panoptic predictions are scored as they are, for "
-                      "panoptic quality: sgdask evaluate ", Option("pred"), " with ",
-                      Option("pred_masks", "DIR"), ", ", Option("gt"), " GT.json and ",
-                      Option("gt_masks", "DIR"))
-
-
-SGBENCH, RESULTS, PSG, VG150, OIV6 = ("sgbench", "results", "psg-json", "vg150-h5",
-                                       "oiv6-json")
-COCO_PANOPTIC = "coco-panoptic"
-#: the formats sgdask itself reads (``sgdask.io.sniff`` knows their files by content)
-BUILT_IN = frozenset({SGBENCH, RESULTS, PSG, VG150, OIV6, COCO_PANOPTIC})
-
-register(Format(
-    PSG, GT, lambda head, name: True,
-    ("boxes", "masks", "relations", "training_stats"),
-    "psg.json (OpenPSG)", _ingest_psg, options=("masks_dir",)))
-register(Format(
-    VG150, GT, _is_hdf5, ("boxes", "relations", "training_stats"),
-    "VG-SGG-with-attri.h5 with its dicts and image_data JSON", _ingest_vg,
-    options=("dicts", "image_data", "split")))
-register(Format(
-    OIV6, GT, _is_open_images, ("boxes", "relations", "training_stats"),
-    "vrd-test-anno.json with categories_dict.json (Open Images V6, as RelDN / PySGG)",
-    _ingest_oi, options=("categories",)))
-register(Format(
-    SGBENCH, SUBMISSION, lambda head, name: True,
-    ("boxes", "masks", "instance_scores", "graph", "graph_scores", "ng"),
-    "schemas/sgbench.schema.json", _convert_sgbench,
-    lambda url, options, gt_reader, gt_info, limits, _: FileInput(url, options, gt_info,
-                                                                 limits),
-    _validate_sgbench, ("from_scores", "rank_by", "ng_limit")))
-register(Format(
-    RESULTS, SUBMISSION, lambda head, name: False,
-    ("boxes", "masks", "instance_scores", "graph", "ng"),
-    "schemas/results.md", _convert_results, _open_results,
-    options=("method", "instance_scores")))
-register(Format(
-    COCO_PANOPTIC, SUBMISSION, _is_coco_panoptic, ("masks",),
-    "COCO panoptic format (panopticapi): JSON + PNGs, sgdask/io/coco_panoptic.py",
-    _scored_as_is, _scored_as_is))

@@ -27,7 +27,7 @@ from fsspec import AbstractFileSystem
 
 from sgdask.errors import Hint, InputError, Option, Text
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.io.store import MANIFEST, StoreReader, store_kind
+from sgdask.store.store import MANIFEST, StoreReader, store_kind
 
 #: the kinds of path ``what_is`` tells apart
 (MISSING, GT_STORE, SUBMISSION_STORE, DIRECTORY, NPZ_DIR, PNG_DIR, SGBENCH_ZIP, MASK_ZIP,
@@ -37,7 +37,7 @@ from sgdask.io.store import MANIFEST, StoreReader, store_kind
     "sgbench zip", "mask zip", "npz", "zip", "sgbench json", "psg json", "vg dicts",
     "oi annotations", "oi categories", "json", "vg h5", "pickle", "parquet", "image", "empty",
     "other")
-#: COCO panoptic files (``sgdask.io.coco_panoptic``): segments (a prediction, or a GT whose
+#: COCO panoptic files (``sgdask.formats.coco_panoptic``): segments (a prediction, or a GT whose
 #: ``annotations`` come first), or a COCO JSON whose image list comes first
 COCO_PANOPTIC, COCO_JSON = "coco panoptic", "coco json"
 _COCO_KEYS = {"images", "file_name"}
@@ -174,7 +174,7 @@ def _json(head: bytes) -> Found:
     """A JSON object by its first key (psg.json starts with its huge ``data`` list, so the
     first key decides), else by the keys in its first bytes."""
     keys = [k.decode() for k in _KEY.findall(head)]
-    from sgdask.io.coco_panoptic import is_coco_panoptic
+    from sgdask.formats.coco_panoptic import is_coco_panoptic
 
     if is_coco_panoptic(head) and not set(keys) & _PSG_KEYS:
         return Found(COCO_PANOPTIC, "COCO panoptic segments (JSON)")
@@ -298,9 +298,9 @@ def expect(url: str, role: str, options: StorageOptions | None = None) -> Found:
 
 
 def _registered_format(url: str, options: StorageOptions | None, role: str) -> bool:
-    """Whether a registered format (``sgdask.io.formats``) beyond the built-in ones reads
+    """Whether a registered format (``sgdask.formats``) beyond the built-in ones reads
     ``url`` in ``role``."""
-    from sgdask.io.formats import BUILT_IN, GT, SUBMISSION, recognised
+    from sgdask.formats import BUILT_IN, GT, SUBMISSION, recognised
 
     kind = {"pred": SUBMISSION, "submission file": SUBMISSION, "gt source": GT}.get(role)
     if kind is None:
@@ -345,7 +345,7 @@ _UPLOADABLE = frozenset({SGBENCH_JSON, JSON, ZIP})
 def unscorable(head: bytes, name: str) -> str | None:
     """Why an uploaded file starting with ``head`` (its first ``UPLOAD_HEAD`` bytes) can
     never be scored as a submission, naming it by ``name``; None when it may be."""
-    from sgdask.io.formats import BUILT_IN, FORMATS, HEAD_BYTES, SUBMISSION
+    from sgdask.formats import BUILT_IN, FORMATS, HEAD_BYTES, SUBMISSION
 
     found = Found(ZIP, "a ZIP archive") if head.startswith(b"PK") else _file(head)
     if found.kind in _UPLOADABLE or any(
