@@ -19,8 +19,15 @@ from typing import Any
 import numpy as np
 
 from sgdask.errors import InputError, Option, SgdaskError
-from sgdask.formats.psg import plain_rgb
-from sgdask.formats.registry import COCO_PANOPTIC, SUBMISSION, Format, register
+from sgdask.formats.psg import PSG_KEYS, plain_rgb
+from sgdask.formats.registry import (
+    COCO_PANOPTIC,
+    SUBMISSION,
+    Format,
+    Signature,
+    register,
+    register_signature,
+)
 from sgdask.io.archive import ArchiveLimits, limit_hint
 from sgdask.io.fs import StorageOptions, filesystem, join
 
@@ -193,3 +200,20 @@ FORMAT = register(Format(
     COCO_PANOPTIC, SUBMISSION, _recognised, ("masks",),
     "COCO panoptic format (panopticapi): JSON + PNGs, sgdask/formats/coco_panoptic.py",
     _scored_as_is, _scored_as_is))
+
+# --------------------------------------------------------------------------- sniffing
+
+#: what ``sniff`` tells apart of this format: segments (a prediction, or a GT whose
+#: ``annotations`` come first), or a COCO JSON whose image list comes first
+COCO_PANOPTIC_JSON, COCO_JSON = "coco panoptic", "coco json"
+_COCO_KEYS = {"images", "file_name"}
+
+register_signature(Signature(
+    COCO_PANOPTIC_JSON, "COCO panoptic segments (JSON)", "object", 10,
+    lambda head, keys: is_coco_panoptic(head) and not set(keys) & PSG_KEYS,
+    hint=lambda role: ("scored for panoptic quality by sgdask evaluate ", Option("pred"),
+                       " with ", Option("pred_masks", "DIR"))))
+register_signature(Signature(
+    COCO_JSON, "a COCO JSON file", "object", 20,
+    lambda head, keys: keys[:1] in (["info"], ["images"], ["licenses"])
+    and set(keys) >= _COCO_KEYS))

@@ -26,10 +26,18 @@ import numpy as np
 import pyarrow as pa
 
 from sgdask.cluster import ClusterSpec
-from sgdask.errors import InputError
+from sgdask.errors import InputError, Option, Text
 from sgdask.formats.ingest import BOX_STORE_PARTITION, Progress, read_bytes
 from sgdask.formats.psg import GTRecord, write_gt_store
-from sgdask.formats.registry import GT, OIV6, Format, register
+from sgdask.formats.registry import (
+    GROUND_TRUTH,
+    GT,
+    OIV6,
+    Format,
+    Signature,
+    register,
+    register_signature,
+)
 from sgdask.io.archive import ArchiveLimits, printable
 from sgdask.io.bounded_json import load_json
 from sgdask.io.fs import StorageOptions, filesystem, join
@@ -251,3 +259,26 @@ FORMAT = register(Format(
     OIV6, GT, lambda head, name: is_open_images(head), ("boxes", "relations", "training_stats"),
     "vrd-test-anno.json with categories_dict.json (Open Images V6, as RelDN / PySGG)",
     _ingest, options=("categories",)))
+
+# --------------------------------------------------------------------------- sniffing
+
+#: what ``sniff`` tells apart of this format: the annotation list (a list of objects with
+#: these keys), its categories_dict.json (an object with these keys)
+OI_ANNO, OI_CATEGORIES = "oi annotations", "oi categories"
+_OI_KEYS, _OI_CATEGORY_KEYS = {"img_fn", "det_labels"}, {"obj", "rel"}
+
+
+def _anno_hint(role: str) -> Text | None:
+    if role in ("submission file", "results"):
+        return GROUND_TRUTH
+    return ("ingest it with sgdask ingest-gt, then pass the store as ", Option("gt"))
+
+
+register_signature(Signature(
+    OI_ANNO, "Open Images V6 annotations (vrd-*-anno.json)", "list", 10,
+    lambda head, keys: set(keys) >= _OI_KEYS,
+    accepted_as=frozenset({"gt source", "psg"}), hint=_anno_hint))
+register_signature(Signature(
+    OI_CATEGORIES, "Open Images V6's categories_dict.json", "object", 30,
+    lambda head, keys: set(keys) >= _OI_CATEGORY_KEYS,
+    hint=lambda role: ("pass it to sgdask ingest-gt as ", Option("categories"))))

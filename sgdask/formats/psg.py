@@ -14,9 +14,18 @@ import pyarrow as pa
 
 from sgdask import __version__
 from sgdask.cluster import ClusterSpec, map_tasks
-from sgdask.errors import InputError
+from sgdask.errors import InputError, Option, Text
 from sgdask.formats.ingest import DEFAULT_STORE_PARTITION, Progress, chunks, read_bytes
-from sgdask.formats.registry import GT, PSG, Format, register
+from sgdask.formats.registry import (
+    GROUND_TRUTH,
+    GT,
+    PASS_AS_GT,
+    PSG,
+    Format,
+    Signature,
+    register,
+    register_signature,
+)
 from sgdask.io.archive import ArchiveLimits, limit_hint
 from sgdask.io.bounded_json import load_json
 from sgdask.io.fs import StorageOptions, absolute, filesystem, join
@@ -316,3 +325,44 @@ FORMAT = register(Format(
     PSG, GT, lambda head, name: True,
     ("boxes", "masks", "relations", "training_stats"),
     "psg.json (OpenPSG)", _ingest, options=("masks_dir",)))
+
+# --------------------------------------------------------------------------- sniffing
+
+#: what ``sniff`` tells apart of this format: psg.json, a directory of its panoptic PNGs,
+#: a ZIP of PNGs
+PSG_JSON, PNG_DIR, MASK_ZIP = "psg json", "png directory", "mask zip"
+#: psg.json's keys (its first key, ``data``, is a huge list: the first key decides)
+PSG_KEYS = frozenset({"data", "thing_classes", "stuff_classes", "predicate_classes",
+                      "test_image_ids"})
+_PNGS_TO_INGEST: Text = ("the panoptic PNGs are the GT's masks: sgdask ingest-gt psg.json ",
+                         Option("gt_masks"), " DIR ", Option("out"), " STORE")
+
+
+def _psg_json_hint(role: str) -> Text | None:
+    if role in ("submission file", "results"):
+        return GROUND_TRUTH
+    if role == "masks":
+        return ("psg.json is the ground truth itself; give ", Option("gt_masks"),
+                " the directory of its panoptic PNGs")
+    return PASS_AS_GT if role != "psg" else None
+
+
+def _png_dir_hint(role: str) -> Text | None:
+    if role in ("submission file", "gt source"):
+        return _PNGS_TO_INGEST
+    if role == "psg":
+        return "give psg.json, the annotations; the PNGs are its masks"
+    return ("masks need ", Option("gt_masks"), ", with ", Option("gt"), " psg.json")
+
+
+register_signature(Signature(
+    PSG_JSON, "a ground-truth file (psg.json)", "keys", 10, keys=PSG_KEYS,
+    accepted_as=frozenset({"gt", "gt source", "psg"}), hint=_psg_json_hint))
+register_signature(Signature(
+    PNG_DIR, "a directory of PNG masks", "dir", 20,
+    lambda names: bool(names) and all(n.endswith(".png") for n in names),
+    accepted_as=frozenset({"masks"}), hint=_png_dir_hint))
+register_signature(Signature(
+    MASK_ZIP, "a ZIP of PNG masks", "zip", 30,
+    lambda names, files: bool(files) and all(n.endswith(".png") for n in files),
+    hint=lambda role: ("masks need ", Option("gt_masks"), ": unzip it and pass the directory")))

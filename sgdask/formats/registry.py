@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sgdask.errors import SgdaskError
+from sgdask.errors import Option, SgdaskError, Text
 from sgdask.formats.validate import GTInfo, Problem
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, filesystem
@@ -151,3 +151,68 @@ def conversion_options(fmt: Format, given: dict[str, Any]) -> dict[str, Any]:
     if other:
         raise SgdaskError(f"{other[0]}: does not apply to {fmt.name} files")
     return given
+
+
+# --------------------------------------------------------------------------- sniffing
+
+
+#: where ``sgdask.formats.sniff`` looks for a signature, and what ``matches`` is given:
+#: a file's first bytes (``head``); a JSON object's first bytes and keys (``object``:
+#: ``head, keys``); its keys alone (``keys``: the first key decides, then any); a JSON
+#: list's first bytes and keys (``list``: ``head, keys``); a ZIP's member names
+#: (``zip``: ``names, files``, lower case); a directory's file names (``dir``: ``names``)
+PLACES = ("head", "object", "keys", "list", "zip", "dir")
+
+
+def _no_hint(role: str) -> Text | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Signature:
+    """How ``sniff`` knows one kind of file or directory by its content, declared by the
+    format it belongs to (``sgdask.formats.psg``: psg.json, a directory of its PNGs).
+
+    - ``kind``: its name in messages' logic (``"psg json"``); ``what``: how a message calls
+      it (``"a ground-truth file (psg.json)"``).
+    - ``place`` (one of ``PLACES``) and ``order``: signatures of one place are tried in
+      ``order`` (lower first; the order of the checks is part of what a file is said to be).
+    - ``matches``: the test, given what ``place`` says; or ``keys``, for place ``keys``.
+    - ``accepted_as``: the roles (``sniff.ROLES``: where a path was given) that take it.
+    - ``hint(role)``: the option or command that fixes it when given as ``role`` (None:
+      nothing to say).
+    """
+
+    kind: str
+    what: str
+    place: str
+    order: int
+    matches: Callable[..., bool] | None = None
+    keys: frozenset[str] = frozenset()
+    accepted_as: frozenset[str] = frozenset()
+    hint: Callable[[str], Text | None] = _no_hint
+
+
+SIGNATURES: dict[str, Signature] = {}
+
+
+def register_signature(sig: Signature) -> Signature:
+    """Add ``sig`` to what ``sniff`` tells apart."""
+    if sig.place not in PLACES:
+        raise SgdaskError(f"signature {sig.kind}: place {sig.place!r} is not one of "
+                          f"{', '.join(PLACES)}")
+    if sig.kind in SIGNATURES:
+        raise SgdaskError(f"signature {sig.kind} is registered already")
+    SIGNATURES[sig.kind] = sig
+    return sig
+
+
+def signatures(place: str) -> list[Signature]:
+    """The registered signatures of ``place``, in the order they are tried."""
+    return sorted((s for s in SIGNATURES.values() if s.place == place), key=lambda s: s.order)
+
+
+#: hints several formats give: a ground-truth file where a submission was expected
+GROUND_TRUTH: Text = "ground truth: ingest it with sgdask ingest-gt"
+#: the option that fixes a ground-truth file or store given anywhere but ``psg``
+PASS_AS_GT: Text = ("pass it as ", Option("gt"))

@@ -35,7 +35,14 @@ from sgdask.formats.ingest import (
     submission_parts,
 )
 from sgdask.formats.methods import METHODS, fields_of, lists_for
-from sgdask.formats.registry import RESULTS, SUBMISSION, Format, register
+from sgdask.formats.registry import (
+    RESULTS,
+    SUBMISSION,
+    Format,
+    Signature,
+    register,
+    register_signature,
+)
 from sgdask.formats.sgbench import BOX_EXPECTED, SubmissionImage
 from sgdask.formats.validate import ClassCounts, GTInfo
 from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
@@ -735,3 +742,29 @@ FORMAT = register(Format(
     RESULTS, SUBMISSION, lambda head, name: False,
     ("boxes", "masks", "instance_scores", "graph", "ng"),
     "schemas/results.md", _convert, _opened, options=("method", "instance_scores")))
+
+# --------------------------------------------------------------------------- sniffing
+
+#: what ``sniff`` tells apart of this format: a pickle, a directory of ``.npz`` files, one
+#: ``.npz`` file (a ZIP of ``.npy`` members)
+PICKLE, NPZ_DIR, NPZ = "pickle", "npz directory", "npz"
+
+
+def _hint(role: str) -> Text | None:
+    if role in ("pred", "submission file"):
+        return ("add ", Option("method", "METHOD"))
+    return ("pass it as ", Option("pred"), " with ", Option("method"))
+
+
+register_signature(Signature(
+    PICKLE, "a pickle (a model's result file)", "head", 30,
+    lambda head: head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"),
+    accepted_as=frozenset({"results"}), hint=_hint))
+register_signature(Signature(
+    NPZ_DIR, "a directory of .npz files (a model's result files)", "dir", 10,
+    lambda names: bool(names) and any(n.endswith(".npz") for n in names),
+    accepted_as=frozenset({"results"}), hint=_hint))
+register_signature(Signature(
+    NPZ, "an .npz file", "zip", 20,
+    lambda names, files: bool(files) and all(n.endswith(".npy") for n in files),
+    accepted_as=frozenset({"results", "scores"}), hint=_hint))

@@ -27,7 +27,7 @@ import numpy as np
 
 from sgdask import __version__
 from sgdask.cluster import ClusterSpec, map_tasks
-from sgdask.errors import InputError, SgdaskError
+from sgdask.errors import InputError, Option, SgdaskError, Text
 from sgdask.formats.ingest import (
     DEFAULT_STORE_PARTITION,
     Decoded,
@@ -35,7 +35,15 @@ from sgdask.formats.ingest import (
     submission_parts,
     write_decoded_part,
 )
-from sgdask.formats.registry import OIV6, SGBENCH, SUBMISSION, Format, register
+from sgdask.formats.registry import (
+    OIV6,
+    SGBENCH,
+    SUBMISSION,
+    Format,
+    Signature,
+    register,
+    register_signature,
+)
 from sgdask.formats.scores import SubmissionInstances, load_score_lists
 from sgdask.formats.validate import (
     DEFAULT_MAX_PROBLEMS,
@@ -915,3 +923,29 @@ FORMAT = register(Format(
     ("boxes", "masks", "instance_scores", "graph", "graph_scores", "ng"),
     "schemas/sgbench.schema.json", convert_submission, _opened, validate_submission,
     ("from_scores", "rank_by", "ng_limit")))
+
+# --------------------------------------------------------------------------- sniffing
+
+#: what ``sniff`` tells apart of this format: a ZIP with ``triplets.json``, a JSON document
+SGBENCH_ZIP, SGBENCH_JSON = "sgbench zip", "sgbench json"
+_SUBMITTED: Text = "a submission: convert it with sgdask convert"
+_NOT_RESULTS: Text = ("an SGBench submission, not a model's result file: drop ",
+                      Option("method"))
+
+
+def _hint(role: str) -> Text | None:
+    if role == "results":
+        return _NOT_RESULTS
+    if role in ("gt source", "psg"):
+        return _SUBMITTED
+    return ("pass it as ", Option("pred")) if role != "submission file" else None
+
+
+register_signature(Signature(
+    SGBENCH_ZIP, "an SGBench submission (ZIP)", "zip", 10,
+    lambda names, files: "triplets.json" in names,
+    accepted_as=frozenset({"pred", "submission file"}), hint=_hint))
+register_signature(Signature(
+    SGBENCH_JSON, "an SGBench submission (JSON)", "keys", 20,
+    keys=frozenset({"version", "images"}),
+    accepted_as=frozenset({"pred", "submission file"}), hint=_hint))

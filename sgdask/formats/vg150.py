@@ -48,10 +48,18 @@ import numpy as np
 import pyarrow as pa
 
 from sgdask.cluster import ClusterSpec
-from sgdask.errors import InputError, Option
+from sgdask.errors import InputError, Option, Text
 from sgdask.formats.ingest import BOX_STORE_PARTITION, Progress, read_bytes
 from sgdask.formats.psg import GTRecord, write_gt_store
-from sgdask.formats.registry import GT, VG150, Format, register
+from sgdask.formats.registry import (
+    GROUND_TRUTH,
+    GT,
+    VG150,
+    Format,
+    Signature,
+    register,
+    register_signature,
+)
 from sgdask.io.archive import ArchiveLimits, limit_hint, printable
 from sgdask.io.fs import StorageOptions, filesystem
 from sgdask.store.training_stats import STATS_SCHEMA
@@ -563,3 +571,24 @@ FORMAT = register(Format(
     VG150, GT, lambda head, name: is_hdf5(head), ("boxes", "relations", "training_stats"),
     "VG-SGG-with-attri.h5 with its dicts and image_data JSON", _ingest,
     options=("dicts", "image_data", "split")))
+
+# --------------------------------------------------------------------------- sniffing
+
+#: what ``sniff`` tells apart of this format: the h5 file, its dicts JSON
+VG_H5, VG_DICTS = "vg h5", "vg dicts"
+
+
+def _h5_hint(role: str) -> Text | None:
+    if role in ("submission file", "results"):
+        return GROUND_TRUTH
+    return ("ingest it with sgdask ingest-gt ", Option("dicts"), " ", Option("image_data"),
+            ", then pass the store as ", Option("gt"))
+
+
+register_signature(Signature(
+    VG_H5, "an HDF5 file (Visual Genome's VG-SGG-with-attri.h5)", "head", 10, is_hdf5,
+    accepted_as=frozenset({"gt source"}), hint=_h5_hint))
+register_signature(Signature(
+    VG_DICTS, "Visual Genome's dicts file (VG-SGG-dicts-with-attri.json)", "keys", 30,
+    keys=frozenset({"idx_to_label", "label_to_idx", "idx_to_predicate", "predicate_to_idx"}),
+    hint=lambda role: ("pass it to sgdask ingest-gt as ", Option("dicts"))))
