@@ -97,9 +97,9 @@ def test_the_check_sees_a_missing_module_and_a_new_package():
             (["sgdask/accum.py"], "| `sgdask/accum.py` | sums | |")]
     paths = [PACKAGE / "io" / "store.py", PACKAGE / "io" / "fs.py", PACKAGE / "accum.py",
              PACKAGE / "io" / "lock.py", PACKAGE / "core" / "score.py"]
-    assert uncovered(rows, paths) == ["sgdask/store/lock.py", "sgdask/core/score.py"]
+    assert uncovered(rows, paths) == ["sgdask/io/lock.py", "sgdask/core/score.py"]
     rows.append((["sgdask/core/"], "| `sgdask/core/` | `score` | |"))
-    assert uncovered(rows, paths) == ["sgdask/store/lock.py"]
+    assert uncovered(rows, paths) == ["sgdask/io/lock.py"]
 
 
 def test_readme_links_resolve():

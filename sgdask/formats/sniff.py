@@ -52,6 +52,7 @@ from sgdask.store.store import MANIFEST, StoreReader, store_kind
 (MISSING, GT_STORE, SUBMISSION_STORE, DIRECTORY, ZIP, JSON, IMAGE, EMPTY, OTHER) = (
     "missing", "gt store", "submission store", "directory", "zip", "json", "image", "empty",
     "other")
+#: the kind of a COCO panoptic JSON (not the format's name, ``registry.COCO_PANOPTIC``)
 COCO_PANOPTIC = COCO_PANOPTIC_JSON
 #: bytes read to recognise a JSON file by its keys, or any file by its magic bytes
 _HEAD = 64 << 10
