@@ -217,7 +217,7 @@ def ingest_oi(anno: str, out: str, categories: str | None = None,
               limits: ArchiveLimits | None = None) -> dict[str, Any]:
     """Open Images V6 (``vrd-test-anno.json`` and ``categories_dict.json``, beside it
     unless ``categories`` names it) -> box GT store, read as PySGG reads it
-    (``sgdask.formats.oiv6``); ``vrd-train-anno.json`` beside it gives the training
+    (``evaluated_records``); ``vrd-train-anno.json`` beside it gives the training
     statistics. Returns the manifest."""
     limits = limits or ArchiveLimits()
     folder = str(anno).rstrip("/").rsplit("/", 1)[0] if "/" in str(anno) else "."

@@ -533,7 +533,7 @@ def ingest_vg(h5: str, out: str, dicts: str, image_data: str, split: str = "test
               ) -> dict[str, Any]:
     """Visual Genome in the VG150 layout (``VG-SGG-with-attri.h5``, its dicts JSON and
     ``image_data.json``) -> box GT store of ``split`` (test or val), read as
-    Scene-Graph-Benchmark.pytorch reads it (``sgdask.formats.vg150``). Returns the manifest.
+    Scene-Graph-Benchmark.pytorch reads it (``read_vg``). Returns the manifest.
     ``limits``: the h5 datasets' declared sizes (``max_h5_dataset_size``,
     ``max_h5_total_size``)."""
     files = VGFiles(str(h5), str(dicts), str(image_data))
