@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import numpy as np
 
 from sgdask import __version__
-from sgdask.cluster import ClusterSpec, map_tasks
 from sgdask.errors import InputError, Option, SgdaskError
 from sgdask.io.archive import ArchiveLimits, limit_hint
 from sgdask.io.fs import (
@@ -37,6 +36,7 @@ from sgdask.store.store import (
 from sgdask.types import BitMasks, ImagePred
 
 if TYPE_CHECKING:
+    from sgdask.cluster import ClusterSpec
     from sgdask.formats.sgbench import SubmissionImage
 
 DEFAULT_STORE_PARTITION = 64
@@ -52,6 +52,16 @@ class _Imaged(Protocol):
 #: anything with an ``image_id`` (a submission's image, a result file's entry)
 Item = TypeVar("Item", bound=_Imaged)
 Progress = Callable[[int], None] | None
+
+
+def map_tasks(func: Callable[..., Any], args: list[tuple], cluster: ClusterSpec,
+              progress: Callable[[Any], None] | None = None) -> list[Any]:
+    """``sgdask.cluster.map_tasks``, imported when a conversion runs: a process that only
+    reads a format (a worker decoding its partition, ``sniff``) never imports Dask's
+    client for it."""
+    from sgdask.cluster import map_tasks as mapped
+
+    return mapped(func, args, cluster, progress)
 
 
 def chunks(items: list, size: int) -> Iterator[list]:

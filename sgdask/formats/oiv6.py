@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from sgdask.cluster import ClusterSpec
 from sgdask.errors import InputError, Option, Text
 from sgdask.formats.ingest import BOX_STORE_PARTITION, Progress, read_bytes
 from sgdask.formats.psg import GTRecord, write_gt_store
@@ -42,6 +41,9 @@ from sgdask.io.archive import ArchiveLimits, printable
 from sgdask.io.bounded_json import load_json
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.store.training_stats import STATS_SCHEMA
+
+if TYPE_CHECKING:
+    from sgdask.cluster import ClusterSpec
 
 CATEGORIES_FILE = "categories_dict.json"
 TRAIN_FILE = "vrd-train-anno.json"

@@ -6,16 +6,15 @@ import hashlib
 import io
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import imagecodecs
 import numpy as np
 import pyarrow as pa
 
 from sgdask import __version__
-from sgdask.cluster import ClusterSpec, map_tasks
 from sgdask.errors import InputError, Option, Text
-from sgdask.formats.ingest import DEFAULT_STORE_PARTITION, Progress, chunks, read_bytes
+from sgdask.formats.ingest import DEFAULT_STORE_PARTITION, Progress, chunks, map_tasks, read_bytes
 from sgdask.formats.registry import (
     GROUND_TRUTH,
     GT,
@@ -39,6 +38,9 @@ from sgdask.store.store import (
 )
 from sgdask.store.training_stats import STATS_FILE, train_stats, write_stats
 from sgdask.types import BitMasks
+
+if TYPE_CHECKING:
+    from sgdask.cluster import ClusterSpec
 
 
 @dataclass

@@ -21,17 +21,17 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sgdask import __version__
-from sgdask.cluster import ClusterSpec, map_tasks
 from sgdask.errors import Fix, InputError, Option, SgdaskError, StoreError, Text, checked_choice
 from sgdask.formats.ingest import (
     DEFAULT_STORE_PARTITION,
     Progress,
     add_submission_rows,
+    map_tasks,
     submission_parts,
 )
 from sgdask.formats.methods import METHODS, fields_of, lists_for
@@ -59,6 +59,9 @@ from sgdask.io.unpickle import (
 )
 from sgdask.store.store import PartTables, StoreReader, StoreWriter, part_name, write_part
 from sgdask.types import BitMasks, ImagePred
+
+if TYPE_CHECKING:
+    from sgdask.cluster import ClusterSpec
 
 DEFAULT_LIMITS = ArchiveLimits()
 ZIP_MAGIC = b"PK\x03\x04"

@@ -20,18 +20,18 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastjsonschema
 import numpy as np
 
 from sgdask import __version__
-from sgdask.cluster import ClusterSpec, map_tasks
 from sgdask.errors import InputError, Option, SgdaskError, Text
 from sgdask.formats.ingest import (
     DEFAULT_STORE_PARTITION,
     Decoded,
     Progress,
+    map_tasks,
     submission_parts,
     write_decoded_part,
 )
@@ -70,6 +70,9 @@ from sgdask.io.triplets import row_problems
 from sgdask.kernels.scores import PREDICATE, DerivedLists
 from sgdask.store.store import StoreReader, StoreWriter
 from sgdask.types import EMPTY_TRIPLETS, BitMasks, TopPredicates
+
+if TYPE_CHECKING:
+    from sgdask.cluster import ClusterSpec
 
 FILE_VERSIONS = (1, 2)
 INT32_MAX = 2**31 - 1

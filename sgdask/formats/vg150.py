@@ -47,7 +47,6 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from sgdask.cluster import ClusterSpec
 from sgdask.errors import InputError, Option, Text
 from sgdask.formats.ingest import BOX_STORE_PARTITION, Progress, read_bytes
 from sgdask.formats.psg import GTRecord, write_gt_store
@@ -66,6 +65,8 @@ from sgdask.store.training_stats import STATS_SCHEMA
 
 if TYPE_CHECKING:
     import h5py
+
+    from sgdask.cluster import ClusterSpec
 
 H5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 BOX_SCALE = 1024
