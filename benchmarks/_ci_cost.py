@@ -16,10 +16,10 @@ from typing import Any
 
 from distributed import Client, LocalCluster
 
-from sgdask.io.store import StoreReader
-from sgdask.io.training_stats import gt_training_stats
 from sgdask.pipeline import cluster_mapper, evaluate
 from sgdask.report.intervals import CISettings, add_intervals
+from sgdask.store.store import StoreReader
+from sgdask.store.training_stats import gt_training_stats
 
 
 def timed_intervals(report: Any, settings: CISettings, composition: dict[int, int] | None,

@@ -21,12 +21,11 @@ import numpy as np
 import tifffile
 from PIL import Image
 
+from sgdask.formats.psg import gt_records, panoptic_masks
 from sgdask.io.archive import ArchiveLimits
-from sgdask.io.ingest import gt_records
-from sgdask.io.partition import load_gt_images, load_predictions
-from sgdask.io.psg import panoptic_masks
-from sgdask.io.store import StoreReader
 from sgdask.io.tiff import plain_layout, read_tiff_masks
+from sgdask.store.partition import load_gt_images, load_predictions
+from sgdask.store.store import StoreReader
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

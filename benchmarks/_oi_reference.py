@@ -154,7 +154,7 @@ def prepared(topk: list[dict], n_predicates: int
 def load(gt_url: str, pred_url: str) -> tuple[list, int]:
     """Per evaluated GT image (id order): its GT arrays and its prediction arrays."""
     gt, pred = tables(gt_url, "gt"), tables(pred_url, "submission")
-    from sgdask.io.store import StoreReader
+    from sgdask.store.store import StoreReader
 
     n_predicates = len(StoreReader(gt_url, kind="gt").manifest["predicate_classes"])
     g_inst, g_trip = per_image(gt["instances"]), per_image(gt["triplets"])

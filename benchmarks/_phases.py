@@ -22,8 +22,6 @@ from typing import Any
 import numpy as np
 
 from sgdask.core.accum import Accumulator
-from sgdask.io.partition import load_gt_images, load_predictions
-from sgdask.io.store import StoreReader
 from sgdask.kernels.image import gt_relations, instance_iou
 from sgdask.kernels.lists import mapped_hits, triplet_level_hits
 from sgdask.kernels.matching import IOU_THRESHOLD, match_many_to_one, match_one_to_one
@@ -32,6 +30,8 @@ from sgdask.kernels.selection import DEFAULT_KS, parse_ks
 from sgdask.metrics.base import Context
 from sgdask.metrics.terms import batch_blocks, inputs_of
 from sgdask.protocols import Protocol, get_protocol, image_hits, missing_image_hits
+from sgdask.store.partition import load_gt_images, load_predictions
+from sgdask.store.store import StoreReader
 
 PHASES = ("read GT", "read submission", "normalize (merge, dedup)", "IoU", "matching",
           "hit positions", "metric terms", "accumulate")

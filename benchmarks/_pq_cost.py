@@ -25,8 +25,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from sgdask.cluster import Local, dask_client
-from sgdask.io.store import MANIFEST, SELF_HASH, file_entry, manifest_digest, parquet_bytes
 from sgdask.pipeline import evaluate
+from sgdask.store.store import MANIFEST, SELF_HASH, file_entry, manifest_digest, parquet_bytes
 
 WITHOUT_CROWD_VERSION = 3
 

@@ -20,7 +20,7 @@ from functools import reduce
 import numpy as np
 import pyarrow.parquet as pq
 
-from sgdask.io.store import StoreReader
+from sgdask.store.store import StoreReader
 
 KS = (20, 50, 100)
 NG_LIMIT = 100

@@ -33,9 +33,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from distributed import Client, LocalCluster
 
-from sgdask.io.consistency import check_against_gt
-from sgdask.io.store import CHECKSUMMED_VERSION, StoreReader
 from sgdask.pipeline import evaluate
+from sgdask.store.consistency import check_against_gt
+from sgdask.store.store import CHECKSUMMED_VERSION, StoreReader
 
 
 def median_time(run: Callable[[], Any], repeat: int) -> float:

@@ -23,8 +23,9 @@ import pyarrow.parquet as pq
 
 import sgdask
 import sgdask.synth
-from sgdask.io.ingest import convert_submission, ingest_gt
-from sgdask.io.store import MANIFEST, SELF_HASH, file_entry, manifest_digest
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.sgbench import convert_submission
+from sgdask.store.store import MANIFEST, SELF_HASH, file_entry, manifest_digest
 from sgdask.synth import SynthPaths, synth_paths, write_dataset
 
 Log = Callable[[str], None]

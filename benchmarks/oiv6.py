@@ -39,7 +39,8 @@ from benchmarks.dataset import COMPLETE, files_hash, is_store, package_hash, pru
 from benchmarks.measure import Measurement, classify, run_measured
 from benchmarks.paired import agreement, environment, log, paired_runs, row_options
 from benchmarks.run import last_json, python
-from sgdask.io.ingest import convert_submission, ingest_oi
+from sgdask.formats.oiv6 import ingest_oi
+from sgdask.formats.sgbench import convert_submission
 from sgdask.synth_oi import oi_synth_paths, write_oi_dataset
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -28,7 +28,8 @@ from benchmarks.dataset import COMPLETE, files_hash, is_store, package_hash, pru
 from benchmarks.measure import Measurement, run_measured
 from benchmarks.paired import agreement, environment, log, paired_runs, row_options
 from benchmarks.run import last_json, python, run_store_evaluation
-from sgdask.io.ingest import convert_submission, ingest_vg
+from sgdask.formats.sgbench import convert_submission
+from sgdask.formats.vg150 import ingest_vg
 from sgdask.synth_vg import vg_synth_paths, write_vg_dataset
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,7 +20,8 @@ from sgdask.cli.console import (
     progress_bar,
 )
 from sgdask.cluster import dask_client
-from sgdask.io.ingest import convert_submission, ingest_gt
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.sgbench import convert_submission
 from sgdask.metrics import format_value
 from sgdask.pipeline import evaluate_protocols
 from sgdask.protocols import BOARD_PROTOCOLS

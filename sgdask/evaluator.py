@@ -10,7 +10,7 @@ pipeline does (``sgdask.core.finalize.report_of``). Hence the same numbers, to t
 bit, as ``sgdask evaluate`` on the same data, whatever the order of ``update`` calls and
 merges. Nothing here imports Dask, pyarrow or zarr (tested).
 
-Inputs mirror what ``sgdask.io.partition`` reads from a store:
+Inputs mirror what ``sgdask.store.partition`` reads from a store:
 
 - ``gt``: ``relations`` (R x 3: subject, object, predicate), ``categories`` (N), and
   ``labels`` (an H x W label image: -1 void, value i = instance i) or ``boxes`` (N x 4,
@@ -163,7 +163,7 @@ def box_rows(obj: Any, image_id: str, where: str, n: int) -> np.ndarray | None:
 
 
 def gt_image(image_id: str, gt: Any, n_classes: int, n_predicates: int) -> ImageGT:
-    """The ``ImageGT`` of an update's ground truth (as ``sgdask.io.partition`` reads one
+    """The ``ImageGT`` of an update's ground truth (as ``sgdask.store.partition`` reads one
     from a store: categories, relations as given, boxes, the label image)."""
     if gt is None:
         raise fail(image_id, "gt", "missing")
@@ -273,7 +273,7 @@ def _stats_table(stats: Any) -> Any:
     (``sgdask stats``), its table, or a parsed psg.json (its ``train_image_ids``)."""
     if stats is None:
         return None
-    from sgdask.io.training_stats import read_stats, train_stats
+    from sgdask.store.training_stats import read_stats, train_stats
 
     if isinstance(stats, str):
         table = read_stats(stats)
@@ -293,7 +293,7 @@ def _zero_shot_and_composition(table: Any, n_classes: int, n_predicates: int
     without one)."""
     if table is None:
         return None, None
-    from sgdask.io.training_stats import composition_counts, zero_shot_from
+    from sgdask.store.training_stats import composition_counts, zero_shot_from
 
     return zero_shot_from(table, n_classes, n_predicates), composition_counts(table)
 
@@ -308,7 +308,7 @@ def _predicate_groups(settings: Settings, predicates: list[str], table: Any
         return read_groups(settings.predicate_groups, predicates)
     if table is None:
         return default_groups(predicates, None)
-    from sgdask.io.training_stats import predicate_counts
+    from sgdask.store.training_stats import predicate_counts
 
     return default_groups(predicates, predicate_counts(table))
 

@@ -28,25 +28,25 @@ from sgdask.core.plan import EvalSettings
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ONE_PROTOCOL, ScoringSettings, Settings, Submission
 from sgdask.errors import InputError, SettingError, SgdaskError
+from sgdask.formats import is_challenge, opened
+from sgdask.formats.results import ResultsMethod
+from sgdask.formats.sniff import expect
+from sgdask.formats.validate import GTInfo
 from sgdask.io.archive import ArchiveLimits
-from sgdask.io.consistency import check_against_gt
-from sgdask.io.formats import is_challenge, opened
 from sgdask.io.fs import StorageOptions, absolute, filesystem
-from sgdask.io.partition import load_gt_images
 from sgdask.io.predicate_groups import evaluation_groups
-from sgdask.io.results import ResultsMethod
-from sgdask.io.sniff import expect
 from sgdask.io.sources import PredSlice, StoreInput, SubmissionInput
-from sgdask.io.store import CROWD_VERSION, Corrupt, StoreReader, unseen_by_workers
-from sgdask.io.training_stats import gt_training_stats
 from sgdask.io.units import check_units, grouped_chunks, unit_column
-from sgdask.io.validate import GTInfo
 from sgdask.metrics import FAMILIES, Family, families_of
 from sgdask.metrics.groups import PredicateGroups
 from sgdask.protocols import get_protocols
 from sgdask.report import Report
 from sgdask.report.intervals import add_intervals
 from sgdask.stats.bootstrap import Mapper
+from sgdask.store.consistency import check_against_gt
+from sgdask.store.partition import load_gt_images
+from sgdask.store.store import CROWD_VERSION, Corrupt, StoreReader, unseen_by_workers
+from sgdask.store.training_stats import gt_training_stats
 from sgdask.types import ImagePred
 
 
@@ -113,7 +113,7 @@ def predictions(sub: Submission, keep_store: str | None, pred_slice: PredSlice, 
     if loaded.digests:
         out.digests.setdefault(sub.name, []).extend(loaded.digests)
     if keep_store is not None and loaded.decoded:
-        from sgdask.io.ingest import write_decoded_part
+        from sgdask.formats.ingest import write_decoded_part
 
         info = write_decoded_part(keep_store, options, index, loaded.decoded)
         out.parts_written.setdefault(sub.name, []).append(info)
@@ -315,7 +315,7 @@ def opened_plan(gt: GTPlan, name: str, url: str, protocols: str, limits: Archive
     """One submission verified completely (``verify``), opened and checked against the GT
     before any of its kernels runs (SPEC), cut into the chunks; and the opened input."""
     if verify:
-        from sgdask.io.verify import check_intact
+        from sgdask.store.verify import check_intact
 
         check_intact(url, gt.storage_options)
     gt_reader = StoreReader(gt.url, gt.storage_options, manifest=gt.manifest)
@@ -339,7 +339,7 @@ def planned(gt: GTPlan, name: str, url: str, protocols: str, limits: ArchiveLimi
 
 def _is_file(url: str, method: ResultsMethod | None, options: StorageOptions | None) -> bool:
     """Whether the submission is a file (or a model's result files), not a store: opened
-    in this process, which parses it anyway, as ``sgdask.io.formats.opened`` decides (a
+    in this process, which parses it anyway, as ``sgdask.formats.opened`` decides (a
     PSG-challenge directory too)."""
     if method is not None:
         return True
@@ -633,7 +633,7 @@ def cluster_mapper(client: Client) -> Mapper:
 def kept_stores(subs: tuple[Submission, ...], keep: tuple[str | None, ...],
                 inputs: list[SubmissionInput | None], options: StorageOptions | None) -> Any:
     """Store writers for the submissions kept as stores (removed again on failure)."""
-    from sgdask.io.ingest import KeptStores
+    from sgdask.formats.ingest import KeptStores
 
     return KeptStores({sub.name: (url, given) for sub, url, given
                        in zip(subs, keep, inputs, strict=True) if url}, options)

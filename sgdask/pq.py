@@ -3,7 +3,7 @@ things, stuff; per category) as COCO panopticapi's ``pq_compute`` computes it, f
 prediction JSON + PNG directory against a COCO panoptic GT JSON + PNG directory
 (``sgdask evaluate --pred panoptic.json --pred-masks DIR --gt gt.json --gt-masks DIR``).
 
-The driver reads the two JSONs (``sgdask.io.coco_panoptic``), pairs their images and
+The driver reads the two JSONs (``sgdask.formats.coco_panoptic``), pairs their images and
 plans one task per chunk of images; a task decodes each image's two PNGs and counts it
 (``sgdask.kernels.panoptic.pair_areas``, ``table_hits``); the chunks' counts fold into the
 panoptic family's states, finalized by ``sgdask.metrics.panoptic`` as every evaluation's
@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from sgdask.errors import InputError
+from sgdask.formats.coco_panoptic import PanopticFile, Segments, panoptic_pixels, read_panoptic_json
 from sgdask.io.archive import ArchiveLimits
-from sgdask.io.coco_panoptic import PanopticFile, Segments, panoptic_pixels, read_panoptic_json
 from sgdask.io.fs import StorageOptions
 from sgdask.kernels.panoptic import pair_areas, table_hits
 from sgdask.metrics import panoptic

@@ -35,13 +35,8 @@ from sgdask.core.finalize import build_report
 from sgdask.core.plan import EvalSettings
 from sgdask.core.result import image_diagnostics, image_rows
 from sgdask.core.settings import Settings
-from sgdask.io.ingest import convert_submission, ingest_gt
-from sgdask.io.training_stats import (
-    composition_counts,
-    predicate_counts,
-    train_stats,
-    zero_shot_from,
-)
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.sgbench import convert_submission
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.base import Context
 from sgdask.metrics.groups import PredicateGroups, default_groups
@@ -49,6 +44,12 @@ from sgdask.metrics.terms import batch_blocks, image_result, inputs_of, with_zer
 from sgdask.pipeline import evaluate_protocols
 from sgdask.protocols import Protocol, get_protocol, image_hits, missing_image_hits
 from sgdask.report import Report
+from sgdask.store.training_stats import (
+    composition_counts,
+    predicate_counts,
+    train_stats,
+    zero_shot_from,
+)
 from sgdask.types import ImageGT, ImageHits, ImagePred, ImageResult, ZeroShot, as_triplets
 from tests.builders import snapshot
 from tests.literal import GT, ImageTerms, Pred, Training

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from distributed import Client, LocalCluster
 
-from sgdask.io.ingest import convert_submission, ingest_gt
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.sgbench import convert_submission
 from sgdask.synth import SynthPaths, write_dataset
 
 

@@ -49,7 +49,7 @@ def test_unknown_image_id(dataset, stores, tmp_path):
 def test_unknown_image_id_at_evaluation(dataset, stores, tmp_path, client):
     """Without --gt at conversion, evaluation refuses the unknown id and writes nothing."""
     from sgdask.errors import InputError
-    from sgdask.io.ingest import convert_submission
+    from sgdask.formats.sgbench import convert_submission
 
     def rename(doc):
         doc["images"][0]["id"] = "no-such-image"

@@ -17,7 +17,7 @@ import pytest
 from sgdask.batch.many import ManyJob, load_manifest, run_many
 from sgdask.batch.registry import submit
 from sgdask.batch.rerank import rerank
-from sgdask.io.ingest import convert_submission
+from sgdask.formats.sgbench import convert_submission
 from sgdask.pipeline import evaluate
 from sgdask.protocols import PROTOCOLS
 from tests.conftest import rewrite_zip

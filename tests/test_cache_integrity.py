@@ -22,8 +22,8 @@ from sgdask.batch.registry import Registry, submit
 from sgdask.batch.rerank import board_job, rerank
 from sgdask.cli import main
 from sgdask.errors import SgdaskWarning
-from sgdask.io.store import SELF_HASH
 from sgdask.pipeline import Settings
+from sgdask.store.store import SELF_HASH
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -140,7 +140,7 @@ def damage(folder: Path, how: str) -> str:
     if how == "entry edited":  # a listed size changed without its self hash
         entry["files"]["metrics.json"]["size"] += 1
     elif how == "entry lists a way out":
-        from sgdask.io.store import manifest_digest
+        from sgdask.store.store import manifest_digest
 
         entry["files"]["../../outside"] = {"size": 1, "sha256": "0" * 64}
         entry[SELF_HASH] = manifest_digest(entry)

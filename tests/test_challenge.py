@@ -27,7 +27,7 @@ from sgdask.batch.registry import Entry, Registry
 from sgdask.batch.rerank import rerank
 from sgdask.cli import main
 from sgdask.errors import InputError
-from sgdask.io.ingest import convert_submission
+from sgdask.formats.sgbench import convert_submission
 from sgdask.service.app import ServiceConfig, create_app
 from sgdask.service.benchmark import Phase, load_benchmark
 from sgdask.service.inbox import pick_inbox

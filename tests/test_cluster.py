@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 import pytest
 from distributed import Client
 
-from sgdask.io.ingest import convert_submission, ingest_gt
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.sgbench import convert_submission
 from sgdask.pipeline import evaluate
 from sgdask.synth import write_dataset
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from sgdask.cli import main
-from sgdask.io.formats import COCO_PANOPTIC, recognised
-from sgdask.io.sniff import COCO_JSON, what_is
+from sgdask.formats import COCO_PANOPTIC, recognised
+from sgdask.formats.sniff import COCO_JSON, what_is
 from sgdask.synth_coco import write_coco_panoptic
 
 

@@ -16,14 +16,14 @@ from sgdask.batch.cache import ResultCache
 from sgdask.batch.many import ManyJob, run_many
 from sgdask.cli import main
 from sgdask.core.settings import Settings
-from sgdask.io.ingest import convert_submission
-from sgdask.io.store import StoreReader
-from sgdask.io.training_stats import gt_training_stats
+from sgdask.formats.sgbench import convert_submission
 from sgdask.pipeline import cluster_mapper, evaluate, evaluate_protocols
 from sgdask.report import TERMS_FILE, Report
 from sgdask.report.intervals import CISettings, scoring_of
 from sgdask.stats.bootstrap import bootstrap, point_values, resample_indices
 from sgdask.stats.paired import Model, compare
+from sgdask.store.store import StoreReader
+from sgdask.store.training_stats import gt_training_stats
 from tests.conftest import rewrite_zip
 from tests.test_bootstrap import literal_interval, literal_value
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from sgdask.cli import main
-from sgdask.io.ingest import ingest_gt
-from sgdask.io.results import ResultsMethod
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.results import ResultsMethod
 from sgdask.metrics import board_columns
 from sgdask.pipeline import evaluate_protocols
 from sgdask.report.compare_html import verdicts

@@ -25,7 +25,6 @@ from sgdask.batch.compare import CompareJob, run_compare
 from sgdask.core.settings import Settings
 from sgdask.errors import InputError, SgdaskError
 from sgdask.io.predicate_groups import read_groups
-from sgdask.io.store import StoreReader
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import fmeasure, groups
 from sgdask.metrics.base import Context, FinalColumns, Finals
@@ -39,6 +38,7 @@ from sgdask.stats.bootstrap import (
     plan_for,
 )
 from sgdask.stats.paired import Model, compare
+from sgdask.store.store import StoreReader
 from sgdask.synth_vg import VG150_PREDICATES
 from tests.literal_sgbpytorch import PYSGG_VG150
 from tests.test_bootstrap import random_table

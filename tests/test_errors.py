@@ -14,8 +14,8 @@ import pytest
 from sgdask.core.settings import ONE_PROTOCOL
 from sgdask.errors import Choose, InputError, Option, RaiseLimit, SettingError, SgdaskError
 from sgdask.evaluator import Evaluator
+from sgdask.formats.ingest import read_bytes
 from sgdask.io.archive import ArchiveLimits
-from sgdask.io.ingest import read_bytes
 from sgdask.protocols import PROTOCOLS
 from tests.processes import run_sgdask as sgdask
 

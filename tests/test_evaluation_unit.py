@@ -40,18 +40,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sgdask.errors import SgdaskError
-from sgdask.io.ingest import convert_images, write_gt_store
-from sgdask.io.psg import GTRecord
-from sgdask.io.sgbench import SubmissionImage
-from sgdask.io.training_stats import STATS_SCHEMA
+from sgdask.formats.ingest import convert_images
+from sgdask.formats.psg import GTRecord, write_gt_store
+from sgdask.formats.sgbench import SubmissionImage
 from sgdask.io.units import grouped_chunks
-from sgdask.io.verify import verify_store
 from sgdask.metrics.base import IMAGE, MEAN, Block
 from sgdask.protocols import PROTOCOLS, SINGLEMPO
 from sgdask.report import Report, interval_caption
 from sgdask.stats.bootstrap import Scoring, bootstrap
 from sgdask.stats.paired import Model, compare
 from sgdask.stats.table import TermTable
+from sgdask.store.training_stats import STATS_SCHEMA
+from sgdask.store.verify import verify_store
 
 TOY = replace(SINGLEMPO, name="toyvideo", version="0", unit="video",
               description="singlempo, resampled by video (tests only)")

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 import sgdask
 from sgdask.errors import SgdaskError
-from sgdask.io.ingest import convert_submission, ingest_gt
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.sgbench import convert_submission
 from sgdask.pipeline import evaluate_protocols
 from tests import scenes
 from tests.adapters import training_doc, write_files
@@ -313,7 +314,7 @@ def test_tensor_image_ids_are_their_values():
 def test_statistics_as_file_table_or_psg_json(tmp_path):
     """stats: a `sgdask stats` file, its table or a parsed psg.json: the same zero-shot
     metrics."""
-    from sgdask.io.training_stats import train_stats, write_stats
+    from sgdask.store.training_stats import train_stats, write_stats
 
     chooser = scenes.RandomChooser(31)
     images = scenes.dataset(chooser, 6, boxes=False, min_pred=1)

@@ -29,11 +29,11 @@ from hypothesis.extra.numpy import arrays
 from PIL import Image
 
 from sgdask.errors import InputError
+from sgdask.formats.psg import GTRecord, panoptic_masks
 from sgdask.io.archive import ArchiveLimits
+from sgdask.io.bounded_json import bracket_depth, nested_deeper
 from sgdask.io.codecs.inflate import OK, inflate_layers
 from sgdask.io.codecs.words import HEADER, pack_sparse, set_bits, sparse_problem, unpack_sparse
-from sgdask.io.psg import GTRecord, panoptic_masks
-from sgdask.io.sgbench import bracket_depth, nested_deeper
 from sgdask.io.tiff import plain_layout, read_layered_tiff, read_tiff_masks
 from sgdask.kernels.bits import pack_dense, row_words
 from sgdask.types import BitMasks

@@ -13,7 +13,7 @@ import pytest
 
 from sgdask.cli import main
 from sgdask.cli.process import EXIT_ERROR
-from sgdask.io.sniff import (
+from sgdask.formats.sniff import (
     GT_STORE,
     MASK_ZIP,
     MISSING,
@@ -31,7 +31,7 @@ from sgdask.io.sniff import (
     unscorable,
     what_is,
 )
-from sgdask.io.verify import verify_store
+from sgdask.store.verify import verify_store
 from sgdask.synth_oi import oi_synth_paths, write_oi_dataset
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(32)
@@ -221,7 +221,7 @@ def test_missing_images_are_named_and_a_cached_gt_shows_no_ingest_bar(capsys, da
 
 
 def ids_of(store: str) -> list[str]:
-    from sgdask.io.store import StoreReader
+    from sgdask.store.store import StoreReader
 
     return [str(i) for i in StoreReader(store).images().column("image_id").to_pylist()]
 

@@ -17,7 +17,7 @@ from sgdask import Evaluator, Report
 from sgdask.cli import main
 from sgdask.cli.console import print_delta, print_report
 from sgdask.errors import SgdaskError
-from sgdask.io.ingest import convert_submission
+from sgdask.formats.sgbench import convert_submission
 from sgdask.pipeline import evaluate_protocols
 
 
@@ -414,7 +414,7 @@ def test_convert_counts_the_images_it_converts(capsys, tiny, tmp_path):
 
 
 def test_an_empty_upload_is_refused_as_empty():
-    from sgdask.io.sniff import unscorable
+    from sgdask.formats.sniff import unscorable
 
     assert unscorable(b"", "submission.zip") == (
         "submission.zip: an empty file (0 bytes), not a submission (expected an SGBench ZIP "

@@ -17,14 +17,14 @@ from typer.testing import CliRunner
 
 from sgdask.cli import app
 from sgdask.errors import InputError, SgdaskError
+from sgdask.formats.ingest import Decoded, convert_images
+from sgdask.formats.sgbench import SubmissionImage
+from sgdask.formats.validate import GTInfo, Problem
 from sgdask.io.fs import filesystem
-from sgdask.io.ingest import convert_images
-from sgdask.io.sgbench import SubmissionImage
-from sgdask.io.sources import Decoded, Loaded
-from sgdask.io.store import StoreReader
+from sgdask.io.sources import Loaded
 from sgdask.io.triplets import SUBMISSION as WORDING
 from sgdask.io.triplets import row_problems
-from sgdask.io.validate import GTInfo, Problem
+from sgdask.store.store import StoreReader
 from sgdask.types import EMPTY_TRIPLETS
 
 MAGIC = b'{"toy":'
@@ -106,7 +106,7 @@ class ToyInput:
 
 
 def toy_format():
-    from sgdask.io.formats import SUBMISSION, Format
+    from sgdask.formats import SUBMISSION, Format
 
     return Format(
         "toy", SUBMISSION, lambda head, name: head.startswith(MAGIC),
@@ -117,7 +117,7 @@ def toy_format():
 
 @pytest.fixture
 def toy_registered():
-    from sgdask.io.formats import register, unregister
+    from sgdask.formats import register, unregister
 
     register(toy_format())
     yield
@@ -144,7 +144,7 @@ def toy_and_sgbench(dataset, tmp_path, edit=None) -> tuple[str, str]:
 
 
 def test_the_registry_recognises_each_format(toy_registered, dataset, tmp_path):
-    from sgdask.io.formats import GT, PSG, SGBENCH, recognised, submission_format
+    from sgdask.formats import GT, PSG, SGBENCH, recognised, submission_format
 
     toy, sgb = toy_and_sgbench(dataset, tmp_path)
     assert submission_format(toy, None).name == "toy"
@@ -155,7 +155,7 @@ def test_the_registry_recognises_each_format(toy_registered, dataset, tmp_path):
 
 
 def test_a_format_names_what_it_yields_from_the_known_list():
-    from sgdask.io.formats import register
+    from sgdask.formats import register
 
     with pytest.raises(SgdaskError, match="yields 'triples'"):
         register(dataclasses.replace(toy_format(), yields=("boxes", "triples")))

@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sgdask.io.store import StoreReader
 from sgdask.kernels.scores import triplet_lists
+from sgdask.store.store import StoreReader
 
 
 def test_convert_from_scores_replaces_the_lists(dataset, stores, tmp_path):

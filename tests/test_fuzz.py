@@ -24,9 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sgdask.errors import InputError
+from sgdask.formats.sgbench import SubmissionSource, checked_submission, validate_submission
 from sgdask.io.archive import ArchiveLimits
-from sgdask.io.sgbench import SubmissionSource
-from sgdask.io.validate import checked_submission, validate_submission
 
 FUZZ = settings(max_examples=200, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

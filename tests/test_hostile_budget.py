@@ -14,14 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from sgdask.errors import MAX_MESSAGE, InputError
+from sgdask.formats.oiv6 import evaluated_records, oi_train_stats
+from sgdask.formats.scores import load_score_lists, read_score_rows
 from sgdask.io.archive import ArchiveLimits
+from sgdask.io.bounded_json import load_json
 from sgdask.io.documents import strict_json, strict_yaml
-from sgdask.io.openimages import evaluated_records, oi_train_stats
 from sgdask.io.predicate_groups import read_groups
-from sgdask.io.scores import load_score_lists, read_score_rows
-from sgdask.io.sgbench import load_json
-from sgdask.io.training_stats import train_stats
 from sgdask.service.benchmark import load_benchmark
+from sgdask.store.training_stats import train_stats
 
 pytestmark = pytest.mark.timeout(60)
 NAMES = {"thing_classes": ["a", "b"], "predicate_classes": ["on", "in"], "stuff_classes": []}

@@ -21,9 +21,8 @@ import pytest
 
 from sgdask.cli import main
 from sgdask.errors import InputError
+from sgdask.formats.vg150 import h5_arrays, ingest_vg, split_image_ids
 from sgdask.io.archive import ArchiveLimits
-from sgdask.io.ingest import ingest_vg
-from sgdask.io.vg import h5_arrays, split_image_ids
 from sgdask.synth_vg import VGSynthPaths, write_vg_dataset
 
 SECRET = b"SECRETTOKEN1" * 4096  # more than the boxes_1024 of the synthetic file hold

@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 from sgdask.errors import InputError
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.results import ResultEntry, ResultSource
 from sgdask.io.archive import ArchiveLimits
-from sgdask.io.ingest import ingest_gt
-from sgdask.io.results import ResultEntry, ResultSource
 from sgdask.io.unpickle import OverLimit, Refused, census, restricted_loads
 from sgdask.synth import write_dataset
 
@@ -305,7 +305,7 @@ def result_npz(masks: tuple[bytes, int, int]) -> bytes:
 
 DECODE = """
 from sgdask.errors import InputError
-from sgdask.io.results import ResultEntry, ResultSource
+from sgdask.formats.results import ResultEntry, ResultSource
 try:
     ResultSource(sys.argv[1], 'psgtr').image(ResultEntry('7', 0, '0.npz'), shape=(32, 48))
     outcome = 'decoded'

@@ -36,12 +36,12 @@ import tifffile
 
 from sgdask.cli import main
 from sgdask.errors import InputError, SgdaskError
-from sgdask.io.ingest import ingest_gt
-from sgdask.io.scores import read_score_rows
-from sgdask.io.store import SELF_HASH, StoreReader, file_entry, manifest_digest, parquet_bytes
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.scores import read_score_rows
 from sgdask.io.tiff import read_layered_tiff, read_tiff_masks
-from sgdask.io.training_stats import read_stats
-from sgdask.io.verify import verify_store
+from sgdask.store.store import SELF_HASH, StoreReader, file_entry, manifest_digest, parquet_bytes
+from sgdask.store.training_stats import read_stats
+from sgdask.store.verify import verify_store
 from sgdask.synth import write_dataset
 
 FIXTURE_V1 = Path(__file__).resolve().parent / "fixtures" / "store-v1" / "gt"

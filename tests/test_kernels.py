@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from sgdask.errors import SgdaskError
-from sgdask.io.partition import any_per_image, kept_rows
 from sgdask.kernels import (
     box_iou_matrix,
     dedup_triplets,
@@ -36,6 +35,7 @@ from sgdask.metrics.terms import (
     with_zero_shot_all,
 )
 from sgdask.protocols import SGBENCH, SINGLEMPO
+from sgdask.store.partition import any_per_image, kept_rows
 from sgdask.types import ImageGT, ImageHits, ImagePred, ZeroShot, as_triplets
 from tests.builders import box, labels_of, mask_of
 

@@ -24,7 +24,7 @@ def test_pipeline_and_cli_import_no_mask_interval_or_reader_libraries():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120).stdout
     modules = out.split()
-    assert "sgdask.io.store" in modules and "sgdask.stats.bootstrap" in modules
+    assert "sgdask.store.store" in modules and "sgdask.stats.bootstrap" in modules
     assert _lazy_among(modules) == []
 
 
@@ -38,14 +38,14 @@ def test_box_evaluation_imports_none_of_them(stores, tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     assert (tmp_path / "out" / "metrics.json").exists()
     imported = re.findall(r"^import time:\s+\d+ \|\s+\d+ \| *(\S+)$", run.stderr, re.M)
-    assert "sgdask.io.store" in imported
+    assert "sgdask.store.store" in imported
     assert _lazy_among(imported) == []
 
 
 def test_reading_masks_imports_and_configures_zarr(stores):
     """zarr comes with the first mask read, configured (one thread of its own) before the
     array is opened, in a process that had not imported it."""
-    code = ("import sys; from sgdask.io.store import StoreReader; "
+    code = ("import sys; from sgdask.store.store import StoreReader; "
             "assert 'zarr' not in sys.modules; "
             f"r = StoreReader({stores.gt!r}); "
             "array = r.images().column('mask_array')[0].as_py(); "

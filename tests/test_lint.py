@@ -215,10 +215,10 @@ def test_every_evaluation_reports_the_lint(stores, client, tmp_path, capsys):
 def test_tied_triplet_scores_from_the_footers(tiny, client, tmp_path):
     """Every triplet score equal: the first-wave check's footer statistics say so (no
     column decoded), and the report warns; the synthetic scores differ: no warning."""
-    from sgdask.io.consistency import check_against_gt
-    from sgdask.io.ingest import convert_submission
-    from sgdask.io.store import StoreReader
+    from sgdask.formats.sgbench import convert_submission
     from sgdask.pipeline import evaluate
+    from sgdask.store.consistency import check_against_gt
+    from sgdask.store.store import StoreReader
     from tests.conftest import rewrite_zip
 
     def tie(doc):

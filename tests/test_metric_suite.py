@@ -17,11 +17,11 @@ from sgdask.core.accum import Accumulator
 from sgdask.core.finalize import build_report, derived_metrics
 from sgdask.core.plan import EvalSettings
 from sgdask.core.settings import Settings
-from sgdask.io.training_stats import composition_counts, train_stats, zero_shot_from
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.terms import evaluate_image, missing_image_result
 from sgdask.protocols import MULTIMPO, SGBENCH, SINGLEMPO, Protocol
 from sgdask.report import Report
+from sgdask.store.training_stats import composition_counts, train_stats, zero_shot_from
 from sgdask.types import ImageGT, ImagePred, ImageResult, ZeroShot, as_triplets
 from tests.builders import box, labels_of, mask_of
 

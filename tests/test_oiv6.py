@@ -24,10 +24,8 @@ from sgdask.core.plan import EvalSettings
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ScoringSettings, Settings, Submission
 from sgdask.errors import InputError, SgdaskError
-from sgdask.io.ingest import convert_submission, ingest_oi
-from sgdask.io.openimages import is_open_images, oi_train_stats
-from sgdask.io.partition import load_predictions
-from sgdask.io.store import StoreReader
+from sgdask.formats.oiv6 import ingest_oi, is_open_images, oi_train_stats
+from sgdask.formats.sgbench import convert_submission
 from sgdask.kernels.selection import parse_ks
 from sgdask.metrics import FAMILIES
 from sgdask.metrics.base import Context
@@ -35,6 +33,8 @@ from sgdask.pipeline import evaluate
 from sgdask.protocols import OIV6
 from sgdask.protocols.oiv6.metrics import samples, swapped
 from sgdask.report import Report
+from sgdask.store.partition import load_predictions
+from sgdask.store.store import StoreReader
 from sgdask.synth_oi import write_oi_dataset
 from sgdask.types import ImageGT, ImagePred, TopPredicates
 from tests import literal_oiv6

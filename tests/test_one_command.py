@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from sgdask.cli.gtcache import gt_store
 from sgdask.errors import SgdaskError
-from sgdask.io.gtcache import gt_store
 from sgdask.pipeline import evaluate
 
 

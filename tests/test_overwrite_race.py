@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from sgdask.errors import SgdaskError
-from sgdask.io.ingest import convert_submission
-from sgdask.io.lock import LockHeld, exclusive_lock
-from sgdask.io.store import StoreReader
+from sgdask.formats.sgbench import convert_submission
+from sgdask.store.lock import LockHeld, exclusive_lock
+from sgdask.store.store import StoreReader
 from tests.test_s3 import s3  # noqa: F401  (the moto S3 server fixture)
 
 

@@ -31,7 +31,8 @@ import tifffile
 from PIL import Image
 
 from sgdask.cli import main
-from sgdask.io.ingest import convert_submission, ingest_gt
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.sgbench import convert_submission
 from sgdask.pipeline import evaluate_protocols
 from sgdask.pq import evaluate_pq
 from sgdask.synth import write_dataset

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from sgdask.errors import InputError, SgdaskError
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.registry import FORMATS, submission_format
+from sgdask.formats.sniff import PSG_CHALLENGE, expect, what_is
+from sgdask.formats.sniff import PSG_CHALLENGE as FOUND
 from sgdask.io.archive import ArchiveLimits
-from sgdask.io.formats import FORMATS, PSG_CHALLENGE, submission_format
-from sgdask.io.ingest import ingest_gt
-from sgdask.io.sniff import PSG_CHALLENGE as FOUND
-from sgdask.io.sniff import expect, what_is
 from sgdask.pipeline import evaluate_protocols
 from sgdask.service.tokens import add_token
 from sgdask.synth import write_dataset
@@ -182,7 +182,7 @@ def test_converted_store_scores_the_same(hand_gt, tmp_path, client):
 
 def _error(gt: str, sub: Path, limits: ArchiveLimits | None = None) -> str:
     with pytest.raises(SgdaskError) as err:
-        from sgdask.io.psg_challenge import validate_challenge
+        from sgdask.formats.psg_challenge import validate_challenge
 
         problems = validate_challenge(str(sub), gt, None, limits, 10)
         if problems:

@@ -20,13 +20,13 @@ import psutil
 import pytest
 
 from sgdask.batch.registry import submit
-from sgdask.io.lock import STAMP_FORMAT, LockHeld, exclusive_lock
+from sgdask.store.lock import STAMP_FORMAT, LockHeld, exclusive_lock
 from tests.servicekit import Proc, wait_for
 from tests.test_s3 import s3  # noqa: F401  (the moto S3 server fixture)
 
 HOLD_LOCK = """
 import sys, time
-from sgdask.io.lock import exclusive_lock
+from sgdask.store.lock import exclusive_lock
 with exclusive_lock(sys.argv[1], None, lease=3600):
     print("held", flush=True)
     time.sleep(600)

@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from sgdask.errors import InputError, SgdaskWarning
-from sgdask.io.ingest import convert_submission
-from sgdask.io.scores import SubmissionInstances, load_score_lists
-from sgdask.io.store import StoreReader
+from sgdask.formats.scores import SubmissionInstances, load_score_lists
+from sgdask.formats.sgbench import convert_submission
 from sgdask.kernels.scores import triplet_ranked_lists
+from sgdask.store.store import StoreReader
 
 # Three instances scored 0.5, 1.0, 0.25; three pairs (values exact in binary, so every
 # product below is exact in float32 too).

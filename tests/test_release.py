@@ -16,8 +16,8 @@ import pytest
 import sgdask
 from sgdask.cli import main
 from sgdask.cluster import dask_client
-from sgdask.io.store import FORMAT_VERSION
 from sgdask.protocols import METRICS_VERSION, PROTOCOLS
+from sgdask.store.store import FORMAT_VERSION
 from sgdask.versions import PACKAGES, dependency_versions
 
 ROOT = Path(__file__).resolve().parent.parent

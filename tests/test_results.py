@@ -31,11 +31,12 @@ import tifffile
 
 from sgdask.cli import main
 from sgdask.errors import InputError, SgdaskError, StoreError
-from sgdask.io.ingest import convert_results, convert_submission, ingest_gt
-from sgdask.io.results import ResultsMethod
-from sgdask.io.store import SELF_HASH, StoreReader, manifest_digest
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.results import ResultsMethod, convert_results
+from sgdask.formats.sgbench import convert_submission
 from sgdask.io.unpickle import Refused, restricted_loads
 from sgdask.pipeline import evaluate, evaluate_protocols
+from sgdask.store.store import SELF_HASH, StoreReader, manifest_digest
 from sgdask.synth import SynthPaths, write_dataset
 
 pytestmark = pytest.mark.filterwarnings(

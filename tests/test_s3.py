@@ -19,7 +19,8 @@ import pytest
 import s3fs
 
 from sgdask.errors import SgdaskError
-from sgdask.io.ingest import convert_submission, ingest_gt
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.sgbench import convert_submission
 from sgdask.pipeline import evaluate
 
 BUCKET = "sgdask-test"  # S3 bucket names have at least 3 characters
@@ -114,7 +115,7 @@ def one_error_line(proc: subprocess.CompletedProcess) -> str:
 
 def test_s3_stores_match_local_stores(s3, s3_stores, stores):
     """Same source bytes, same content hash; every part and the manifest are on S3."""
-    import sgdask.io.store as store
+    import sgdask.store.store as store
 
     for s3_url, local_url in zip(s3_stores, (stores.gt, stores.pred), strict=True):
         remote = store.StoreReader(s3_url, s3.options)

@@ -23,8 +23,8 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 
 from sgdask.cli import main
 from sgdask.errors import SgdaskError
-from sgdask.io.ingest import convert_submission
-from sgdask.io.store import StoreReader
+from sgdask.formats.sgbench import convert_submission
+from sgdask.store.store import StoreReader
 from tests.test_s3 import AWS_ENV
 
 #: storage options that keep a dead endpoint's retries short (botocore: one retry, a

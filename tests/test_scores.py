@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sgdask.errors import InputError
-from sgdask.io.scores import load_score_lists
+from sgdask.formats.scores import load_score_lists
 from sgdask.kernels.scores import (
     DerivedLists,
     aggregate_duplicate_pairs,

@@ -19,8 +19,8 @@ import pytest
 
 import sgdask.batch.cache
 import sgdask.evaluator
-import sgdask.io.lock
-import sgdask.io.store
+import sgdask.store.lock
+import sgdask.store.store
 from sgdask import errors
 from sgdask.batch.registry import Entry, Registry, utc_now
 from sgdask.cli import main
@@ -44,8 +44,8 @@ SAMPLES: dict[type, SgdaskError] = {
     errors.StoreError: errors.StoreError("/srv/store: incomplete"),
     sgdask.evaluator.EvaluatorInputError: sgdask.evaluator.EvaluatorInputError(
         "update", "not a list", image="3", field="scores", expected="a list of floats"),
-    sgdask.io.lock.LockHeld: sgdask.io.lock.LockHeld("held by another rerank"),
-    sgdask.io.store.Corrupt: sgdask.io.store.Corrupt("/srv/store", "parts/0.parquet",
+    sgdask.store.lock.LockHeld: sgdask.store.lock.LockHeld("held by another rerank"),
+    sgdask.store.store.Corrupt: sgdask.store.store.Corrupt("/srv/store", "parts/0.parquet",
                                                       "corrupt (missing)"),
     sgdask.batch.cache.DamagedEntry: sgdask.batch.cache.DamagedEntry("k1", "a.json", "size"),
     sgdask.batch.cache.UncheckedEntry: sgdask.batch.cache.UncheckedEntry("k2"),

@@ -31,7 +31,7 @@ NOT_SETTINGS = {
     ("sgdask/metrics/base.py", "Context"): "the metrics' view, EvalSettings.context",
     ("sgdask/evaluator.py", "__init__"): "the documented call Evaluator(protocol, ks, "
     "predicates, classes, stats); the rest is settings= and keyword fields",
-    ("sgdask/io/ingest.py", "write_gt_store"): "a GT store's part size and statistics table",
+    ("sgdask/formats/psg.py", "write_gt_store"): "a GT store's part size and statistics table",
     ("sgdask/service/benchmark.py", "Phase"): "a benchmark file's phase: its protocols and "
     "whether its board shows intervals, as the file spells them",
 }

@@ -44,7 +44,8 @@ from pathlib import Path
 import pytest
 import sgbench.file
 
-from sgdask.io.ingest import convert_submission, ingest_gt
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.sgbench import convert_submission
 from sgdask.pipeline import evaluate
 from sgdask.synth import SynthPaths, write_dataset
 from tests.conftest import rewrite_zip

@@ -30,7 +30,8 @@ from sgbench.match import match_instances, remap_triplets
 from sgbench.metrics import instance_recall, predicate_rank, recall
 from sgbench.pred import deduplicate
 
-from sgdask.io.ingest import convert_submission, ingest_gt
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.sgbench import convert_submission
 from sgdask.pipeline import evaluate
 from sgdask.synth import write_dataset
 from tests import scenes

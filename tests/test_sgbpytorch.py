@@ -274,7 +274,7 @@ def test_protocol_is_known_by_name():
 
 def literal_images(gt_url: str, pred_url: str) -> list[literal.VGImage]:
     """The stores' contents as the literal's images (GT relations and lists as stored)."""
-    from sgdask.io.store import StoreReader
+    from sgdask.store.store import StoreReader
 
     def tables(url: str, kind: str) -> tuple[list, list, list]:
         reader = StoreReader(url, kind=kind)
@@ -315,7 +315,8 @@ def test_cli_evaluate_sgbpytorch_equals_the_literal_on_generated_vg(tmp_path):
     import subprocess
     import sys
 
-    from sgdask.io.ingest import convert_submission, ingest_vg
+    from sgdask.formats.sgbench import convert_submission
+    from sgdask.formats.vg150 import ingest_vg
     from sgdask.synth_vg import write_vg_dataset
 
     vg = write_vg_dataset(tmp_path / "vg", n_test=30, n_train=40, seed=5,

@@ -24,15 +24,16 @@ from hypothesis import strategies as st
 
 from sgdask.cli import main
 from sgdask.errors import SgdaskError
-from sgdask.io.ingest import convert_submission, ingest_gt
-from sgdask.io.store import (
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.sgbench import convert_submission
+from sgdask.pipeline import evaluate_protocols
+from sgdask.store.store import (
     SELF_HASH,
     StoreReader,
     file_entry,
     manifest_digest,
     parquet_bytes,
 )
-from sgdask.pipeline import evaluate_protocols
 from sgdask.synth import write_dataset
 
 FIXTURE_V1 = Path(__file__).resolve().parent / "fixtures" / "store-v1"
@@ -597,8 +598,8 @@ def test_s3_server_stopped_between_reads(good, tmp_path, capsys, monkeypatch, cl
     import s3fs
     from moto.server import ThreadedMotoServer
 
-    from sgdask.io.partition import load_predictions
-    from sgdask.io.store import StoreReader
+    from sgdask.store.partition import load_predictions
+    from sgdask.store.store import StoreReader
     from tests.test_s3 import AWS_ENV
 
     for name, value in AWS_ENV.items():

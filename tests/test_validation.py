@@ -31,9 +31,8 @@ import pytest
 import s3fs
 
 from sgdask.errors import InputError
+from sgdask.formats.sgbench import SCHEMA, parse_submission, validate_submission
 from sgdask.io.archive import ArchiveLimits, SafeZip
-from sgdask.io.sgbench import SCHEMA, parse_submission
-from sgdask.io.validate import validate_submission
 from sgdask.synth import SynthPaths, write_dataset
 from tests.conftest import rewrite_zip, tiff_bytes
 from tests.test_s3 import AWS_ENV

@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from sgdask.cli import main
-from sgdask.io.ingest import convert_submission, ingest_vg
-from sgdask.io.store import StoreReader
-from sgdask.io.vg import split_image_ids
+from sgdask.formats.sgbench import convert_submission
+from sgdask.formats.vg150 import ingest_vg, split_image_ids
+from sgdask.store.store import StoreReader
 from sgdask.synth_vg import VGSynthPaths, write_vg_dataset
 from tests.processes import run_sgdask
 

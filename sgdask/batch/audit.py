@@ -1,7 +1,7 @@
 """``sgdask verify --registry``: a registry checked completely, every problem reported.
 
 Every entry and status/visibility record parses, the store of every converted entry
-verifies (``sgdask.io.verify``), every result cache entry's files match the sizes and
+verifies (``sgdask.store.verify``), every result cache entry's files match the sizes and
 SHA-256 its ``entry.json`` lists, and every kept report page matches the hash kept beside
 it. What nothing will use until it is computed again (an unfinished or unhashed cache entry,
 a page kept without a hash) is a note, not a problem.
@@ -15,8 +15,8 @@ from sgdask.batch.cache import DamagedEntry, ResultCache, UncheckedEntry
 from sgdask.batch.pages import PAGE_HASH, kept_page
 from sgdask.batch.registry import Registry, parse_entry, parse_record
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.io.store import MANIFEST
-from sgdask.io.verify import Attempts, verify_store
+from sgdask.store.store import MANIFEST
+from sgdask.store.verify import Attempts, verify_store
 
 #: checked when they have a manifest (a conversion that finished before a later failure)
 CONVERTED = frozenset({"ready", "evaluating", "evaluated", "ranked"})

@@ -26,7 +26,10 @@ from sgdask import __version__
 from sgdask.core.settings import Settings
 from sgdask.errors import SgdaskError, SgdaskWarning
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.io.store import (
+from sgdask.protocols import METRICS_VERSION, Protocol
+from sgdask.report import CATEGORY_FILE, TERMS_FILE, Report
+from sgdask.stats.table import TermTable
+from sgdask.store.store import (
     DECODE_ERRORS,
     SELF_HASH,
     decode_detail,
@@ -34,9 +37,6 @@ from sgdask.io.store import (
     manifest_digest,
     parquet_table,
 )
-from sgdask.protocols import METRICS_VERSION, Protocol
-from sgdask.report import CATEGORY_FILE, TERMS_FILE, Report
-from sgdask.stats.table import TermTable
 
 ENTRY = "entry.json"
 #: the files ``get`` parses into a report (every entry lists at least these)

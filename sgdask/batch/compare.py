@@ -20,19 +20,19 @@ from sgdask.batch.cache import ResultCache, cache_key
 from sgdask.batch.registry import Registry
 from sgdask.core.settings import Settings
 from sgdask.errors import Option, SettingError, SgdaskError, checked_choice
+from sgdask.formats.methods import METHODS
+from sgdask.formats.results import ResultsMethod
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.io.methods import METHODS
 from sgdask.io.predicate_groups import groups_digest
-from sgdask.io.results import ResultsMethod
 from sgdask.io.sources import is_store
-from sgdask.io.store import StoreReader
-from sgdask.io.training_stats import gt_training_stats, stats_digest
 from sgdask.metrics import check_metric_names, metric_of
 from sgdask.pipeline import evaluate_many
 from sgdask.protocols import DEFAULT_PROTOCOL, get_protocols
 from sgdask.report import Report
 from sgdask.report.intervals import derive_context, scoring_of, selected
 from sgdask.stats.paired import DEFAULT_PERMUTATIONS, Comparison, Model, compare
+from sgdask.store.store import StoreReader
+from sgdask.store.training_stats import gt_training_stats, stats_digest
 
 REEVALUATE = ("was written before sgdask kept per-image terms (no per_image_terms.parquet): "
               "evaluate it again (sgdask evaluate --out) or pass its submission store")

@@ -28,17 +28,17 @@ from sgdask.batch.pages import page_url, render_page
 from sgdask.cluster import Local
 from sgdask.core.settings import Settings
 from sgdask.errors import Choose, InputError, SettingError, SgdaskError
+from sgdask.formats.sniff import existing
 from sgdask.io.documents import strict_yaml
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.predicate_groups import groups_digest
-from sgdask.io.sniff import existing
-from sgdask.io.store import StoreReader, check_output_outside_stores
-from sgdask.io.training_stats import gt_training_stats, stats_digest
 from sgdask.pipeline import evaluate_many
 from sgdask.protocols import get_protocols
 from sgdask.report import Report
 from sgdask.report.intervals import add_intervals
 from sgdask.report.writers import write_reports
+from sgdask.store.store import StoreReader, check_output_outside_stores
+from sgdask.store.training_stats import gt_training_stats, stats_digest
 
 Log = Callable[[str], None]
 #: a manifest's top-level keys besides the settings record's fields, and a submission's

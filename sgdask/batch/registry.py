@@ -28,9 +28,9 @@ from typing import Any
 
 from sgdask.cluster import ClusterSpec
 from sgdask.errors import InputError, SgdaskError
+from sgdask.formats.sgbench import convert_submission
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.io.ingest import convert_submission
-from sgdask.io.lock import create_exclusive
+from sgdask.store.lock import create_exclusive
 
 
 @dataclass(frozen=True)

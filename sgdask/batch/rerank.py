@@ -7,7 +7,7 @@ Layout of ``--out URL``::
     URL/history/<stamp>/             leaderboard.{json,parquet,html} + reports/<id>.html, and
                                      top.html (the board page as linked from URL/)
     URL/leaderboard.{json,parquet,html}   convenience copies of the current board
-    URL/lock.json                    held while a rerank runs (``sgdask.io.lock``: holder,
+    URL/lock.json                    held while a rerank runs (``sgdask.store.lock``: holder,
                                      heartbeat; taken over when its holder is gone)
 
 The copies are written after the swap, so a crash between the two leaves them stale for a
@@ -42,9 +42,6 @@ from sgdask.batch.registry import Entry, Registry
 from sgdask.cluster import Local
 from sgdask.core.settings import Settings
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.io.lock import DEFAULT_LEASE, exclusive_lock
-from sgdask.io.store import StoreReader, check_output_outside_stores
-from sgdask.io.training_stats import gt_training_stats
 from sgdask.metrics import RANK_BY, TIE_BREAK, board_columns, metric_of
 from sgdask.protocols import BOARD_PROTOCOLS, DEFAULT_PROTOCOL
 from sgdask.report import Report
@@ -52,6 +49,9 @@ from sgdask.report.intervals import scoring_of
 from sgdask.stats.bootstrap import Scoring
 from sgdask.stats.paired import rank_ranges
 from sgdask.stats.table import TermTable
+from sgdask.store.lock import DEFAULT_LEASE, exclusive_lock
+from sgdask.store.store import StoreReader, check_output_outside_stores
+from sgdask.store.training_stats import gt_training_stats
 
 #: what a published board holds beyond its inputs: a new layout republishes once
 BOARD_LAYOUT = 2
@@ -360,7 +360,7 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
     """Evaluate missing results and publish a new leaderboard if anything changed (each
     model's ranking metric with its bootstrap interval and rank range, ``ci``; the board's
     numbers under the first of ``board_protocols``, ``direction`` per metric), holding
-    ``OUT/lock.json`` meanwhile (``sgdask.io.lock``: taken over from a dead holder at once,
+    ``OUT/lock.json`` meanwhile (``sgdask.store.lock``: taken over from a dead holder at once,
     from a silent one after ``lease`` seconds)."""
     options = options or Settings()
     check_output_outside_stores(out, storage_options, "the leaderboard")

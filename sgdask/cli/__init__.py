@@ -44,8 +44,8 @@ def _main_options(version: Annotated[bool, typer.Option(
 def _versions() -> list[str]:
     """``--version --verbose``'s lines after sgdask's own: what a report's provenance
     records."""
-    from sgdask.io.store import FORMAT_VERSION
     from sgdask.protocols import METRICS_VERSION, PROTOCOLS
+    from sgdask.store.store import FORMAT_VERSION
 
     protocols = ", ".join(f"{p.name} {p.version}" for p in PROTOCOLS.values())
     return [f"protocols {protocols}", f"metrics {METRICS_VERSION}",

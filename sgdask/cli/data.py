@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -25,8 +25,13 @@ from sgdask.cli.options import (
 )
 from sgdask.cli.process import EXIT_ERROR, one_line
 from sgdask.errors import SgdaskError, checked_choice
+from sgdask.formats.methods import METHODS
 from sgdask.io.archive import ArchiveLimits
-from sgdask.io.methods import METHODS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from sgdask.io.fs import StorageOptions
 
 _VISUAL_GENOME, _SCORES, _RESULTS = "Visual Genome", "From scores", "Result files"
 _OPEN_IMAGES = "Open Images V6"
@@ -84,13 +89,13 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
     PNG's pixel count are limited (--limit max_json_size, max_json_depth, max_layer_pixels),
     so are the sizes a VG150 h5 file's datasets declare (max_h5_dataset_size,
     max_h5_total_size)."""
-    from sgdask.io.formats import FORMATS, GT, OIV6, VG150, recognised
-    from sgdask.io.sniff import existing, expect
-    from sgdask.io.store import check_store_target
+    from sgdask.formats import FORMATS, GT, OIV6, VG150, recognised
+    from sgdask.formats.sniff import existing, expect
+    from sgdask.store.store import check_store_target
 
     options = storage_options(storage_option)
     if split is not None:
-        from sgdask.io.vg import SPLITS
+        from sgdask.formats.vg150 import SPLITS
 
         checked_choice("split", split, SPLITS, "split")
     if dicts is None and image_data is None:
@@ -168,10 +173,10 @@ def convert(submission: Annotated[str, typer.Argument(
     Result files (--method, formats in the docs' File formats pages): every image is
     checked as it is converted; any problem stops the conversion and leaves no store.
     --from-scores: see the docs' File formats (scores) page."""
-    from sgdask.io.formats import conversion_options, submission_format
-    from sgdask.io.sniff import expect
-    from sgdask.io.store import check_store_target
+    from sgdask.formats import conversion_options, submission_format
+    from sgdask.formats.sniff import expect
     from sgdask.kernels.scores import RANK_BY
+    from sgdask.store.store import check_store_target
 
     checked_choice("rank_by", rank_by, RANK_BY, "ranking")
     if not from_scores and (rank_by != "predicate" or ng_limit is not None):
@@ -225,8 +230,8 @@ def validate(submission: Annotated[str, typer.Argument(
 
     Prints every problem, one per line. Exit code 2 if there is any error, 0 otherwise
     (warnings included)."""
-    from sgdask.io.formats import submission_format
-    from sgdask.io.sniff import expect
+    from sgdask.formats import submission_format
+    from sgdask.formats.sniff import expect
 
     options = storage_options(storage_option)
     expect(submission, "submission file", options)
@@ -263,7 +268,7 @@ def verify(urls: Annotated[list[str] | None, typer.Argument(
     One line per problem, or per intact store or registry. Exit codes: 0 all intact, 2 a
     problem."""
     from sgdask.batch.audit import verify_registry
-    from sgdask.io.verify import verify_store
+    from sgdask.store.verify import verify_store
 
     if not urls and registry is None:
         raise SgdaskError("verify: give store URLs, or --registry URL")
@@ -302,12 +307,12 @@ def stats(psg_json: Annotated[str, typer.Argument(
 
     What zero-shot recall (the triplet types never seen in training) and wIMR's weights
     are computed from."""
-    from sgdask.io.sniff import expect
-    from sgdask.io.training_stats import psg_train_stats, write_stats
+    from sgdask.formats.sniff import expect
+    from sgdask.store.training_stats import write_stats
 
     options = storage_options(storage_option)
     expect(psg_json, "psg", options)
-    table = psg_train_stats(psg_json, options)
+    table = _training_stats(psg_json, options)
     write_stats(table, out, options)
     out_console.print(f"wrote {out}: {len(table)} triplet types")
 
@@ -326,9 +331,25 @@ def export_sgb(npz_dir: Annotated[Path, typer.Argument(
     Writes a box submission and a scores file for `convert --from-scores`. Each .npz holds
     the arrays of the model's output BoxList: boxes, pred_labels, pred_scores,
     rel_pair_idxs, pred_rel_scores (docs: Visual Genome)."""
-    from sgdask.io.sgb_export import export, outputs_from_npz
+    from sgdask.formats.sgb_export import export, outputs_from_npz
 
     images, pairs = export(outputs_from_npz(npz_dir), submission, scores, keep or None)
     print(f"wrote {submission} ({images} images) and {scores} ({pairs} pairs); next: sgdask "
           f"convert {submission} --from-scores {scores} --rank-by triplet --ng-limit 100 "
           "--gt GT_STORE --out STORE")
+
+
+def _training_stats(psg_json: str, storage_options: StorageOptions | None) -> pa.Table:
+    """Triplet-type counts over the training split of the psg.json at ``psg_json`` (path or
+    URL; or over Open Images V6's vrd-train-anno.json, a list of images), as ``sgdask
+    stats`` writes them; an error when that split holds no relation."""
+    from sgdask.formats.ingest import read_bytes
+    from sgdask.formats.oiv6 import oi_train_stats
+    from sgdask.io.bounded_json import load_json
+    from sgdask.store.training_stats import train_stats
+
+    doc = load_json(read_bytes(psg_json, storage_options, "psg.json"), psg_json, kind="gt")
+    table = (oi_train_stats if isinstance(doc, list) else train_stats)(doc, psg_json)
+    if not len(table):
+        raise SgdaskError(f"{psg_json}: train_image_ids: no training relation found")
+    return table

@@ -35,8 +35,8 @@ from sgdask.cli.options import (
 from sgdask.cli.process import freeze_imports
 from sgdask.core.settings import DEFAULTS
 from sgdask.errors import SgdaskError, checked_choice
+from sgdask.formats.methods import METHODS
 from sgdask.io.archive import ArchiveLimits
-from sgdask.io.methods import METHODS
 from sgdask.protocols import PROTOCOLS
 
 Aggregation = Annotated[str, typer.Option(
@@ -130,14 +130,14 @@ def evaluate(gt: Annotated[str, typer.Option(
     COCO panoptic predictions (a JSON and --pred-masks) are scored for panoptic quality
     against a COCO panoptic GT (a JSON and --gt-masks), as panopticapi's pq_compute.
     Scoring runs on a Dask cluster."""
+    from sgdask.cli.setting_files import check_setting_files
     from sgdask.cluster import dask_client
     from sgdask.core.settings import Settings
-    from sgdask.io.results import ResultsMethod
-    from sgdask.io.setting_files import check_setting_files
-    from sgdask.io.sniff import evaluation_inputs
-    from sgdask.io.store import check_output_outside_stores, check_store_target
+    from sgdask.formats.results import ResultsMethod
+    from sgdask.formats.sniff import evaluation_inputs
     from sgdask.pipeline import evaluate_protocols
     from sgdask.report.writers import check_report_target, write_reports
+    from sgdask.store.store import check_output_outside_stores, check_store_target
 
     freeze_imports()
     if pred_masks is not None or is_coco_panoptic(pred, storage_options(storage_option)):
@@ -173,7 +173,7 @@ def evaluate(gt: Annotated[str, typer.Option(
                                           cluster=cluster_file, gateway=gateway_url)) as client:
         gt_store = _gt_store(gt, gt_masks, cache_dir, options, client, limits)
         if how is not None and keep_store is not None:
-            from sgdask.io.formats import submission_format
+            from sgdask.formats import submission_format
 
             with progress_bar("converting results", None) as advance:
                 submission_format(pred, options, how.method).convert(
@@ -196,7 +196,7 @@ def evaluate(gt: Annotated[str, typer.Option(
 
 def is_coco_panoptic(url: str, options: Any) -> bool:
     """Whether ``url`` is a COCO panoptic JSON (``evaluate`` then scores PQ alone)."""
-    from sgdask.io.sniff import COCO_PANOPTIC, what_is
+    from sgdask.formats.sniff import COCO_PANOPTIC, what_is
 
     try:
         return what_is(url, options).kind == COCO_PANOPTIC
@@ -208,10 +208,10 @@ def _evaluate_pq(gt: str, gt_masks: str | None, pred: str, pred_masks: str | Non
                  out: str | None, limit: Any, storage_option: Any, cluster: Any) -> None:
     """``evaluate`` of COCO panoptic predictions: panoptic quality (``sgdask.pq``)."""
     from sgdask.cluster import dask_client
-    from sgdask.io.sniff import coco_panoptic_inputs
-    from sgdask.io.store import check_output_outside_stores
+    from sgdask.formats.sniff import coco_panoptic_inputs
     from sgdask.pq import evaluate_pq
     from sgdask.report.writers import write_reports
+    from sgdask.store.store import check_output_outside_stores
 
     options = storage_options(storage_option)
     coco_panoptic_inputs(gt, gt_masks, pred, pred_masks, options)
@@ -257,9 +257,9 @@ def _print_pq(report: Any) -> None:
 
 def _gt_store(gt: str, masks: str | None, cache_dir: str | None, options: Any,
               client: Any, limits: ArchiveLimits | None = None) -> str:
-    """``--gt``'s store (``sgdask.io.gtcache.gt_store``), with a progress bar while a
+    """``--gt``'s store (``sgdask.cli.gtcache.gt_store``), with a progress bar while a
     psg.json's store is found in the cache or ingested into it."""
-    from sgdask.io.gtcache import cache_entry, cached_gt_store, given_store, is_cached
+    from sgdask.cli.gtcache import cache_entry, cached_gt_store, given_store, is_cached
 
     store = given_store(gt, masks, options)
     if store is not None:
@@ -341,11 +341,11 @@ def compare(gt: Annotated[str, typer.Option(
         run_compare,
         write_comparison,
     )
+    from sgdask.cli.setting_files import check_setting_files
     from sgdask.cluster import dask_client
     from sgdask.core.settings import Settings
-    from sgdask.io.setting_files import check_setting_files
-    from sgdask.io.sniff import expect
-    from sgdask.io.store import check_output_outside_stores
+    from sgdask.formats.sniff import expect
+    from sgdask.store.store import check_output_outside_stores
 
     freeze_imports()
     options = storage_options(storage_option)

@@ -24,9 +24,9 @@ from sgdask.cli.options import (
 )
 from sgdask.errors import SgdaskError
 from sgdask.io.archive import ArchiveLimits
-from sgdask.io.lock import DEFAULT_LEASE
 from sgdask.metrics import RANK_BY, format_value
 from sgdask.service import DEFAULT_MEMORY_CAP_MIB
+from sgdask.store.lock import DEFAULT_LEASE
 
 if TYPE_CHECKING:
     from sgdask.service.limits import Limits as TeamLimits
@@ -126,7 +126,7 @@ def rerank(registry: Registry, gt: GT, out: Board,
     0 published or up to date, 2 bad input, 3 another rerank holds the lock."""
     from sgdask.batch.rerank import EXIT_LOCKED, SELECTIONS
     from sgdask.batch.rerank import rerank as run_rerank
-    from sgdask.io.lock import LockHeld
+    from sgdask.store.lock import LockHeld
 
     if selection not in SELECTIONS:
         raise SgdaskError(f"--selection: {selection!r} is not one of {', '.join(SELECTIONS)}")

@@ -59,7 +59,7 @@ class LintCounts:
                             for f in fields(self)))
 
 
-#: what the first-wave check adds to a submission's counts (``sgdask.io.consistency``)
+#: what the first-wave check adds to a submission's counts (``sgdask.store.consistency``)
 FIRST_WAVE_PREFIX = "lint_"
 
 

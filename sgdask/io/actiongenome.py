@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from sgdask.errors import InputError, SgdaskError, checked_choice
+from sgdask.formats.results import npy_array, npz_member
 from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
 from sgdask.io.fs import StorageOptions, filesystem, join, unreadable
-from sgdask.io.results import npy_array, npz_member
 from sgdask.io.unpickle import TORCH_HINT, OverLimit, Refused, restricted_loads
 from sgdask.types_ag import (
     ATTENTION,

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 from sgdask.errors import InputError
 from sgdask.io.documents import shown, strict_json
 from sgdask.io.fs import StorageOptions, file_digest, filesystem, unreadable
-from sgdask.io.training_stats import gt_stats_table, predicate_counts
 from sgdask.metrics.groups import GROUP_NAME, PredicateGroups, frequency_thirds, vg150_groups
+from sgdask.store.training_stats import gt_stats_table, predicate_counts
 
 if TYPE_CHECKING:
     from sgdask.core.settings import Settings
-    from sgdask.io.store import StoreReader
+    from sgdask.store.store import StoreReader
 
 EXPECTED = 'a JSON object: group name -> list of predicate names, e.g. {"head": ["on"]}'
 

@@ -44,11 +44,12 @@ import pyarrow as pa
 
 from sgdask.errors import StoreError, VideoInputError
 from sgdask.io.archive import ArchiveLimits, limit_hint, printable
+from sgdask.io.bounded_json import load_json
 from sgdask.io.codecs.coco_rle import decode_rle, rle_problem
 from sgdask.io.codecs.words import pack_sparse, sparse_problem, unpack_sparse, xor_rows
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.io.sgbench import load_json
-from sgdask.io.store import (
+from sgdask.kernels.bits import word_layout
+from sgdask.store.store import (
     DECODE_ERRORS,
     MANIFEST,
     _zarr,
@@ -60,7 +61,6 @@ from sgdask.io.store import (
     parquet_table,
     put_file,
 )
-from sgdask.kernels.bits import word_layout
 from sgdask.types import BitMasks
 
 TUBE_FORMAT = "sgdask-pvsg-tubes"

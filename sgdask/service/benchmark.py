@@ -19,10 +19,10 @@ from sgdask.batch.rerank import BOARD_PROTOCOLS
 from sgdask.errors import InputError
 from sgdask.io.documents import strict_yaml
 from sgdask.io.fs import join
-from sgdask.io.schemas import BENCHMARK, schema_problem
 from sgdask.metrics import RANK_BY, board_columns, metrics
 from sgdask.service.access import BOARDS, Refusal
 from sgdask.service.limits import DEFAULT_UPLOAD_SECONDS, Limits
+from sgdask.store.schemas import BENCHMARK, schema_problem
 
 DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 

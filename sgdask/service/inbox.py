@@ -23,12 +23,12 @@ from sgdask.batch.registry import Entry, Registry, parse_stamp, utc_now
 from sgdask.errors import Choose, SgdaskError
 from sgdask.io.archive import printable
 from sgdask.io.fs import join
-from sgdask.io.lock import create_exclusive
 from sgdask.service.access import Refusal, authorize, checked_name, checked_paper
 from sgdask.service.benchmark import Phase, check_phase
 from sgdask.service.limits import LimitReached, Limits, check_limits
 from sgdask.service.queue import new_id, submissions, upload_url
 from sgdask.service.tokens import TokenBook
+from sgdask.store.lock import create_exclusive
 
 SIDECAR = ".meta.json"
 DATA_SUFFIXES = (".zip", ".json")

@@ -53,9 +53,9 @@ from starlette.requests import ClientDisconnect, Request
 from sgdask.batch.registry import Registry, team_key, utc_now
 from sgdask.batch.rerank import read_json, write_atomic
 from sgdask.errors import Choose
+from sgdask.formats.sniff import UPLOAD_HEAD, unscorable
 from sgdask.io.archive import printable
 from sgdask.io.fs import is_local, join
-from sgdask.io.sniff import UPLOAD_HEAD, unscorable
 from sgdask.service.access import Refusal
 from sgdask.service.queue import IN_PROGRESS, UPLOAD_SUFFIX
 

@@ -43,12 +43,10 @@ from sgdask.batch.rerank import (
 )
 from sgdask.core.settings import Settings
 from sgdask.errors import InputError, SgdaskError
+from sgdask.formats import PSG_CHALLENGE, submission_format
+from sgdask.formats.validate import Problem
 from sgdask.io.archive import ArchiveLimits, SafeZip
-from sgdask.io.formats import PSG_CHALLENGE, submission_format
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.io.lock import DEFAULT_LEASE, LockHeld
-from sgdask.io.store import StoreReader
-from sgdask.io.validate import Problem
 from sgdask.metrics import RANK_BY
 from sgdask.service import DEFAULT_MEMORY_CAP_MIB
 from sgdask.service.inbox import pick_inbox
@@ -64,6 +62,8 @@ from sgdask.service.queue import (
     upload_url,
 )
 from sgdask.service.tokens import TokenBook
+from sgdask.store.lock import DEFAULT_LEASE, LockHeld
+from sgdask.store.store import StoreReader
 
 if TYPE_CHECKING:
     from sgdask.service.app import ServiceConfig
@@ -73,7 +73,7 @@ Log = Callable[[str], None]
 DEFAULT_MAX_ERRORS = 20
 MiB = 1 << 20
 #: what the job processes import once, in the fork server they are forked from
-JOB_PRELOAD = ["sgdask.service.worker", "sgdask.io.ingest", "sgdask.io.validate"]
+JOB_PRELOAD = ["sgdask.service.worker", "sgdask.formats.ingest", "sgdask.formats.validate"]
 
 
 @dataclass

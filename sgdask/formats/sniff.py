@@ -11,6 +11,11 @@ a submission store, an SGBench ZIP or JSON is expected (pass it as --gt)"); a mi
 file is "not found". It reads a few KiB of a file at most
 (and a ZIP's member names): nothing is ingested, converted or sent to a cluster first.
 
+The kinds of files come from the formats: each format's module registers ``Signature``s
+(``sgdask.formats.registry``: the kind, how a message calls it, where it is seen and in
+which order, the roles that take it, the hint that fixes it); ``what_is`` tries them in
+their order, and knows by itself only stores, directories, images and plain JSON or ZIP.
+
 Kinds nothing here recognises (an unusual JSON, a damaged ZIP) are left to the format's
 reader, which says what is wrong with the file: ``expect`` only refuses what it knows.
 """
@@ -26,35 +31,35 @@ from typing import BinaryIO
 from fsspec import AbstractFileSystem
 
 from sgdask.errors import Hint, InputError, Option, Text
+from sgdask.formats.coco_panoptic import COCO_JSON, COCO_PANOPTIC_JSON
+from sgdask.formats.oiv6 import OI_ANNO as OI_ANNO
+from sgdask.formats.oiv6 import OI_CATEGORIES as OI_CATEGORIES
+from sgdask.formats.psg import MASK_ZIP as MASK_ZIP
+from sgdask.formats.psg import PNG_DIR, PSG_JSON
+from sgdask.formats.registry import PASS_AS_GT, SIGNATURES, Signature, signatures
+from sgdask.formats.results import NPZ as NPZ
+from sgdask.formats.results import NPZ_DIR as NPZ_DIR
+from sgdask.formats.results import PICKLE as PICKLE
+from sgdask.formats.scores import PARQUET as PARQUET
+from sgdask.formats.sgbench import SGBENCH_JSON, SGBENCH_ZIP
+from sgdask.formats.vg150 import VG_DICTS as VG_DICTS
+from sgdask.formats.vg150 import VG_H5 as VG_H5
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.io.store import MANIFEST, StoreReader, store_kind
+from sgdask.store.store import MANIFEST, StoreReader, store_kind
 
-#: the kinds of path ``what_is`` tells apart
-(MISSING, GT_STORE, SUBMISSION_STORE, DIRECTORY, NPZ_DIR, PNG_DIR, SGBENCH_ZIP, MASK_ZIP,
- NPZ, ZIP, SGBENCH_JSON, PSG_JSON, VG_DICTS, OI_ANNO, OI_CATEGORIES, JSON, VG_H5, PICKLE,
- PARQUET, IMAGE, EMPTY, OTHER) = (
-    "missing", "gt store", "submission store", "directory", "npz directory", "png directory",
-    "sgbench zip", "mask zip", "npz", "zip", "sgbench json", "psg json", "vg dicts",
-    "oi annotations", "oi categories", "json", "vg h5", "pickle", "parquet", "image", "empty",
+#: the kinds of path ``what_is`` tells apart by itself; each format's module declares its
+#: own (``Signature``s: ``psg.PSG_JSON``, ``sgbench.SGBENCH_ZIP``, ...), imported here
+(MISSING, GT_STORE, SUBMISSION_STORE, DIRECTORY, ZIP, JSON, IMAGE, EMPTY, OTHER) = (
+    "missing", "gt store", "submission store", "directory", "zip", "json", "image", "empty",
     "other")
-#: COCO panoptic files (``sgdask.io.coco_panoptic``): segments (a prediction, or a GT whose
-#: ``annotations`` come first), or a COCO JSON whose image list comes first
-COCO_PANOPTIC, COCO_JSON = "coco panoptic", "coco json"
-#: a PSG-challenge submission (``sgdask.io.psg_challenge``): a directory or ZIP holding
-#: ``relation.json`` and ``panseg/``, or ``relation.json`` itself
+#: the kind of a COCO panoptic JSON (not the format's name, ``registry.COCO_PANOPTIC``)
+COCO_PANOPTIC = COCO_PANOPTIC_JSON
+#: a PSG-challenge submission (``sgdask.formats.psg_challenge``)
 PSG_CHALLENGE = "psg challenge"
-_CHALLENGE = "a PSG-challenge submission (relation.json + panseg/)"
-_CHALLENGE_KEYS = {"relations", "segments_info", "pan_seg_file_name"}
-_COCO_KEYS = {"images", "file_name"}
 #: bytes read to recognise a JSON file by its keys, or any file by its magic bytes
 _HEAD = 64 << 10
 _IMAGES = {b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image",
            b"II*\x00": "a TIFF image", b"MM\x00*": "a TIFF image", b"GIF8": "a GIF image"}
-_PSG_KEYS = {"data", "thing_classes", "stuff_classes", "predicate_classes", "test_image_ids"}
-_SGBENCH_KEYS = {"version", "images"}
-_VG_DICT_KEYS = {"idx_to_label", "label_to_idx", "idx_to_predicate", "predicate_to_idx"}
-#: an Open Images V6 annotation file is a list of these objects; its categories_dict.json
-_OI_KEYS, _OI_CATEGORY_KEYS = {"img_fn", "det_labels"}, {"obj", "rel"}
 #: a ZIP's member names are read up to this many entries (an SGBench ZIP of PSG's test
 #: split holds about 9,000; more than this is left to the reader and its entry limit)
 _MAX_NAMES = 60_000
@@ -103,13 +108,7 @@ def _directory(fs: AbstractFileSystem, path: str) -> Found:
     if fs.exists(join(path, MANIFEST)):
         return Found(DIRECTORY, "a directory with an unreadable manifest.json")
     names = [str(p).rsplit("/", 1)[-1].lower() for p in fs.ls(path, detail=False)]
-    if "relation.json" in names:
-        return Found(PSG_CHALLENGE, _CHALLENGE)
-    if names and any(n.endswith(".npz") for n in names):
-        return Found(NPZ_DIR, "a directory of .npz files (a model's result files)")
-    if names and all(n.endswith(".png") for n in names):
-        return Found(PNG_DIR, "a directory of PNG masks")
-    return Found(DIRECTORY, "a directory")
+    return _first(signatures("dir"), names) or Found(DIRECTORY, "a directory")
 
 
 def _archive(f: BinaryIO) -> Found:
@@ -120,15 +119,8 @@ def _archive(f: BinaryIO) -> Found:
     except (zipfile.BadZipFile, OSError, ValueError):
         return Found(ZIP, "a ZIP archive")
     files = [n for n in names if not n.endswith("/")]
-    if "triplets.json" in names:
-        return Found(SGBENCH_ZIP, "an SGBench submission (ZIP)")
-    if any(n.rsplit("/", 1)[-1] == "relation.json" and n.count("/") <= 1 for n in files):
-        return Found(PSG_CHALLENGE, _CHALLENGE + " (ZIP)")
-    if files and all(n.endswith(".npy") for n in files):
-        return Found(NPZ, "an .npz file")
-    if files and all(n.endswith(".png") for n in files):
-        return Found(MASK_ZIP, "a ZIP of PNG masks")
-    return Found(ZIP, "a ZIP archive without triplets.json")
+    return (_first(signatures("zip"), names, files)
+            or Found(ZIP, "a ZIP archive without triplets.json"))
 
 
 def _member_names(f: BinaryIO) -> list[str]:
@@ -158,22 +150,27 @@ def _member_names(f: BinaryIO) -> list[str]:
     return names
 
 
+def _first(candidates: list[Signature], *seen: object) -> Found | None:
+    """What the first of ``candidates`` that matches what was ``seen`` says, if any."""
+    for sig in candidates:
+        if sig.matches is not None and sig.matches(*seen):
+            return Found(sig.kind, sig.what)
+    return None
+
+
 def _file(head: bytes) -> Found:
-    if head.startswith(b"\x89HDF\r\n\x1a\n"):
-        return Found(VG_H5, "an HDF5 file (Visual Genome's VG-SGG-with-attri.h5)")
-    if head.startswith(b"PAR1"):
-        return Found(PARQUET, "a Parquet file (a score file or training statistics)")
-    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
-        return Found(PICKLE, "a pickle (a model's result file)")
+    found = _first(signatures("head"), head)
+    if found is not None:
+        return found
     for magic, what in _IMAGES.items():
         if head.startswith(magic):
             return Found(IMAGE, what)
     if head.lstrip()[:1] == b"{":
         return _json(head)
-    if head.lstrip()[:1] == b"[" and {k.decode() for k in _KEY.findall(head)} >= _OI_KEYS:
-        return Found(OI_ANNO, "Open Images V6 annotations (vrd-*-anno.json)")
-    if head.lstrip()[:1] == b"[" and {k.decode() for k in _KEY.findall(head)} & _CHALLENGE_KEYS:
-        return Found(PSG_CHALLENGE, "a PSG challenge's relation.json")
+    if head.lstrip()[:1] == b"[":
+        found = _first(signatures("list"), head, [k.decode() for k in _KEY.findall(head)])
+        if found is not None:
+            return found
     if not head:
         return Found(EMPTY, "an empty file (0 bytes)")
     if head.lstrip()[:1] == b"[":
@@ -182,24 +179,18 @@ def _file(head: bytes) -> Found:
 
 
 def _json(head: bytes) -> Found:
-    """A JSON object by its first key (psg.json starts with its huge ``data`` list, so the
-    first key decides), else by the keys in its first bytes."""
+    """A JSON object by the formats' tests of its head and keys (COCO panoptic first),
+    else by its first key (psg.json starts with its huge ``data`` list, so the first key
+    decides), else by the keys in its first bytes."""
     keys = [k.decode() for k in _KEY.findall(head)]
-    from sgdask.io.coco_panoptic import is_coco_panoptic
-
-    if is_coco_panoptic(head) and not set(keys) & _PSG_KEYS:
-        return Found(COCO_PANOPTIC, "COCO panoptic segments (JSON)")
-    if keys[:1] in (["info"], ["images"], ["licenses"]) and set(keys) >= _COCO_KEYS:
-        return Found(COCO_JSON, "a COCO JSON file")
-    if set(keys) >= _OI_CATEGORY_KEYS:
-        return Found(OI_CATEGORIES, "Open Images V6's categories_dict.json")
+    found = _first(signatures("object"), head, keys)
+    if found is not None:
+        return found
+    by_keys = signatures("keys")
     for key in keys[:1] + keys:
-        if key in _PSG_KEYS:
-            return Found(PSG_JSON, "a ground-truth file (psg.json)")
-        if key in _SGBENCH_KEYS:
-            return Found(SGBENCH_JSON, "an SGBench submission (JSON)")
-        if key in _VG_DICT_KEYS:
-            return Found(VG_DICTS, "Visual Genome's dicts file (VG-SGG-dicts-with-attri.json)")
+        for sig in by_keys:
+            if key in sig.keys:
+                return Found(sig.kind, sig.what)
     return Found(JSON, "a JSON file")
 
 
@@ -212,78 +203,41 @@ class Role:
     expected: str
 
 
-_SUBMISSIONS = frozenset({SUBMISSION_STORE, SGBENCH_ZIP, SGBENCH_JSON, PSG_CHALLENGE})
 #: a kind nothing here can pin down: the format's reader says what is wrong with it
 _UNSURE = frozenset({DIRECTORY, ZIP, JSON, OTHER})
+#: the roles, with the kinds ``sniff`` itself accepts in each (stores, and ``_UNSURE``);
+#: a format's ``Signature.accepted_as`` adds its kinds (``accepts``)
 ROLES = {r.name: r for r in (
-    Role("gt", frozenset({GT_STORE, PSG_JSON}) | _UNSURE,
-         "a ground-truth store or psg.json"),
-    Role("pred", _SUBMISSIONS | _UNSURE,
+    Role("gt", frozenset({GT_STORE}) | _UNSURE, "a ground-truth store or psg.json"),
+    Role("pred", frozenset({SUBMISSION_STORE}) | _UNSURE,
          "a submission store, an SGBench ZIP or JSON"),
-    Role("results", frozenset({PICKLE, NPZ_DIR, NPZ}) | _UNSURE,
-         "a model's result file: a pickle or a directory of .npz files"),
-    Role("submission file", frozenset({SGBENCH_ZIP, SGBENCH_JSON, PSG_CHALLENGE}) | _UNSURE,
-         "an SGBench ZIP or JSON"),
-    Role("gt source", frozenset({PSG_JSON, VG_H5, OI_ANNO}) | _UNSURE,
+    Role("results", _UNSURE, "a model's result file: a pickle or a directory of .npz files"),
+    Role("submission file", _UNSURE, "an SGBench ZIP or JSON"),
+    Role("gt source", _UNSURE,
          "psg.json, Visual Genome's VG-SGG-with-attri.h5 or Open Images V6's "
          "vrd-test-anno.json"),
-    Role("psg", frozenset({PSG_JSON, OI_ANNO}) | _UNSURE,
-         "psg.json or Open Images V6's vrd-train-anno.json"),
-    Role("masks", frozenset({PNG_DIR, DIRECTORY}), "a directory of panoptic PNGs"),
-    Role("scores", frozenset({NPZ, PARQUET, ZIP, OTHER}), "a score file (.npz or .parquet)"),
+    Role("psg", _UNSURE, "psg.json or Open Images V6's vrd-train-anno.json"),
+    Role("masks", frozenset({DIRECTORY}), "a directory of panoptic PNGs"),
+    Role("scores", frozenset({ZIP, OTHER}), "a score file (.npz or .parquet)"),
 )}
 
 
-_SUBMITTED, _GROUND_TRUTH = "a submission: convert it with sgdask convert", (
-    "ground truth: ingest it with sgdask ingest-gt")
-_NOT_RESULTS: Text = ("an SGBench submission, not a model's result file: drop ",
-                      Option("method"))
-_PNGS_TO_INGEST: Text = ("the panoptic PNGs are the GT's masks: sgdask ingest-gt psg.json ",
-                         Option("gt_masks"), " DIR ", Option("out"), " STORE")
-#: hints by role where the command, not an option, is what fixes it (or where the generic
-#: hint would name an option the command does not have)
-_COMMANDS: dict[str, dict[str, Text]] = {
-    "submission file": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH, OI_ANNO: _GROUND_TRUTH,
-                        PNG_DIR: _PNGS_TO_INGEST},
-    "results": {PSG_JSON: _GROUND_TRUTH, VG_H5: _GROUND_TRUTH, OI_ANNO: _GROUND_TRUTH,
-                SGBENCH_ZIP: _NOT_RESULTS, SGBENCH_JSON: _NOT_RESULTS,
-                SUBMISSION_STORE: ("a submission store, not a model's result file: drop ",
-                                   Option("method"))},
-    "gt source": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED, PNG_DIR: _PNGS_TO_INGEST},
-    "psg": {SGBENCH_ZIP: _SUBMITTED, SGBENCH_JSON: _SUBMITTED,
-            PNG_DIR: "give psg.json, the annotations; the PNGs are its masks"},
-    "masks": {PSG_JSON: ("psg.json is the ground truth itself; give ", Option("gt_masks"),
-                         " the directory of its panoptic PNGs")},
-}
+def accepts(role: str) -> frozenset[str]:
+    """The kinds ``role`` takes: its own, and every format's that says it is taken there."""
+    return ROLES[role].accepts | {s.kind for s in SIGNATURES.values() if role in s.accepted_as}
 
 
 def _hint(kind: str, role: str) -> Text | None:
-    """The option or command that fixes a path of ``kind`` given as ``role``."""
-    if role in _COMMANDS and kind in _COMMANDS[role]:
-        return _COMMANDS[role][kind]
-    if kind in (GT_STORE, PSG_JSON):
-        return ("pass it as ", Option("gt")) if role != "psg" else None
-    if kind in (SUBMISSION_STORE, SGBENCH_ZIP, SGBENCH_JSON, PSG_CHALLENGE):
+    """The option or command that fixes a path of ``kind`` given as ``role``: the format's
+    hint for its kinds, else the stores'."""
+    if kind in SIGNATURES:
+        return SIGNATURES[kind].hint(role)
+    if kind == GT_STORE:
+        return PASS_AS_GT if role != "psg" else None
+    if kind == SUBMISSION_STORE:
+        if role == "results":
+            return ("a submission store, not a model's result file: drop ", Option("method"))
         return ("pass it as ", Option("pred")) if role != "submission file" else None
-    if kind in (PICKLE, NPZ_DIR, NPZ):
-        return ("add ", Option("method", "METHOD")) if role in ("pred", "submission file") else (
-            "pass it as ", Option("pred"), " with ", Option("method"))
-    if kind == VG_H5:
-        return ("ingest it with sgdask ingest-gt ", Option("dicts"), " ",
-                Option("image_data"), ", then pass the store as ", Option("gt"))
-    if kind == OI_ANNO:
-        return ("ingest it with sgdask ingest-gt, then pass the store as ", Option("gt"))
-    if kind == VG_DICTS:
-        return ("pass it to sgdask ingest-gt as ", Option("dicts"))
-    if kind == OI_CATEGORIES:
-        return ("pass it to sgdask ingest-gt as ", Option("categories"))
-    if kind == COCO_PANOPTIC:
-        return ("scored for panoptic quality by sgdask evaluate ", Option("pred"), " with ",
-                Option("pred_masks", "DIR"))
-    if kind == MASK_ZIP:
-        return ("masks need ", Option("gt_masks"), ": unzip it and pass the directory")
-    if kind == PNG_DIR:
-        return ("masks need ", Option("gt_masks"), ", with ", Option("gt"), " psg.json")
     return None
 
 
@@ -301,7 +255,7 @@ def expect(url: str, role: str, options: StorageOptions | None = None) -> Found:
     file, what it is, what was expected and the option that fixes it."""
     found = existing(url, options)
     given = ROLES[role]
-    if found.kind in given.accepts or _registered_format(url, options, role):
+    if found.kind in accepts(role) or _registered_format(url, options, role):
         return found
     hint = _hint(found.kind, role)
     raise InputError(str(url), f"{found.what}, where {given.expected} is expected",
@@ -309,9 +263,9 @@ def expect(url: str, role: str, options: StorageOptions | None = None) -> Found:
 
 
 def _registered_format(url: str, options: StorageOptions | None, role: str) -> bool:
-    """Whether a registered format (``sgdask.io.formats``) beyond the built-in ones reads
+    """Whether a registered format (``sgdask.formats``) beyond the built-in ones reads
     ``url`` in ``role``."""
-    from sgdask.io.formats import BUILT_IN, GT, SUBMISSION, recognised
+    from sgdask.formats import BUILT_IN, GT, SUBMISSION, recognised
 
     kind = {"pred": SUBMISSION, "submission file": SUBMISSION, "gt source": GT}.get(role)
     if kind is None:
@@ -357,7 +311,7 @@ _UPLOADABLE = frozenset({SGBENCH_JSON, JSON, ZIP, PSG_CHALLENGE})
 def unscorable(head: bytes, name: str) -> str | None:
     """Why an uploaded file starting with ``head`` (its first ``UPLOAD_HEAD`` bytes) can
     never be scored as a submission, naming it by ``name``; None when it may be."""
-    from sgdask.io.formats import BUILT_IN, FORMATS, HEAD_BYTES, SUBMISSION
+    from sgdask.formats import BUILT_IN, FORMATS, HEAD_BYTES, SUBMISSION
 
     found = Found(ZIP, "a ZIP archive") if head.startswith(b"PK") else _file(head)
     if found.kind in _UPLOADABLE or any(

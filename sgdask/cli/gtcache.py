@@ -26,11 +26,12 @@ from pathlib import Path
 from sgdask import __version__
 from sgdask.cluster import ClusterSpec
 from sgdask.errors import Option, SgdaskError
+from sgdask.formats.ingest import Progress, read_bytes
+from sgdask.formats.psg import gt_records, ingest_gt
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.io.ingest import Progress, gt_records, ingest_gt, read_bytes
 from sgdask.io.sources import is_store
-from sgdask.io.store import FORMAT_VERSION, missing_manifest
+from sgdask.store.store import FORMAT_VERSION, missing_manifest
 
 
 def default_cache_dir() -> Path:

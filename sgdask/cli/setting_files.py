@@ -8,7 +8,7 @@ from __future__ import annotations
 from sgdask.core.settings import Settings
 from sgdask.io.fs import StorageOptions
 from sgdask.io.predicate_groups import groups_document
-from sgdask.io.training_stats import read_stats
+from sgdask.store.training_stats import read_stats
 
 
 def check_setting_files(settings: Settings, storage_options: StorageOptions | None = None

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from sgdask.errors import InputError
 from sgdask.io.fs import is_local
-from sgdask.io.store import DECODE_ERRORS, Corrupt, StoreReader, decode_detail
+from sgdask.store.store import DECODE_ERRORS, Corrupt, StoreReader, decode_detail
 
 BOX_COLUMNS = ["mask_y0", "mask_x0", "mask_y1", "mask_x1"]
 #: threads reading a store's files: enough to overlap S3 round trips, few enough for a laptop

@@ -18,16 +18,32 @@ vrd-train-anno.json``.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from sgdask.errors import InputError
-from sgdask.io.archive import printable
-from sgdask.io.psg import GTRecord
-from sgdask.io.training_stats import STATS_SCHEMA
+from sgdask.errors import InputError, Option, Text
+from sgdask.formats.ingest import BOX_STORE_PARTITION, Progress, read_bytes
+from sgdask.formats.psg import GTRecord, write_gt_store
+from sgdask.formats.registry import (
+    GROUND_TRUTH,
+    GT,
+    OIV6,
+    Format,
+    Signature,
+    register,
+    register_signature,
+)
+from sgdask.io.archive import ArchiveLimits, printable
+from sgdask.io.bounded_json import load_json
+from sgdask.io.fs import StorageOptions, filesystem, join
+from sgdask.store.training_stats import STATS_SCHEMA
+
+if TYPE_CHECKING:
+    from sgdask.cluster import ClusterSpec
 
 CATEGORIES_FILE = "categories_dict.json"
 TRAIN_FILE = "vrd-train-anno.json"
@@ -194,3 +210,77 @@ def oi_train_stats(doc: Any, file: str, names: dict[str, list[str]] | None = Non
                      "object_category": [r[0][1] for r in rows],
                      "predicate": [r[0][2] for r in rows],
                      "count": [r[1] for r in rows]}, schema=STATS_SCHEMA)
+
+
+def ingest_oi(anno: str, out: str, categories: str | None = None,
+              storage_options: StorageOptions | None = None,
+              partition_size: int = BOX_STORE_PARTITION, overwrite: bool = False,
+              progress: Progress = None, cluster: ClusterSpec = None,
+              limits: ArchiveLimits | None = None) -> dict[str, Any]:
+    """Open Images V6 (``vrd-test-anno.json`` and ``categories_dict.json``, beside it
+    unless ``categories`` names it) -> box GT store, read as PySGG reads it
+    (``evaluated_records``); ``vrd-train-anno.json`` beside it gives the training
+    statistics. Returns the manifest."""
+    limits = limits or ArchiveLimits()
+    folder = str(anno).rstrip("/").rsplit("/", 1)[0] if "/" in str(anno) else "."
+    categories = categories or join(folder, CATEGORIES_FILE)
+    raw = read_bytes(anno, storage_options, "vrd-test-anno.json", (limits, "max_json_size"))
+    cat_bytes = read_bytes(categories, storage_options, "--categories",
+                           (limits, "max_json_size"))
+    names = category_names(load_json(cat_bytes, categories, limits, "gt"), categories)
+    records, dropped = evaluated_records(load_json(raw, anno, limits, "gt"), anno, names)
+    if not records:
+        raise InputError(str(anno), "no image with boxes and relations", field="rel")
+    digest = hashlib.sha256(raw)
+    digest.update(hashlib.sha256(cat_bytes).digest())
+    train = join(folder, TRAIN_FILE)
+    fs, path = filesystem(train, storage_options)
+    stats = STATS_SCHEMA.empty_table()
+    if str(anno).rstrip("/").rsplit("/", 1)[-1] != TRAIN_FILE and fs.exists(path):
+        train_bytes = read_bytes(train, storage_options, TRAIN_FILE,
+                                 (limits, "max_json_size"))
+        stats = oi_train_stats(load_json(train_bytes, train, limits, "gt"), train, names)
+        digest.update(hashlib.sha256(train_bytes).digest())
+    else:
+        train = None
+    return write_gt_store(
+        out, storage_options, overwrite, sorted(records, key=lambda r: r.image_id), stats,
+        partition_size, None, progress, cluster, digest, [r.image_id for r in records],
+        limits=limits, source=str(anno), instances="boxes", gt_format=OI_FORMAT,
+        sources={"categories": str(categories), "train": train}, dropped_images=dropped,
+        boxes=OI_BOXES, **names)
+
+# --------------------------------------------------------------------------- the format
+
+def _ingest(url: str, out: str, gt: str | None, options: StorageOptions | None, *,
+            categories: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    return ingest_oi(url, out, categories, options, **kwargs)
+
+
+FORMAT = register(Format(
+    OIV6, GT, lambda head, name: is_open_images(head), ("boxes", "relations", "training_stats"),
+    "vrd-test-anno.json with categories_dict.json (Open Images V6, as RelDN / PySGG)",
+    _ingest, options=("categories",)))
+
+# --------------------------------------------------------------------------- sniffing
+
+#: what ``sniff`` tells apart of this format: the annotation list (a list of objects with
+#: these keys), its categories_dict.json (an object with these keys)
+OI_ANNO, OI_CATEGORIES = "oi annotations", "oi categories"
+_OI_KEYS, _OI_CATEGORY_KEYS = {"img_fn", "det_labels"}, {"obj", "rel"}
+
+
+def _anno_hint(role: str) -> Text | None:
+    if role in ("submission file", "results"):
+        return GROUND_TRUTH
+    return ("ingest it with sgdask ingest-gt, then pass the store as ", Option("gt"))
+
+
+register_signature(Signature(
+    OI_ANNO, "Open Images V6 annotations (vrd-*-anno.json)", "list", 10,
+    lambda head, keys: set(keys) >= _OI_KEYS,
+    accepted_as=frozenset({"gt source", "psg"}), hint=_anno_hint))
+register_signature(Signature(
+    OI_CATEGORIES, "Open Images V6's categories_dict.json", "object", 30,
+    lambda head, keys: set(keys) >= _OI_CATEGORY_KEYS,
+    hint=lambda role: ("pass it to sgdask ingest-gt as ", Option("categories"))))

@@ -2,7 +2,7 @@
 scripts (``conversion/convert.py --method ...`` in the SGBench repository; the rules are
 written down in ``schemas/results.md``).
 
-Inputs are checked arrays (``sgdask.io.results`` checks them): ``rel_pair_idxes`` (R, 2)
+Inputs are checked arrays (``sgdask.formats.results`` checks them): ``rel_pair_idxes`` (R, 2)
 instance indices, ``rel_dists`` (R, 1 + P) with the no-relation column first,
 ``refine_scores`` (N, C) object class logits with the background column first, ``rels``
 (R', 3) with 1-based predicates. Outputs are (n, 3) int64 ``[subject, object, predicate]``

@@ -19,9 +19,9 @@ import numpy as np
 import pyarrow as pa
 
 from sgdask.io.codecs.words import sparse_problem, unpack_sparse, v1_crop_words, xor_rows
-from sgdask.io.store import CROWD_VERSION, PAIRS_VERSION, Corrupt, StoreReader
 from sgdask.io.units import unit_column
 from sgdask.kernels.bits import word_layout
+from sgdask.store.store import CROWD_VERSION, PAIRS_VERSION, Corrupt, StoreReader
 from sgdask.types import BitMasks, ImageGT, ImagePred, TopPredicates
 
 IMAGE_COLUMNS = ["image_id", "height", "width", "n_instances", "n_graph", "n_ng",

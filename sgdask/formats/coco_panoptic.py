@@ -18,10 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from sgdask.errors import InputError
+from sgdask.errors import InputError, Option, SgdaskError
+from sgdask.formats.psg import PSG_KEYS, plain_rgb
+from sgdask.formats.registry import (
+    COCO_PANOPTIC,
+    SUBMISSION,
+    Format,
+    Signature,
+    register,
+    register_signature,
+)
 from sgdask.io.archive import ArchiveLimits, limit_hint
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.io.psg import plain_rgb
 
 #: JSON keys that only a COCO panoptic file's segments have (within a sniffed head)
 SEGMENT_KEYS = {"segments_info"}
@@ -170,3 +178,42 @@ def panoptic_pixels(masks_dir: str, segments: Segments, options: StorageOptions 
         raise InputError(url, f"not a readable PNG ({type(err).__name__})",
                          image=segments.image_id) from None
     return np.ascontiguousarray(rgb)
+
+# --------------------------------------------------------------------------- the format
+
+def _recognised(head: bytes, name: str) -> bool:
+    """A JSON object whose first key is ``annotations`` (within ``HEAD_BYTES``;
+    ``sniff`` looks further, for ``segments_info``)."""
+    return b"".join(head.split()).startswith(b'{"annotations"')
+
+
+def _scored_as_is(url: str, *args: Any, **kwargs: Any) -> Any:
+    """COCO panoptic predictions are neither converted nor opened as a scene graph
+    submission: ``evaluate`` scores their panoptic quality (``sgdask.pq``)."""
+    raise SgdaskError(f"{url}: COCO panoptic predictions are scored as they are, for "
+                      "panoptic quality: sgdask evaluate ", Option("pred"), " with ",
+                      Option("pred_masks", "DIR"), ", ", Option("gt"), " GT.json and ",
+                      Option("gt_masks", "DIR"))
+
+
+FORMAT = register(Format(
+    COCO_PANOPTIC, SUBMISSION, _recognised, ("masks",),
+    "COCO panoptic format (panopticapi): JSON + PNGs, sgdask/formats/coco_panoptic.py",
+    _scored_as_is, _scored_as_is))
+
+# --------------------------------------------------------------------------- sniffing
+
+#: what ``sniff`` tells apart of this format: segments (a prediction, or a GT whose
+#: ``annotations`` come first), or a COCO JSON whose image list comes first
+COCO_PANOPTIC_JSON, COCO_JSON = "coco panoptic", "coco json"
+_COCO_KEYS = {"images", "file_name"}
+
+register_signature(Signature(
+    COCO_PANOPTIC_JSON, "COCO panoptic segments (JSON)", "object", 10,
+    lambda head, keys: is_coco_panoptic(head) and not set(keys) & PSG_KEYS,
+    hint=lambda role: ("scored for panoptic quality by sgdask evaluate ", Option("pred"),
+                       " with ", Option("pred_masks", "DIR"))))
+register_signature(Signature(
+    COCO_JSON, "a COCO JSON file", "object", 20,
+    lambda head, keys: keys[:1] in (["info"], ["images"], ["licenses"])
+    and set(keys) >= _COCO_KEYS))

@@ -13,7 +13,7 @@
 Images are sorted by id and cut into parts of ``partition_size`` images; the manifest lists
 each part's first and last id, so a Dask task reads only the parts holding its images.
 Word offsets into a part's mask array are in the instances table. Version 1 stores (GT label
-images, byte-packed crops) are still read: ``sgdask.io.partition`` converts them on read.
+images, byte-packed crops) are still read: ``sgdask.store.partition`` converts them on read.
 
 Integrity (version 3): the manifest lists every other file of the store with its size and
 SHA-256 (``files``); a reader checks the bytes it reads against it, Parquet pages carry
@@ -64,10 +64,10 @@ from sgdask.io.fs import (
     is_storage_fault,
     join,
 )
-from sgdask.io.lock import exclusive_lock
-from sgdask.io.schemas import STORE_MANIFEST, schema_problem
 from sgdask.io.units import unit_column
 from sgdask.kernels.bits import word_layout
+from sgdask.store.lock import exclusive_lock
+from sgdask.store.schemas import STORE_MANIFEST, schema_problem
 from sgdask.types import BitMasks
 
 if TYPE_CHECKING:
@@ -339,7 +339,7 @@ class StoreWriter:
     overwrites leave one complete store, the last one swapped in, and a run whose swap
     finds another run's store already moved in fails with one line. Object stores have no
     atomic directory rename: there the old store is removed and the new one written in
-    place under the lock object ``<url>.lock`` (``sgdask.io.lock``), so a concurrent
+    place under the lock object ``<url>.lock`` (``sgdask.store.lock``), so a concurrent
     overwrite fails at once instead of mixing files into the store being written.
     """
 

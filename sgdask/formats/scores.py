@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sgdask.errors import Choose, InputError, SettingError, SgdaskError, SgdaskWarning
+from sgdask.formats.registry import Signature, register_signature
 from sgdask.io.archive import (
     ZIP_ERRORS,
     ArchiveLimits,
@@ -504,3 +505,11 @@ def npz_array(archive: np.lib.npyio.NpzFile, name: str, file: str,
         raise InputError(file, f"{len(array)} rows but image_id has {n_rows}", field=name,
                          expected="one row per pair")
     return array
+
+# --------------------------------------------------------------------------- sniffing
+
+#: what ``sniff`` tells apart of this format (an ``.npz`` score file is ``results.NPZ``)
+PARQUET = "parquet"
+register_signature(Signature(
+    PARQUET, "a Parquet file (a score file or training statistics)", "head", 20,
+    lambda head: head.startswith(PARQUET_MAGIC), accepted_as=frozenset({"scores"})))

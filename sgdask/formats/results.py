@@ -21,15 +21,33 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sgdask.errors import Fix, InputError, Option, SgdaskError, Text, checked_choice
+from sgdask import __version__
+from sgdask.errors import Fix, InputError, Option, SgdaskError, StoreError, Text, checked_choice
+from sgdask.formats.ingest import (
+    DEFAULT_STORE_PARTITION,
+    Progress,
+    add_submission_rows,
+    map_tasks,
+    submission_parts,
+)
+from sgdask.formats.methods import METHODS, fields_of, lists_for
+from sgdask.formats.registry import (
+    RESULTS,
+    SUBMISSION,
+    Format,
+    Signature,
+    register,
+    register_signature,
+)
+from sgdask.formats.sgbench import BOX_EXPECTED, SubmissionImage
+from sgdask.formats.validate import ClassCounts, GTInfo
 from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
-from sgdask.io.fs import StorageOptions, filesystem, join, unreadable
-from sgdask.io.methods import METHODS, fields_of, lists_for
-from sgdask.io.sgbench import BOX_EXPECTED, ClassCounts, SubmissionImage
+from sgdask.io.fs import StorageOptions, absolute, filesystem, join, unreadable
+from sgdask.io.sources import Digest, Loaded
 from sgdask.io.triplets import PAIRS, row_problems
 from sgdask.io.unpickle import (
     ALLOWED_KINDS,
@@ -39,7 +57,11 @@ from sgdask.io.unpickle import (
     Refused,
     restricted_loads,
 )
+from sgdask.store.store import PartTables, StoreReader, StoreWriter, part_name, write_part
 from sgdask.types import BitMasks, ImagePred
+
+if TYPE_CHECKING:
+    from sgdask.cluster import ClusterSpec
 
 DEFAULT_LIMITS = ArchiveLimits()
 ZIP_MAGIC = b"PK\x03\x04"
@@ -533,3 +555,219 @@ class ResultSource:
                                                               )).hexdigest()
                 digest.update(f"{entry.name}\n{hexdigest}\n".encode())
         return "sha256:" + digest.hexdigest()
+
+
+def convert_results(results: str, out: str, gt: str, method: str,
+                    storage_options: StorageOptions | None = None,
+                    partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
+                    progress: Progress = None, cluster: ClusterSpec = None,
+                    limits: ArchiveLimits | None = None, instance_scores: bool = False
+                    ) -> dict[str, Any]:
+    """OpenPSG-family result file or directory -> submission store (``convert --method``).
+
+    Results are paired with the GT's test images that have relations, in psg.json's order;
+    each part's task decodes its images' masks straight into crops (no TIFF) and derives
+    the lists by ``method``'s rules (``schemas/results.md``). A problem in any image fails
+    the whole conversion, after every task has finished, so no store is left behind.
+    """
+    gt_reader = StoreReader(gt, storage_options, "gt")
+    gt_info = GTInfo.of(gt_reader)
+    results = absolute(results)  # read by the tasks
+    source = ResultSource(results, method, storage_options, limits, instance_scores)
+    entries = source.images(evaluated_order(gt_reader, gt_info))
+    parts = submission_parts(sorted(entries, key=lambda e: e.image_id), gt_reader,
+                             partition_size)
+    try:
+        with StoreWriter(out, "submission", storage_options, overwrite) as writer:
+            tasks = [(results, method, instance_scores, writer.write_url, storage_options, i,
+                      part, {e.image_id: gt_info.sizes[e.image_id] for e in part},
+                      gt_info.classes, limits)
+                     for i, part in enumerate(parts)]
+            outcomes = map_tasks(write_result_part, tasks, cluster,
+                                 (lambda o: progress(len(o.digests))) if progress else None)
+            raise_first(o.error for o in outcomes)
+            digests = {e.position: d for part, o in zip(parts, outcomes, strict=True)
+                       for e, d in zip(part, o.digests, strict=True)}
+            return writer.finish(
+                [o.info for o in outcomes], sgdask_version=__version__,
+                content_hash=source.content_hash(entries, [digests[e.position]
+                                                           for e in entries]),
+                source=str(results), instances="masks", has_ng=True,
+                n_images=len(entries), partition_size=partition_size, triplets_from=None,
+                method=method, instance_scores=instance_scores)
+    finally:
+        loaded_pickle.cache_clear()
+
+
+
+@dataclass
+class PartOutcome:
+    """What a result part's task returns: its manifest entry and file digests, or the
+    first problem it found (returned, not raised, so that the driver removes the store only
+    once no task writes into it any more)."""
+
+    info: dict[str, Any] | None
+    digests: list[str | None]
+    error: SgdaskError | None = None
+
+
+
+def raise_first(errors: Iterable[SgdaskError | None]) -> None:
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+
+
+
+def write_result_part(results: str, method: str, instance_scores: bool, out: str,
+                      options: StorageOptions | None, index: int, entries: list[ResultEntry],
+                      sizes: dict[str, tuple[int, int]], classes: ClassCounts,
+                      limits: ArchiveLimits | None) -> PartOutcome:
+    """One part of a result conversion (a Dask task): decodes and checks its images, crops
+    their masks and writes the part."""
+    try:
+        source = ResultSource(results, method, options, limits, instance_scores)
+        tables = PartTables.empty()
+        digests = []
+        for entry in entries:
+            img, digest = source.image_and_digest(entry, sizes[entry.image_id], classes)
+            digests.append(digest)
+            add_submission_rows(tables, img.submission_image(), img.masks.shape[1:],
+                                part_name(index), BitMasks.from_dense(img.masks))
+        return PartOutcome(write_part(out, options, index, tables), digests)
+    except SgdaskError as err:
+        return PartOutcome(None, [], err)
+
+
+def evaluated_order(gt: StoreReader, gt_info: GTInfo) -> list[str]:
+    """The GT's test images with relations, in psg.json's ``data`` order (what model result
+    files are paired with)."""
+    name = gt.manifest.get("image_order")
+    if not name:
+        raise StoreError(f"{gt.url}: the GT store does not record psg.json's image order, "
+                         "which result files are paired by (written by an older sgdask: "
+                         "run sgdask ingest-gt again)")
+    raw = gt.read_file(name)  # checked against the manifest's size and SHA-256
+    try:
+        ids = json.loads(raw)["image_ids"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise StoreError(f"{gt.url}/{name}: unreadable ({type(err).__name__}: {err})") from None
+    return [i for i in ids if i in gt_info.evaluated]
+
+
+
+@dataclass(frozen=True)
+class ResultSlice:
+    """A partition's results of a model's result file, decoded and checked (against the GT
+    image's size and the GT's classes) by the task that scores them."""
+
+    url: str
+    how: ResultsMethod
+    entries: tuple[ResultEntry, ...]
+    sizes: tuple[tuple[str, tuple[int, int]], ...]
+    classes: ClassCounts
+    limits: ArchiveLimits | None
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(e.image_id for e in self.entries)
+
+    def decode(self, options: StorageOptions | None
+               ) -> tuple[dict[str, ImagePred], list[Digest]]:
+        """The predictions, and the digests of the files read (for the content hash)."""
+        if not self.entries:
+            return {}, []
+        source = ResultSource(self.url, self.how.method, options, self.limits,
+                              self.how.instance_scores)
+        sizes = dict(self.sizes)
+        preds, digests = {}, []
+        for entry in self.entries:
+            img, digest = source.image_and_digest(entry, sizes[entry.image_id], self.classes)
+            preds[entry.image_id] = img.prediction()
+            digests.append((entry.position, digest))
+        return preds, digests
+
+    def read(self, options: StorageOptions | None) -> Loaded:
+        return Loaded(*self.decode(options))
+
+
+
+class ResultInput:
+    """A model's result file or ``.npz`` directory, paired with the GT's test images as
+    ``convert --method`` pairs them; its manifest is what that conversion would write, the
+    content hash completed by ``finish`` from the digests the tasks return."""
+
+    keeps = False
+
+    def __init__(self, url: str, options: StorageOptions | None, gt: StoreReader,
+                 gt_info: GTInfo, how: ResultsMethod, limits: ArchiveLimits | None) -> None:
+        self.source = ResultSource(url, how.method, options, limits, how.instance_scores)
+        self.url, self.how, self.limits, self.gt_info = str(url), how, limits, gt_info
+        self.entries = self.source.images(evaluated_order(gt, gt_info))
+        self.by_id = {e.image_id: e for e in self.entries}
+        self.manifest: dict[str, Any] = {
+            "kind": "submission", "source": self.url, "has_ng": True, "instances": "masks",
+            "content_hash": None, "method": how.method,
+            "instance_scores": how.instance_scores}
+
+    def ids(self) -> list[str]:
+        return sorted(self.by_id)
+
+    def slice(self, ids: list[str]) -> ResultSlice:
+        return ResultSlice(self.url, self.how, tuple(self.by_id[i] for i in ids),
+                           tuple((i, self.gt_info.sizes[i]) for i in ids),
+                           self.gt_info.classes, self.limits)
+
+    def finish(self, digests: list[Digest]) -> None:
+        """Set the content hash (``convert --method``'s) from the tasks' digests; drop the
+        parsed pickle this process holds."""
+        known = dict(digests)
+        self.manifest["content_hash"] = self.source.content_hash(
+            self.entries, [known.get(e.position) for e in self.entries])
+        loaded_pickle.cache_clear()
+
+# --------------------------------------------------------------------------- the format
+
+def _convert(url: str, out: str, gt: str | None, options: StorageOptions | None, *,
+             method: str, **kwargs: Any) -> dict[str, Any]:
+    if gt is None:
+        raise SgdaskError(Option("method"), " needs ", Option("gt"), ": results are paired "
+                          "with the GT store's test images, in psg.json's order")
+    return convert_results(url, out, gt, method, options, **kwargs)
+
+
+def _opened(url: str, options: StorageOptions | None, gt_reader: StoreReader,
+            gt_info: GTInfo, limits: ArchiveLimits | None, how: Any) -> ResultInput:
+    return ResultInput(url, options, gt_reader, gt_info, how, limits)
+
+
+FORMAT = register(Format(
+    RESULTS, SUBMISSION, lambda head, name: False,
+    ("boxes", "masks", "instance_scores", "graph", "ng"),
+    "schemas/results.md", _convert, _opened, options=("method", "instance_scores")))
+
+# --------------------------------------------------------------------------- sniffing
+
+#: what ``sniff`` tells apart of this format: a pickle, a directory of ``.npz`` files, one
+#: ``.npz`` file (a ZIP of ``.npy`` members)
+PICKLE, NPZ_DIR, NPZ = "pickle", "npz directory", "npz"
+
+
+def _hint(role: str) -> Text | None:
+    if role in ("pred", "submission file"):
+        return ("add ", Option("method", "METHOD"))
+    return ("pass it as ", Option("pred"), " with ", Option("method"))
+
+
+register_signature(Signature(
+    PICKLE, "a pickle (a model's result file)", "head", 30,
+    lambda head: head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"),
+    accepted_as=frozenset({"results"}), hint=_hint))
+register_signature(Signature(
+    NPZ_DIR, "a directory of .npz files (a model's result files)", "dir", 10,
+    lambda names: bool(names) and any(n.endswith(".npz") for n in names),
+    accepted_as=frozenset({"results"}), hint=_hint))
+register_signature(Signature(
+    NPZ, "an .npz file", "zip", 20,
+    lambda names, files: bool(files) and all(n.endswith(".npy") for n in files),
+    accepted_as=frozenset({"results", "scores"}), hint=_hint))

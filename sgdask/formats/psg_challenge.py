@@ -29,13 +29,14 @@ import numpy as np
 
 from sgdask import __version__
 from sgdask.errors import InputError, Option, SgdaskError
+from sgdask.formats.psg import plain_rgb
+from sgdask.formats.sgbench import SubmissionImage
+from sgdask.formats.validate import ClassCounts, GTInfo, Problem
 from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
+from sgdask.io.bounded_json import load_json
 from sgdask.io.fs import StorageOptions, absolute, filesystem, join, unreadable
-from sgdask.io.psg import plain_rgb
-from sgdask.io.sgbench import ClassCounts, SubmissionImage, load_json
 from sgdask.io.sources import Digest, Loaded, evaluated_order
-from sgdask.io.store import PartTables, StoreReader, StoreWriter, part_name, write_part
-from sgdask.io.validate import GTInfo, Problem
+from sgdask.store.store import PartTables, StoreReader, StoreWriter, part_name, write_part
 from sgdask.types import EMPTY_TRIPLETS, BitMasks, ImagePred
 
 RELATIONS_FILE, PNG_FOLDER = "relation.json", "panseg"
@@ -349,7 +350,7 @@ def write_challenge_part(url: str, out: str, options: StorageOptions | None, ind
                          entries: list[ChallengeEntry], sizes: dict[str, tuple[int, int]],
                          limits: ArchiveLimits | None) -> PartOutcome:
     """One store part (a Dask task): decodes and checks its entries' PNGs, writes them."""
-    from sgdask.io.ingest import add_submission_rows
+    from sgdask.formats.ingest import add_submission_rows
 
     try:
         files, tables, digests = ChallengeFiles(url, options, limits), PartTables.empty(), []
@@ -368,7 +369,8 @@ def convert_challenge(url: str, out: str, gt: str | None, options: StorageOption
                       partition_size: int | None = None) -> dict[str, Any]:
     """A PSG-challenge submission -> submission store (``sgdask convert``, the service)."""
     from sgdask.cluster import map_tasks
-    from sgdask.io.ingest import DEFAULT_STORE_PARTITION, raise_first, submission_parts
+    from sgdask.formats.ingest import DEFAULT_STORE_PARTITION, submission_parts
+    from sgdask.formats.results import raise_first
 
     if gt is None:
         raise SgdaskError("PSG-challenge files need ", Option("gt"), ": their entries are "

@@ -34,7 +34,7 @@ Scene-Graph-Benchmark.pytorch's output (needs torch)::
                  rel_pair_idxs=p.get_field("rel_pair_idxs").numpy(),
                  pred_rel_scores=p.get_field("pred_rel_scores").numpy())
 
-(``split_image_ids`` is ``sgdask.io.vg.split_image_ids``.)
+(``split_image_ids`` is ``sgdask.formats.vg150.split_image_ids``.)
 """
 
 from __future__ import annotations

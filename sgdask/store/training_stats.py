@@ -13,13 +13,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sgdask.errors import InputError, SgdaskError, StoreError
+from sgdask.errors import InputError, StoreError
 from sgdask.io.archive import printable
 from sgdask.io.fs import StorageOptions, file_digest, filesystem, join, unreadable
 from sgdask.types import ZeroShot
 
 if TYPE_CHECKING:
-    from sgdask.io.store import StoreReader
+    from sgdask.store.store import StoreReader
 
 STATS_SCHEMA = pa.schema([("subject_category", pa.int32()), ("object_category", pa.int32()),
                           ("predicate", pa.int32()), ("count", pa.int64())])
@@ -67,21 +67,6 @@ def _index(value: Any, n: int | None, file: str, field: str, where: dict[str, st
         return value
     shown = printable(repr(value))[:40]
     raise InputError(file, f"{shown} is not an index in 0..{top}", field=field, **where)
-
-
-def psg_train_stats(psg_json: str, storage_options: StorageOptions | None = None) -> pa.Table:
-    """Triplet-type counts over the training split of the psg.json at ``psg_json`` (path or
-    URL; or over Open Images V6's vrd-train-anno.json, a list of images), as ``sgdask
-    stats`` writes them; an error when that split holds no relation."""
-    from sgdask.io.ingest import read_bytes
-    from sgdask.io.openimages import oi_train_stats
-    from sgdask.io.sgbench import load_json
-
-    doc = load_json(read_bytes(psg_json, storage_options, "psg.json"), psg_json, kind="gt")
-    table = (oi_train_stats if isinstance(doc, list) else train_stats)(doc, psg_json)
-    if not len(table):
-        raise SgdaskError(f"{psg_json}: train_image_ids: no training relation found")
-    return table
 
 
 def write_stats(table: pa.Table, url: str, storage_options: StorageOptions | None = None

@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 
 from sgdask.errors import SgdaskError
-from sgdask.io.consistency import check_contents
+from sgdask.formats.sniff import existing
 from sgdask.io.fs import StorageOptions, filesystem
-from sgdask.io.partition import PartMasks, part_rows
-from sgdask.io.sniff import existing
-from sgdask.io.store import (
+from sgdask.io.units import unit_column
+from sgdask.store.consistency import check_contents
+from sgdask.store.partition import PartMasks, part_rows
+from sgdask.store.store import (
     MANIFEST,
     TABLES,
     Corrupt,
@@ -31,7 +32,6 @@ from sgdask.io.store import (
     StoreReader,
     table_columns,
 )
-from sgdask.io.units import unit_column
 
 
 class Attempts:

@@ -14,40 +14,70 @@ checked (layer count, size, pixels) before any pixel is decoded.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from dataclasses import dataclass, replace
+from itertools import islice
+from typing import TYPE_CHECKING, Any
 
 import fastjsonschema
 import numpy as np
 
-from sgdask.errors import InputError, SgdaskError
-from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
+from sgdask import __version__
+from sgdask.errors import InputError, Option, SgdaskError, Text
+from sgdask.formats.ingest import (
+    DEFAULT_STORE_PARTITION,
+    Decoded,
+    Progress,
+    map_tasks,
+    submission_parts,
+    write_decoded_part,
+)
+from sgdask.formats.registry import (
+    OIV6,
+    SGBENCH,
+    SUBMISSION,
+    Format,
+    Signature,
+    register,
+    register_signature,
+)
+from sgdask.formats.scores import SubmissionInstances, load_score_lists
+from sgdask.formats.validate import (
+    DEFAULT_MAX_PROBLEMS,
+    SHOWN_MISSING,
+    ClassCounts,
+    GTInfo,
+    Problem,
+)
+from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, read_capped
+from sgdask.io.bounded_json import check_json_memory, load_json
 from sgdask.io.fs import (
     StorageOptions,
+    absolute,
+    combined_digest,
     fault_detail,
     file_digest,
     filesystem,
     is_storage_fault,
 )
+from sgdask.io.sources import Digest, Loaded
 from sgdask.io.tiff import read_tiff_masks
-from sgdask.io.triplets import SUBMISSION, row_problems
+from sgdask.io.triplets import SUBMISSION as WORDING
+from sgdask.io.triplets import row_problems
+from sgdask.kernels.scores import PREDICATE, DerivedLists
+from sgdask.store.store import StoreReader, StoreWriter
 from sgdask.types import EMPTY_TRIPLETS, BitMasks, TopPredicates
+
+if TYPE_CHECKING:
+    from sgdask.cluster import ClusterSpec
 
 FILE_VERSIONS = (1, 2)
 INT32_MAX = 2**31 - 1
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 DEFAULT_LIMITS = ArchiveLimits()
-#: bytes of Python objects per byte of JSON, at most, by kind of document (tracemalloc's
-#: peak of ``json.loads``): an upload may be built for the worst case, ``[[0],[0],...]``
-#: (a list per 4 bytes: 25x); a GT file (psg.json, vrd-*-anno.json) is the maintainers',
-#: objects of numbers and names (8x measured on such documents)
-JSON_EXPANSION = {"submission": 26, "gt": 10}
 #: spelling name -> the image keys it uses
 SPELLINGS = {"instances": ("instances",), "bboxes + categories": ("bboxes", "categories"),
              "annotation": ("annotation",)}
@@ -127,13 +157,6 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-class ClassCounts(NamedTuple):
-    """Sizes of the GT's class lists (thing + stuff categories, predicates)."""
-
-    categories: int
-    predicates: int
-
-
 @dataclass
 class SubmissionImage:
     """One image of a submission, validated, before masks are read."""
@@ -150,88 +173,6 @@ class SubmissionImage:
 
 
 # --------------------------------------------------------------------------- JSON
-
-
-def load_json(data: bytes, file: str, limits: ArchiveLimits = DEFAULT_LIMITS,
-              kind: str = "submission") -> Any:
-    """Parsed JSON within the size, memory (``kind``: ``JSON_EXPANSION``) and depth
-    limits, or an InputError naming the file."""
-    if len(data) > limits.max_json_size:
-        raise InputError(file, f"is {len(data)} bytes", expected=limit_hint(limits,
-                                                                             "max_json_size"))
-    check_json_memory(len(data), file, limits, kind)
-    too_deep = InputError(file, "JSON nested too deeply",
-                          expected=limit_hint(limits, "max_json_depth"))
-    try:
-        with gc_paused():
-            doc = json.loads(data)
-    except RecursionError:
-        raise too_deep from None
-    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, too many digits
-        raise InputError(file, f"not valid JSON ({printable(str(err))})") from err
-    if isinstance(data, bytes) and json.detect_encoding(data) == "utf-8":
-        deeper = bracket_depth(data) > limits.max_json_depth
-    else:
-        deeper = nested_deeper(doc, limits.max_json_depth)
-    if deeper:
-        raise too_deep
-    return doc
-
-
-def check_json_memory(size: int, file: str, limits: ArchiveLimits, kind: str) -> None:
-    """InputError when a JSON document of ``size`` bytes of ``kind`` could take more memory
-    parsed than ``max_json_memory``: its size times the kind's expansion factor."""
-    estimate = size * JSON_EXPANSION[kind]
-    if estimate > limits.max_json_memory:
-        raise InputError(file, f"is {size} bytes, up to {estimate} bytes once parsed "
-                         f"({JSON_EXPANSION[kind]} x its size)",
-                         expected=limit_hint(limits, "max_json_memory"))
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection inside the block. A parsed document is millions of
-    small lists without cycles; the collector's passes while they are made (each one walks
-    every container made so far) cost more than the parse itself."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def bracket_depth(data: bytes) -> int:
-    """How deep lists and objects nest in a UTF-8 JSON text that parses: the most open
-    brackets outside strings at any point, in numpy (``nested_deeper`` walks the parsed
-    document in Python, half a second for a 15 MB submission). Escaped backslashes, then
-    escaped quotes, are dropped first, so that every quote left opens or closes a string."""
-    if b"\\" in data:
-        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
-    text = np.frombuffer(data, dtype=np.uint8)
-    quotes = np.flatnonzero(text == ord('"'))
-
-    def outside_strings(positions: np.ndarray) -> np.ndarray:
-        return positions[np.searchsorted(quotes, positions) % 2 == 0]
-
-    opens = outside_strings(np.flatnonzero((text == ord("[")) | (text == ord("{"))))
-    closes = outside_strings(np.flatnonzero((text == ord("]")) | (text == ord("}"))))
-    # right after the k-th open bracket, k + 1 are open and the closes before it are shut
-    depths = np.arange(1, len(opens) + 1) - np.searchsorted(closes, opens)
-    return int(depths.max(initial=0))
-
-
-def nested_deeper(doc: Any, limit: int) -> bool:
-    """Whether lists and objects nest more than ``limit`` levels (iterative, no recursion)."""
-    level = [doc] if isinstance(doc, dict | list) else []
-    for _ in range(limit):
-        level = [child for node in level
-                 for child in (node.values() if isinstance(node, dict) else node)
-                 if isinstance(child, dict | list)]
-        if not level:
-            return False
-    return bool(level)
 
 
 # --------------------------------------------------------------------------- schema
@@ -439,7 +380,7 @@ def triplet_problems(values: list | None, t: np.ndarray, n: int, file: str, imag
                      field: str, n_predicates: int | None) -> Iterator[InputError]:
     """The shared triplet rule (``sgdask.io.triplets``) on one list (``t``: the list
     ``values`` as rows)."""
-    for p in row_problems(t, n, n_predicates, SUBMISSION, shown=values):
+    for p in row_problems(t, n, n_predicates, WORDING, shown=values):
         yield InputError(file, p.what, image=image, field=f"{field}[{p.row}]",
                          expected=p.expected)
 
@@ -702,3 +643,312 @@ class SubmissionSource:
         data = self.archive().read(img.seg_filename, image=img.image_id, field="seg_filename")
         return read_tiff_masks(data, f"{self.url}:{img.seg_filename}", img.image_id,
                                len(img.categories), shape, self.limits)
+
+
+def convert_submission(submission: str, out: str, gt: str | None = None,
+                       storage_options: StorageOptions | None = None,
+                       partition_size: int = DEFAULT_STORE_PARTITION, overwrite: bool = False,
+                       progress: Progress = None, cluster: ClusterSpec = None,
+                       limits: ArchiveLimits | None = None, from_scores: str | None = None,
+                       rank_by: str = PREDICATE, ng_limit: int | None = None
+                       ) -> dict[str, Any]:
+    """SGBench submission (JSON or ZIP) -> submission store. Returns the manifest.
+
+    With ``from_scores``, the triplet lists are derived from per-pair predicate score
+    vectors (``schemas/scores.md``) instead of taken from the submission, ranked by
+    ``rank_by`` (``predicate`` or ``triplet``), the NG list cut after ``ng_limit`` triplets
+    when given. The store's content hash then covers the score file and both options too.
+
+    The archive, the document and every image are checked first (``sgdask validate``'s
+    checks, the first error raised); then one task per part reads its TIFFs (ranged reads
+    from the ZIP, wherever it is; each TIFF checked before it is decoded) and writes its
+    files. ``limits`` bound what the archive, its JSON and its TIFFs may hold.
+    """
+    submission = absolute(submission)  # read by the tasks
+    source = SubmissionSource(submission, storage_options, limits)
+    gt_reader = StoreReader(gt, storage_options, "gt") if gt else None
+    gt_info = GTInfo.of(gt_reader) if gt_reader else None
+    check = checked_submission(source, gt_info)
+    images = sorted(check.images, key=lambda i: i.image_id)
+    has_ng = check.has_ng
+    content_hash = source.content_hash()
+    if from_scores:
+        instances = SubmissionInstances(
+            source.label, {img.image_id: len(img.categories) for img in images},
+            {img.image_id: img.scores for img in images})
+        images = lists_from_scores(images, load_score_lists(
+            from_scores, storage_options, ng_limit, rank_by, instances, limits,
+            gt_info.classes.predicates if gt_info else None,
+            unique_pairs=gt_reader is not None
+            and gt_reader.manifest.get("gt_format") == OIV6))
+        has_ng = True
+        content_hash = derived_content_hash(content_hash, from_scores, storage_options,
+                                            rank_by, ng_limit)
+    sizes = gt_info.sizes if gt_info else {}
+    parts = submission_parts(images, gt_reader, partition_size)
+    with StoreWriter(out, "submission", storage_options, overwrite) as writer:
+        tasks = [(submission, writer.write_url, storage_options, i, part,
+                  {img.image_id: sizes[img.image_id] for img in part if img.image_id in sizes},
+                  limits)
+                 for i, part in enumerate(parts)]
+        infos = map_tasks(write_submission_part, tasks, cluster,
+                          (lambda info: progress(info["n_images"])) if progress else None)
+        return writer.finish(
+            infos, sgdask_version=__version__, content_hash=content_hash,
+            source=str(submission), instances="masks" if source.is_zip else "boxes",
+            has_ng=has_ng, n_images=len(images), partition_size=partition_size,
+            triplets_from=from_scores, rank_by=rank_by if from_scores else None,
+            ng_limit=ng_limit if from_scores else None, pair_scores=_pair_places(images))
+
+
+def derived_content_hash(submission_hash: str, scores_url: str,
+                         options: StorageOptions | None, rank_by: str,
+                         ng_limit: int | None) -> str:
+    """The content hash of a store derived from scores: the submission's hash, the score
+    file's bytes and the derivation options, so that a result cache keyed on it never
+    serves one derivation's numbers for another."""
+    return combined_digest(submission_hash, file_digest(scores_url, options),
+                           f"rank_by={rank_by};ng_limit={ng_limit}")
+
+
+def lists_from_scores(images: list[SubmissionImage], lists: dict[str, DerivedLists]
+                      ) -> list[SubmissionImage]:
+    """Images with graph and NG lists replaced by the ones derived from score vectors
+    (checked against the images by ``load_score_lists``), with each pair's best predicates;
+    an image without score rows gets empty lists and no pair."""
+    empty = DerivedLists(EMPTY_TRIPLETS, np.empty(0), EMPTY_TRIPLETS, np.empty(0))
+    return [replace(img, graph=d.graph, graph_scores=d.graph_scores, ng=d.ng,
+                    pairs=d.pairs if d.pairs is not None else _no_pairs(per_pair))
+            for per_pair in [_pair_places_of(lists)]
+            for img in images for d in [lists.get(img.image_id, empty)]]
+
+
+def _pair_places_of(lists: dict[str, DerivedLists]) -> int:
+    """Predicates kept per pair (2; 1 for a vocabulary of one predicate)."""
+    return next((d.pairs.per_pair for d in lists.values() if d.pairs is not None), 2)
+
+
+def _no_pairs(per_pair: int) -> TopPredicates:
+    empty = np.empty(0, np.int64)
+    return TopPredicates(empty, empty, empty, np.empty(0, np.float32), per_pair)
+
+
+def _pair_places(images: list[SubmissionImage]) -> int | None:
+    """The manifest's ``pair_scores``: predicates kept per pair when the lists were derived
+    from scores (the pair rows the ``oiv6`` protocol ranks), else None."""
+    return next((img.pairs.per_pair for img in images if img.pairs is not None), None)
+
+
+def write_submission_part(submission: str, out: str, options: StorageOptions | None,
+                          index: int, images: list[SubmissionImage],
+                          sizes: dict[str, tuple[int, int]],
+                          limits: ArchiveLimits | None = None) -> dict[str, Any]:
+    """One submission part (a Dask task): decodes its TIFFs (each checked against its
+    image's instance count and GT size first), writes tables and masks."""
+    source = SubmissionSource(submission, options, limits)
+    return write_decoded_part(out, options, index, decoded_images(source, images, sizes))
+
+
+class SubmissionCheck:
+    """The checks of one submission. ``problems`` yields them lazily; as it goes, it
+    collects the images that parsed (``images``) and whether any has an NG list."""
+
+    def __init__(self, source: SubmissionSource, gt: GTInfo | None) -> None:
+        self.source, self.gt = source, gt
+        self.images: list[SubmissionImage] = []
+        self.has_ng = False
+
+    def problems(self, decode: bool) -> Iterator[Problem]:
+        """All problems; with ``decode``, every TIFF is decoded too (else only the ZIP
+        members' presence is checked: conversion tasks check the TIFFs as they read them)."""
+        doc, early = self.read_document()
+        if early:
+            yield from map(Problem, early)
+            return
+        label = self.source.label
+        self.has_ng = has_ng(doc)
+        for image, found in checked_images(doc, label, self.source.is_zip,
+                                           self.gt.classes if self.gt else None,
+                                           self.source.limits):
+            yield from map(Problem, found)
+            if image is not None:
+                yield from map(Problem, self.image_problems(image, decode))
+                self.images.append(image)
+        yield from map(Problem, duplicate_problems(self.images, label))
+        yield from self.missing_images(doc)
+
+    def read_document(self) -> tuple[Any, list[InputError]]:
+        """(the parsed document, its top-level problems), or (None, what prevents reading
+        it: an unreadable file, unsafe archive entries)."""
+        try:
+            if self.source.is_zip and self.source.archive().problems:
+                return None, self.source.archive().problems
+            doc = self.source.document()
+        except InputError as err:
+            return None, [err]
+        return doc, document_problems(doc, self.source.label)
+
+    def image_problems(self, image: SubmissionImage, decode: bool) -> Iterator[InputError]:
+        """The GT knows the image; its TIFF is in the ZIP (and, with ``decode``, readable
+        and of the right layer count and size)."""
+        if self.gt is not None and image.image_id not in self.gt.sizes:
+            yield InputError(self.source.label, "image id not in the ground truth's test split",
+                             image=image.image_id, field="id",
+                             expected="an id of the GT's test images")
+            return
+        name = image.seg_filename
+        if name is None:
+            return
+        if name not in self.source.archive():
+            yield InputError(f"{self.source.url}:{name}", "missing from the archive",
+                             image=image.image_id, field="seg_filename")
+        elif decode:
+            try:
+                self.source.masks(image, self.gt.sizes.get(image.image_id) if self.gt else None)
+            except InputError as err:
+                yield err
+
+    def missing_images(self, doc: dict) -> Iterator[Problem]:
+        """A warning naming the evaluated GT images without prediction (they score 0)."""
+        if self.gt is None:
+            return
+        submitted = {image_label(img, i)[0] for i, img in enumerate(doc["images"])}
+        missing = sorted(self.gt.evaluated - submitted)
+        if not missing:
+            return
+        shown = ", ".join(missing[:SHOWN_MISSING]) + (", ..." if len(missing) > SHOWN_MISSING
+                                                      else "")
+        what = (f"{len(missing)} of {len(self.gt.evaluated)} evaluated GT images have no "
+                "prediction and will score 0")
+        named, counted = (InputError(self.source.label, text, field="images",
+                                     expected="a prediction for every GT test image")
+                          for text in (f"{what}: {shown}", what))
+        yield Problem(named, "warning", counted)
+
+
+def validate_submission(url: str, gt: str | None = None,
+                        storage_options: StorageOptions | None = None,
+                        limits: ArchiveLimits | None = None,
+                        max_problems: int = DEFAULT_MAX_PROBLEMS) -> list[Problem]:
+    """Every problem of a submission (up to ``max_problems``), decoding every TIFF; checked
+    against a GT store when ``gt`` is given. An empty list: the submission is valid."""
+    gt_info = GTInfo.of(StoreReader(gt, storage_options, "gt")) if gt else None
+    try:
+        source = SubmissionSource(url, storage_options, limits)
+    except InputError as err:
+        return [Problem(err)]
+    return list(islice(SubmissionCheck(source, gt_info).problems(decode=True), max_problems))
+
+
+def checked_submission(source: SubmissionSource, gt: GTInfo | None) -> SubmissionCheck:
+    """The checks ``validate`` runs (TIFF contents aside), raising the first error."""
+    check = SubmissionCheck(source, gt)
+    first = next((p for p in check.problems(decode=False) if p.is_error), None)
+    if first is not None:
+        raise first.error
+    return check
+
+
+def decoded_images(source: SubmissionSource, images: list[SubmissionImage],
+                   sizes: dict[str, tuple[int, int]]) -> list[Decoded]:
+    """The images with their TIFF layers decoded (each checked against its instance count
+    and GT size first) into word masks."""
+    out = []
+    for img in images:
+        if source.is_zip:
+            masks = source.masks(img, sizes.get(img.image_id))
+            out.append(Decoded(img, masks.shape, masks))
+        else:
+            out.append(Decoded(img, (0, 0), None))
+    return out
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """A partition's images of a submission file, decoded by the task that scores them."""
+
+    url: str
+    images: tuple[SubmissionImage, ...]
+    sizes: tuple[tuple[str, tuple[int, int]], ...]
+    limits: ArchiveLimits | None
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(img.image_id for img in self.images)
+
+    def decode(self, options: StorageOptions | None) -> list[Decoded]:
+        if not self.images:
+            return []
+        source = SubmissionSource(self.url, options, self.limits)
+        return decoded_images(source, list(self.images), dict(self.sizes))
+
+    def read(self, options: StorageOptions | None) -> Loaded:
+        decoded = self.decode(options)
+        return Loaded({d.image.image_id: d.prediction() for d in decoded}, decoded=decoded)
+
+
+class FileInput:
+    """An SGBench submission file, checked like ``sgdask validate`` (TIFFs aside: tasks
+    check each one as they decode it)."""
+
+    keeps = True
+
+    def __init__(self, url: str, options: StorageOptions | None, gt: GTInfo,
+                 limits: ArchiveLimits | None) -> None:
+        self.source = SubmissionSource(url, options, limits)
+        self.url, self.limits, self.sizes = str(url), limits, gt.sizes
+        check = checked_submission(self.source, gt)
+        self.images = {img.image_id: img for img in check.images}
+        self.manifest: dict[str, Any] = {
+            "kind": "submission", "source": self.url, "has_ng": check.has_ng,
+            "instances": "masks" if self.source.is_zip else "boxes",
+            "content_hash": self.source.content_hash()}
+
+    def ids(self) -> list[str]:
+        return sorted(self.images)
+
+    def slice(self, ids: list[str]) -> FileSlice:
+        return FileSlice(self.url, tuple(self.images[i] for i in ids),
+                         tuple((i, self.sizes[i]) for i in ids if i in self.sizes), self.limits)
+
+    def finish(self, digests: list[Digest]) -> None:
+        """Nothing to complete: the file's content hash is known before the tasks run."""
+
+# --------------------------------------------------------------------------- the format
+
+def _opened(url: str, options: StorageOptions | None, gt_reader: StoreReader, gt_info: GTInfo,
+            limits: ArchiveLimits | None, how: Any) -> FileInput:
+    return FileInput(url, options, gt_info, limits)
+
+
+FORMAT = register(Format(
+    SGBENCH, SUBMISSION, lambda head, name: True,
+    ("boxes", "masks", "instance_scores", "graph", "graph_scores", "ng"),
+    "schemas/sgbench.schema.json", convert_submission, _opened, validate_submission,
+    ("from_scores", "rank_by", "ng_limit")))
+
+# --------------------------------------------------------------------------- sniffing
+
+#: what ``sniff`` tells apart of this format: a ZIP with ``triplets.json``, a JSON document
+SGBENCH_ZIP, SGBENCH_JSON = "sgbench zip", "sgbench json"
+_SUBMITTED: Text = "a submission: convert it with sgdask convert"
+_NOT_RESULTS: Text = ("an SGBench submission, not a model's result file: drop ",
+                      Option("method"))
+
+
+def _hint(role: str) -> Text | None:
+    if role == "results":
+        return _NOT_RESULTS
+    if role in ("gt source", "psg"):
+        return _SUBMITTED
+    return ("pass it as ", Option("pred")) if role != "submission file" else None
+
+
+register_signature(Signature(
+    SGBENCH_ZIP, "an SGBench submission (ZIP)", "zip", 10,
+    lambda names, files: "triplets.json" in names,
+    accepted_as=frozenset({"pred", "submission file"}), hint=_hint))
+register_signature(Signature(
+    SGBENCH_JSON, "an SGBench submission (JSON)", "keys", 20,
+    keys=frozenset({"version", "images"}),
+    accepted_as=frozenset({"pred", "submission file"}), hint=_hint))

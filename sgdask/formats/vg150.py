@@ -38,6 +38,7 @@ ingest is loaded by runs that never read Visual Genome (every evaluation).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -46,13 +47,26 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from sgdask.errors import InputError, Option
+from sgdask.errors import InputError, Option, Text
+from sgdask.formats.ingest import BOX_STORE_PARTITION, Progress, read_bytes
+from sgdask.formats.psg import GTRecord, write_gt_store
+from sgdask.formats.registry import (
+    GROUND_TRUTH,
+    GT,
+    VG150,
+    Format,
+    Signature,
+    register,
+    register_signature,
+)
 from sgdask.io.archive import ArchiveLimits, limit_hint, printable
-from sgdask.io.psg import GTRecord
-from sgdask.io.training_stats import STATS_SCHEMA
+from sgdask.io.fs import StorageOptions, filesystem
+from sgdask.store.training_stats import STATS_SCHEMA
 
 if TYPE_CHECKING:
     import h5py
+
+    from sgdask.cluster import ClusterSpec
 
 H5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 BOX_SCALE = 1024
@@ -502,3 +516,80 @@ def _training_triplet_counts(arrays: VGArrays, images: np.ndarray) -> pa.Table:
     types = types.reshape(-1, 3)
     return pa.table({"subject_category": types[:, 0], "object_category": types[:, 1],
                      "predicate": types[:, 2], "count": counts}, schema=STATS_SCHEMA)
+
+
+VG_FORMAT = "vg150-h5"
+
+
+#: how a VG GT store's boxes relate to the images (the sgbpytorch protocol needs this)
+VG_BOXES = {"coordinates": "pixels, float32 values as its loader computes them",
+            "clipped": False, "image_size": "images table width and height (image_data.json)"}
+
+
+def ingest_vg(h5: str, out: str, dicts: str, image_data: str, split: str = "test",
+              storage_options: StorageOptions | None = None,
+              partition_size: int = BOX_STORE_PARTITION, overwrite: bool = False,
+              progress: Progress = None, cluster: ClusterSpec = None,
+              val_images: int = VAL_IMAGES, limits: ArchiveLimits | None = None
+              ) -> dict[str, Any]:
+    """Visual Genome in the VG150 layout (``VG-SGG-with-attri.h5``, its dicts JSON and
+    ``image_data.json``) -> box GT store of ``split`` (test or val), read as
+    Scene-Graph-Benchmark.pytorch reads it (``read_vg``). Returns the manifest.
+    ``limits``: the h5 datasets' declared sizes (``max_h5_dataset_size``,
+    ``max_h5_total_size``)."""
+    files = VGFiles(str(h5), str(dicts), str(image_data))
+    dict_bytes = read_bytes(dicts, storage_options, Option("dicts"))
+    image_bytes = read_bytes(image_data, storage_options, Option("image_data"))
+    digest = hashlib.sha256()
+    fs, path = filesystem(h5, storage_options)
+    try:
+        with fs.open(path, "rb") as f:
+            for block in iter(lambda: f.read(4 << 20), b""):
+                digest.update(block)
+            f.seek(0)
+            gt = read_vg(f, dict_bytes, image_bytes, files, split, val_images, limits)
+    except FileNotFoundError:
+        raise InputError(str(h5), "file not found") from None
+    for part in (dict_bytes, image_bytes, f"split={split};val_images={val_images}".encode()):
+        digest.update(hashlib.sha256(part).digest())
+    if not gt.records:
+        raise InputError(str(h5), f"no {split} image with boxes and relations", field="split")
+    return write_gt_store(
+        out, storage_options, overwrite, gt.records, gt.stats, partition_size, None,
+        progress, cluster, digest, source=str(h5), instances="boxes", gt_format=VG_FORMAT,
+        sources={"dicts": str(dicts), "image_data": str(image_data)}, split=split,
+        dropped_images=gt.dropped, boxes=VG_BOXES, **gt.names)
+
+# --------------------------------------------------------------------------- the format
+
+def _ingest(url: str, out: str, gt: str | None, options: StorageOptions | None, *,
+            dicts: str, image_data: str, split: str = "test", **kwargs: Any
+            ) -> dict[str, Any]:
+    return ingest_vg(url, out, dicts, image_data, split, options, **kwargs)
+
+
+FORMAT = register(Format(
+    VG150, GT, lambda head, name: is_hdf5(head), ("boxes", "relations", "training_stats"),
+    "VG-SGG-with-attri.h5 with its dicts and image_data JSON", _ingest,
+    options=("dicts", "image_data", "split")))
+
+# --------------------------------------------------------------------------- sniffing
+
+#: what ``sniff`` tells apart of this format: the h5 file, its dicts JSON
+VG_H5, VG_DICTS = "vg h5", "vg dicts"
+
+
+def _h5_hint(role: str) -> Text | None:
+    if role in ("submission file", "results"):
+        return GROUND_TRUTH
+    return ("ingest it with sgdask ingest-gt ", Option("dicts"), " ", Option("image_data"),
+            ", then pass the store as ", Option("gt"))
+
+
+register_signature(Signature(
+    VG_H5, "an HDF5 file (Visual Genome's VG-SGG-with-attri.h5)", "head", 10, is_hdf5,
+    accepted_as=frozenset({"gt source"}), hint=_h5_hint))
+register_signature(Signature(
+    VG_DICTS, "Visual Genome's dicts file (VG-SGG-dicts-with-attri.json)", "keys", 30,
+    keys=frozenset({"idx_to_label", "label_to_idx", "idx_to_predicate", "predicate_to_idx"}),
+    hint=lambda role: ("pass it to sgdask ingest-gt as ", Option("dicts"))))
