@@ -15,7 +15,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from sgdask.io.ingest import convert_submission, ingest_gt
-from sgdask.synth import SynthPaths, write_dataset
+from sgdask.testing.psg import SynthPaths, write_dataset
 from tests.helpers import AWS_ENV, BUCKET, S3, rewrite_zip
 
 CHROMIUM = Path("/usr/bin/chromium")

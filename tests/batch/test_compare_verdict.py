@@ -19,7 +19,7 @@ from sgdask.metrics import board_columns
 from sgdask.pipeline import evaluate_protocols
 from sgdask.report.compare_html import verdicts
 from sgdask.stats.paired import Comparison
-from sgdask.synth import write_dataset
+from sgdask.testing.psg import write_dataset
 from tests.helpers import rewrite_zip
 from tests.io.test_results import Lab, make_family
 
@@ -96,7 +96,7 @@ def test_level_is_the_former_name_of_ci(dataset, stores, weak_zip, capsys):
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory) -> Lab:
-    """A small dataset for model result files (as tests/test_results.py builds it)."""
+    """A small dataset for model result files (as tests/io/test_results.py builds it)."""
     root = tmp_path_factory.mktemp("compare-lab")
     data = write_dataset(root / "data", n_images=12, seed=11, height=64, width=96,
                          no_relation_fraction=0.1)

@@ -32,7 +32,7 @@ from sgdask.io.sniff import (
     what_is,
 )
 from sgdask.io.verify import verify_store
-from sgdask.synth_oi import oi_synth_paths, write_oi_dataset
+from sgdask.testing.oi import oi_synth_paths, write_oi_dataset
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(32)
 

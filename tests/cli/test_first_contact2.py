@@ -334,12 +334,12 @@ def test_the_demo_ends_with_its_headline_and_says_why_images_are_fewer(two_proto
 # --------------------------------------------------------------- 9: the smaller cases
 
 def test_ctrl_c_says_interrupted_in_one_line(capsys, monkeypatch, tmp_path):
-    import sgdask.synth
+    import sgdask.testing.psg
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt  # what Ctrl-C raises in the main thread
 
-    monkeypatch.setattr(sgdask.synth, "write_dataset", interrupted)
+    monkeypatch.setattr(sgdask.testing.psg, "write_dataset", interrupted)
     code, _, err = run(capsys, "synth", str(tmp_path / "data"), "--images", "2")
     assert code == 130 and err.strip().splitlines()[-1] == "sgdask: interrupted", err
     assert "Traceback" not in err

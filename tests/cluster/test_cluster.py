@@ -27,7 +27,7 @@ from distributed import Client
 
 from sgdask.io.ingest import convert_submission, ingest_gt
 from sgdask.pipeline import evaluate
-from sgdask.synth import write_dataset
+from sgdask.testing.psg import write_dataset
 from tests.helpers import run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

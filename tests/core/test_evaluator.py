@@ -1,8 +1,8 @@
 """The in-memory evaluator (``sgdask.Evaluator``) gives the CLI's report, to the last bit.
 
-Hypothesis images (tests/scenes.py) go through ``update`` one by one, in shards merged in
+Hypothesis images (tests/helpers/scenes.py) go through ``update`` one by one, in shards merged in
 any order, through ``state()`` / ``from_state`` with the state's plain part sent through
-JSON, and through files -> stores -> the Dask pipeline (tests/adapters.py writes them as
+JSON, and through files -> stores -> the Dask pipeline (tests/helpers/adapters.py writes them as
 psg.json + panoptic PNGs + an SGBench ZIP): every report is identical. Plus the input
 forms (mappings, attribute objects, torch-like tensors) and one-line errors for bad input.
 """

@@ -22,8 +22,8 @@ from sgdask.core.partition import scored_partition
 from sgdask.core.settings import ScoringSettings, Settings, Submission
 from sgdask.metrics import FAMILIES
 from sgdask.protocols import get_protocols
-from sgdask.synth import PREDICATE_CLASSES
-from sgdask.synth_vg import VG150_PREDICATES
+from sgdask.testing.psg import PREDICATE_CLASSES
+from sgdask.testing.vg import VG150_PREDICATES
 from sgdask.types import ImageGT, ImagePred, as_triplets
 
 H, W = 8, 8

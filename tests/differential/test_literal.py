@@ -1,9 +1,9 @@
-"""sgdask against the literal reference implementation (tests/literal.py), exactly.
+"""sgdask against the literal reference implementation (tests/literal/spec.py), exactly.
 
 Per image: every term and diagnostic of every metric under every protocol, on hypothesis
-images (tests/scenes.py). Per dataset: every reported number under every aggregation mode
+images (tests/helpers/scenes.py). Per dataset: every reported number under every aggregation mode
 through sgdask's accumulators (merged in random groups) and report, and once through the
-real Dask pipeline from files. sgdask is reached only through tests/adapters.py.
+real Dask pipeline from files. sgdask is reached only through tests/helpers/adapters.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ panopticapi's own ``pq_compute``, from the ``panopticapi-lite`` package (it ship
 panopticapi's ``evaluation.py`` unchanged but for whitespace, a shebang, two unused imports
 and ``class X():`` written ``class X:``; docs/decisions.md).
 
-A generated PSG-shaped dataset (``sgdask.synth``: images without prediction, predictions
+A generated PSG-shaped dataset (``sgdask.testing.psg``: images without prediction, predictions
 with duplicate and overlapping masks) with some GT segments marked ``iscrowd`` is ingested
 and evaluated by sgdask under every protocol (PQ does not depend on it). panopticapi gets
 what the SPEC says PQ is computed on, written as its files in a temporary directory: the
@@ -15,7 +15,7 @@ are false negatives). panopticapi runs in its own process (its ``pq_compute`` fo
 The COCO panoptic path (``sgdask evaluate --pred panoptic.json --pred-masks DIR --gt
 gt.json --gt-masks DIR``, ``sgdask.pq``) is compared on files panopticapi reads as they
 are: a generated COCO panoptic GT (VOID pixels, crowd regions, category ids with gaps) and
-predictions of it (``sgdask.synth_coco``).
+predictions of it (``sgdask.testing.coco``).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from sgdask.cli import main
 from sgdask.io.ingest import convert_submission, ingest_gt
 from sgdask.pipeline import evaluate_protocols
 from sgdask.pq import evaluate_pq
-from sgdask.synth import write_dataset
-from sgdask.synth_coco import write_coco_panoptic
+from sgdask.testing.coco import write_coco_panoptic
+from sgdask.testing.psg import write_dataset
 
 GROUPS = {"": "All", "_th": "Things", "_st": "Stuff"}
 RUN = ("import json, sys\n"

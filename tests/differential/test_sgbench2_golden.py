@@ -46,7 +46,7 @@ import sgbench.file
 
 from sgdask.io.ingest import convert_submission, ingest_gt
 from sgdask.pipeline import evaluate
-from sgdask.synth import SynthPaths, write_dataset
+from sgdask.testing.psg import SynthPaths, write_dataset
 from tests.helpers import rewrite_zip
 
 SEED = 0

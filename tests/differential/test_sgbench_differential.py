@@ -32,7 +32,7 @@ from sgbench.pred import deduplicate
 
 from sgdask.io.ingest import convert_submission, ingest_gt
 from sgdask.pipeline import evaluate
-from sgdask.synth import write_dataset
+from sgdask.testing.psg import write_dataset
 from tests.helpers import scenes
 from tests.helpers.adapters import score_image
 from tests.literal.spec import GT, Pred

@@ -1,6 +1,6 @@
 """The one place where the literal-reference tests touch sgdask's internal API.
 
-tests/literal.py (the reference) and tests/scenes.py (random inputs) know nothing of
+tests/literal/spec.py (the reference) and tests/helpers/scenes.py (random inputs) know nothing of
 sgdask. Everything here turns their inputs into sgdask's and sgdask's outputs back into
 the literal format, so that when the kernels, the accumulator or the report change shape,
 only this file changes. The functions the tests use:

@@ -1,4 +1,4 @@
-"""Random small images in the literal implementation's format (tests/literal.py).
+"""Random small images in the literal implementation's format (tests/literal/spec.py).
 
 One generator serves hypothesis (``images()``, ``datasets()``: shrinkable) and seeded
 plain randomness (``RandomChooser``: the pipeline test writes files from it). Images are

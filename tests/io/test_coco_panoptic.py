@@ -1,6 +1,6 @@
 """COCO panoptic files: recognised by content, and one line naming file, image and field for
 each kind of bad file (the differential test against panopticapi is in
-``tests/test_pq_differential.py``)."""
+``tests/differential/test_pq_differential.py``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from sgdask.cli import main
 from sgdask.io.formats import COCO_PANOPTIC, recognised
 from sgdask.io.sniff import COCO_JSON, what_is
-from sgdask.synth_coco import write_coco_panoptic
+from sgdask.testing.coco import write_coco_panoptic
 
 
 @pytest.fixture

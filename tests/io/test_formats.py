@@ -110,7 +110,7 @@ def toy_format():
 
     return Format(
         "toy", SUBMISSION, lambda head, name: head.startswith(MAGIC),
-        ("boxes", "graph"), "tests/test_formats.py", toy_convert,
+        ("boxes", "graph"), "tests/io/test_formats.py", toy_convert,
         lambda url, options, gt_reader, gt_info, limits, _: ToyInput(url, options, gt_info),
         toy_validate)
 

@@ -3,7 +3,7 @@ virtual datasets), reached through links (external, soft, a soft-link loop), dec
 past the limits or encoded with filters HDF5 does not have built in are refused from their
 metadata, before any dataset is read: one line naming the file and the dataset, exit code 2,
 nothing written, no byte of another file in the message. Each hostile file is built here
-with h5py from a valid synthetic one (``sgdask.synth_vg``)."""
+with h5py from a valid synthetic one (``sgdask.testing.vg``)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from sgdask.errors import InputError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.ingest import ingest_vg
 from sgdask.io.vg import h5_arrays, split_image_ids
-from sgdask.synth_vg import VGSynthPaths, write_vg_dataset
+from sgdask.testing.vg import VGSynthPaths, write_vg_dataset
 
 SECRET = b"SECRETTOKEN1" * 4096  # more than the boxes_1024 of the synthetic file hold
 #: the secret as boxes_1024 would decode it (the issue's message showed these as row 0)

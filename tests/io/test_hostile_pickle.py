@@ -27,7 +27,7 @@ from sgdask.io.archive import ArchiveLimits
 from sgdask.io.ingest import ingest_gt
 from sgdask.io.results import ResultEntry, ResultSource
 from sgdask.io.unpickle import OverLimit, Refused, census, restricted_loads
-from sgdask.synth import write_dataset
+from sgdask.testing.psg import write_dataset
 
 CHILD_TIMEOUT = 60
 #: the child's peak resident memory with numpy and sgdask imported is about 60 MiB

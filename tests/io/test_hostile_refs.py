@@ -42,7 +42,7 @@ from sgdask.io.store import SELF_HASH, StoreReader, file_entry, manifest_digest,
 from sgdask.io.tiff import read_layered_tiff, read_tiff_masks
 from sgdask.io.training_stats import read_stats
 from sgdask.io.verify import verify_store
-from sgdask.synth import write_dataset
+from sgdask.testing.psg import write_dataset
 from tests.helpers import FIXTURES
 
 FIXTURE_V1 = FIXTURES / "store-v1" / "gt"

@@ -36,7 +36,7 @@ from sgdask.io.results import ResultsMethod
 from sgdask.io.store import SELF_HASH, StoreReader, manifest_digest
 from sgdask.io.unpickle import Refused, restricted_loads
 from sgdask.pipeline import evaluate, evaluate_protocols
-from sgdask.synth import SynthPaths, write_dataset
+from sgdask.testing.psg import SynthPaths, write_dataset
 from tests.helpers import ROOT
 
 pytestmark = pytest.mark.filterwarnings(

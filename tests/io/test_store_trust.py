@@ -32,7 +32,7 @@ from sgdask.io.store import (
     parquet_bytes,
 )
 from sgdask.pipeline import evaluate_protocols
-from sgdask.synth import write_dataset
+from sgdask.testing.psg import write_dataset
 from tests.helpers import FIXTURES, run_main
 
 FIXTURE_V1 = FIXTURES / "store-v1"

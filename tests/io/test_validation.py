@@ -32,7 +32,7 @@ from sgdask.errors import InputError
 from sgdask.io.archive import ArchiveLimits, SafeZip
 from sgdask.io.sgbench import SCHEMA, parse_submission
 from sgdask.io.validate import validate_submission
-from sgdask.synth import SynthPaths, write_dataset
+from sgdask.testing.psg import SynthPaths, write_dataset
 from tests.helpers import BUCKET, ROOT, rewrite_zip, run_cli, tiff_bytes
 
 COLUMNS = {"COLUMNS": "200"}  # help text unwrapped

@@ -22,7 +22,7 @@ from sgdask.cli import main
 from sgdask.io.ingest import convert_submission, ingest_vg
 from sgdask.io.store import StoreReader
 from sgdask.io.vg import split_image_ids
-from sgdask.synth_vg import VGSynthPaths, write_vg_dataset
+from sgdask.testing.vg import VGSynthPaths, write_vg_dataset
 from tests.helpers import ROOT, run_cli
 
 VAL = 10  # validation images carved from flag 0 in these tests (the loader's default: 5000)

@@ -1,5 +1,5 @@
 """A literal, slow implementation of Scene-Graph-Benchmark.pytorch's relation metrics, the
-reference the ``sgbpytorch`` protocol is checked against (tests/test_sgbpytorch.py).
+reference the ``sgbpytorch`` protocol is checked against (tests/protocols/test_sgbpytorch.py).
 
 Written the way that repository's evaluator is (``vg_eval.py``'s loop over images,
 ``sgg_eval.py``'s ``_compute_pred_matches`` and result containers, ``boxlist_iou`` and

@@ -1,5 +1,5 @@
 """A literal, slow implementation of SPEC sections 3-7: the reference every fast kernel is
-checked against (tests/test_literal.py, tests/test_properties.py).
+checked against (tests/differential/test_literal.py, tests/properties/test_properties.py).
 
 Written from the SPEC, one plain loop per definition: masks are sets of pixels, IoU is
 pixel counting, every value is an exact rational. It shares no code with ``sgdask`` and

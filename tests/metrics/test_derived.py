@@ -39,7 +39,7 @@ from sgdask.stats.bootstrap import (
     plan_for,
 )
 from sgdask.stats.paired import Model, compare
-from sgdask.synth_vg import VG150_PREDICATES
+from sgdask.testing.vg import VG150_PREDICATES
 from tests.literal.sgbpytorch import PYSGG_VG150
 from tests.stats.test_bootstrap import random_table
 

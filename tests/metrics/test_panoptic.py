@@ -2,7 +2,7 @@
 panopticapi's rules, the literal reference with crowd regions on hypothesis images, the
 vectorized state rows against the plain ones, intervals and paired tests, and GT stores
 that predate ``iscrowd``. The differential test against panopticapi itself is
-tests/test_pq_differential.py."""
+tests/differential/test_pq_differential.py."""
 
 from __future__ import annotations
 

@@ -4,9 +4,9 @@ Scenes are tiny: a random 6x6 GT label image with 2-4 instances, predicted masks
 GT masks with a few pixels flipped (so some match and some do not), random categories,
 optional scores, and random graph / NG lists over the predicted instances.
 
-sgdask is reached through tests/adapters.py; every expected value (the instance mapping,
+sgdask is reached through tests/helpers/adapters.py; every expected value (the instance mapping,
 the merge's kept instances, the GT set) comes from the literal reference implementation
-(tests/literal.py), never from the sgdask functions under test.
+(tests/literal/spec.py), never from the sgdask functions under test.
 """
 
 from __future__ import annotations

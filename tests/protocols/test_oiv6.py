@@ -1,6 +1,6 @@
 """The ``oiv6`` protocol (SPEC 5.6): average precision cases computed by hand, the fast path
 (compiled per-image kernel, state merged across partitions) against the literal
-per-image-then-global implementation (``tests/literal_oiv6.py``) on random data,
+per-image-then-global implementation (``tests/literal/oiv6.py``) on random data,
 partition and merge-order invariance, and the conditions it refuses."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import sgdask.synth_oi
+import sgdask.testing.oi
 from sgdask.batch.compare import CompareJob, run_compare
 from sgdask.core.finalize import report_of
 from sgdask.core.partition import scored_partition
@@ -34,7 +34,7 @@ from sgdask.metrics.oiv6 import samples, swapped
 from sgdask.pipeline import evaluate
 from sgdask.protocols import OIV6
 from sgdask.report import EvalSettings, Report
-from sgdask.synth_oi import write_oi_dataset
+from sgdask.testing.oi import write_oi_dataset
 from sgdask.types import ImageGT, ImagePred, TopPredicates
 from tests.helpers import FIXTURES
 from tests.literal import oiv6 as literal_oiv6
@@ -288,7 +288,7 @@ def test_reference_golden_values_on_any_partitioning(oi, client):
     seed, generator call and command beside them); sgdask gives them to the last bit on
     a two-worker cluster, cut into tasks of 7 images or by store part."""
     golden = json.loads(GOLDEN.read_text())
-    synth = hashlib.sha256(Path(sgdask.synth_oi.__file__).read_bytes()).hexdigest()
+    synth = hashlib.sha256(Path(sgdask.testing.oi.__file__).read_bytes()).hexdigest()
     assert golden["synth_oi_sha256"] == synth, "synth_oi changed: regenerate the golden file"
     for size in (7, None):
         rep = evaluate(oi["gt"], oi["pred"], "oiv6", client=client, partition_size=size)

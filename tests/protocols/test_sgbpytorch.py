@@ -1,6 +1,6 @@
 """The ``sgbpytorch`` protocol (SPEC 5.4, issue 18): hand-computed cases for each convention
 of Scene-Graph-Benchmark.pytorch, and the fast path against the literal implementation
-(tests/literal_sgbpytorch.py) on hypothesis box datasets."""
+(tests/literal/sgbpytorch.py) on hypothesis box datasets."""
 
 from __future__ import annotations
 
@@ -314,7 +314,7 @@ def test_cli_evaluate_sgbpytorch_equals_the_literal_on_generated_vg(tmp_path):
     import sys
 
     from sgdask.io.ingest import convert_submission, ingest_vg
-    from sgdask.synth_vg import write_vg_dataset
+    from sgdask.testing.vg import write_vg_dataset
 
     vg = write_vg_dataset(tmp_path / "vg", n_test=30, n_train=40, seed=5,
                           missing_fraction=0.1, no_pairs_fraction=0.1)

@@ -13,7 +13,7 @@ import pytest
 import tifffile
 from PIL import Image
 
-from sgdask import synth
+from sgdask.testing import psg as synth
 
 SMALL = {"height": 120, "width": 160}
 
