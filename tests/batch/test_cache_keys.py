@@ -1,6 +1,6 @@
 """What keys the result cache of `evaluate-many`: the score files of a submission (part of
 its content hash), the training statistics' content (not their URL) and --match-labels.
-Each test runs the `sgdask` command on real files."""
+Each test runs the `sgdask` command on real files, its evaluations on the session's cluster."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def score_file(dataset, path: Path, seed: int) -> Path:
     return path
 
 
-def test_score_files_are_part_of_the_submission_hash(dataset, stores, tmp_path):
+def test_score_files_are_part_of_the_submission_hash(dataset, stores, client, tmp_path):
     """Item 2: one ZIP, two score files -> two content hashes -> two evaluations."""
     urls = []
     for seed in (1, 2):
@@ -51,15 +51,16 @@ def test_score_files_are_part_of_the_submission_hash(dataset, stores, tmp_path):
     out = tmp_path / "out"
     manifest.write_text(f"gt: {stores.gt}\nout: {out}\ncache: {tmp_path / 'cache'}\n"
                         f"submissions:\n  - {{name: a, url: {urls[0]}}}\n")
-    assert sgdask("evaluate-many", str(manifest)).returncode == 0
+    assert sgdask("evaluate-many", str(manifest), "--scheduler",
+                  client.scheduler.address).returncode == 0
     manifest.write_text(f"gt: {stores.gt}\nout: {out}\ncache: {tmp_path / 'cache'}\n"
                         f"submissions:\n  - {{name: a, url: {urls[1]}}}\n")
-    second = sgdask("evaluate-many", str(manifest))
+    second = sgdask("evaluate-many", str(manifest), "--scheduler", client.scheduler.address)
     assert second.returncode == 0, second.stderr
     assert "cached:" not in second.stderr and "to evaluate: a / singlempo" in second.stderr
 
 
-def test_stats_rewritten_in_place_misses_the_cache(dataset, stores, tmp_path):
+def test_stats_rewritten_in_place_misses_the_cache(dataset, stores, client, tmp_path):
     """Item 2: the cache key holds the statistics' content, not their URL."""
     stats = tmp_path / "stats.parquet"
     assert sgdask("stats", str(dataset.psg_json), "--out", str(stats)).returncode == 0
@@ -67,12 +68,12 @@ def test_stats_rewritten_in_place_misses_the_cache(dataset, stores, tmp_path):
     out = tmp_path / "out"
     manifest.write_text(f"gt: {stores.gt}\nout: {out}\nstats: {stats}\n"
                         f"submissions:\n  - {{name: m, url: {stores.pred}}}\n")
-    first = sgdask("evaluate-many", str(manifest))
+    first = sgdask("evaluate-many", str(manifest), "--scheduler", client.scheduler.address)
     assert first.returncode == 0, first.stderr
     before = json.loads((out / "m" / "metrics.json").read_text())["metrics"]
     table = pq.read_table(stats)
     pq.write_table(table.slice(0, len(table) // 3), stats)  # fewer seen types: more zero-shot
-    second = sgdask("evaluate-many", str(manifest))
+    second = sgdask("evaluate-many", str(manifest), "--scheduler", client.scheduler.address)
     assert second.returncode == 0, second.stderr
     assert "cached:" not in second.stderr
     after = json.loads((out / "m" / "metrics.json").read_text())["metrics"]
@@ -80,13 +81,13 @@ def test_stats_rewritten_in_place_misses_the_cache(dataset, stores, tmp_path):
     assert after["R@50"] == before["R@50"]
 
 
-def test_match_labels_is_reachable_and_recorded(stores, tmp_path):
+def test_match_labels_is_reachable_and_recorded(stores, client, tmp_path):
     """Item 6: --no-match-labels changes matching, is recorded, and keys the cache."""
     runs = {}
     for flag in ("--match-labels", "--no-match-labels"):
         out = tmp_path / flag.strip("-")
         proc = sgdask("evaluate", "--gt", stores.gt, "--pred", stores.pred, flag,
-                      "--out", str(out))
+                      "--out", str(out), "--scheduler", client.scheduler.address)
         assert proc.returncode == 0, proc.stderr
         runs[flag] = json.loads((out / "metrics.json").read_text())
     on, off = runs["--match-labels"], runs["--no-match-labels"]
@@ -98,7 +99,8 @@ def test_match_labels_is_reachable_and_recorded(stores, tmp_path):
     body = f"gt: {stores.gt}\nout: {tmp_path / 'many'}\nsubmissions:\n" \
            f"  - {{name: m, url: {stores.pred}}}\n"
     manifest.write_text(body)
-    assert sgdask("evaluate-many", str(manifest)).returncode == 0
+    assert sgdask("evaluate-many", str(manifest), "--scheduler",
+                  client.scheduler.address).returncode == 0
     manifest.write_text("match_labels: false\n" + body)
-    second = sgdask("evaluate-many", str(manifest))
+    second = sgdask("evaluate-many", str(manifest), "--scheduler", client.scheduler.address)
     assert second.returncode == 0 and "cached:" not in second.stderr

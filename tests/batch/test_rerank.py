@@ -12,7 +12,7 @@ from sgdask.batch.rerank import rerank
 from tests.helpers import run_cli as sgdask
 
 
-def test_stale_top_level_copies_are_repaired(dataset, stores, tmp_path):
+def test_stale_top_level_copies_are_repaired(dataset, stores, client, tmp_path):
     """Item 7: current.json is the truth. A crash after the pointer swap and before the
     top-level copies leaves them stale; the next rerank rewrites them."""
     registry, out = str(tmp_path / "registry"), tmp_path / "board"
@@ -20,7 +20,8 @@ def test_stale_top_level_copies_are_repaired(dataset, stores, tmp_path):
         proc = sgdask("submit", str(dataset.submission_zip), "--registry", registry,
                       "--gt", stores.gt, "--name", name, "--in-process")
         assert proc.returncode == 0, proc.stderr
-        proc = sgdask("rerank", "--registry", registry, "--gt", stores.gt, "--out", str(out))
+        proc = sgdask("rerank", "--registry", registry, "--gt", stores.gt, "--out", str(out),
+                      "--scheduler", client.scheduler.address)
         assert proc.returncode == 0, proc.stderr
     pointer = json.loads((out / "current.json").read_text())
     published = out / pointer["board"]
@@ -28,7 +29,8 @@ def test_stale_top_level_copies_are_repaired(dataset, stores, tmp_path):
     # the state a crash between the swap and the copies leaves behind
     (out / "leaderboard.json").write_bytes((old / "leaderboard.json").read_bytes())
     (out / "leaderboard.html").unlink()
-    proc = sgdask("rerank", "--registry", registry, "--gt", stores.gt, "--out", str(out))
+    proc = sgdask("rerank", "--registry", registry, "--gt", stores.gt, "--out", str(out),
+                  "--scheduler", client.scheduler.address)
     assert proc.returncode == 0, proc.stderr
     assert "rewritten" in proc.stderr and "up to date" in proc.stderr
     assert (out / "leaderboard.json").read_bytes() == \

@@ -95,10 +95,10 @@ def test_cached_report_reads_back_equal(first_images_missing, stores, tmp_path, 
     manifest = tmp_path / "many.yaml"
     manifest.write_text(f"gt: {stores.gt}\nout: {out}\nsubmissions:\n"
                         f"  - {{name: m, url: {first_images_missing}}}\n")
-    fresh = sgdask("evaluate-many", str(manifest))
+    fresh = sgdask("evaluate-many", str(manifest), "--scheduler", client.scheduler.address)
     assert fresh.returncode == 0, fresh.stderr
     fresh_table = pq.read_table(out / "m" / "per_image.parquet")
-    cached = sgdask("evaluate-many", str(manifest))
+    cached = sgdask("evaluate-many", str(manifest), "--scheduler", client.scheduler.address)
     assert cached.returncode == 0 and "cached: m / singlempo" in cached.stderr
     assert pq.read_table(out / "m" / "per_image.parquet").equals(fresh_table)
     entry = next(p for p in (out / "cache").iterdir() if p.is_dir())
