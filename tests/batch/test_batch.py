@@ -190,7 +190,8 @@ def test_two_reranks_on_s3_publish_once(s3, dataset, stores, client):
            cluster=client)
     args = [a for pair in (("--storage-option", f"endpoint_url={s3.endpoint}"),
                            ("--storage-option", "key=testing"),
-                           ("--storage-option", "secret=testing")) for a in pair]
+                           ("--storage-option", "secret=testing"),
+                           ("--scheduler", client.scheduler.address)) for a in pair]
     procs = [run_rerank_cli(registry, gt, s3.url("board"), *args) for _ in range(2)]
     results = [p.communicate(timeout=300) for p in procs]
     codes = sorted(p.returncode for p in procs)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,13 +14,15 @@ from PIL import Image
 from sgdask.errors import SgdaskError
 from sgdask.io.gtcache import gt_store
 from sgdask.pipeline import evaluate
+from tests.helpers import run_cli
 
 
-def one_command(dataset, masks: Path, cache: Path, out: Path) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "sgdask", "evaluate", "--gt", str(dataset.psg_json),
-            "--gt-masks", str(masks), "--pred", str(dataset.submission_zip), "--cache-dir",
-            str(cache), "--protocol", "sgbench", "--out", str(out)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+def one_command(dataset, masks: Path, cache: Path, out: Path, scheduler: str
+                ) -> subprocess.CompletedProcess:
+    """The one command from raw files, its evaluation on the session's cluster."""
+    proc = run_cli("evaluate", "--gt", str(dataset.psg_json), "--gt-masks", str(masks),
+                   "--pred", str(dataset.submission_zip), "--cache-dir", str(cache),
+                   "--protocol", "sgbench", "--out", str(out), "--scheduler", scheduler)
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -33,9 +34,9 @@ def metrics(out: Path) -> dict[str, float]:
 def test_raw_files_to_the_score_with_the_gt_store_cached(dataset, stores, client, tmp_path):
     masks, cache = tmp_path / "panoptic", tmp_path / "cache"
     shutil.copytree(dataset.masks_dir, masks)
-    cold = one_command(dataset, masks, cache, tmp_path / "cold")
+    cold = one_command(dataset, masks, cache, tmp_path / "cold", client.scheduler.address)
     assert "GT store cached" in cold.stderr
-    warm = one_command(dataset, masks, cache, tmp_path / "warm")
+    warm = one_command(dataset, masks, cache, tmp_path / "warm", client.scheduler.address)
     assert "GT store from the cache" in warm.stderr
     from_stores = evaluate(stores.gt, stores.pred, protocol="sgbench", client=client).metrics
     assert metrics(tmp_path / "cold") == metrics(tmp_path / "warm") == from_stores
@@ -49,7 +50,7 @@ def test_raw_files_to_the_score_with_the_gt_store_cached(dataset, stores, client
         image.load()
         image.save(png, optimize=True)
     assert png.read_bytes() != before
-    edited = one_command(dataset, masks, cache, tmp_path / "edited")
+    edited = one_command(dataset, masks, cache, tmp_path / "edited", client.scheduler.address)
     assert "GT store cached" in edited.stderr
     assert len(list(cache.glob("gt-*"))) == 2
     assert metrics(tmp_path / "edited") == from_stores
