@@ -21,6 +21,7 @@ import pytest
 
 from sgdask.batch.registry import submit
 from sgdask.io.lock import STAMP_FORMAT, LockHeld, exclusive_lock
+from tests.helpers import run_cli
 from tests.helpers.servicekit import Proc, wait_for
 
 HOLD_LOCK = """
@@ -261,10 +262,8 @@ def test_worker_killed_while_publishing_does_not_stall_the_board(tiny, client, t
 
 
 def test_stale_lock_after_is_a_deprecated_alias_of_lease(tiny, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "sgdask", "rerank", "--registry",
-                           str(tmp_path / "registry"), "--gt", tiny.gt, "--out",
-                           str(tmp_path / "board"), "--stale-lock-after", "3600"],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_cli("rerank", "--registry", str(tmp_path / "registry"), "--gt", tiny.gt,
+                   "--out", str(tmp_path / "board"), "--stale-lock-after", "3600", timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "--stale-lock-after is deprecated: use --lease" in proc.stderr
     assert "nothing to rank" in proc.stderr

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sgdask.pipeline import evaluate
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -111,11 +111,8 @@ def gateway(tmp_path_factory) -> Iterator[str]:
 def test_evaluation_through_the_gateway_equals_the_local_one(gateway, stores, tmp_path):
     local = evaluate(stores.gt, stores.pred, partition_size=3)
     out = tmp_path / "results"
-    proc = subprocess.run([sys.executable, "-m", "sgdask", "evaluate", "--gt", stores.gt,
-                           "--pred", stores.pred, "--partition-size", "3",
-                           "--gateway", gateway, "--workers", "2", "--out", str(out)],
-                          capture_output=True, text=True, timeout=150,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = run_cli("evaluate", "--gt", stores.gt, "--pred", stores.pred, "--partition-size",
+                   "3", "--gateway", gateway, "--workers", "2", "--out", str(out), timeout=150)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     summary = json.loads((out / "metrics.json").read_text())
     assert summary["metrics"] == local.metrics

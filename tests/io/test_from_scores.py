@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import zipfile
 
 import numpy as np
@@ -13,6 +11,7 @@ import pyarrow.parquet as pq
 
 from sgdask.io.store import StoreReader
 from sgdask.kernels.scores import triplet_lists
+from tests.helpers import run_cli
 
 
 def test_convert_from_scores_replaces_the_lists(dataset, stores, tmp_path):
@@ -28,10 +27,8 @@ def test_convert_from_scores_replaces_the_lists(dataset, stores, tmp_path):
                              "object": objects, "scores": scores.tolist(),
                              "no_relation": no_rel}), tmp_path / "scores.parquet")
     out = tmp_path / "store"
-    proc = subprocess.run(
-        [sys.executable, "-m", "sgdask", "convert", str(dataset.submission_zip), "--out",
-         str(out), "--gt", stores.gt, "--in-process", "--from-scores",
-         str(tmp_path / "scores.parquet")], capture_output=True, text=True, timeout=300)
+    proc = run_cli("convert", str(dataset.submission_zip), "--out", str(out), "--gt",
+                   stores.gt, "--in-process", "--from-scores", str(tmp_path / "scores.parquet"))
     assert proc.returncode == 0, proc.stderr
     assert n > 2
     expected = triplet_lists(subjects, objects, scores, no_rel)
@@ -55,10 +52,8 @@ def test_scores_for_an_unknown_instance_are_refused(dataset, tmp_path):
     pq.write_table(pa.table({"image_id": [first["id"]], "subject": [0], "object": [n + 3],
                              "scores": [[0.5] * 56]}), tmp_path / "scores.parquet")
     out = tmp_path / "store"
-    proc = subprocess.run(
-        [sys.executable, "-m", "sgdask", "convert", str(dataset.submission_zip), "--out",
-         str(out), "--in-process", "--from-scores", str(tmp_path / "scores.parquet")],
-        capture_output=True, text=True, timeout=300)
+    proc = run_cli("convert", str(dataset.submission_zip), "--out", str(out), "--in-process",
+                   "--from-scores", str(tmp_path / "scores.parquet"))
     assert proc.returncode == 2
     line = proc.stderr.strip().splitlines()[-1]
     assert f"image {first['id']}" in line and "out of range" in line and "scores.parquet" in line

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +23,7 @@ from sgdask.io.archive import ArchiveLimits
 from sgdask.io.ingest import ingest_vg
 from sgdask.io.vg import h5_arrays, split_image_ids
 from sgdask.testing.vg import VGSynthPaths, write_vg_dataset
+from tests.helpers import run_cli
 
 SECRET = b"SECRETTOKEN1" * 4096  # more than the boxes_1024 of the synthetic file hold
 #: the secret as boxes_1024 would decode it (the issue's message showed these as row 0)
@@ -217,10 +216,8 @@ def test_external_storage_on_a_fifo_is_never_opened(vg, tmp_path):
 
     bad = hostile_h5(vg, tmp_path / "fifo.h5", "boxes_1024", make)
     out = tmp_path / "store"
-    proc = subprocess.run([sys.executable, "-m", "sgdask", "ingest-gt", str(bad), "--dicts",
-                           str(vg.dicts), "--image-data", str(vg.image_data), "--out",
-                           str(out), "--in-process"],
-                          capture_output=True, text=True, timeout=90)
+    proc = run_cli("ingest-gt", str(bad), "--dicts", str(vg.dicts), "--image-data",
+                   str(vg.image_data), "--out", str(out), "--in-process", timeout=90)
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("sgdask: ")]
     assert errors == [f"sgdask: error: {bad}: boxes_1024: keeps its data in external files "

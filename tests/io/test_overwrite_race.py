@@ -17,6 +17,7 @@ from sgdask.errors import SgdaskError
 from sgdask.io.ingest import convert_submission
 from sgdask.io.lock import LockHeld, exclusive_lock
 from sgdask.io.store import StoreReader
+from tests.helpers import run_cli
 
 
 def sgdask(*args: str) -> subprocess.Popen:
@@ -59,8 +60,7 @@ def test_concurrent_overwrites_leave_one_complete_store(tiny, tmp_path):
                 assert proc.returncode == 2 and len(lines) == 1, err
                 assert "another process replaced it while this one wrote it" in lines[0]
         assert any(p.returncode == 0 for p in procs)
-        verify = subprocess.run([sys.executable, "-m", "sgdask", "verify", str(out)],
-                                capture_output=True, text=True, timeout=120)
+        verify = run_cli("verify", str(out), timeout=120)
         assert verify.returncode == 0 and "intact" in verify.stdout, verify.stderr
         assert content_hash(out) in hashes
         assert siblings(out) == []
@@ -74,8 +74,7 @@ def test_failing_overwrite_keeps_the_old_store(tiny, tmp_path):
     shutil.copytree(tiny.paths.masks_dir, masks)
     ingest = ["ingest-gt", str(tiny.paths.psg_json), "--masks", str(masks), "--out", str(out),
               "--in-process", "--overwrite"]
-    assert subprocess.run([sys.executable, "-m", "sgdask", *ingest], capture_output=True,
-                          timeout=120).returncode == 0
+    assert run_cli(*ingest, timeout=120).returncode == 0
     manifest = (out / "manifest.json").read_bytes()
     sorted(masks.glob("*.png"))[-1].write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
     proc = sgdask(*ingest)

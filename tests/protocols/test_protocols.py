@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ from sgdask.metrics.terms import evaluate_image
 from sgdask.pipeline import evaluate, evaluate_protocols
 from sgdask.protocols import MULTIMPO, SGBENCH, SGBENCH2, SINGLEMPO, get_protocols
 from sgdask.types import ImageGT, ImagePred, as_triplets
+from tests.helpers import run_cli
 
 KS = parse_ks("1,2,3")
 
@@ -94,10 +93,8 @@ def test_several_protocols_in_one_pass_equal_separate_runs(stores, client, aggre
 
 def test_cli_side_by_side_writes_delta_and_html(stores, tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "sgdask", "evaluate", "--gt", stores.gt, "--pred", stores.pred,
-         "--protocol", "singlempo,multimpo", "--out", str(out), "--legacy-metrics"],
-        capture_output=True, text=True, timeout=300)
+    proc = run_cli("evaluate", "--gt", stores.gt, "--pred", stores.pred, "--protocol",
+                   "singlempo,multimpo", "--out", str(out), "--legacy-metrics")
     assert proc.returncode == 0, proc.stderr
     assert "protocol delta" in proc.stdout
     single = json.loads((out / "singlempo" / "metrics.json").read_text())
