@@ -23,7 +23,7 @@ from tests.literal import spec as literal
 from tests.protocols import test_oiv6 as oiv6_tests
 from tests.protocols import test_sgbpytorch as sgbpytorch_tests
 
-EXAMPLES = settings(max_examples=10, derandomize=True, database=None, deadline=None,
+EXAMPLES = settings(max_examples=5, derandomize=True, database=None, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
