@@ -16,17 +16,14 @@ The strict site build itself (broken links, missing pages, missing API objects) 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
-import s3fs
 
 from tests.helpers import (
     AWS_ENV,
@@ -91,21 +88,9 @@ def example_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def s3_env() -> Iterator[dict[str, str]]:
-    """A moto S3 server thread on 127.0.0.1 and the variables the S3 page reads."""
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        endpoint = f"http://127.0.0.1:{server.get_host_and_port()[1]}"
-        fs = s3fs.S3FileSystem(endpoint_url=endpoint, key="testing", secret="testing")
-        if not fs.exists(BUCKET):
-            fs.mkdir(BUCKET)
-        yield {**AWS_ENV, "ENDPOINT": endpoint, "BUCKET": f"s3://{BUCKET}/docs-example"}
-    finally:
-        server.stop()
+def s3_env(s3) -> dict[str, str]:
+    """The variables the S3 page reads, for the module's moto S3 server (``s3``)."""
+    return {**AWS_ENV, "ENDPOINT": s3.endpoint, "BUCKET": f"s3://{BUCKET}/docs-example"}
 
 
 @pytest.mark.parametrize("page", sorted(EXAMPLES))
