@@ -10,7 +10,7 @@ TEST_WORKERS ?= 2
 # Material for MkDocs prints a banner about MkDocs 2 on every build; the build is the same.
 MKDOCS  = NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs
 # The site, every warning an error (never --quiet: it hides the warnings strict mode counts);
-# tests/test_docs_links.py checks that a broken link fails it.
+# tests/docs/test_docs_links.py checks that a broken link fails it.
 DOCS_BUILD = $(MKDOCS) build --strict
 # resolved on Python 3.11 (CI's); on another Python, `make lock` first
 CONSTRAINTS ?= constraints.txt

@@ -1,6 +1,6 @@
 """The benchmark dataset: synthesized once, cached, with its GT and submission stores.
 
-The cache key holds the image count, the seed and a hash of ``sgdask/synth.py`` (a new
+The cache key holds the image count, the seed and a hash of ``sgdask/testing/psg.py`` (a new
 generator gives a new dataset); the stores are keyed by a hash of every ``sgdask/**.py`` (the
 store format is spread over the io and mask-kernel modules, so any sgdask change gives new
 stores). Ingesting the GT and converting the submission for B are not measured: a benchmark
@@ -20,13 +20,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import sgdask.synth
 
 import sgdask
-import sgdask.synth
+import sgdask.testing.psg
 from sgdask.formats.psg import ingest_gt
 from sgdask.formats.sgbench import convert_submission
 from sgdask.store.store import MANIFEST, SELF_HASH, file_entry, manifest_digest
-from sgdask.synth import SynthPaths, synth_paths, write_dataset
+from sgdask.testing.psg import SynthPaths, synth_paths, write_dataset
 
 Log = Callable[[str], None]
 COMPLETE = ".complete"
@@ -60,7 +61,7 @@ def files_hash(paths: Iterable[Path]) -> str:
 
 
 def synth_hash() -> str:
-    return files_hash([Path(sgdask.synth.__file__)])
+    return files_hash([Path(sgdask.testing.psg.__file__)])
 
 
 def package_hash() -> str:

@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.oiv6 [--images 5322] [--workers 2] [--repeats 1]``
 
-A generated dataset of Open Images V6 test's size (``sgdask.synth_oi``: 300 classes, 30
+A generated dataset of Open Images V6 test's size (``sgdask.testing.oi``: 300 classes, 30
 predicates, ~5 boxes and ~2 relations per GT image, 16 predicted boxes and 64 scored pairs
 per image, so 128 candidates of which the top 100 count), ingested and converted from
 its score file with the NG list cut at 100 as the VG row's (once, cached, not measured: a
@@ -34,14 +34,14 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-import sgdask.synth_oi
+import sgdask.testing.oi
 from benchmarks.dataset import COMPLETE, files_hash, is_store, package_hash, prune
 from benchmarks.measure import Measurement, classify, run_measured
 from benchmarks.paired import agreement, environment, log, paired_runs, row_options
 from benchmarks.run import last_json, python
 from sgdask.formats.oiv6 import ingest_oi
 from sgdask.formats.sgbench import convert_submission
-from sgdask.synth_oi import oi_synth_paths, write_oi_dataset
+from sgdask.testing.oi import oi_synth_paths, write_oi_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
 OIV6_TEST = 5322
@@ -50,7 +50,7 @@ COMPARED = ("R@50", "mAP_rel", "wmAP_rel", "mAP_phr", "wmAP_phr", "score_wtd")
 
 def prepare(cache: Path, n_images: int, seed: int) -> tuple[Path, Path]:
     """GT and submission stores of the generated dataset (made once, cached)."""
-    synth = files_hash([Path(sgdask.synth_oi.__file__)])
+    synth = files_hash([Path(sgdask.testing.oi.__file__)])
     root = cache / f"oiv6-{n_images}-seed{seed}-synth{synth}"
     prune(cache, f"oiv6-{n_images}-seed{seed}-synth*", [root], log)
     raw = root / "raw"

@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.pq [--images 1000] [--workers 2] [--repeats 1]``
 
-A generated COCO panoptic GT and predictions of it (``sgdask.synth_coco``: 640x480 PNGs,
+A generated COCO panoptic GT and predictions of it (``sgdask.testing.coco``: 640x480 PNGs,
 8 to 30 segments an image, VOID pixels, crowd regions; made once, cached, not measured),
 then, each a whole process measured from start to exit:
 
@@ -25,12 +25,12 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-import sgdask.synth_coco
+import sgdask.testing.coco
 from benchmarks.dataset import COMPLETE, files_hash, prune
 from benchmarks.measure import Measurement, run_measured
 from benchmarks.paired import agreement, environment, log, row_options
 from benchmarks.run import last_json, python
-from sgdask.synth_coco import CocoPanoptic, write_coco_panoptic
+from sgdask.testing.coco import CocoPanoptic, write_coco_panoptic
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGES = 1000
@@ -47,7 +47,7 @@ REFERENCE = ("import json, sys, contextlib\n"
 
 def prepare(cache: Path, n_images: int, seed: int) -> CocoPanoptic:
     """The generated files (made once, cached)."""
-    synth = files_hash([Path(sgdask.synth_coco.__file__)])
+    synth = files_hash([Path(sgdask.testing.coco.__file__)])
     root = cache / f"pq-{n_images}-seed{seed}-synth{synth}"
     prune(cache, f"pq-{n_images}-seed{seed}-synth*", [root], log)
     if not (root / COMPLETE).exists():

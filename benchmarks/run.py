@@ -622,7 +622,7 @@ def render(args: argparse.Namespace, ds: Dataset, runs: dict[str, rp.Series],
         f"## sgdask vs sgbench 1.0.0 — {ds.n_images} images ({mode}, {stamp})", "",
         f"Machine: {machine_info.one_line(machine)}.  ",
         "Packages: " + ", ".join(f"{k} {v}" for k, v in machine["packages"].items()) + ".  ",
-        f"Dataset: `sgdask.synth` seed {ds.seed}, {ds.n_images} test images 640×480; "
+        f"Dataset: `sgdask.testing.psg` seed {ds.seed}, {ds.n_images} test images 640×480; "
         f"sgdask runs: median of {args.repeats}, sgbench: median of {args.reference_repeats}.",
         "", rp.markdown(rp.main_table([runs[k] for k in order], runs["A"])), "",
         "**Targets**", "", rp.markdown(rp.targets_table(summary["targets"])), "",

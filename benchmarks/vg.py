@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.vg [--images 26446] [--workers 2] [--repeats 1]``
 
-A generated dataset of VG150 test's size (``sgdask.synth_vg``: ~11.5 boxes and ~6
+A generated dataset of VG150 test's size (``sgdask.testing.vg``: ~11.5 boxes and ~6
 relations per GT image, 80 predicted boxes and 100 scored pairs per image), ingested and
 converted by triplet score with the NG list cut at 100 (once, cached, not measured: a
 benchmark host does both once), then:
@@ -23,14 +23,14 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-import sgdask.synth_vg
+import sgdask.testing.vg
 from benchmarks.dataset import COMPLETE, files_hash, is_store, package_hash, prune
 from benchmarks.measure import Measurement, run_measured
 from benchmarks.paired import agreement, environment, log, paired_runs, row_options
 from benchmarks.run import last_json, python, run_store_evaluation
 from sgdask.formats.sgbench import convert_submission
 from sgdask.formats.vg150 import ingest_vg
-from sgdask.synth_vg import vg_synth_paths, write_vg_dataset
+from sgdask.testing.vg import vg_synth_paths, write_vg_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
 VG150_TEST = 26446
@@ -39,7 +39,7 @@ COMPARED = ("R", "ngR", "zR", "ngzR", "mR", "mNgR")
 
 def prepare(cache: Path, n_images: int, seed: int) -> tuple[Path, Path]:
     """GT and submission stores of the generated dataset (made once, cached)."""
-    synth = files_hash([Path(sgdask.synth_vg.__file__)])
+    synth = files_hash([Path(sgdask.testing.vg.__file__)])
     root = cache / f"vg-{n_images}-seed{seed}-synth{synth}"
     prune(cache, f"vg-{n_images}-seed{seed}-synth*", [root], log)
     raw = root / "raw"

@@ -27,7 +27,7 @@ from sgdask.pipeline import evaluate_protocols
 from sgdask.protocols import BOARD_PROTOCOLS
 from sgdask.report import Report
 from sgdask.report.writers import write_reports
-from sgdask.synth import write_dataset
+from sgdask.testing.psg import write_dataset
 
 _ZERO_SHOT_NOTE = ("note: zR@k is close to R@k here: the synthetic training split shares few "
                    "triplet types with its test split, so most test triplets are zero-shot "

@@ -1,19 +1,28 @@
-"""Shared fixtures: one real LocalCluster per session and one synthetic dataset + stores."""
+"""Fixtures shared across tests/<layer>/: one real LocalCluster per session, the synthetic
+datasets and their stores, a moto S3 server per module and a headless Chromium page."""
 
 from __future__ import annotations
 
-import io
-import json
+import importlib.util
+import logging
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from distributed import Client, LocalCluster
 
 from sgdask.formats.psg import ingest_gt
 from sgdask.formats.sgbench import convert_submission
-from sgdask.synth import SynthPaths, write_dataset
+from sgdask.testing.psg import SynthPaths, write_dataset
+from tests.helpers import AWS_ENV, BUCKET, S3, rewrite_zip
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
 
 
 @pytest.fixture(scope="session")
@@ -52,33 +61,6 @@ def stores(dataset: SynthPaths, tmp_path_factory) -> Stores:
     convert_submission(str(dataset.submission_boxes), s.pred_boxes, s.gt_boxes,
                        partition_size=16)
     return s
-
-
-def rewrite_zip(src: Path, dst: Path, edit_doc=None, replace: dict[str, bytes] | None = None,
-                drop: tuple[str, ...] = ()) -> Path:
-    """A copy of a submission ZIP with triplets.json edited and/or members replaced/dropped."""
-    replace = dict(replace or {})
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
-        for name in zin.namelist():
-            if name in drop:
-                continue
-            data = replace.pop(name, None) or zin.read(name)
-            if name == "triplets.json" and edit_doc is not None:
-                doc = json.loads(data)
-                edit_doc(doc)
-                data = json.dumps(doc).encode()
-            zout.writestr(name, data)
-        for name, data in replace.items():
-            zout.writestr(name, data)
-    return dst
-
-
-def tiff_bytes(array) -> bytes:
-    import tifffile
-
-    buf = io.BytesIO()
-    tifffile.imwrite(buf, array, compression="deflate")
-    return buf.getvalue()
 
 
 @dataclass(frozen=True)
@@ -120,3 +102,47 @@ def tiny(tmp_path_factory) -> Tiny:
     gt = str(root / "gt")
     ingest_gt(str(paths.psg_json), gt, str(paths.masks_dir))
     return Tiny(paths, gt, root)
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3]:
+    """A moto S3 server thread on 127.0.0.1 (free port) with one empty bucket, and only the
+    test credentials in the environment."""
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in AWS_ENV.items():
+            mp.setenv(name, value)
+        mp.delenv("AWS_PROFILE", raising=False)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        try:
+            host, port = server.get_host_and_port()
+            assert host == "127.0.0.1"
+            endpoint = f"http://127.0.0.1:{port}"
+            options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+            fs = s3fs.S3FileSystem(**options)
+            if not fs.exists(BUCKET):  # moto state is per process: another module may have it
+                fs.mkdir(BUCKET)
+            yield S3(endpoint, options, fs)
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def chromium_page() -> Iterator[Any]:
+    """A page in headless Chromium (Debian's /usr/bin/chromium), driven by Playwright."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    if importlib.util.find_spec("playwright") is None:
+        pytest.skip("the playwright module is missing (pip install playwright)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser.new_page(viewport={"width": 1600, "height": 700})
+        finally:
+            browser.close()

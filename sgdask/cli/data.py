@@ -50,7 +50,7 @@ def synth(out: Annotated[Path, typer.Argument(
     """Write a synthetic PSG-shaped dataset with a submission.
 
     psg.json, its panoptic PNGs, and a submission as SGBench ZIP (masks) and JSON (boxes)."""
-    from sgdask.synth import write_dataset
+    from sgdask.testing.psg import write_dataset
 
     with progress_bar("synthesizing images", images) as advance:
         paths = write_dataset(out, images, seed, height=height, width=width, progress=advance)

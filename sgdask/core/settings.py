@@ -72,7 +72,7 @@ class Settings:
     The one record of an evaluation's settings: the CLI builds it once from its options, an
     ``evaluate-many`` manifest from its top-level keys (``from_mapping``), Python callers
     with keywords; ``checked()`` validates every field. Each field's CLI option is the
-    ``flag`` of its metadata; ``docs/reference/api.md`` lists them (``tests/test_settings``
+    ``flag`` of its metadata; ``docs/reference/api.md`` lists them (``tests/core/test_settings``
     keeps the three in step).
     """
 

@@ -20,6 +20,7 @@ from sgdask.formats.registry import (
     HEAD_BYTES,
     OIV6,
     PSG,
+    PSG_CHALLENGE,
     RESULTS,
     SGBENCH,
     SUBMISSION,
@@ -38,7 +39,8 @@ from sgdask.formats.registry import (
 
 #: the built-in formats' modules, imported (each registering itself) in this order: the
 #: order of ``FORMATS``, which recognition reads newest first within a kind
-BUILT_IN_MODULES = ("psg", "vg150", "oiv6", "sgbench", "results", "scores", "coco_panoptic")
+BUILT_IN_MODULES = ("psg", "vg150", "oiv6", "sgbench", "results", "scores", "coco_panoptic",
+                    "psg_challenge")
 for _module in BUILT_IN_MODULES:
     importlib.import_module(f"{__name__}.{_module}")
 
@@ -51,6 +53,7 @@ __all__ = [
     "HEAD_BYTES",
     "OIV6",
     "PSG",
+    "PSG_CHALLENGE",
     "RESULTS",
     "SGBENCH",
     "SUBMISSION",

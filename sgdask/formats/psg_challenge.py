@@ -30,12 +30,21 @@ import numpy as np
 from sgdask import __version__
 from sgdask.errors import InputError, Option, SgdaskError
 from sgdask.formats.psg import plain_rgb
+from sgdask.formats.registry import (
+    PSG_CHALLENGE,
+    SUBMISSION,
+    Format,
+    Signature,
+    register,
+    register_signature,
+)
+from sgdask.formats.results import evaluated_order
 from sgdask.formats.sgbench import SubmissionImage
 from sgdask.formats.validate import ClassCounts, GTInfo, Problem
 from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
 from sgdask.io.bounded_json import load_json
 from sgdask.io.fs import StorageOptions, absolute, filesystem, join, unreadable
-from sgdask.io.sources import Digest, Loaded, evaluated_order
+from sgdask.io.sources import Digest, Loaded
 from sgdask.store.store import PartTables, StoreReader, StoreWriter, part_name, write_part
 from sgdask.types import EMPTY_TRIPLETS, BitMasks, ImagePred
 
@@ -416,3 +425,40 @@ def validate_challenge(url: str, gt: str | None, options: StorageOptions | None,
             if len(problems) >= max_problems:
                 break
     return problems
+
+
+FORMAT = register(Format(
+    PSG_CHALLENGE, SUBMISSION, lambda head, name: name == RELATIONS_FILE, ("masks", "graph"),
+    "relation.json + panseg/ PNGs (the PSG challenge, OpenPSG's tools/grade.py), "
+    "sgdask/formats/psg_challenge.py", convert_challenge,
+    lambda url, options, gt_reader, gt_info, limits, _: ChallengeInput(url, options, gt_reader,
+                                                                      gt_info, limits),
+    validate_challenge))
+
+# --------------------------------------------------------------------------- sniffing
+
+#: what ``sniff`` calls these files: a directory or ZIP holding ``relation.json`` and
+#: ``panseg/``, or ``relation.json`` itself
+FOUND = "psg challenge"
+_WHAT = "a PSG-challenge submission (relation.json + panseg/)"
+_KEYS = {"relations", "segments_info", "pan_seg_file_name"}
+_SUBMITTED = frozenset({"pred", "submission file"})
+#: every kind ``sniff`` may call these files
+CHALLENGE_KINDS = frozenset({FOUND, FOUND + " zip", FOUND + " json"})
+
+
+def _hint(role: str) -> Option | tuple | None:
+    return ("pass it as ", Option("pred")) if role != "submission file" else None
+
+
+register_signature(Signature(
+    FOUND, _WHAT, "dir", 5, lambda names: RELATIONS_FILE in names,
+    accepted_as=_SUBMITTED, hint=_hint))
+register_signature(Signature(
+    FOUND + " zip", _WHAT + " (ZIP)", "zip", 15,
+    lambda names, files: any(n.rsplit("/", 1)[-1] == RELATIONS_FILE and n.count("/") <= 1
+                             for n in files),
+    accepted_as=_SUBMITTED, hint=_hint))
+register_signature(Signature(
+    FOUND + " json", "a PSG challenge's relation.json", "list", 20,
+    lambda head, keys: bool(set(keys) & _KEYS), accepted_as=_SUBMITTED, hint=_hint))

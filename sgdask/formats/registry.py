@@ -133,11 +133,11 @@ def submission_format(url: str, options: StorageOptions | None, method: str | No
 
 def is_challenge(url: str, options: StorageOptions | None) -> bool:
     """Whether ``url`` is a PSG-challenge submission: a directory or ZIP of
-    ``relation.json`` and ``panseg/`` is told by its member names (``sgdask.io.sniff``)."""
-    from sgdask.formats.sniff import PSG_CHALLENGE as FOUND
+    ``relation.json`` and ``panseg/`` is told by its member names (``sgdask.formats.sniff``)."""
+    from sgdask.formats.psg_challenge import CHALLENGE_KINDS
     from sgdask.formats.sniff import what_is
 
-    return what_is(url, options).kind == FOUND
+    return what_is(url, options).kind in CHALLENGE_KINDS
 
 
 def opened(url: str, options: StorageOptions | None, gt_reader: StoreReader, gt_info: GTInfo,

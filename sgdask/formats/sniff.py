@@ -36,6 +36,7 @@ from sgdask.formats.oiv6 import OI_ANNO as OI_ANNO
 from sgdask.formats.oiv6 import OI_CATEGORIES as OI_CATEGORIES
 from sgdask.formats.psg import MASK_ZIP as MASK_ZIP
 from sgdask.formats.psg import PNG_DIR, PSG_JSON
+from sgdask.formats.psg_challenge import CHALLENGE_KINDS
 from sgdask.formats.registry import PASS_AS_GT, SIGNATURES, Signature, signatures
 from sgdask.formats.results import NPZ as NPZ
 from sgdask.formats.results import NPZ_DIR as NPZ_DIR
@@ -54,8 +55,6 @@ from sgdask.store.store import MANIFEST, StoreReader, store_kind
     "other")
 #: the kind of a COCO panoptic JSON (not the format's name, ``registry.COCO_PANOPTIC``)
 COCO_PANOPTIC = COCO_PANOPTIC_JSON
-#: a PSG-challenge submission (``sgdask.formats.psg_challenge``)
-PSG_CHALLENGE = "psg challenge"
 #: bytes read to recognise a JSON file by its keys, or any file by its magic bytes
 _HEAD = 64 << 10
 _IMAGES = {b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image",
@@ -295,7 +294,7 @@ def evaluation_inputs(gt: str, pred: str, gt_masks: str | None = None,
 def _has_masks(url: str, found: Found, options: StorageOptions | None) -> bool:
     """Whether a submission holds masks: an SGBench ZIP, PSG-challenge files, or a store of
     masks."""
-    if found.kind in (SGBENCH_ZIP, PSG_CHALLENGE):
+    if found.kind == SGBENCH_ZIP or found.kind in CHALLENGE_KINDS:
         return True
     if found.kind != SUBMISSION_STORE:
         return False
@@ -305,7 +304,7 @@ def _has_masks(url: str, found: Found, options: StorageOptions | None) -> bool:
 #: what an upload's first bytes must tell (psg.json's first key comes within them)
 UPLOAD_HEAD = 1024
 #: what the benchmarking service may score (a ZIP is told apart only by its members)
-_UPLOADABLE = frozenset({SGBENCH_JSON, JSON, ZIP, PSG_CHALLENGE})
+_UPLOADABLE = frozenset({SGBENCH_JSON, JSON, ZIP}) | CHALLENGE_KINDS
 
 
 def unscorable(head: bytes, name: str) -> str | None:

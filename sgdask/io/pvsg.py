@@ -9,7 +9,7 @@ Inputs, as OpenPVSG ships and reads them:
   (pixel = object id, 0 none; ``source`` from the video id as OpenPVSG derives it);
 - a model's results, per video: ``<video>/quantitive/masks.txt`` (a line per mask of a tube:
   ``frame track class height width RLE``, frames from 1, COCO's compressed RLE) and
-  ``<video>/relations.json`` (the ranked relations, ``sgdask.synth_pvsg.PVSG_RESULTS``).
+  ``<video>/relations.json`` (the ranked relations, ``sgdask.testing.pvsg.PVSG_RESULTS``).
 
 The tube store (``URL``)::
 

@@ -11,7 +11,7 @@ strip with the compiled decoder of ``io/codecs/inflate``, which sets the bits of
 pixels and skips the runs of zeros instead of writing 6.8 MB of pixels per image. Anything
 else, or anything that does not decode to exactly the size its tags give with a matching
 checksum, goes through the literal reader, which decodes it or names the problem: the fast
-reader never has its own error messages, and ``tests/test_fast_readers.py`` checks it against the
+reader never has its own error messages, and ``tests/io/test_fast_readers.py`` checks it against the
 literal.
 """
 

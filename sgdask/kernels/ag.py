@@ -1,6 +1,6 @@
 """Action Genome, one video at a time: per frame and k, the GT relations hit, counted by
 predicate (``docs/video.md``, section "Action Genome", is the definition; the literal twin
-in ``tests/literal_ag.py`` is its plain-Python reading).
+in ``tests/literal/ag.py`` is its plain-Python reading).
 
 Vectorised numpy over a whole video, no I/O: the rows of every frame are built, chosen,
 ranked and matched in one pass (stable sorts keyed by frame first), so a frame costs no

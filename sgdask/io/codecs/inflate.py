@@ -12,7 +12,7 @@ form over such runs, so every stream is still checked in full.
 Anything the decoder does not accept (a bad header, an invalid code, a distance too far
 back, a size other than expected, a wrong checksum) returns a nonzero status and the
 caller reads the file with the literal decoder instead, which decides: this codec has no
-error messages of its own. ``tests/test_fast_readers.py`` checks it against zlib.
+error messages of its own. ``tests/io/test_fast_readers.py`` checks it against zlib.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Tests of `sgdask/io`: readers, formats, stores, object stores and hostile input."""

@@ -1,0 +1,298 @@
+"""PSG-challenge files (relation.json + panseg/ PNGs): read by content, scored as OpenPSG's
+tools/grade.py scores them (R@20 and mR@20 of the ``multimpo`` protocol, PQ), rejected in
+one line when broken."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from sgdask.errors import InputError, SgdaskError
+from sgdask.formats.psg import ingest_gt
+from sgdask.formats.psg_challenge import CHALLENGE_KINDS
+from sgdask.formats.registry import FORMATS, PSG_CHALLENGE, submission_format
+from sgdask.formats.sniff import expect, what_is
+from sgdask.io.archive import ArchiveLimits
+from sgdask.pipeline import evaluate_protocols
+from sgdask.service.tokens import add_token
+from sgdask.testing.psg import write_dataset
+from tests.helpers.psg_challenge_files import colour_png, distinct_ids, write_challenge_submission
+from tests.helpers.servicekit import Proc, upload, wait_final
+
+#: What OpenPSG's tools/grade.py (commit HEAD of github:Jingkang50/OpenPSG, run with its
+#: torch/mmcv/mmdet imports stubbed where its metric path does not use them, mmdet 2.25.3's
+#: CocoPanopticDataset and panopticapi for PQ) wrote to scores.txt for
+#:   data = write_dataset(root / "data", n_images=10, seed=SEED, height=64, width=96,
+#:                        missing_fraction=0.0, no_relation_fraction=0.2)
+#:   write_challenge_submission(data, root / "submission", SEED)
+#: as `python tools/grade.py ../submission out` in a folder holding data/psg/psg.json,
+#: data/coco -> data/panoptic and configs/_base_/datasets/psg_val.py.
+#: grade.py writes these three numbers and no blend of them.
+GRADE_PY = {
+    7: {"Recall R 20": 0.23809523809523808, "MeanRecall R 20": 0.24107142857142858,
+        "PQ": 45.82816198570912},
+    21: {"Recall R 20": 0.1304563492063492, "MeanRecall R 20": 0.12053571428571429,
+         "PQ": 55.391610546781486},
+}
+
+
+def _lab(root: Path, seed: int) -> tuple[Path, str]:
+    data = write_dataset(root / "data", n_images=10, seed=seed, height=64, width=96,
+                         missing_fraction=0.0, no_relation_fraction=0.2)
+    sub = write_challenge_submission(data, root / "submission", seed)
+    ingest_gt(str(data.psg_json), str(root / "gt"), str(data.masks_dir))
+    return sub, str(root / "gt")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("seed", sorted(GRADE_PY))
+def test_equals_grade_py(seed, tmp_path, client):
+    sub, gt = _lab(tmp_path, seed)
+    [report] = evaluate_protocols(gt, str(sub), "multimpo", ks=(20,), client=client).values()
+    want = GRADE_PY[seed]
+    # grade.py takes np.mean of per-image floats; sgdask rounds the exact mean once
+    assert report.metrics["R@20"] == pytest.approx(want["Recall R 20"], rel=1e-15, abs=0)
+    assert report.metrics["mR@20"] == pytest.approx(want["MeanRecall R 20"], rel=1e-15, abs=0)
+    assert report.metrics["PQ"] * 100 == pytest.approx(want["PQ"], rel=1e-15, abs=0)
+
+
+# --------------------------------------------------------------------------- hand cases
+
+H, W = 8, 12
+#: the GT image: segment 0 (category 0) the left half, segment 1 (category 1) the right half
+GT_LABEL = np.where(np.arange(W)[None, :] < W // 2, 0, 1).repeat(H, 0)
+
+
+@pytest.fixture(scope="module")
+def hand_gt(tmp_path_factory) -> str:
+    """One test image whose one relation is (0, 1, predicate 3), and predicates 0..55."""
+    root = tmp_path_factory.mktemp("hand")
+    ids = np.array([100, 200])
+    (root / "png").mkdir()
+    (root / "png" / "img.png").write_bytes(colour_png(GT_LABEL, ids))
+    psg = {"thing_classes": ["a", "b"], "stuff_classes": ["c"],
+           "predicate_classes": [f"p{i}" for i in range(56)], "test_image_ids": ["img"],
+           "data": [{"image_id": "img", "file_name": "img.jpg", "height": H, "width": W,
+                     "pan_seg_file_name": "img.png", "relations": [[0, 1, 3]],
+                     "segments_info": [{"id": int(i), "category_id": c, "iscrowd": 0,
+                                        "isthing": 1, "area": int((c == GT_LABEL).sum())}
+                                       for c, i in enumerate(ids)],
+                     "annotations": [{"bbox": [0, 0, W // 2, H], "category_id": 0},
+                                     {"bbox": [W // 2, 0, W, H], "category_id": 1}]}]}
+    (root / "psg.json").write_text(json.dumps(psg))
+    ingest_gt(str(root / "psg.json"), str(root / "gt"), str(root / "png"))
+    return str(root / "gt")
+
+
+def _hand_submission(root: Path, relations: list[list[int]], **entry) -> Path:
+    """The GT's two segments predicted exactly (categories 1-based) with these relations."""
+    ids = distinct_ids(np.random.default_rng(0), 2)
+    (root / "panseg").mkdir(parents=True, exist_ok=True)
+    (root / "panseg" / "0.png").write_bytes(colour_png(GT_LABEL, ids))
+    item = {"relations": relations, "pan_seg_file_name": "0.png",
+            "segments_info": [{"id": int(ids[0]), "category_id": 1},
+                              {"id": int(ids[1]), "category_id": 2}]}
+    item.update(entry)
+    (root / "relation.json").write_text(json.dumps([item]))
+    return root
+
+
+WRONG = [[1, 0, 1 + p] for p in range(30)]  # object/subject swapped: never a hit
+HIT = [0, 1, 4]  # GT (0, 1, predicate 3), the predicate 1-based in the file
+
+
+@pytest.mark.parametrize("position, recall", [(0, 1.0), (19, 1.0), (20, 0.0), (29, 0.0)])
+def test_only_the_first_20_relations_count(position, recall, hand_gt, tmp_path, client):
+    """grade.py cuts each image's list at 20 (``rel_array[:20]``): a hit at index 19
+    counts, one at index 20 does not, whatever follows."""
+    relations = [*WRONG[:position], HIT, *WRONG[position:]]
+    sub = _hand_submission(tmp_path, relations)
+    [report] = evaluate_protocols(hand_gt, str(sub), "multimpo", ks=(20,),
+                                  client=client).values()
+    assert report.metrics["R@20"] == recall
+    assert report.metrics["mR@20"] == recall / 56  # one predicate of 56 occurs
+
+
+def test_the_order_is_the_ranking(hand_gt, tmp_path, client):
+    """No score in the file: the list's order ranks it, so moving the hit from the 20th
+    place to the 21st, with the same 21 relations, loses it."""
+    first = [*WRONG[:19], HIT, *WRONG[19:20]]
+    second = [*WRONG[:20], HIT]
+    assert sorted(map(tuple, first)) == sorted(map(tuple, second))
+    got = [evaluate_protocols(hand_gt, str(_hand_submission(tmp_path / str(i), rel)),
+                              "multimpo", ks=(20,), client=client)["multimpo"]
+           .metrics["R@20"] for i, rel in enumerate((first, second))]
+    assert got == [1.0, 0.0]
+
+
+def test_unread_rows_after_20_are_not_range_checked(hand_gt, tmp_path, client):
+    """grade.py never reads rows past the 20th: a predicate out of range there is ignored."""
+    sub = _hand_submission(tmp_path, [HIT, *WRONG[:19], [0, 1, 999]])
+    [report] = evaluate_protocols(hand_gt, str(sub), "multimpo", ks=(20,),
+                                  client=client).values()
+    assert report.metrics["R@20"] == 1.0
+
+
+# --------------------------------------------------------------------------- sniffing
+
+
+def _zipped(folder: Path, out: Path, prefix: str = "") -> Path:
+    with zipfile.ZipFile(out, "w") as z:
+        for f in sorted(folder.rglob("*")):
+            if f.is_file():
+                z.write(f, prefix + f.relative_to(folder).as_posix())
+    return out
+
+
+@pytest.mark.parametrize("prefix", ["", "submission/"])
+def test_recognised_by_content(prefix, hand_gt, tmp_path, client):
+    sub = _hand_submission(tmp_path / "dir", [HIT])
+    packed = _zipped(sub, tmp_path / "upload.bin", prefix)  # no telling name
+    for path in (sub, packed, sub / "relation.json"):
+        assert what_is(str(path)).kind in CHALLENGE_KINDS
+        assert expect(str(path), "pred").kind in CHALLENGE_KINDS
+        assert submission_format(str(path), None) is FORMATS[PSG_CHALLENGE]
+    reports = [evaluate_protocols(hand_gt, str(p), "multimpo", ks=(20,), client=client)
+               for p in (sub, packed, sub / "relation.json")]
+    assert {r["multimpo"].metrics["R@20"] for r in reports} == {1.0}
+    assert len({r["multimpo"].provenance["submission"]["content_hash"] for r in reports}) == 1
+
+
+def test_converted_store_scores_the_same(hand_gt, tmp_path, client):
+    """The service converts an upload to a store (its ``upload: psg-challenge`` phases)."""
+    sub = _hand_submission(tmp_path / "sub", [*WRONG[:5], HIT])
+    fmt = FORMATS[PSG_CHALLENGE]
+    assert fmt.validate(str(sub), hand_gt, None, None, 10) == []
+    fmt.convert(str(sub), str(tmp_path / "store"), hand_gt, None, overwrite=False,
+                cluster=None, limits=None)
+    direct, stored = (evaluate_protocols(hand_gt, str(p), "multimpo", ks=(20,),
+                                         client=client)["multimpo"]
+                      for p in (sub, tmp_path / "store"))
+    assert stored.metrics == direct.metrics
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _error(gt: str, sub: Path, limits: ArchiveLimits | None = None) -> str:
+    with pytest.raises(SgdaskError) as err:
+        from sgdask.formats.psg_challenge import validate_challenge
+
+        problems = validate_challenge(str(sub), gt, None, limits, 10)
+        if problems:
+            raise problems[0].error
+    assert isinstance(err.value, InputError)
+    text = str(err.value.render("cli", {}))
+    assert "\n" not in text
+    return text
+
+
+@pytest.mark.parametrize("edit, where, says", [
+    (dict(relations=[[0, 1, 0]]), "[0].relations[0]", "predicate 0"),
+    (dict(relations=[[0, 2, 4]]), "[0].relations[0]", "object 2"),
+    (dict(relations=[[0, 1]]), "[0].relations[0]", "[0, 1]"),
+    (dict(relations="x"), "[0].relations", "not a list"),
+    (dict(pan_seg_file_name="../x.png"), "[0].pan_seg_file_name", "'../x.png'"),
+    (dict(pan_seg_file_name="nope.png"), "nope.png", "not found"),
+    (dict(segments_info=[{"id": 5, "category_id": 0}]), "[0].segments_info[0].category_id",
+     "0"),
+    (dict(segments_info=[{"id": 5, "category_id": 1}, {"id": 5, "category_id": 2}]),
+     "[0].segments_info[1].id", "repeats segment 0"),
+])
+def test_bad_entry_one_line(edit, where, says, hand_gt, tmp_path):
+    edit = dict(edit)
+    text = _error(hand_gt, _hand_submission(tmp_path, edit.pop("relations", [HIT]), **edit))
+    assert "image img" in text and where in text and says in text, text
+
+
+def test_entry_count_must_match_the_gt(hand_gt, tmp_path):
+    sub = _hand_submission(tmp_path, [HIT])
+    doc = json.loads((sub / "relation.json").read_text())
+    (sub / "relation.json").write_text(json.dumps(doc * 2))
+    text = _error(hand_gt, sub)
+    assert "relation.json" in text and "holds 2 entries" in text and "by position" in text
+
+
+def test_png_of_another_size(hand_gt, tmp_path):
+    sub = _hand_submission(tmp_path, [HIT])
+    (sub / "panseg" / "0.png").write_bytes(colour_png(np.zeros((H, W + 1), int),
+                                                      np.array([7])))
+    text = _error(hand_gt, sub)
+    assert "panseg/0.png" in text and "image img" in text and "13x8" in text
+
+
+def test_png_not_rgb(hand_gt, tmp_path):
+    from PIL import Image
+
+    sub = _hand_submission(tmp_path, [HIT])
+    Image.fromarray(np.zeros((H, W), np.uint8)).save(sub / "panseg" / "0.png")
+    assert "a L PNG" in _error(hand_gt, sub)
+
+
+def test_limits(hand_gt, tmp_path):
+    sub = _hand_submission(tmp_path, [HIT])
+    assert "max_layer_pixels" in _error(hand_gt, sub, ArchiveLimits(max_layer_pixels=50))
+    assert "max_member_size" in _error(hand_gt, sub, ArchiveLimits(max_member_size=10))
+    assert "max_instances_per_image" in _error(hand_gt, sub,
+                                               ArchiveLimits(max_instances_per_image=1))
+    packed = _zipped(sub, tmp_path / "s.zip")
+    assert "max_entries" in _error(hand_gt, packed, ArchiveLimits(max_entries=1))
+
+
+def test_zip_without_one_relation_json(hand_gt, tmp_path):
+    sub = _hand_submission(tmp_path / "a", [HIT])
+    shutil.copytree(sub, tmp_path / "b" / "b")
+    shutil.copytree(sub, tmp_path / "b" / "c")
+    packed = _zipped(tmp_path / "b", tmp_path / "two.zip")
+    text = _error(hand_gt, packed)
+    assert "two.zip" in text and "holds 2 relation.json" in text
+
+
+# --------------------------------------------------------------------------- the service
+
+
+@pytest.mark.timeout(300)
+def test_a_phase_taking_psg_challenge_files(hand_gt, client, tmp_path):
+    """`upload: psg-challenge`: a ZIP of relation.json and panseg/ is checked, converted
+    and ranked with grade.py's numbers; anything else is rejected in one line naming the
+    upload."""
+    benchmark = tmp_path / "challenge.yaml"
+    benchmark.write_text(f"""title: PSG challenge
+phases:
+  - {{name: psg, gt: {hand_gt}, protocols: [multimpo], headline: mR@20,
+      upload: psg-challenge}}
+""")
+    tokens = tmp_path / "tokens.json"
+    team = add_token(tokens, "team-a", "participant")
+    proc = Proc(["serve", "--registry", str(tmp_path / "registry"), "--out",
+                 str(tmp_path / "board"), "--benchmark", str(benchmark), "--tokens",
+                 str(tokens), "--port", "0", "--scheduler", client.scheduler.address,
+                 "--poll", "0.2"], tmp_path / "serve.log")
+    try:
+        base = proc.url()
+        packed = _zipped(_hand_submission(tmp_path / "sub", [*WRONG[:3], HIT]),
+                         tmp_path / "model.zip", "submission/")
+        sid = upload(base, team, packed, "psg model", phase="psg").json()["id"]
+        done = wait_final(base, team, sid, 180)
+        assert done["status"] == "ranked", proc.text()[-2000:]
+        # grade.py's three numbers on the status page; the board ranks by mR@20
+        assert [done["metrics"][m] for m in ("R@20", "mR@20", "PQ")] == [1.0, 1 / 56, 1.0]
+        [row] = httpx.get(f"{base}/api/leaderboard?phase=psg", timeout=30).json()
+        assert row["metrics"]["mR@20"] == 1 / 56
+
+        other = tmp_path / "sgbench.json"
+        other.write_text(json.dumps({"version": 2, "images": []}))
+        sid = upload(base, team, other, "not one", phase="psg").json()["id"]
+        final = wait_final(base, team, sid, 180)
+        assert final["status"] == "rejected"
+        assert final["errors"] == [
+            "error: sgbench.json: not a PSG-challenge submission (expected a ZIP of "
+            "relation.json and its panseg/ PNGs, as OpenPSG's save_results writes them)"]
+    finally:
+        proc.stop()

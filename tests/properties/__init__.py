@@ -1,0 +1,1 @@
+"""Properties over generated inputs: invariants, invariance to partitioning, fuzzing."""
