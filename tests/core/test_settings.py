@@ -35,7 +35,9 @@ NOT_SETTINGS = {
     "whether its board shows intervals, as the file spells them",
 }
 #: layers that compute with single values (a kernel's match_labels is its argument)
-COMPUTE = ("sgdask/kernels/", "sgdask/metrics/", "sgdask/stats/", "sgdask/core/accum.py")
+#: (a protocol's per-image hit function takes the kernels' parameters)
+COMPUTE = ("sgdask/kernels/", "sgdask/metrics/", "sgdask/stats/", "sgdask/core/accum.py",
+           "sgdask/protocols/")
 
 
 def cli_options(command: str) -> set[str]:
