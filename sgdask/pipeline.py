@@ -28,7 +28,7 @@ from sgdask.core.plan import EvalSettings
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ONE_PROTOCOL, ScoringSettings, Settings, Submission
 from sgdask.errors import InputError, SettingError, SgdaskError
-from sgdask.formats import is_challenge, opened
+from sgdask.formats import claimed, opened
 from sgdask.formats.results import ResultsMethod
 from sgdask.formats.sniff import expect
 from sgdask.formats.validate import GTInfo
@@ -344,7 +344,7 @@ def _is_file(url: str, method: ResultsMethod | None, options: StorageOptions | N
     if method is not None:
         return True
     fs, path = filesystem(url, options)
-    return fs.isfile(path) or (fs.isdir(path) and is_challenge(url, options))
+    return fs.isfile(path) or (fs.isdir(path) and claimed(url, options) is not None)
 
 
 def first_wave(client: Client, gt: GTPlan, submissions: list[tuple[str, str, str]],

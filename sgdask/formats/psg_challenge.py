@@ -36,6 +36,7 @@ from sgdask.formats.registry import (
     Format,
     Signature,
     register,
+    register_claim,
     register_signature,
 )
 from sgdask.formats.results import evaluated_order
@@ -453,12 +454,23 @@ def _hint(role: str) -> Option | tuple | None:
 
 register_signature(Signature(
     FOUND, _WHAT, "dir", 5, lambda names: RELATIONS_FILE in names,
-    accepted_as=_SUBMITTED, hint=_hint))
+    accepted_as=_SUBMITTED, hint=_hint, format=PSG_CHALLENGE))
 register_signature(Signature(
     FOUND + " zip", _WHAT + " (ZIP)", "zip", 15,
     lambda names, files: any(n.rsplit("/", 1)[-1] == RELATIONS_FILE and n.count("/") <= 1
                              for n in files),
-    accepted_as=_SUBMITTED, hint=_hint))
+    accepted_as=_SUBMITTED, hint=_hint, format=PSG_CHALLENGE))
 register_signature(Signature(
     FOUND + " json", "a PSG challenge's relation.json", "list", 20,
-    lambda head, keys: bool(set(keys) & _KEYS), accepted_as=_SUBMITTED, hint=_hint))
+    lambda head, keys: bool(set(keys) & _KEYS), accepted_as=_SUBMITTED, hint=_hint,
+    format=PSG_CHALLENGE))
+
+
+def _is_challenge(url: str, options: StorageOptions | None) -> bool:
+    """A directory or ZIP of ``relation.json`` and ``panseg/`` is told by its member names."""
+    from sgdask.formats.sniff import what_is
+
+    return what_is(url, options).kind in CHALLENGE_KINDS
+
+
+register_claim(PSG_CHALLENGE, _is_challenge)

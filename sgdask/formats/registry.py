@@ -126,18 +126,23 @@ def submission_format(url: str, options: StorageOptions | None, method: str | No
     the one that recognises it."""
     if method is not None:
         return FORMATS[RESULTS]
-    if is_challenge(url, options):
-        return FORMATS[PSG_CHALLENGE]
+    found = claimed(url, options)
+    if found is not None:
+        return found
     return recognised(url, options, SUBMISSION)
 
 
-def is_challenge(url: str, options: StorageOptions | None) -> bool:
-    """Whether ``url`` is a PSG-challenge submission: a directory or ZIP of
-    ``relation.json`` and ``panseg/`` is told by its member names (``sgdask.formats.sniff``)."""
-    from sgdask.formats.psg_challenge import CHALLENGE_KINDS
-    from sgdask.formats.sniff import what_is
+def claimed(url: str, options: StorageOptions | None) -> Format | None:
+    """The format that claims ``url`` by more than its first bytes (a directory, a ZIP's
+    member names: ``register_claim``), if one does."""
+    return next((FORMATS[name] for name, test in _CLAIMS if name in FORMATS
+                 and test(url, options)), None)
 
-    return what_is(url, options).kind in CHALLENGE_KINDS
+
+def register_claim(name: str, test: Callable[[str, StorageOptions | None], bool]) -> None:
+    """Let format ``name`` claim paths ``test`` recognises before recognition by first bytes
+    (``submission_format``) and before a directory is taken for a store (``opened``)."""
+    _CLAIMS.append((name, test))
 
 
 def opened(url: str, options: StorageOptions | None, gt_reader: StoreReader, gt_info: GTInfo,
@@ -148,7 +153,7 @@ def opened(url: str, options: StorageOptions | None, gt_reader: StoreReader, gt_
     model's result file with ``method``)."""
     if method is None:
         fs, path = filesystem(url, options)
-        if not fs.isfile(path) and not is_challenge(url, options):
+        if not fs.isfile(path) and claimed(url, options) is None:
             return StoreInput(url, options)
     fmt = submission_format(url, options, None if method is None else method.method)
     if fmt.open is None:
@@ -194,6 +199,7 @@ class Signature:
     - ``accepted_as``: the roles (``sniff.ROLES``: where a path was given) that take it.
     - ``hint(role)``: the option or command that fixes it when given as ``role`` (None:
       nothing to say).
+    - ``format``: the registered format whose files these are, where a caller asks.
     """
 
     kind: str
@@ -204,9 +210,12 @@ class Signature:
     keys: frozenset[str] = frozenset()
     accepted_as: frozenset[str] = frozenset()
     hint: Callable[[str], Text | None] = _no_hint
+    format: str | None = None
 
 
 SIGNATURES: dict[str, Signature] = {}
+#: (format name, test) of the formats that claim paths by more than their first bytes
+_CLAIMS: list[tuple[str, Callable[[str, StorageOptions | None], bool]]] = []
 
 
 def register_signature(sig: Signature) -> Signature:

@@ -36,8 +36,7 @@ from sgdask.formats.oiv6 import OI_ANNO as OI_ANNO
 from sgdask.formats.oiv6 import OI_CATEGORIES as OI_CATEGORIES
 from sgdask.formats.psg import MASK_ZIP as MASK_ZIP
 from sgdask.formats.psg import PNG_DIR, PSG_JSON
-from sgdask.formats.psg_challenge import CHALLENGE_KINDS
-from sgdask.formats.registry import PASS_AS_GT, SIGNATURES, Signature, signatures
+from sgdask.formats.registry import PASS_AS_GT, PSG_CHALLENGE, SIGNATURES, Signature, signatures
 from sgdask.formats.results import NPZ as NPZ
 from sgdask.formats.results import NPZ_DIR as NPZ_DIR
 from sgdask.formats.results import PICKLE as PICKLE
@@ -291,10 +290,16 @@ def evaluation_inputs(gt: str, pred: str, gt_masks: str | None = None,
     return gt_found, pred_found
 
 
+def _of_format(kind: str, name: str) -> bool:
+    """Whether a file ``sniff`` calls ``kind`` belongs to the format called ``name``."""
+    sig = SIGNATURES.get(kind)
+    return sig is not None and sig.format == name
+
+
 def _has_masks(url: str, found: Found, options: StorageOptions | None) -> bool:
     """Whether a submission holds masks: an SGBench ZIP, PSG-challenge files, or a store of
     masks."""
-    if found.kind == SGBENCH_ZIP or found.kind in CHALLENGE_KINDS:
+    if found.kind == SGBENCH_ZIP or _of_format(found.kind, PSG_CHALLENGE):
         return True
     if found.kind != SUBMISSION_STORE:
         return False
@@ -304,7 +309,7 @@ def _has_masks(url: str, found: Found, options: StorageOptions | None) -> bool:
 #: what an upload's first bytes must tell (psg.json's first key comes within them)
 UPLOAD_HEAD = 1024
 #: what the benchmarking service may score (a ZIP is told apart only by its members)
-_UPLOADABLE = frozenset({SGBENCH_JSON, JSON, ZIP}) | CHALLENGE_KINDS
+_UPLOADABLE = frozenset({SGBENCH_JSON, JSON, ZIP})
 
 
 def unscorable(head: bytes, name: str) -> str | None:
@@ -313,7 +318,7 @@ def unscorable(head: bytes, name: str) -> str | None:
     from sgdask.formats import BUILT_IN, FORMATS, HEAD_BYTES, SUBMISSION
 
     found = Found(ZIP, "a ZIP archive") if head.startswith(b"PK") else _file(head)
-    if found.kind in _UPLOADABLE or any(
+    if found.kind in _UPLOADABLE or _of_format(found.kind, PSG_CHALLENGE) or any(
             f.kind == SUBMISSION and f.name not in BUILT_IN
             and f.recognises(head[:HEAD_BYTES], name) for f in FORMATS.values()):
         return None

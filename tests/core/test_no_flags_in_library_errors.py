@@ -16,9 +16,9 @@ FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
 #: list only shrinks (path, a piece of the text)
 KNOWN = {
     ("sgdask/protocols/oiv6/kernels.py", "this prediction has none (convert the submission with "),
-    ("sgdask/io/training_stats.py", "`sgdask stats PSG_JSON --out URL`)"),
-    ("sgdask/io/scores.py", "no instance scores, which --rank-by triplet "),
-    ("sgdask/io/scores.py", ": ignored under --rank-by triplet (pairs are "),
+    ("sgdask/store/training_stats.py", "`sgdask stats PSG_JSON --out URL`)"),
+    ("sgdask/formats/scores.py", "no instance scores, which --rank-by triplet "),
+    ("sgdask/formats/scores.py", ": ignored under --rank-by triplet (pairs are "),
     ("sgdask/report/__init__.py", "sgdask evaluate --out and Report.write"),
     ("sgdask/core/finalize.py", "--no-match-labels: predictions matched"),
     ("sgdask/core/finalize.py", "--aggregation image averages"),

@@ -14,14 +14,15 @@ from sgdask.formats.registry import PLACES, SIGNATURES, signatures
 PACKAGE = Path(sgdask.formats.__file__).resolve().parents[1]
 #: what the format registry and the sniffer tried, in order, before formats described
 #: themselves (``tests/test_first_contact*.py`` pin what each check says)
-FORMAT_ORDER = ["psg-json", "vg150-h5", "oiv6-json", "sgbench", "results", "coco-panoptic"]
+FORMAT_ORDER = ["psg-json", "vg150-h5", "oiv6-json", "sgbench", "results", "coco-panoptic",
+                "psg-challenge"]  # the PSG challenge's files came after, and come last
 CHECK_ORDER = {
     "head": ["vg h5", "parquet", "pickle"],
     "object": ["coco panoptic", "coco json", "oi categories"],
     "keys": ["psg json", "sgbench json", "vg dicts"],
-    "list": ["oi annotations"],
-    "zip": ["sgbench zip", "npz", "mask zip"],
-    "dir": ["npz directory", "png directory"],
+    "list": ["oi annotations", "psg challenge json"],
+    "zip": ["sgbench zip", "psg challenge zip", "npz", "mask zip"],
+    "dir": ["psg challenge", "npz directory", "png directory"],
 }
 #: the module each built-in format and kind of file belongs to
 OWNERS = {"psg": {"psg-json", "psg json", "png directory", "mask zip"},
@@ -30,7 +31,9 @@ OWNERS = {"psg": {"psg-json", "psg json", "png directory", "mask zip"},
           "sgbench": {"sgbench", "sgbench zip", "sgbench json"},
           "results": {"results", "pickle", "npz directory", "npz"},
           "scores": {"parquet"},
-          "coco_panoptic": {"coco-panoptic", "coco panoptic", "coco json"}}
+          "coco_panoptic": {"coco-panoptic", "coco panoptic", "coco json"},
+          "psg_challenge": {"psg-challenge", "psg challenge", "psg challenge zip",
+                            "psg challenge json"}}
 
 
 def test_built_in_formats_register_themselves_in_the_old_order():
