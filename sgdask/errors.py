@@ -187,7 +187,7 @@ class InputError(SgdaskError):
     def __init__(
         self,
         file: str,
-        what: str,
+        what: Text,
         *,
         image: object | None = None,
         field: str | Option | None = None,
@@ -196,7 +196,7 @@ class InputError(SgdaskError):
         fix = expected if isinstance(expected, Fix) else None
         self.file, self.image, self.field, self.what = file, image, field, what
         self.expected = None if fix is not None else expected
-        super().__init__(what, fix=fix)
+        super().__init__(*_pieces(what), fix=fix)
 
     def pieces(self) -> tuple[str | Option | SgdaskError, ...]:
         parts: list[str | Option] = [_Location(self.file)]
@@ -205,16 +205,15 @@ class InputError(SgdaskError):
         if self.field is not None:
             parts.append(self.field)
         expected = () if self.expected is None else (
-            " (expected ", *((self.expected,) if isinstance(self.expected, str)
-                             else self.expected), ")")
-        return (*_joined(parts, ": "), ": ", self.what, *expected)
+            " (expected ", *_pieces(self.expected), ")")
+        return (*_joined(parts, ": "), ": ", *_pieces(self.what), *expected)
 
 
 class VideoInputError(InputError):
     """Malformed video input (PVSG's annotation, frame PNGs, a model's tubes and relations):
     the file, the video, the frame (if one) and the field, and what was expected."""
 
-    def __init__(self, file: str, what: str, *, video: object | None = None,
+    def __init__(self, file: str, what: Text, *, video: object | None = None,
                  frame: int | None = None, field: str | None = None,
                  expected: Text | Fix | None = None) -> None:
         self.video, self.frame = video, frame
@@ -229,12 +228,32 @@ class VideoInputError(InputError):
 
 class InstanceMismatch(ValueError):
     """Raised by a kernel when a prediction and its GT share no instance representation
-    (masks or boxes): the one kernel failure caused by the inputs rather than by a bug."""
+    (masks or boxes): the one kernel failure caused by the inputs rather than by a bug.
+    ``parts``: its text and ``Option`` pieces, which the ``InputError`` naming the image
+    carries on."""
+
+    def __init__(self, *parts: str | Option) -> None:
+        super().__init__(*parts)
+        self.parts = parts
+
+    def __str__(self) -> str:
+        return "".join(_rendered(piece, "api", None) for piece in self.parts)
 
 
 class SgdaskWarning(UserWarning):
     """Something a user should know that does not stop the command (the CLI prints it as
-    one ``sgdask: warning: ...`` line)."""
+    one ``sgdask: warning: ...`` line): text and ``Option`` pieces, rendered like an
+    error's (``str``: the Python API's rendering)."""
+
+    def __init__(self, *parts: str | Option) -> None:
+        super().__init__(*parts)
+        self.parts = parts
+
+    def render(self, audience: Audience = "api") -> str:
+        return "".join(_rendered(piece, audience, None) for piece in self.parts)
+
+    def __str__(self) -> str:
+        return self.render("api")
 
 
 class StoreError(SgdaskError):
@@ -253,6 +272,10 @@ class _Location(str):
                 return names[location] + self[len(location):]
         path, colon, member = self.rpartition("://")[2].partition(":")
         return posixpath.basename(path.rstrip("/")) + colon + member
+
+
+def _pieces(text: Text) -> tuple[str | Option, ...]:
+    return (text,) if isinstance(text, str) else text
 
 
 def _joined(parts: list[str | Option], separator: str) -> list[str | Option]:

@@ -57,7 +57,8 @@ def _show_warnings_as_lines() -> None:
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
              file: Any = None, line: str | None = None) -> None:
         if issubclass(category, SgdaskWarning):
-            print(f"sgdask: warning: {message}", file=sys.stderr)
+            text = message.render("cli") if isinstance(message, SgdaskWarning) else message
+            print(f"sgdask: warning: {text}", file=sys.stderr)
         else:
             default(message, category, filename, lineno, file, line)
 

@@ -251,7 +251,7 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     reasons.update(withheld)
     notes += protocol.notes(absent)
     if not settings.match_labels:
-        notes.append("--no-match-labels: predictions matched GT instances of any category "
+        notes.append("match_labels off: predictions matched GT instances of any category "
                      "(docs: Metrics and protocols, matching); not comparable with "
                      "category-matched results")
     notes += [m.note for m in registered() if m.note and any(
@@ -295,7 +295,7 @@ def vocabulary_means(acc: Accumulator, metrics: dict[str, float], settings: Eval
     if not settings.protocol.means_over_vocabulary() or not n_vocabulary:
         return {}, []
     if settings.aggregation == "image":
-        return {}, ["--aggregation image averages each image's predicates: mR@k and mNgR@k "
+        return {}, ["aggregation image averages each image's predicates: mR@k and mNgR@k "
                     "are not the vocabulary-wide means this protocol prints otherwise"]
     occurring = {}
     for name in list(metrics):

@@ -19,4 +19,4 @@ def hits_under(gt: ImageGT, pred: ImagePred | None, protocol: Protocol, sub: Sub
         return protocol.image_hits(gt, pred, sub.with_ng, scoring.match_labels, shared,
                                    scoring.legacy)
     except InstanceMismatch as err:  # any other kernel exception is a bug in sgdask
-        raise InputError(sub.url, str(err), image=gt.image_id, field="instances") from err
+        raise InputError(sub.url, err.parts, image=gt.image_id, field="instances") from err

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sgdask.errors import Choose, InputError, SettingError, SgdaskError, SgdaskWarning
+from sgdask.errors import Choose, InputError, Option, SettingError, SgdaskError, SgdaskWarning
 from sgdask.formats.registry import Signature, register_signature
 from sgdask.io.archive import (
     ZIP_ERRORS,
@@ -104,9 +104,9 @@ def load_score_lists(url: str, storage_options: StorageOptions | None = None,
     check_columns(rows, url, n_predicates)
     check_values(rows, url, rank_by)
     if rank_by == TRIPLET and rows.no_rel is not None:
-        warnings.warn(f"{url}: {NO_RELATION}: ignored under --rank-by triplet (pairs are "
-                      "ranked by predicate x subject x object score)", SgdaskWarning,
-                      stacklevel=2)
+        warnings.warn(SgdaskWarning(f"{url}: {NO_RELATION}: ignored under ",
+                                    Option("rank_by", TRIPLET), " (pairs are ranked by "
+                                    "predicate x subject x object score)"), stacklevel=2)
     lists = {}
     for image_id, index in rows_by_image(rows.image_ids).items():
         subjects, objects, scores = rows.subjects[index], rows.objects[index], rows.scores[index]
@@ -174,8 +174,10 @@ def check_instances(url: str, image_id: str, subjects: np.ndarray, objects: np.n
         return
     scores = instances.scores.get(image_id)
     if scores is None:
-        raise InputError(instances.file, "no instance scores, which --rank-by triplet "
-                         "multiplies into the ranking", image=image_id, field="score",
+        raise InputError(instances.file, ("no instance scores, which ",
+                                          Option("rank_by", TRIPLET),
+                                          " multiplies into the ranking"),
+                         image=image_id, field="score",
                          expected="a score for every instance of an image with score rows")
     with np.errstate(over="ignore"):
         bad = ~(np.isfinite(scores.astype(np.float32)) & (scores >= 0))

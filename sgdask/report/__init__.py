@@ -234,8 +234,8 @@ def _no_report(url: str, fs: Any, path: str) -> SgdaskError:
     if folders:
         return SgdaskError(f"{url}: a report of several protocols; read one of its folders: "
                            + ", ".join(join(url, name) for name in folders))
-    return SgdaskError(f"{url}: no report here (no metrics.json; sgdask evaluate --out and "
-                       "Report.write write one)")
+    return SgdaskError(f"{url}: no report here (no metrics.json, which Report.write "
+                       "writes)")
 
 
 def lint_warnings(report: Report) -> list[dict[str, str]]:

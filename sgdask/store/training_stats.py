@@ -83,7 +83,7 @@ def stats_digest(url: str, storage_options: StorageOptions | None = None) -> str
         return file_digest(url, storage_options)
     except FileNotFoundError:
         raise StoreError(f"{url}: no training statistics here (write them with "
-                         "`sgdask stats PSG_JSON --out URL`)") from None
+                         "`sgdask stats`)") from None
 
 
 def read_stats(url: str, storage_options: StorageOptions | None = None,
@@ -97,7 +97,7 @@ def read_stats(url: str, storage_options: StorageOptions | None = None,
         table = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True).read()
     except FileNotFoundError:
         raise StoreError(f"{url}: no training statistics here (write them with "
-                         "`sgdask stats PSG_JSON --out URL`)") from None
+                         "`sgdask stats`)") from None
     except IsADirectoryError as err:
         raise InputError(url, unreadable(err),
                          expected="training statistics from `sgdask stats`") from None

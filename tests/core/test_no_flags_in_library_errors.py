@@ -14,15 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
 #: what still spells a flag, to be turned into ``Option`` pieces (issue 37, item 6): this
 #: list only shrinks (path, a piece of the text)
-KNOWN = {
-    ("sgdask/protocols/oiv6/kernels.py", "this prediction has none (convert the submission with "),
-    ("sgdask/store/training_stats.py", "`sgdask stats PSG_JSON --out URL`)"),
-    ("sgdask/formats/scores.py", "no instance scores, which --rank-by triplet "),
-    ("sgdask/formats/scores.py", ": ignored under --rank-by triplet (pairs are "),
-    ("sgdask/report/__init__.py", "sgdask evaluate --out and Report.write"),
-    ("sgdask/core/finalize.py", "--no-match-labels: predictions matched"),
-    ("sgdask/core/finalize.py", "--aggregation image averages"),
-}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def _texts(node: ast.AST) -> list[ast.Constant]:

@@ -110,8 +110,9 @@ def instances(scores=INSTANCE_SCORES, count=3) -> SubmissionInstances:
 
 def test_no_relation_is_ignored_with_a_warning(tmp_path):
     path = write_scores(tmp_path / "s.parquet", ["a"] * 3, no_relation=[0.9, 0.0, 0.5])
-    with pytest.warns(SgdaskWarning, match="no_relation: ignored under --rank-by triplet"):
+    with pytest.warns(SgdaskWarning, match="no_relation: ignored under rank_by=triplet") as w:
         lists = load_score_lists(path, rank_by="triplet", instances=instances())
+    assert "no_relation: ignored under --rank-by triplet" in w[0].message.render("cli")
     np.testing.assert_array_equal(lists["a"].graph, [[0, 1, 0], [1, 0, 1], [1, 2, 1]])
     with warnings.catch_warnings():
         warnings.simplefilter("error")

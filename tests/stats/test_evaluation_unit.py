@@ -45,7 +45,7 @@ from sgdask.formats.psg import GTRecord, write_gt_store
 from sgdask.formats.sgbench import SubmissionImage
 from sgdask.io.units import grouped_chunks
 from sgdask.metrics.base import IMAGE, MEAN, Block
-from sgdask.protocols import PROTOCOLS, SINGLEMPO
+from sgdask.protocols import PROTOCOLS, SINGLEMPO, register, unregister
 from sgdask.report import Report, interval_caption
 from sgdask.stats.bootstrap import Scoring, bootstrap
 from sgdask.stats.paired import Model, compare
@@ -61,9 +61,13 @@ RESAMPLES, PERMUTATIONS = 1000, 1000
 
 
 @pytest.fixture(autouse=True)
-def toy_protocol(monkeypatch):
-    """The toy grouped protocol, known to this process (and its threaded workers)."""
-    monkeypatch.setitem(PROTOCOLS, TOY.name, TOY)
+def toy_protocol():
+    """The toy grouped protocol, registered like any protocol for this process (and its
+    threaded workers), and gone after each test."""
+    register(TOY)
+    yield TOY
+    unregister(TOY.name)
+    assert TOY.name not in PROTOCOLS
 
 
 def hand_records() -> list[GTRecord]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sgdask.errors import InstanceMismatch
+from sgdask.errors import InstanceMismatch, Option
 from sgdask.kernels.bits import JIT
 from sgdask.kernels.hits import NEVER
 from sgdask.kernels.lists import clipped_to_image
@@ -162,8 +162,8 @@ def oiv6_hits(gt: ImageGT, pred: ImagePred, relations: np.ndarray) -> ImageHits:
     as given, duplicates included)."""
     if pred.pairs is None:
         raise InstanceMismatch("the oiv6 protocol ranks each pair's predicate scores, and "
-                               "this prediction has none (convert the submission with "
-                               "--from-scores)")
+                               "this prediction has none (convert the submission with ",
+                               Option("from_scores"), ")")
     if pred.scores is None and len(pred.pairs):
         raise InstanceMismatch("the oiv6 protocol multiplies instance scores into each "
                                "candidate's score, and this image's instances have none")
