@@ -309,7 +309,7 @@ from sgdask.formats.results import ResultEntry, ResultSource
 # the decode's own time and memory, as LOAD times the load: the imports are start-up (every
 # format registers on import); the peak is reset to what the imports hold (clear_refs 5)
 start = time.perf_counter()
-base_kb = int(re.search(r'VmRSS:\s*(\d+) kB', open('/proc/self/status').read()).group(1))
+base_kb = int(re.search(r'VmRSS:\\s*(\\d+) kB', open('/proc/self/status').read()).group(1))
 open('/proc/self/clear_refs', 'w').write('5')
 try:
     ResultSource(sys.argv[1], 'psgtr').image(ResultEntry('7', 0, '0.npz'), shape=(32, 48))
