@@ -251,7 +251,7 @@ def build_report(acc: Accumulator, images: list[dict[str, Any]], settings: EvalS
     reasons.update(withheld)
     notes += protocol.notes(absent)
     if not settings.match_labels:
-        notes.append("match_labels off: predictions matched GT instances of any category "
+        notes.append("no-match-labels: predictions matched GT instances of any category "
                      "(docs: Metrics and protocols, matching); not comparable with "
                      "category-matched results")
     notes += [m.note for m in registered() if m.note and any(

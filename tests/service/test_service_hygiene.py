@@ -70,8 +70,16 @@ class HeldUpload:
 
 
 def markers(registry: Path) -> list[dict]:
+    """The in-flight markers now (one the server removes between listing and reading is
+    gone, not an error)."""
     folder = registry / "uploads" / ".inflight"
-    return [json.loads(p.read_text()) for p in folder.glob("*.json")] if folder.is_dir() else []
+    found = []
+    for path in folder.glob("*.json") if folder.is_dir() else ():
+        try:
+            found.append(json.loads(path.read_text()))
+        except FileNotFoundError:
+            continue
+    return found
 
 
 def partials(registry: Path) -> list[Path]:
