@@ -35,7 +35,8 @@ from sgdask.store.store import StoreReader
 from sgdask.store.training_stats import gt_training_stats, stats_digest
 
 REEVALUATE = ("was written before sgdask kept per-image terms (no per_image_terms.parquet): "
-              "evaluate it again (sgdask evaluate --out) or pass its submission store")
+              "evaluate it again, writing its report (", Option("out"), "), or pass its "
+              "submission store")
 
 
 @dataclass
@@ -184,7 +185,7 @@ def checked_report(text: str, where: str, protocol: str, gt_manifest: dict[str, 
         raise SgdaskError(f"{text}: evaluated against another ground truth ({gt_hash}, ",
                           Option("gt"), f" has {gt_manifest.get('content_hash')})")
     if report.terms is None:
-        raise SgdaskError(f"{text}: {REEVALUATE}")
+        raise SgdaskError(f"{text}: ", *REEVALUATE)
     return report
 
 

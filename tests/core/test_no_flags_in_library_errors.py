@@ -2,7 +2,9 @@
 or report note names a setting as an ``Option`` (``sgdask.errors``), which each reader
 renders its way (``--k`` on the command line, ``ks`` in Python), never as ``--flag`` text.
 The scan reads every module outside ``sgdask/cli/``: the string pieces of ``raise``
-statements, ``warnings.warn`` calls and ``notes.append`` / ``notes += [...]``."""
+statements, ``warnings.warn`` calls and ``notes.append`` / ``notes += [...]``, and of module
+constants (a message kept in a name and raised elsewhere); ``sgdask/errors.py`` is the one
+renderer that spells flags."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
 #: what still spells a flag, to be turned into ``Option`` pieces (issue 37, item 6): this
 #: list only shrinks (path, a piece of the text)
 KNOWN: set[tuple[str, str]] = set()
+#: where flags are spelled on purpose: the renderer of ``Option`` pieces for the command line
+RENDERER = "sgdask/errors.py"
 
 
 def _texts(node: ast.AST) -> list[ast.Constant]:
@@ -42,6 +46,9 @@ def _messages(tree: ast.Module) -> list[ast.Constant]:
                 node.value, ast.Tuple) and len(node.value.elts) == 2 and isinstance(
                 node.value.elts[1], ast.List):
             found += _texts(node.value.elts[1])  # (values, notes) of a finalisation step
+    for node in tree.body:  # module constants: messages raised by name elsewhere
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            found += _texts(node.value)
     return list({id(t): t for t in found}.values())  # a raised error's pieces once
 
 
@@ -55,7 +62,7 @@ def flag_texts() -> list[tuple[str, int, str]]:
     out = []
     for path in sorted((ROOT / "sgdask").rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith("sgdask/cli/"):
+        if rel.startswith("sgdask/cli/") or rel == RENDERER:
             continue
         for text in _messages(ast.parse(path.read_text())):
             if FLAG.search(text.value):
@@ -80,6 +87,7 @@ def test_the_scan_sees_a_flag_in_a_raise_a_warning_and_a_note():
     tree = ast.parse('raise SgdaskError(f"{x}: give --gt-masks")\n'
                      'warnings.warn("see --k")\nnotes.append("--tau: ok")\n'
                      'raise SgdaskError(Option("gt_masks"), ": a store")\n'
-                     'x = "--not-a-message"\n')
+                     'def f():\n    x = "--not-a-message"\n'
+                     'HINT = ("run it with --out",)\n')
     assert [t.value for t in _messages(tree) if FLAG.search(t.value)] == [
-        ": give --gt-masks", "see --k", "--tau: ok"]
+        ": give --gt-masks", "see --k", "--tau: ok", "run it with --out"]
