@@ -33,26 +33,9 @@ from sgdask.formats.sniff import (
 )
 from sgdask.store.verify import verify_store
 from sgdask.testing.oi import oi_synth_paths, write_oi_dataset
+from tests.helpers import refused, run_main
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(32)
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    """The ``sgdask`` command in this process: exit code, stdout, stderr."""
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    captured = capsys.readouterr()
-    return exc.value.code or 0, captured.out, captured.err
-
-
-def refused(capsys, *args: str) -> str:
-    """The one error line of a command that must fail with exit code 2."""
-    code, out, err = run(capsys, *args)
-    lines = [line for line in err.splitlines() if line.startswith("sgdask:")]
-    assert code == 2, out + err
-    assert len(lines) == 1 and lines[0].startswith("sgdask: error: "), err
-    assert "Traceback" not in err and "━" not in err, err  # no progress bar: no work
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +137,7 @@ def test_other_commands_say_what_they_were_given(capsys, dataset, stores, odd, t
         line = refused(capsys, *args)
         assert says in line, line
     assert not out.exists()
-    code, text, _ = run(capsys, "verify", str(tmp_path / "gone"), str(dataset.submission_zip))
+    code, text, _ = run_main(capsys, "verify", str(tmp_path / "gone"), str(dataset.submission_zip))
     assert code == 2
     assert f"{tmp_path / 'gone'}: not found" in text
     assert "is a submission file (ZIP) where a store is expected" in text
@@ -207,10 +190,10 @@ def test_missing_images_are_named_and_a_cached_gt_shows_no_ingest_bar(capsys, da
     args = ("evaluate", "--gt", str(dataset.psg_json), "--gt-masks", str(dataset.masks_dir),
             "--pred", stores.pred, "--cache-dir", cache, "--scheduler",
             client.scheduler.address)
-    code, out, err = run(capsys, *args)
+    code, out, err = run_main(capsys, *args)
     assert code == 0, err
     assert "ingesting GT images" in err
-    code, out, err = run(capsys, *args)
+    code, out, err = run_main(capsys, *args)
     assert code == 0, err
     assert "ingesting GT images" not in err and "GT store from the cache" in err
     text = " ".join(out.split())

@@ -14,30 +14,11 @@ from rich.console import Console
 
 import sgdask
 from sgdask import Evaluator, Report
-from sgdask.cli import main
 from sgdask.cli.console import print_delta, print_report
 from sgdask.errors import SgdaskError
 from sgdask.formats.sgbench import convert_submission
 from sgdask.pipeline import evaluate_protocols
-from tests.helpers import ROOT
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    """The ``sgdask`` command in this process: exit code, stdout, stderr."""
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    captured = capsys.readouterr()
-    return exc.value.code or 0, captured.out, captured.err
-
-
-def refused(capsys, *args: str) -> str:
-    """The one error line of a command refused before any work (exit code 2)."""
-    code, out, err = run(capsys, *args)
-    lines = [line for line in err.splitlines() if line.startswith("sgdask:")]
-    assert code == 2, out + err
-    assert len(lines) == 1 and lines[0].startswith("sgdask: error: "), err
-    assert "Traceback" not in err and "━" not in err and "evaluated in" not in err, err
-    return lines[0]
+from tests.helpers import ROOT, refused, run_main
 
 
 def hint_of(line: str) -> str:
@@ -99,12 +80,12 @@ def test_evaluate_out_refuses_a_folder_with_files_unless_overwrite(capsys, tiny,
     out = tmp_path / "report"
     common = ("evaluate", "--gt", tiny.gt, "--pred", str(tiny.paths.submission_zip),
               "--scheduler", client.scheduler.address, "--out", str(out))
-    code, _, err = run(capsys, *common, "--protocol", "singlempo,multimpo")
+    code, _, err = run_main(capsys, *common, "--protocol", "singlempo,multimpo")
     assert code == 0, err
     assert (out / "multimpo" / "metrics.json").is_file()
     line = refused(capsys, *common)
     assert "already exists" in line and "--overwrite" in line
-    code, _, err = run(capsys, *common, "--overwrite")
+    code, _, err = run_main(capsys, *common, "--overwrite")
     assert code == 0, err
     # replaced whole: no folder of the earlier report is left beside the new one
     names = {p.name for p in out.iterdir()}
@@ -132,7 +113,7 @@ def test_psg_json_given_as_masks_hint_followed(capsys, tiny, tmp_path):
     line = refused(capsys, "ingest-gt", psg, "--masks", psg, "--out", str(tmp_path / "a"))
     hint = hint_of(line)
     assert "--gt-masks" in hint and "--gt " not in hint + " "
-    code, _, err = run(capsys, "ingest-gt", psg, "--gt-masks", str(tiny.paths.masks_dir),
+    code, _, err = run_main(capsys, "ingest-gt", psg, "--gt-masks", str(tiny.paths.masks_dir),
                        "--out", str(tmp_path / "b"), "--in-process")
     assert code == 0, err
 
@@ -145,7 +126,7 @@ def test_png_directory_given_to_ingest_gt_hint_followed(capsys, tiny, tmp_path):
     filled = {"psg.json": str(tiny.paths.psg_json), "DIR": str(tiny.paths.masks_dir),
               "STORE": str(tmp_path / "b")}
     argv = [filled.get(word, word) for word in words[1:]]
-    code, _, err = run(capsys, *argv, "--in-process")
+    code, _, err = run_main(capsys, *argv, "--in-process")
     assert code == 0, err
     assert (tmp_path / "b" / "manifest.json").is_file()
 
@@ -153,7 +134,7 @@ def test_png_directory_given_to_ingest_gt_hint_followed(capsys, tiny, tmp_path):
 def test_png_directory_given_to_stats_hint_followed(capsys, tiny, tmp_path):
     line = refused(capsys, "stats", str(tiny.paths.masks_dir), "--out", str(tmp_path / "s"))
     assert "give psg.json" in hint_of(line)
-    code, _, err = run(capsys, "stats", str(tiny.paths.psg_json), "--out",
+    code, _, err = run_main(capsys, "stats", str(tiny.paths.psg_json), "--out",
                        str(tmp_path / "s.parquet"))
     assert code == 0, err
 
@@ -163,7 +144,7 @@ def test_a_submission_given_with_method_hint_followed(capsys, tiny, client, boxe
     pred = str(tiny.paths.submission_zip) if which == "zip" else boxes
     line = refused(capsys, "evaluate", "--gt", tiny.gt, "--pred", pred, "--method", "psgtr")
     assert hint_of(line).endswith("drop --method")
-    code, _, err = run(capsys, "evaluate", "--gt", tiny.gt, "--pred", pred,
+    code, _, err = run_main(capsys, "evaluate", "--gt", tiny.gt, "--pred", pred,
                        "--scheduler", client.scheduler.address)
     assert code == 0, err
 
@@ -304,14 +285,14 @@ def test_a_first_run_says_it_compiles_the_kernels(capsys, monkeypatch, tmp_path,
 
     evaluate = ("evaluate", "--gt", tiny.gt, "--pred", str(tiny.paths.submission_zip),
                 "--scheduler", client.scheduler.address)
-    code, _, err = run(capsys, *evaluate)  # compiles the kernels, if no run did before
+    code, _, err = run_main(capsys, *evaluate)  # compiles the kernels, if no run did before
     assert code == 0 and compile_note() is None
     fresh = tmp_path / "kernels"  # an install whose kernels were never compiled
     fresh.mkdir()
     monkeypatch.setattr(sgdask.kernels, "__file__", str(fresh / "__init__.py"))
     note = compile_note()
     assert note is not None and note.startswith("compiling sgdask's kernels once")
-    code, _, err = run(capsys, *evaluate)
+    code, _, err = run_main(capsys, *evaluate)
     assert code == 0 and err.index("compiling sgdask's kernels once") < err.index("evaluated in")
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))  # cached elsewhere: cannot tell
     assert compile_note() is None
@@ -340,7 +321,7 @@ def test_ctrl_c_says_interrupted_in_one_line(capsys, monkeypatch, tmp_path):
         raise KeyboardInterrupt  # what Ctrl-C raises in the main thread
 
     monkeypatch.setattr(sgdask.testing.psg, "write_dataset", interrupted)
-    code, _, err = run(capsys, "synth", str(tmp_path / "data"), "--images", "2")
+    code, _, err = run_main(capsys, "synth", str(tmp_path / "data"), "--images", "2")
     assert code == 130 and err.strip().splitlines()[-1] == "sgdask: interrupted", err
     assert "Traceback" not in err
 
@@ -407,7 +388,7 @@ def test_a_chart_keeps_room_for_its_long_title_and_labels():
 def test_convert_counts_the_images_it_converts(capsys, tiny, tmp_path):
     import json
 
-    code, _, err = run(capsys, "convert", str(tiny.paths.submission_zip), "--gt", tiny.gt,
+    code, _, err = run_main(capsys, "convert", str(tiny.paths.submission_zip), "--gt", tiny.gt,
                        "--out", str(tmp_path / "pred"), "--in-process")
     assert code == 0, err
     n = json.loads((tmp_path / "pred" / "manifest.json").read_text())["n_images"]

@@ -86,6 +86,17 @@ def run_main(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
     return exc.value.code or 0, out, err
 
 
+def refused(capsys: pytest.CaptureFixture, *args: str) -> str:
+    """The one error line of a command refused before any work (exit code 2, no traceback,
+    no progress bar, nothing evaluated)."""
+    code, out, err = run_main(capsys, *args)
+    lines = [line for line in err.splitlines() if line.startswith("sgdask:")]
+    assert code == 2, out + err
+    assert len(lines) == 1 and lines[0].startswith("sgdask: error: "), err
+    assert "Traceback" not in err and "━" not in err and "evaluated in" not in err, err
+    return lines[0]
+
+
 def rewrite_zip(src: Path, dst: Path, edit_doc=None, replace: dict[str, bytes] | None = None,
                 drop: tuple[str, ...] = ()) -> Path:
     """A copy of a submission ZIP with triplets.json edited and/or members replaced/dropped."""
