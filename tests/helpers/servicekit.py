@@ -10,8 +10,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -130,3 +131,31 @@ def stored_uploads(registry: Path) -> list[Path]:
     """Complete uploads (``.partial`` ones are invisible by design)."""
     folder = registry / "uploads"
     return sorted(folder.glob("*.upload")) if folder.is_dir() else []
+
+
+@contextlib.contextmanager
+def app_in_thread(config: Any, log: Callable[[str], None] = lambda _: None,
+                  header_timeout: float | None = None) -> Iterator[str]:
+    """The service's app (no worker) for ``config`` on uvicorn in a thread on 127.0.0.1,
+    configured as ``sgdask serve`` configures it (slow-client guard, header timeout): its
+    base URL; ``log`` receives what the app logs."""
+    import uvicorn
+
+    from sgdask.service.app import create_app
+    from sgdask.service.server import bound_socket, uvicorn_config
+    from sgdask.service.uploads import SlowClients
+
+    slow = SlowClients(log)
+    sock = bound_socket("127.0.0.1", 0)
+    timeout = () if header_timeout is None else (header_timeout,)
+    server = uvicorn.Server(uvicorn_config(create_app(config, log=log, slow=slow), slow,
+                                           *timeout, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            thread.join(0.05)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -8,10 +8,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-import threading
 import zipfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,21 +19,27 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import uvicorn
 
 from sgdask.batch.registry import Entry, Registry
 from sgdask.batch.rerank import rerank
 from sgdask.cli import main
 from sgdask.errors import InputError
 from sgdask.formats.sgbench import convert_submission
-from sgdask.service.app import ServiceConfig, create_app
+from sgdask.service.app import ServiceConfig
 from sgdask.service.benchmark import Phase, load_benchmark
 from sgdask.service.inbox import pick_inbox
 from sgdask.service.limits import Limits
-from sgdask.service.server import bound_socket
 from sgdask.service.tokens import TokenBook, add_token
 from tests.helpers import ROOT
-from tests.helpers.servicekit import Proc, auth, entry_ids, upload, wait_final, wait_for
+from tests.helpers.servicekit import (
+    Proc,
+    app_in_thread,
+    auth,
+    entry_ids,
+    upload,
+    wait_final,
+    wait_for,
+)
 from tests.service.test_service_hygiene import HeldUpload
 
 TWO_PHASES = """\
@@ -91,25 +95,8 @@ def site(tiny, tmp_path) -> Iterator[Site]:
     clock = Clock(at("2029-12-31T23:59:59Z"))
     config = ServiceConfig(registry, out, tokens=str(tokens),
                            benchmark=load_benchmark(str(benchmark), registry, out), clock=clock)
-    with serving(config) as base:
+    with app_in_thread(config) as base:
         yield Site(base, clock, tmp_path / "registry", token, maintainer)
-
-
-@contextmanager
-def serving(config: ServiceConfig) -> Iterator[str]:
-    """The app (no worker) on uvicorn in a thread on 127.0.0.1: its base URL."""
-    sock = bound_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(create_app(config, log=lambda _: None),
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            thread.join(0.05)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 def test_uploads_follow_each_phases_dates_and_limits(site, tiny):
@@ -624,7 +611,7 @@ def test_a_phase_ranks_by_its_protocol_and_its_directions(tiny, client, tmp_path
     assert "sgbench2 mR@50" in columns and "sgbench2 mR@50 ci_low" in columns
     assert not [c for c in columns if "singlempo" in c or "multimpo" in c]
 
-    with serving(ServiceConfig(registry_url, out, benchmark=benchmark)) as base:
+    with app_in_thread(ServiceConfig(registry_url, out, benchmark=benchmark)) as base:
         page = httpx.get(base + "/", timeout=30).text
         assert "ranked by mR@50 under sgbench2" in page
         for phase, arrow in ((sgb, "higher"), (low, "lower")):

@@ -26,15 +26,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from sgdask.batch.registry import STAMP_FORMAT, Entry, Registry, team_key
-from sgdask.service.app import ServiceConfig, create_app
+from sgdask.service.app import ServiceConfig
 from sgdask.service.benchmark import load_benchmark
-from sgdask.service.server import bound_socket, uvicorn_config
 from sgdask.service.tokens import add_token
-from sgdask.service.uploads import MarkerWatch, SlowClients
-from tests.helpers.servicekit import Proc, auth, entry_ids, upload, wait_for
+from sgdask.service.uploads import MarkerWatch
+from tests.helpers.servicekit import Proc, app_in_thread, auth, entry_ids, upload, wait_for
 from tests.service.test_challenge import Clock, at
 
 ONE_PHASE = """\
@@ -78,20 +76,9 @@ def app_on_uvicorn(tmp_path: Path, gt: str, limits: str, teams: tuple[str, ...] 
     service = ServiceConfig(registry, out, tokens=str(tokens_file),
                             benchmark=load_benchmark(str(bench), registry, out), clock=clock,
                             **config)
-    slow = SlowClients(app.log.append)
-    sock = bound_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn_config(create_app(service, log=app.log.append, slow=slow),
-                                           slow, header_timeout, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            thread.join(0.05)
-        app.base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with app_in_thread(service, app.log.append, header_timeout) as base:
+        app.base = base
         yield app
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 class RawUpload:
@@ -266,7 +253,7 @@ def test_move_keeps_hidden_flags_and_copies_do_not_count(tiny, tmp_path):
     clock = Clock(at("2030-01-10T00:00:00Z"))
     config = ServiceConfig(registry, out, tokens=str(tokens_file),
                            benchmark=load_benchmark(str(bench), registry, out), clock=clock)
-    with served(config) as base:
+    with app_in_thread(config) as base:
         ids = []
         for i in range(4):
             clock.now = at(f"2030-01-1{i}T00:00:00Z")
@@ -303,24 +290,6 @@ def test_move_keeps_hidden_flags_and_copies_do_not_count(tiny, tmp_path):
         own = [upload(base, team, tiny.variant(10 + i), f"test {i}") for i in range(3)]
         assert [o.status_code for o in own] == [202, 202, 429], [o.text for o in own]
         assert "the limit of 2 submissions in total" in own[2].json()["detail"]
-
-
-@contextmanager
-def served(config: ServiceConfig) -> Iterator[str]:
-    """The app (no worker) on uvicorn in a thread on 127.0.0.1: its base URL."""
-    slow = SlowClients(lambda _: None)
-    sock = bound_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn_config(create_app(config, log=lambda _: None, slow=slow),
-                                           slow, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            thread.join(0.05)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 # --- 6. exact admission ---------------------------------------------------------------------
