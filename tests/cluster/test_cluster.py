@@ -7,7 +7,6 @@ recomputes what it held and the numbers are bit-identical to the undisturbed run
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import os
@@ -29,24 +28,12 @@ from sgdask.formats.psg import ingest_gt
 from sgdask.formats.sgbench import convert_submission
 from sgdask.pipeline import evaluate
 from sgdask.testing.psg import write_dataset
-from tests.helpers import run_cli
+from tests.helpers import run_cli, stop_group
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 DASK = str(Path(sys.executable).with_name("dask"))
 WORKER_ARGS = ("--nworkers", "1", "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """Terminate a process and everything it started (its own process group)."""
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
 
 
 @dataclass
@@ -101,7 +88,7 @@ class HandCluster:
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
-            stop(proc)
+            stop_group(proc)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -29,7 +28,7 @@ import pytest
 import yaml
 
 from sgdask.pipeline import evaluate
-from tests.helpers import ROOT
+from tests.helpers import ROOT, stop_group
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -108,14 +107,7 @@ class Slurm:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             self.run("scancel", "--user", "root")
         for proc in reversed(self.procs):
-            for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, sig)
-                try:
-                    proc.wait(wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+            stop_group(proc, 10, 10)
 
 
 def _wait_idle(slurm: Slurm, seconds: float) -> bool:

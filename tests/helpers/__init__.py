@@ -10,9 +10,11 @@ datasets, S3, a browser) are in ``tests/conftest.py``.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import zipfile
@@ -74,6 +76,19 @@ def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: str | Path | 
     ``env``: variables set on top of this process's environment."""
     return subprocess.run([sys.executable, "-m", "sgdask", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=cwd, env=cli_env(env))
+
+
+def stop_group(proc: subprocess.Popen, term_wait: float = 15, kill_wait: float = 15) -> None:
+    """Terminate a process started in its own process group and everything it started:
+    SIGTERM, then SIGKILL if it is still there after ``term_wait`` seconds."""
+    for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, kill_wait)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def run_main(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
