@@ -14,7 +14,9 @@ the list's order is the ranking, and only its first ``KEPT_RELATIONS`` count).
 ``ChallengeInput`` checks ``relation.json`` on the client (every field but the pixels);
 each task decodes its images' PNGs (``ChallengeSlice``), checked against the GT image's
 size. The result is a mask submission with a graph list and no NG list: categories and
-predicates 0-based, instance i the pixels of segment i, no scores.
+predicates 0-based, instance i the pixels of segment i, no scores; when some pixels are in
+no listed segment, with the segments grade.py's PQ scores in their place
+(``graded_segments``). A converted store holds the instances only.
 """
 
 from __future__ import annotations
@@ -489,15 +491,28 @@ def validate_challenge(url: str, gt: str | None, options: StorageOptions | None,
         source = ChallengeInput(url, options, gt_reader, gt_info, limits)
     except InputError as err:
         return [Problem(err)]
-    files, problems = ChallengeFiles(source.url, options, limits), []
+    files, problems, unlisted = ChallengeFiles(source.url, options, limits), [], 0
     for entry in source.entries:
         try:
-            decoded(files, entry, gt_info.sizes[entry.image_id])
+            unlisted += decoded(files, entry, gt_info.sizes[entry.image_id])[2] is not None
         except InputError as err:
             problems.append(Problem(err))
             if len(problems) >= max_problems:
-                break
+                return problems
+    if unlisted:
+        problems.append(Problem(_unlisted_warning(files, unlisted, len(source.entries)),
+                                "warning"))
     return problems
+
+
+def _unlisted_warning(files: ChallengeFiles, unlisted: int, total: int) -> InputError:
+    """That PQ differs between these files and a store converted from them."""
+    return InputError(files.where(RELATIONS_FILE), f"{unlisted} of {total} PNGs hold pixels "
+                      "in no listed segment: evaluating these files scores PQ on grade.py's "
+                      "segments (they join listed ones or make their own); a store converted "
+                      "from them (as the service converts an upload) leaves them unlabelled, as "
+                      "panopticapi does",
+                      field="segments_info")
 
 
 FORMAT = register(Format(
