@@ -363,6 +363,15 @@ phases:
         [row] = httpx.get(f"{base}/api/leaderboard?phase=psg", timeout=30).json()
         assert row["metrics"]["mR@20"] == 1 / 56
 
+        # pixels of no listed segment: the ranked store's PQ is panopticapi's, and said so
+        packed = _zipped(_unnamed_colours(tmp_path / "unnamed", 3), tmp_path / "u.zip")
+        sid = upload(base, team, packed, "unnamed colours", phase="psg").json()["id"]
+        done = wait_final(base, team, sid, 180)
+        assert done["status"] == "ranked", proc.text()[-2000:]
+        assert done["metrics"]["PQ"] == (0.0 + 40 / 48) / 2
+        assert any("1 of 1 PNGs hold pixels in no listed segment" in w
+                   for w in done["warnings"]), done["warnings"]
+
         other = tmp_path / "sgbench.json"
         other.write_text(json.dumps({"version": 2, "images": []}))
         sid = upload(base, team, other, "not one", phase="psg").json()["id"]
