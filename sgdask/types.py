@@ -169,6 +169,9 @@ class ImagePred:
     ``scores`` are optional per-instance confidences (used by the singlempo mask merge);
     ``pairs``: each scored pair's best predicates (``convert --from-scores``), which the
     ``oiv6`` protocol ranks itself.
+    ``segments``: (disjoint masks, their categories) that panoptic quality scores in place
+    of the instances, when a format's reference segments the image otherwise (the PSG
+    challenge's ``grade.py``, ``sgdask.formats.psg_challenge``); None: the instances.
     """
 
     image_id: str
@@ -179,6 +182,7 @@ class ImagePred:
     masks: np.ndarray | BitMasks | None = None
     scores: np.ndarray | None = None
     pairs: TopPredicates | None = None
+    segments: tuple[BitMasks, np.ndarray] | None = None
 
     @property
     def n_instances(self) -> int:

@@ -14,7 +14,9 @@ the list's order is the ranking, and only its first ``KEPT_RELATIONS`` count).
 ``ChallengeInput`` checks ``relation.json`` on the client (every field but the pixels);
 each task decodes its images' PNGs (``ChallengeSlice``), checked against the GT image's
 size. The result is a mask submission with a graph list and no NG list: categories and
-predicates 0-based, instance i the pixels of segment i, no scores.
+predicates 0-based, instance i the pixels of segment i, no scores; when some pixels are in
+no listed segment, with the segments grade.py's PQ scores in their place
+(``graded_segments``). A converted store holds the instances only.
 """
 
 from __future__ import annotations
@@ -56,6 +58,10 @@ PAIRING = ("one entry per GT test image with relations, in psg.json's data order
            "pairs them by position)")
 HASH_HEADER = b"sgdask psg-challenge v1\n"
 _ID_LIMIT = 1 << 24  # a segment id is an RGB colour
+Segments = tuple[BitMasks, np.ndarray]  # disjoint masks and their categories (0-based)
+#: mmdetection's ``INSTANCE_OFFSET``: grade.py's panoptic id of a segment is its category
+#: index + 1000 k (the k-th listed segment of its category)
+INSTANCE_OFFSET = 1000
 
 
 # --------------------------------------------------------------------------- files
@@ -140,6 +146,7 @@ class ChallengeEntry:
     segment_ids: tuple[int, ...]
     categories: tuple[int, ...]  # 0-based
     graph: tuple[tuple[int, int, int], ...]  # the kept relations, predicates 0-based
+    n_categories: int  # the GT's: the category index grade.py's PQ takes as VOID
 
 
 def challenge_entries(raw: bytes, where: str, order: list[str], classes: ClassCounts,
@@ -191,7 +198,8 @@ def _entry(item: Any, i: int, image_id: str, where: str, classes: ClassCounts,
         ids.append(sid)
         categories.append(cat - 1)
     return ChallengeEntry(image_id, i, png, tuple(ids), tuple(categories),
-                          _kept_relations(item.get("relations"), len(ids), classes, fail))
+                          _kept_relations(item.get("relations"), len(ids), classes, fail),
+                          classes.categories)
 
 
 def _kept_relations(rows: Any, n: int, classes: ClassCounts,
@@ -255,9 +263,10 @@ def png_rgb(png: bytes, where: str, image: str, limits: ArchiveLimits) -> np.nda
 
 
 def decoded(files: ChallengeFiles, entry: ChallengeEntry, size: tuple[int, int]
-            ) -> tuple[SubmissionImage, BitMasks, str]:
+            ) -> tuple[SubmissionImage, BitMasks, Segments | None, str]:
     """An entry with its PNG decoded into one mask per segment (checked against the GT
-    image's size), and the PNG's SHA-256."""
+    image's size), the segments grade.py's PQ scores when they differ from these
+    (``graded_segments``), and the PNG's SHA-256."""
     raw = files.png(entry.png, entry.image_id)
     where = files.where(f"{PNG_FOLDER}/{entry.png}")
     rgb = png_rgb(raw, where, entry.image_id, files.limits)
@@ -266,17 +275,82 @@ def decoded(files: ChallengeFiles, entry: ChallengeEntry, size: tuple[int, int]
                          expected=f"the GT image's {size[1]}x{size[0]}")
     masks = BitMasks.from_panoptic(rgb, np.array(entry.segment_ids, dtype=np.int64),
                                    len(entry.segment_ids))
+    segments = graded_segments(rgb, entry, masks, where)
     y0, x0, y1, x1 = masks.boxes.T if len(masks) else np.zeros((4, 0))
     graph = np.array(entry.graph, dtype=np.int64).reshape(-1, 3)
     image = SubmissionImage(entry.image_id, np.array(entry.categories, dtype=np.int64),
                             np.stack([x0, y0, x1, y1], 1).astype(np.float64), None, graph,
                             None, EMPTY_TRIPLETS.copy(), f"{PNG_FOLDER}/{entry.png}")
-    return image, masks, hashlib.sha256(raw).hexdigest()
+    return image, masks, segments, hashlib.sha256(raw).hexdigest()
 
 
-def prediction(image: SubmissionImage, masks: BitMasks) -> ImagePred:
+def graded_segments(rgb: np.ndarray, entry: ChallengeEntry, masks: BitMasks, where: str
+                    ) -> Segments | None:
+    """The segments of grade.py's PQ, when pixels no listed segment holds (black, or a
+    colour ``segments_info`` does not name) make them differ from the listed masks (None
+    when every pixel is listed: the masks are the segments).
+
+    grade.py (``load_results``) gives a listed segment's pixels the panoptic id ``category
+    index + 1000 k`` (its k-th listed segment of that category) and every other pixel its
+    colour id; mmdetection's ``CocoPanopticDataset`` makes each id a segment of category
+    ``id % 1000``. So black pixels (id 0) join the first listed segment of the first
+    category or are one of it; an unnamed colour joins the listed segment of equal id or is
+    a segment of its own; an id whose ``id % 1000`` is the category count is VOID, written
+    as id 0, which joins the segment of id 0 where there is one. An id beyond stops
+    grade.py (a ``KeyError``): refused. Relations still match the listed masks, as grade.py's
+    recall does.
+    """
+    height, width = rgb.shape[:2]
+    if int(masks.areas().sum()) == height * width:
+        return None
+    pan = _panoptic_id_map(rgb, entry)
+    category = pan % INSTANCE_OFFSET
+    beyond = category > entry.n_categories
+    if beyond.any():
+        first = int(pan[beyond][0])
+        raise InputError(where, f"colour {first} is in no segment and grade.py reads it "
+                         f"as category index {first % INSTANCE_OFFSET} (id % "
+                         f"{INSTANCE_OFFSET}), beyond the GT's {entry.n_categories} "
+                         "categories", image=entry.image_id, field="segments_info",
+                         expected="every colour listed, or black: grade.py stops on this "
+                         "one (KeyError)")
+    void = category == entry.n_categories
+    if (pan == 0).any():
+        pan[void], void = 0, np.zeros_like(void)
+    values, inverse = np.unique(pan[~void], return_inverse=True)
+    label = np.zeros((height, width), dtype=np.int64)
+    label[~void] = inverse.reshape(-1) + 1
+    return BitMasks.from_labels(label, len(values)), values % INSTANCE_OFFSET
+
+
+def _panoptic_id_map(rgb: np.ndarray, entry: ChallengeEntry) -> np.ndarray:
+    """grade.py's ``pan_result``: per pixel its listed segment's panoptic id, else its
+    colour id."""
+    pan = (rgb[..., 0].astype(np.int64) + 256 * rgb[..., 1].astype(np.int64)
+           + 65536 * rgb[..., 2].astype(np.int64))
+    listed = np.array(entry.segment_ids, dtype=np.int64)
+    if len(listed):
+        order = np.argsort(listed)
+        at = np.minimum(np.searchsorted(listed[order], pan), len(listed) - 1)
+        hit = listed[order][at] == pan
+        pan[hit] = _panoptic_ids(entry.categories)[order][at[hit]]
+    return pan
+
+
+def _panoptic_ids(categories: tuple[int, ...]) -> np.ndarray:
+    """grade.py's panoptic id of each listed segment: category index + 1000 k."""
+    seen: dict[int, int] = {}
+    ids = []
+    for c in categories:
+        ids.append(c + INSTANCE_OFFSET * seen.get(c, 0))
+        seen[c] = seen.get(c, 0) + 1
+    return np.array(ids, dtype=np.int64)
+
+
+def prediction(image: SubmissionImage, masks: BitMasks, segments: Segments | None
+               ) -> ImagePred:
     return ImagePred(image.image_id, image.categories, image.graph, image.ng, image.boxes,
-                     masks, None)
+                     masks, None, segments=segments)
 
 
 def content_hash(relations: bytes, digests: list[str | None]) -> str:
@@ -306,8 +380,8 @@ class ChallengeSlice:
         files, sizes = ChallengeFiles(self.url, options, self.limits), dict(self.sizes)
         preds, digests = {}, []
         for entry in self.entries:
-            image, masks, digest = decoded(files, entry, sizes[entry.image_id])
-            preds[entry.image_id] = prediction(image, masks)
+            image, masks, segments, digest = decoded(files, entry, sizes[entry.image_id])
+            preds[entry.image_id] = prediction(image, masks, segments)
             digests.append((entry.position, digest))
         return Loaded(preds, digests)
 
@@ -365,7 +439,7 @@ def write_challenge_part(url: str, out: str, options: StorageOptions | None, ind
     try:
         files, tables, digests = ChallengeFiles(url, options, limits), PartTables.empty(), []
         for entry in entries:
-            image, masks, digest = decoded(files, entry, sizes[entry.image_id])
+            image, masks, _, digest = decoded(files, entry, sizes[entry.image_id])
             add_submission_rows(tables, image, masks.shape, part_name(index), masks)
             digests.append(digest)
         return PartOutcome(write_part(out, options, index, tables), digests)
@@ -417,15 +491,28 @@ def validate_challenge(url: str, gt: str | None, options: StorageOptions | None,
         source = ChallengeInput(url, options, gt_reader, gt_info, limits)
     except InputError as err:
         return [Problem(err)]
-    files, problems = ChallengeFiles(source.url, options, limits), []
+    files, problems, unlisted = ChallengeFiles(source.url, options, limits), [], 0
     for entry in source.entries:
         try:
-            decoded(files, entry, gt_info.sizes[entry.image_id])
+            unlisted += decoded(files, entry, gt_info.sizes[entry.image_id])[2] is not None
         except InputError as err:
             problems.append(Problem(err))
             if len(problems) >= max_problems:
-                break
+                return problems
+    if unlisted:
+        problems.append(Problem(_unlisted_warning(files, unlisted, len(source.entries)),
+                                "warning"))
     return problems
+
+
+def _unlisted_warning(files: ChallengeFiles, unlisted: int, total: int) -> InputError:
+    """That PQ differs between these files and a store converted from them."""
+    return InputError(files.where(RELATIONS_FILE), f"{unlisted} of {total} PNGs hold pixels "
+                      "in no listed segment: evaluating these files scores PQ on grade.py's "
+                      "segments (they join listed ones or make their own); a store converted "
+                      "from them (as the service converts an upload) leaves them unlabelled, as "
+                      "panopticapi does",
+                      field="segments_info")
 
 
 FORMAT = register(Format(

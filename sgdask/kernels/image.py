@@ -220,16 +220,20 @@ def _panoptic_of(gt: ImageGT, pred: ImagePred, norm: NormalizedPred, shared: dic
                 ) -> PanopticHits | None:
     """Panoptic quality's counts of the image (None without masks on both sides or crowd
     flags). The same under every protocol, so computed once per image with ``shared``:
-    from the mask merge these rules made and the pixels its matching counted,
-    else from a merge of its own."""
+    from the prediction's own ``segments`` when it has them, else from the mask merge these
+    rules made and the pixels its matching counted, else from a merge of its own."""
     if pred.masks is None or not _has_panoptic(gt):
         return None
     if shared is not None and "panoptic" in shared:
         return shared["panoptic"]
-    merge = norm.merge if norm.merge is not None else merge_masks(pred.masks, pred.scores)
-    inter = norm.intersections if norm.merge is not None else None
-    found = panoptic_hits(gt, merge.masks, np.asarray(pred.labels)[merge.kept], merge.areas,
-                          inter, merge.overlap)
+    if pred.segments is not None:
+        masks, labels = pred.segments
+        found = panoptic_hits(gt, masks, labels, masks.areas())
+    else:
+        merge = norm.merge if norm.merge is not None else merge_masks(pred.masks, pred.scores)
+        inter = norm.intersections if norm.merge is not None else None
+        found = panoptic_hits(gt, merge.masks, np.asarray(pred.labels)[merge.kept],
+                              merge.areas, inter, merge.overlap)
     if shared is not None:
         shared["panoptic"] = found
     return found

@@ -44,17 +44,18 @@ def _submitted(data: SynthPaths) -> dict[str, tuple[dict, np.ndarray]]:
     return out
 
 
-def _entry(rng: np.random.Generator, img: dict, masks: np.ndarray, name: str
-           ) -> tuple[dict, bytes]:
+def _entry(rng: np.random.Generator, img: dict, masks: np.ndarray, name: str,
+           black_background: bool) -> tuple[dict, bytes]:
     """One image: the synthetic submission's masks painted first-wins, the uncovered pixels
-    one more segment (a stuff category), empty segments dropped, triplets renumbered."""
+    one more segment (a stuff category) or left black, empty segments dropped, triplets
+    renumbered."""
     h, w = masks.shape[1:]
     label = np.full((h, w), -1, dtype=np.int64)
     for i, m in enumerate(masks):
         label[m & (label < 0)] = i
     categories = [a["category"] for a in img["annotation"]]
     kept = [i for i in range(len(categories)) if (label == i).any()]
-    if (label < 0).any():
+    if (label < 0).any() and not black_background:
         label[label < 0] = len(categories)
         categories.append(N_THING)
         kept.append(len(categories) - 1)
@@ -69,9 +70,12 @@ def _entry(rng: np.random.Generator, img: dict, masks: np.ndarray, name: str
     return entry, colour_png(label, ids)
 
 
-def write_challenge_submission(data: SynthPaths, out: Path, seed: int) -> Path:
+def write_challenge_submission(data: SynthPaths, out: Path, seed: int,
+                               black_background: bool = False) -> Path:
     """``out/relation.json`` and ``out/panseg/*.png`` from the synthetic SGBench submission
-    (``write_dataset`` with ``missing_fraction=0``), as OpenPSG's ``save_results`` names them."""
+    (``write_dataset`` with ``missing_fraction=0``), as OpenPSG's ``save_results`` names them.
+    ``black_background``: the pixels no mask covers stay black, in no listed segment (as
+    ``save_results`` leaves them)."""
     rng = np.random.default_rng(seed)
     psg = json.loads(data.psg_json.read_text())
     submitted = _submitted(data)
@@ -79,7 +83,7 @@ def write_challenge_submission(data: SynthPaths, out: Path, seed: int) -> Path:
     entries = []
     for i, image_id in enumerate(evaluated_ids(psg)):
         img, masks = submitted[image_id]
-        entry, png = _entry(rng, img, masks, f"{i}.png")
+        entry, png = _entry(rng, img, masks, f"{i}.png", black_background)
         (out / "panseg" / entry["pan_seg_file_name"]).write_bytes(png)
         entries.append(entry)
     (out / "relation.json").write_text(json.dumps(entries))

@@ -40,22 +40,33 @@ GRADE_PY = {
     21: {"Recall R 20": 0.1304563492063492, "MeanRecall R 20": 0.12053571428571429,
          "PQ": 55.391610546781486},
 }
+#: The same, each image's uncovered pixels left black (in no listed segment, as OpenPSG's
+#: save_results leaves them), run the same way on
+#:   write_challenge_submission(data, root / "submission", SEED, black_background=True)
+#: grade.py makes those pixels panoptic segments of their own (see test_unnamed_colours).
+GRADE_PY_BLACK = {
+    7: {"Recall R 20": 0.23809523809523808, "MeanRecall R 20": 0.24107142857142858,
+        "PQ": 45.47971575462348},
+    21: {"Recall R 20": 0.1304563492063492, "MeanRecall R 20": 0.12053571428571429,
+         "PQ": 55.25829389787099},
+}
 
 
-def _lab(root: Path, seed: int) -> tuple[Path, str]:
+def _lab(root: Path, seed: int, black_background: bool = False) -> tuple[Path, str]:
     data = write_dataset(root / "data", n_images=10, seed=seed, height=64, width=96,
                          missing_fraction=0.0, no_relation_fraction=0.2)
-    sub = write_challenge_submission(data, root / "submission", seed)
+    sub = write_challenge_submission(data, root / "submission", seed, black_background)
     ingest_gt(str(data.psg_json), str(root / "gt"), str(data.masks_dir))
     return sub, str(root / "gt")
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("seed", sorted(GRADE_PY))
-def test_equals_grade_py(seed, tmp_path, client):
-    sub, gt = _lab(tmp_path, seed)
+@pytest.mark.parametrize("seed, black", [*((s, False) for s in sorted(GRADE_PY)),
+                                         *((s, True) for s in sorted(GRADE_PY_BLACK))])
+def test_equals_grade_py(seed, black, tmp_path, client):
+    sub, gt = _lab(tmp_path, seed, black)
     [report] = evaluate_protocols(gt, str(sub), "multimpo", ks=(20,), client=client).values()
-    want = GRADE_PY[seed]
+    want = (GRADE_PY_BLACK if black else GRADE_PY)[seed]
     # grade.py takes np.mean of per-image floats; sgdask rounds the exact mean once
     assert report.metrics["R@20"] == pytest.approx(want["Recall R 20"], rel=1e-15, abs=0)
     assert report.metrics["mR@20"] == pytest.approx(want["MeanRecall R 20"], rel=1e-15, abs=0)
@@ -129,6 +140,46 @@ def test_the_order_is_the_ranking(hand_gt, tmp_path, client):
                               "multimpo", ks=(20,), client=client)["multimpo"]
            .metrics["R@20"] for i, rel in enumerate((first, second))]
     assert got == [1.0, 0.0]
+
+
+#: What grade.py (run as GRADE_PY says) wrote to scores.txt for the GT of ``hand_gt`` and
+#: ``_unnamed_colours(root, 3)`` (its classwise table: a 96.000, b 91.667, c 0.000)
+GRADE_PY_UNNAMED = {"Recall R 20": 0.0, "MeanRecall R 20": 0.0, "PQ": 62.55555555555555}
+
+
+def _unnamed_colours(root: Path, last: int) -> Path:
+    """Two listed segments, A (category a: 1-based 1) on columns 0-1 and B (b) on columns
+    6-10; black on columns 2-5; column 11: colour 1 on rows 0-3, 2 on rows 4-5 and ``last``
+    on rows 6-7, none of them listed. The relation (A, B, predicate 3) is the GT's."""
+    a, b = 5001, 6002
+    pixel = np.zeros((H, W), np.int64)
+    pixel[:, 0:2], pixel[:, 6:11] = a, b
+    pixel[0:4, 11], pixel[4:6, 11], pixel[6:8, 11] = 1, 2, last
+    colours, label = np.unique(pixel, return_inverse=True)
+    (root / "panseg").mkdir(parents=True, exist_ok=True)
+    (root / "panseg" / "0.png").write_bytes(colour_png(label.reshape(H, W), colours))
+    (root / "relation.json").write_text(json.dumps([{
+        "relations": [HIT], "pan_seg_file_name": "0.png",
+        "segments_info": [{"id": a, "category_id": 1}, {"id": b, "category_id": 2}]}]))
+    return root
+
+
+def test_unnamed_colours(hand_gt, tmp_path, client):
+    """grade.py's PQ segments: a listed segment is panoptic id ``category index + 1000 k``,
+    any other pixel keeps its colour id, and each id is a segment of category ``id % 1000``.
+    Black (0) joins A (id 0: a's first); colour 1 joins B (id 1); colour 2 is a segment of
+    c (a false positive); colour 3 (= the category count) is VOID, written as 0, so it joins
+    A too: a's IoU 48/50, b's 44/48. Recall matches the listed masks: A alone covers a third
+    of a, so the GT relation is missed."""
+    [report] = evaluate_protocols(hand_gt, str(_unnamed_colours(tmp_path, 3)), "multimpo",
+                                  ks=(20,), client=client).values()
+    assert report.metrics["R@20"] == GRADE_PY_UNNAMED["Recall R 20"]
+    assert report.metrics["mR@20"] == GRADE_PY_UNNAMED["MeanRecall R 20"]
+    assert report.metrics["PQ"] * 100 == pytest.approx(GRADE_PY_UNNAMED["PQ"], rel=1e-15,
+                                                      abs=0)
+    rows = {row["category"]: row for row in report.per_category}
+    assert [rows[c]["PQ"] for c in (0, 1, 2)] == [48 / 50, 44 / 48, 0.0]
+    assert [rows[c]["FP"] for c in (0, 1, 2)] == [0, 0, 1]
 
 
 def test_unread_rows_after_20_are_not_range_checked(hand_gt, tmp_path, client):
@@ -211,6 +262,32 @@ def test_bad_entry_one_line(edit, where, says, hand_gt, tmp_path):
     assert "image img" in text and where in text and says in text, text
 
 
+def test_unnamed_colours_warned_for_a_store(hand_gt, tmp_path, client):
+    """A converted store holds the listed masks only (its PQ is panopticapi's reading), so
+    validation warns; recall is the same either way."""
+    sub = _unnamed_colours(tmp_path / "sub", 3)
+    fmt = FORMATS[PSG_CHALLENGE]
+    [problem] = fmt.validate(str(sub), hand_gt, None, None, 10)
+    assert not problem.is_error
+    assert "1 of 1 PNGs hold pixels in no listed segment" in str(problem), str(problem)
+    fmt.convert(str(sub), str(tmp_path / "store"), hand_gt, None, overwrite=False,
+                cluster=None, limits=None)
+    direct, stored = (evaluate_protocols(hand_gt, str(p), "multimpo", ks=(20,),
+                                         client=client)["multimpo"]
+                      for p in (sub, tmp_path / "store"))
+    assert direct.metrics["PQ"] * 100 == pytest.approx(GRADE_PY_UNNAMED["PQ"], rel=1e-15)
+    assert stored.metrics["PQ"] == (0.0 + 40 / 48) / 2  # a: 16 of 48 pixels, no match
+    assert stored.metrics["R@20"] == direct.metrics["R@20"]
+
+
+def test_unnamed_colour_grade_py_stops_on(hand_gt, tmp_path):
+    """grade.py stops (KeyError) on an unlisted colour whose id % 1000 is above the category
+    count (7 of 3 here): refused in one line."""
+    text = _error(hand_gt, _unnamed_colours(tmp_path, 7))
+    assert "panseg/0.png" in text and "image img" in text and "segments_info" in text
+    assert "colour 7" in text and "category index 7" in text, text
+
+
 def test_entry_count_must_match_the_gt(hand_gt, tmp_path):
     sub = _hand_submission(tmp_path, [HIT])
     doc = json.loads((sub / "relation.json").read_text())
@@ -285,6 +362,15 @@ phases:
         assert [done["metrics"][m] for m in ("R@20", "mR@20", "PQ")] == [1.0, 1 / 56, 1.0]
         [row] = httpx.get(f"{base}/api/leaderboard?phase=psg", timeout=30).json()
         assert row["metrics"]["mR@20"] == 1 / 56
+
+        # pixels of no listed segment: the ranked store's PQ is panopticapi's, and said so
+        packed = _zipped(_unnamed_colours(tmp_path / "unnamed", 3), tmp_path / "u.zip")
+        sid = upload(base, team, packed, "unnamed colours", phase="psg").json()["id"]
+        done = wait_final(base, team, sid, 180)
+        assert done["status"] == "ranked", proc.text()[-2000:]
+        assert done["metrics"]["PQ"] == (0.0 + 40 / 48) / 2
+        assert any("1 of 1 PNGs hold pixels in no listed segment" in w
+                   for w in done["warnings"]), done["warnings"]
 
         other = tmp_path / "sgbench.json"
         other.write_text(json.dumps({"version": 2, "images": []}))
