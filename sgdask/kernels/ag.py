@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgdask.types_ag import CONSTRAINTS, OFFSETS, PREDICATES, AGVideo, AGVideoPred
+from sgdask.types_ag import CONSTRAINTS, OFFSETS, PREDICATES, AGFrame, AGVideo, AGVideoPred
 
 KS = (10, 20, 50, 100)
 IOU = 0.5
@@ -44,6 +44,32 @@ def video_counts(video: AGVideo, pred: AGVideoPred, constraint: str,
     hits = np.stack([np.bincount(cell[first < k], minlength=size) for k in ks], axis=1)
     return (hits.reshape(n_frames, N_PREDICATES, len(ks)).transpose(0, 2, 1),
             np.bincount(cell, minlength=size).reshape(n_frames, N_PREDICATES))
+
+
+def frame_first_hits(frame: AGFrame, pred: AGVideoPred, constraint: str,
+                     threshold: float = SEMI_THRESHOLD, pairs: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(per GT relation of one frame, the rank of the first candidate that hits it; per GT
+    pair of ``pairs`` (rows of ``frame.relations``), the rank of the first candidate on
+    it, any predicate), ``NEVER`` for none. ``pred``: the frame's output as a one-frame
+    video; its candidates ranked as ``video_counts`` ranks them."""
+    if constraint not in CONSTRAINTS:
+        raise ValueError(f"constraint {constraint!r} (expected one of {CONSTRAINTS})")
+    _, subjects, objects, predicate, rank = ranked(pred, constraint, threshold)
+    candidate = (pred.labels[subjects], pred.labels[objects],
+                 pred.boxes[subjects], pred.boxes[objects])
+
+    def first(rows: np.ndarray, gt_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        gs, go = frame.relations[rows, 0], frame.relations[rows, 1]
+        return first_hits(gt_keys, keys, rank,
+                          (frame.classes[gs], candidate[0], frame.classes[go], candidate[1]),
+                          (frame.boxes[gs], candidate[2], frame.boxes[go], candidate[3]))
+
+    every = np.arange(len(frame.relations))
+    pair_rows = np.zeros(0, np.int64) if pairs is None else pairs
+    return (first(every, frame.relations[:, 2], predicate),
+            first(pair_rows, np.zeros(len(pair_rows), np.int64),
+                  np.zeros(len(predicate), np.int64)))
 
 
 def gt_relations(video: AGVideo) -> tuple[np.ndarray, ...]:
