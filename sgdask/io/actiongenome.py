@@ -318,12 +318,12 @@ def npz_fields(file: str, video: str, limits: ArchiveLimits,
     return out
 
 
-def video_prediction(fields: Any, name: str, n_frames: int, setting: str, attention: str,
+def video_prediction(fields: Any, video: str, n_frames: int, setting: str, attention: str,
                      file: str, limits: ArchiveLimits = DEFAULT_LIMITS) -> AGVideoPred:
     """One video's arrays, checked against its ``n_frames`` GT frames (and at most
     ``max_pairs_per_image`` pairs per frame) and decoded."""
     def fail(field: str, what: str, expected: str | None = None) -> InputError:
-        return InputError(file, what, field=f"video {_shown(name)}: {field}",
+        return InputError(file, what, field=f"video {_shown(video)}: {field}",
                           expected=expected)
 
     if not isinstance(fields, Mapping):
@@ -359,7 +359,7 @@ def video_prediction(fields: Any, name: str, n_frames: int, setting: str, attent
     if len(per_frame) and per_frame.max() > limits.max_pairs_per_image:
         busiest = int(per_frame.argmax())
         raise InputError(file, f"{per_frame[busiest]} pairs",
-                         field=f"video {_shown(name)}: frame {busiest}: im_idx",
+                         field=f"video {_shown(video)}: frame {busiest}: im_idx",
                          expected=limit_hint(limits, "max_pairs_per_image"))
     distribution = f["attention_distribution"]
     if attention == "logits":
