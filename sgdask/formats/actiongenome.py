@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sgdask.errors import InputError, SgdaskError
+from sgdask.errors import InputError, Option, SgdaskError
 from sgdask.formats.ingest import BOX_STORE_PARTITION, Progress
 from sgdask.formats.methods import VIDEO_METHODS
 from sgdask.formats.psg import GTRecord, write_gt_store
@@ -142,8 +142,10 @@ def _ingest(url: str, out: str, gt: str | None, options: StorageOptions | None, 
             persons: str | None = None, frame_list: str | None = None, split: str = "test",
             **kwargs: Any) -> dict[str, Any]:
     if persons is None:
-        raise SgdaskError(f"{url}: Action Genome ground truth needs person_bbox.pkl "
-                          "beside object_bbox_and_relationship.pkl (persons)")
+        raise SgdaskError(f"{url}: a pickle: as Action Genome ground truth "
+                          "(object_bbox_and_relationship.pkl) it needs its person_bbox.pkl (",
+                          Option("persons"), "); a model's result file is passed as ",
+                          Option("pred"), " with ", Option("method"))
     return ingest_ag(url, out, persons, frame_list, split, options, **kwargs)
 
 
