@@ -6,6 +6,7 @@ resample videos."""
 
 from __future__ import annotations
 
+import copy
 import json
 import pickle
 from pathlib import Path
@@ -16,6 +17,8 @@ import pytest
 from sgdask.errors import SgdaskError
 from sgdask.formats.actiongenome import ingest_ag
 from sgdask.formats.results import ResultsMethod
+from sgdask.report.intervals import scoring_of
+from sgdask.stats.bootstrap import bootstrap
 from sgdask.testing.ag import write_ag
 
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "ag_golden.json"
@@ -106,6 +109,16 @@ def test_intervals_and_compare_resample_videos(ag, client):
     assert report.ci["unit"] == "video"
     low, high = report.intervals["R@20"]
     assert low < report.metrics["R@20"] < high
+    # the same terms resampled frame by frame give other intervals (and the same ones
+    # again when the table resamples its videos)
+    scoring = scoring_of(report, None)
+    by_video = bootstrap(report.terms, scoring, 0.9, 200, 1, ["R@20", "mR@20"])
+    frames = copy.copy(report.terms)
+    frames.units, frames.unit = None, "image"
+    by_frame = bootstrap(frames, scoring, 0.9, 200, 1, ["R@20", "mR@20"])
+    assert by_video.metrics["R@20"] == pytest.approx(report.intervals["R@20"], abs=1e-12)
+    assert by_frame.metrics["R@20"] != by_video.metrics["R@20"]
+    assert by_frame.unit == "image" and by_video.unit == "video"
     job = CompareJob(gt, [("sgcls", [str(root / "predictions_sgcls.pkl")]),
                           ("sgdet", [str(root / "predictions_sgdet.pkl")])],
                      protocol="ag-with", resamples=200, permutations=200, metrics="R@20",
