@@ -51,7 +51,7 @@ from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.sources import Digest, Loaded
 from sgdask.store.store import StoreReader
 from sgdask.store.training_stats import STATS_SCHEMA
-from sgdask.types_ag import OBJECT_CLASSES, PREDICATES, AGFramePred, AGVideo
+from sgdask.types_ag import OBJECT_CLASSES, PREDICATES, AGFramePred, AGVideo, AGVideoPred
 
 if TYPE_CHECKING:
     from sgdask.cluster import ClusterSpec
@@ -197,7 +197,7 @@ class OutputSlice:
         return Loaded(preds)
 
 
-def _frame_pred(name: str, frame: Any) -> AGFramePred:
+def _frame_pred(name: str, frame: AGVideoPred) -> AGFramePred:
     graph = np.column_stack([frame.pairs, np.zeros(len(frame.pairs), np.int64)])
     return AGFramePred(name, frame.labels - 1, graph, boxes=frame.boxes, scores=frame.scores,
                        output=frame)
@@ -236,11 +236,11 @@ class OutputInput:
     keeps = False
 
     def __init__(self, url: str, options: StorageOptions | None, gt: StoreReader,
-                 gt_info: GTInfo, attention: str, limits: ArchiveLimits | None) -> None:
+                 gt_info: GTInfo, method: str, limits: ArchiveLimits | None) -> None:
         if gt.manifest.get("gt_format") != GT_FORMAT:
             raise SgdaskError(f"{url}: an Action Genome model output needs an Action Genome "
                               f"GT store ({gt.url} holds {gt.manifest.get('gt_format')})")
-        self.url, self.attention, self.limits = str(url), attention, limits
+        self.url, self.attention, self.limits = str(url), VIDEO_METHODS[method], limits
         order = evaluated_order(gt, gt_info)
         videos: dict[str, list[str]] = {}
         for frame in order:
@@ -252,7 +252,7 @@ class OutputInput:
         self.video_of = {f: name for name, frames in videos.items() for f in frames}
         self.manifest: dict[str, Any] = {
             "kind": "submission", "source": self.url, "has_ng": False, "instances": "boxes",
-            "content_hash": "sha256:" + digest, "method": attention}
+            "content_hash": "sha256:" + digest, "method": method}
 
     @staticmethod
     def _files(url: str, options: StorageOptions | None, videos: list[str],
@@ -298,7 +298,7 @@ class OutputInput:
 
 def _opened(url: str, options: StorageOptions | None, gt_reader: StoreReader,
             gt_info: GTInfo, limits: ArchiveLimits | None, how: Any) -> OutputInput:
-    return OutputInput(url, options, gt_reader, gt_info, VIDEO_METHODS[how.method], limits)
+    return OutputInput(url, options, gt_reader, gt_info, how.method, limits)
 
 
 def _convert(url: str, *args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -141,3 +141,24 @@ def test_an_output_needs_an_action_genome_store(ag, client, tmp_path):
     with pytest.raises(SgdaskError, match="needs an Action Genome GT store"):
         evaluate_protocols(str(tmp_path / "psg.store"), str(root / "predictions_sgcls.pkl"),
                            "ag", client=client, method=TEMPURA)
+
+
+@pytest.mark.timeout(180)
+def test_sttran_reads_attention_logits(ag, client, tmp_path):
+    """STTran's model returns attention logits, which its evaluator softmaxes: the golden
+    numbers from the log of the probabilities (softmax in float32 may move the last bit of
+    a score, never a hit here)."""
+    from sgdask.pipeline import evaluate_protocols
+
+    golden, root, gt = ag
+    arrays = pickle.loads((root / "predictions_sgcls.pkl").read_bytes())
+    for video in arrays.values():
+        video["attention_distribution"] = np.log(video["attention_distribution"])
+    path = tmp_path / "logits.pkl"
+    path.write_bytes(pickle.dumps(arrays))
+    reports = evaluate_protocols(gt, str(path), "ag-with", client=client,
+                                 method=ResultsMethod("sttran"))
+    expected = golden["metrics"]["sgcls/with"]
+    got = reports["ag-with"].metrics
+    assert max(abs(got[m] - v) for m, v in expected.items()) < 1e-9
+    assert reports["ag-with"].provenance["submission"]["method"] == "sttran"
