@@ -3,7 +3,8 @@ STTran's loader and ``evaluate_scene_graph`` build them, and one video's model o
 STTran-family models return it.
 
 numpy only: the readers (``sgdask/io/actiongenome.py``), the generator and the kernels
-share these records.
+share these records; ``AGFramePred`` is one frame's output as the evaluation pipeline
+carries it (an ``ImagePred``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from sgdask.types import ImagePred
 
 #: the 36 object classes after ``__background__``, spelled as the annotation pickles spell
 #: them (STTran's loader renames the five ``object_classes.txt`` spells without a slash)
@@ -81,3 +84,13 @@ class AGVideoPred:
     attention: np.ndarray
     spatial: np.ndarray
     contacting: np.ndarray
+
+
+@dataclass
+class AGFramePred(ImagePred):
+    """One frame's model output as the pipeline carries it: ``output`` its pairs, boxes and
+    distributions as a one-frame ``AGVideoPred``; the ``ImagePred`` fields are the frame's
+    boxes (``labels`` 0-based like the store's categories, ``scores``) and one ``graph``
+    row (subject, object, 0) per pair, which the protocol lint counts."""
+
+    output: AGVideoPred | None = None

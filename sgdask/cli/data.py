@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from sgdask.io.fs import StorageOptions
 
 _VISUAL_GENOME, _SCORES, _RESULTS = "Visual Genome", "From scores", "Result files"
-_OPEN_IMAGES = "Open Images V6"
+_OPEN_IMAGES, _ACTION_GENOME = "Open Images V6", "Action Genome"
 
 Overwrite = Annotated[bool, typer.Option(help="replace an existing store at --out")]
 _StoreOut = Annotated[str, typer.Option("--out", metavar="PATH", help="store to create")]
@@ -59,8 +59,9 @@ def synth(out: Annotated[Path, typer.Argument(
 
 
 def ingest_gt(psg_json: Annotated[str, typer.Argument(
-                  metavar="GT_FILE", help="psg.json, Visual Genome's VG-SGG-with-attri.h5 or "
-                  "Open Images V6's vrd-test-anno.json")],
+                  metavar="GT_FILE", help="psg.json, Visual Genome's VG-SGG-with-attri.h5, "
+                  "Open Images V6's vrd-test-anno.json or Action Genome's "
+                  "object_bbox_and_relationship.pkl (with --persons)")],
               out: _StoreOut,
               masks: Annotated[str | None, typer.Option(
                   "--masks", "--gt-masks", metavar="DIR", rich_help_panel=INPUT,
@@ -78,22 +79,37 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
               categories: Annotated[str | None, typer.Option(
                   "--categories", metavar="PATH", rich_help_panel=_OPEN_IMAGES,
                   help="categories_dict.json (default: beside the annotation file)")] = None,
+              persons: Annotated[str | None, typer.Option(
+                  "--persons", metavar="PATH", rich_help_panel=_ACTION_GENOME,
+                  help="person_bbox.pkl (GT_FILE: object_bbox_and_relationship.pkl)")]
+              = None,
+              frame_list: Annotated[str | None, typer.Option(
+                  "--frame-list", metavar="PATH", rich_help_panel=_ACTION_GENOME,
+                  help="frame_list.txt: every frame of person_bbox.pkl must be in it")]
+              = None,
               storage_option: StorageOpt = None, overwrite: Overwrite = False,
               scheduler: Scheduler = None, in_process: InProcess = False,
               workers: Workers = None, processes: Processes = None,
               cluster_file: ClusterFile = None, gateway_url: Gateway = None,
               limit: Limits = None) -> None:
-    """Convert ground truth (OpenPSG, VG150, Open Images V6) to a store.
+    """Convert ground truth (OpenPSG, VG150, Open Images V6, Action Genome) to a store.
 
     The store is Parquet tables and Zarr masks. psg.json's size and nesting depth and each
     PNG's pixel count are limited (--limit max_json_size, max_json_depth, max_layer_pixels),
     so are the sizes a VG150 h5 file's datasets declare (max_h5_dataset_size,
-    max_h5_total_size)."""
+    max_h5_total_size) and Action Genome's pickles (max_pickle_size, max_pickle_objects)."""
     from sgdask.formats import FORMATS, GT, OIV6, VG150, recognised
     from sgdask.formats.sniff import existing, expect
     from sgdask.store.store import check_store_target
 
     options = storage_options(storage_option)
+    if persons is not None or frame_list is not None or _action_genome(psg_json, options):
+        _ingest_action_genome(psg_json, out, persons, frame_list, split, options, overwrite,
+                              cluster_choice(scheduler, in_process, workers, processes,
+                                             cluster=cluster_file, gateway=gateway_url),
+                              ArchiveLimits.from_pairs(limit),
+                              (masks, dicts, image_data, categories))
+        return
     if split is not None:
         from sgdask.formats.vg150 import SPLITS
 
@@ -134,6 +150,52 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
             "relations dropped)" if dropped else "")
     out_console.print(f"GT store {out}: {manifest['n_images']} {manifest.get('split', 'test')} "
                       f"images{note}, {manifest['instances']}, {manifest['content_hash']}")
+
+
+def _action_genome(url: str, options: StorageOptions | None) -> bool:
+    """Whether ``url`` is read as Action Genome's annotations (a pickle)."""
+    from sgdask.formats import GT, recognised
+    from sgdask.formats.actiongenome import GT_FORMAT
+
+    try:
+        return recognised(url, options, GT).name == GT_FORMAT
+    except SgdaskError:
+        return False
+
+
+def _ingest_action_genome(objects: str, out: str, persons: str | None,
+                          frame_list: str | None, split: str | None,
+                          options: StorageOptions | None, overwrite: bool, cluster: object,
+                          limits: ArchiveLimits, others: tuple[str | None, ...]) -> None:
+    """``ingest-gt`` of Action Genome's annotation pickles (``--persons``)."""
+    from sgdask.formats import FORMATS
+    from sgdask.formats.actiongenome import GT_FORMAT, SPLITS
+    from sgdask.formats.sniff import existing, expect
+    from sgdask.store.store import check_store_target
+
+    if persons is None and frame_list is not None:
+        raise SgdaskError("--frame-list applies to Action Genome ground truth (with --persons)")
+    if persons is None:
+        raise SgdaskError(f"{objects}: a pickle: as Action Genome ground truth "
+                          "(object_bbox_and_relationship.pkl) it needs its person_bbox.pkl "
+                          "(--persons); a model's result file is passed as --pred with "
+                          "--method")
+    if any(other is not None for other in others):
+        raise SgdaskError(f"{objects}: Action Genome ground truth takes --persons, "
+                          "--frame-list and --split only")
+    if split is not None:
+        checked_choice("split", split, SPLITS, "split")
+    expect(objects, "gt source", options)
+    for path in (persons, *(() if frame_list is None else (frame_list,))):
+        existing(path, options)
+    check_store_target(out, "gt", options)
+    given = {"persons": persons, "frame_list": frame_list, "split": split}
+    with progress_bar("ingesting GT frames", None) as advance:
+        manifest = FORMATS[GT_FORMAT].convert(
+            objects, out, None, options, overwrite=overwrite, progress=advance,
+            cluster=cluster, limits=limits, **{k: v for k, v in given.items() if v is not None})
+    out_console.print(f"GT store {out}: {manifest['n_images']} {manifest['split']} frames of "
+                      f"Action Genome, grouped by video, {manifest['content_hash']}")
 
 
 def convert(submission: Annotated[str, typer.Argument(

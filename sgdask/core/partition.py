@@ -9,6 +9,7 @@ from sgdask.core.lint import LintCounts, partition_lint
 from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ScoringSettings, Submission
 from sgdask.errors import SgdaskError
+from sgdask.kernels.selection import parse_ks
 from sgdask.metrics.base import Block, Context
 from sgdask.metrics.state import StateRows
 from sgdask.metrics.terms import batch_blocks, inputs_of, skipped_diagnostics, with_zero_shot_all
@@ -77,4 +78,5 @@ def term_blocks(hits: list[ImageHits], protocol: Protocol, with_ng: bool,
     """The term blocks (and declared states' rows) of a batch of hits (zero-shot flags
     already set): every active family's vectorized terms; ``data``: as ``inputs_of``."""
     inputs = inputs_of(protocol, with_ng, scoring.zero_shot is not None, scoring.legacy, data)
-    return batch_blocks(hits, Context(scoring.ks), protocol, inputs, scoring.families)
+    ks = scoring.ks if protocol.ks is None else parse_ks(protocol.ks)  # a protocol's own ks
+    return batch_blocks(hits, Context(ks), protocol, inputs, scoring.families)

@@ -62,7 +62,7 @@ class EvalSettings:
 
     @property
     def aggregation(self) -> str:
-        return self.settings.aggregation
+        return self.protocol.aggregation_for(self.settings.aggregation)
 
     @property
     def ks(self) -> tuple[KSpec, ...]:

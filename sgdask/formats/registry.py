@@ -125,11 +125,21 @@ def submission_format(url: str, options: StorageOptions | None, method: str | No
     """A submission file's format: a model's result file when ``method`` is given, else
     the one that recognises it."""
     if method is not None:
-        return FORMATS[RESULTS]
+        return FORMATS[_METHOD_FORMATS.get(method, RESULTS)]
     found = claimed(url, options)
     if found is not None:
         return found
     return recognised(url, options, SUBMISSION)
+
+
+#: result-file methods that a registered format reads instead of the results format
+_METHOD_FORMATS: dict[str, str] = {}
+
+
+def register_method(method: str, fmt: str) -> None:
+    """Let format ``fmt`` read the result files of ``--method method`` (Action Genome's
+    ``sttran``: an STTran-family model's per-video output)."""
+    _METHOD_FORMATS[method] = fmt
 
 
 def claimed(url: str, options: StorageOptions | None) -> Format | None:

@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from sgdask.errors import InputError, SgdaskError, checked_choice
-from sgdask.formats.results import npy_array, npz_member
 from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
 from sgdask.io.fs import StorageOptions, filesystem, join, unreadable
 from sgdask.io.unpickle import TORCH_HINT, OverLimit, Refused, restricted_loads
@@ -273,7 +272,7 @@ def read_predictions(url: str, videos: list[AGVideo], setting: str, *,
     if fs.isdir(path):
         names = {p.rsplit("/", 1)[-1].removesuffix(".npz")
                  for p in fs.ls(path, detail=False) if p.endswith(".npz")}
-        arrays = {v.name: _npz_fields(join(url, v.name + ".npz"), v.name, limits,
+        arrays = {v.name: npz_fields(join(url, v.name + ".npz"), v.name, limits,
                                       storage_options) for v in videos if v.name in names}
         where = {v.name: join(url, v.name + ".npz") for v in videos}
     else:
@@ -290,11 +289,11 @@ def read_predictions(url: str, videos: list[AGVideo], setting: str, *,
     extra = next((n for n in sorted(names) if n not in {v.name for v in videos}), None)
     if extra is not None:
         raise InputError(url, "not a GT video of the split", field=f"video {_shown(extra)}")
-    return {v.name: video_prediction(arrays[v.name], v, setting, attention, where[v.name],
-                                     limits) for v in videos}
+    return {v.name: video_prediction(arrays[v.name], v.name, len(v.frames), setting, attention,
+                                     where[v.name], limits) for v in videos}
 
 
-def _npz_fields(file: str, video: str, limits: ArchiveLimits,
+def npz_fields(file: str, video: str, limits: ArchiveLimits,
                 storage_options: StorageOptions | None) -> dict[str, np.ndarray]:
     fs, path = filesystem(file, storage_options)
     try:
@@ -305,6 +304,10 @@ def _npz_fields(file: str, video: str, limits: ArchiveLimits,
             from None
     except OSError as err:
         raise SgdaskError(f"{file}: {unreadable(err)}") from None
+    # the .npy decoding of result files (imported here: sgdask.formats, which imports this
+    # module for the Action Genome format, is loaded through it)
+    from sgdask.formats.results import npy_array, npz_member
+
     archive = SafeZip(io.BytesIO(data), file, dataclasses.replace(limits, max_ratio=math.inf))
     out = {}
     for name in PRED_FIELDS:
@@ -318,12 +321,12 @@ def _npz_fields(file: str, video: str, limits: ArchiveLimits,
     return out
 
 
-def video_prediction(fields: Any, video: AGVideo, setting: str, attention: str, file: str,
-                     limits: ArchiveLimits = DEFAULT_LIMITS) -> AGVideoPred:
-    """One video's arrays, checked against its GT frames (and at most
+def video_prediction(fields: Any, video: str, n_frames: int, setting: str, attention: str,
+                     file: str, limits: ArchiveLimits = DEFAULT_LIMITS) -> AGVideoPred:
+    """One video's arrays, checked against its ``n_frames`` GT frames (and at most
     ``max_pairs_per_image`` pairs per frame) and decoded."""
     def fail(field: str, what: str, expected: str | None = None) -> InputError:
-        return InputError(file, what, field=f"video {_shown(video.name)}: {field}",
+        return InputError(file, what, field=f"video {_shown(video)}: {field}",
                           expected=expected)
 
     if not isinstance(fields, Mapping):
@@ -351,16 +354,15 @@ def video_prediction(fields: Any, video: AGVideo, setting: str, attention: str, 
                    f"indices of the video's {m} boxes")
     frames = f["im_idx"]
     bad = np.flatnonzero((frames != np.round(frames)) | (frames < 0)
-                         | (frames >= len(video.frames)))
+                         | (frames >= n_frames))
     if len(bad):
         raise fail(f"im_idx[{bad[0]}]", f"{frames[bad[0]]} is not a frame of the video",
-                   f"0 to {len(video.frames) - 1}: the video's frames after the loader's "
-                   "filters")
-    per_frame = np.bincount(frames.astype(np.int64), minlength=len(video.frames))
+                   f"0 to {n_frames - 1}: the video's frames after the loader's filters")
+    per_frame = np.bincount(frames.astype(np.int64), minlength=n_frames)
     if len(per_frame) and per_frame.max() > limits.max_pairs_per_image:
         busiest = int(per_frame.argmax())
         raise InputError(file, f"{per_frame[busiest]} pairs",
-                         field=f"video {_shown(video.name)}: frame {busiest}: im_idx",
+                         field=f"video {_shown(video)}: frame {busiest}: im_idx",
                          expected=limit_hint(limits, "max_pairs_per_image"))
     distribution = f["attention_distribution"]
     if attention == "logits":
@@ -394,3 +396,28 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     from torch's vectorised exp)."""
     shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
     return shifted / shifted.sum(axis=1, keepdims=True)
+
+
+def setting_of(fields: Mapping[str, Any]) -> str:
+    """The setting a video's arrays are read in, from the data: ``sgdet`` (whose fields
+    SGCls shares: ``pred_labels`` and ``pred_scores``) when the model scored its own
+    labels, else ``predcls`` (``labels`` and ``scores``; STTran's PredCls output copies
+    ``labels`` into ``pred_labels`` but has no ``pred_scores``)."""
+    return "sgdet" if isinstance(fields, Mapping) and "pred_scores" in fields else "predcls"
+
+
+def frame_outputs(pred: AGVideoPred, n_frames: int) -> list[AGVideoPred]:
+    """The video's output cut into its frames: per frame the boxes its pairs name (in
+    box order, re-indexed), its pairs in order and their distributions, as a one-frame
+    video (``frames`` all 0). Every number the evaluation reads of a frame is the same."""
+    order = np.argsort(pred.frames, kind="stable")
+    cuts = np.searchsorted(pred.frames[order], np.arange(n_frames + 1))
+    out = []
+    for f in range(n_frames):
+        rows = order[cuts[f]:cuts[f + 1]]
+        used, local = np.unique(pred.pairs[rows], return_inverse=True)
+        out.append(AGVideoPred(
+            pred.boxes[used], pred.labels[used], pred.scores[used],
+            local.reshape(-1, 2).astype(np.int64), np.zeros(len(rows), np.int64),
+            pred.attention[rows], pred.spatial[rows], pred.contacting[rows]))
+    return out

@@ -9,7 +9,8 @@ Nothing outside this package names a protocol or reads its recorded choices
 (``tests/test_protocol_plugin.py`` checks it).
 
 Built in: ``psg`` (``singlempo``, the default, and ``multimpo``), ``sgbench`` (``sgbench``,
-``sgbench2``), ``sgbpytorch``, ``oiv6`` (a package: its kernels and metrics with it). Every
+``sgbench2``), ``sgbpytorch``, ``oiv6`` (a package: its kernels and metrics with it),
+``ag`` (Action Genome's ``ag-with``, ``ag-semi`` and ``ag-no``, a group named ``ag``). Every
 module of this package is a family and is imported here: deleting one removes its
 protocols. To add a protocol, write one module that calls ``register`` (or call it at run
 time); docs/development.md "Add a protocol" walks through it.
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from sgdask.types import ImageGT, ImageHits, ImagePred
 
 PROTOCOLS: dict[str, Protocol] = {}
+#: names that stand for several protocols (``ag``: Action Genome's three constraint modes)
+GROUPS: dict[str, tuple[str, ...]] = {}
 _NOT_FAMILIES = frozenset({"base"})
 
 
@@ -54,9 +57,17 @@ def unregister(name: str) -> None:
         metrics.unregister(family.name)
 
 
+def register_group(name: str, members: tuple[str, ...]) -> None:
+    """Let ``name`` stand for the registered protocols ``members`` in a protocol list."""
+    GROUPS[name] = members
+
+
 def get_protocols(names: str) -> tuple[Protocol, ...]:
-    """Protocols of a comma-separated list (``singlempo,multimpo``), order kept."""
-    found = tuple(dict.fromkeys(get_protocol(n) for n in names.split(",") if n.strip()))
+    """Protocols of a comma-separated list (``singlempo,multimpo``; a group's name stands
+    for its members), order kept."""
+    given = [n.strip().lower() for n in names.split(",") if n.strip()]
+    expanded = [m for n in given for m in GROUPS.get(n, (n,))]
+    found = tuple(dict.fromkeys(get_protocol(n) for n in expanded))
     if not found:
         raise SettingError("protocols", "no protocol given")
     return found
@@ -101,9 +112,9 @@ for _module in _families():
 
 from sgdask.protocols.psg import BOARD_PROTOCOLS, DEFAULT_PROTOCOL  # noqa: E402
 
-__all__ = ["BOARD_PROTOCOLS", "DEFAULT_PROTOCOL", "METRICS_VERSION", "PROTOCOLS", "Protocol",
-           "get_protocol", "get_protocols", "image_hits", "missing_image_hits", "recorded",
-           "register", "unregister"]
+__all__ = ["BOARD_PROTOCOLS", "DEFAULT_PROTOCOL", "GROUPS", "METRICS_VERSION", "PROTOCOLS",
+           "Protocol", "get_protocol", "get_protocols", "image_hits", "missing_image_hits",
+           "recorded", "register", "register_group", "unregister"]
 
 
 def __getattr__(name: str) -> Protocol:

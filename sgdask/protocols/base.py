@@ -178,6 +178,11 @@ class Protocol:
         cells instead of following the aggregation mode (SGBench's PRank)."""
         return self.prank_over_cells and prefix == "PRank"
 
+    def aggregation_for(self, requested: str) -> str:
+        """The aggregation mode its mean metrics follow when ``requested`` is asked for (a
+        protocol whose reference fixes one answers it whatever is asked)."""
+        return requested
+
     def means_over_vocabulary(self) -> bool:
         """Whether mR@k and mNgR@k are printed as means over the whole predicate
         vocabulary (an absent predicate counting 0)."""

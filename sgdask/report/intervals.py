@@ -55,7 +55,7 @@ def scoring_of(report: Report, composition: dict[int, int] | None,
         metric = metric_of(name)
         if metric and protocol.mean_over_cells(metric.prefix):
             over_cells.add(name)
-    mode = aggregation or report.aggregation
+    mode = protocol.aggregation_for(aggregation or report.aggregation)
     vocabulary = frozenset()
     n_vocabulary = 0
     if protocol.means_over_vocabulary() and mode != "image":

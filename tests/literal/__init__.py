@@ -15,5 +15,8 @@ TWINS: dict[str, str] = {
     "multimpo": "tests.literal.spec",
     "sgbpytorch": "tests.literal.sgbpytorch",
     "oiv6": "tests.literal.oiv6",
+    "ag-with": "tests.literal.ag",
+    "ag-semi": "tests.literal.ag",
+    "ag-no": "tests.literal.ag",
 }
 """Protocol name -> the module of its literal twin."""
