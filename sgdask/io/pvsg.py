@@ -30,6 +30,7 @@ failed conversion leaves nothing behind (the output is removed, no manifest is w
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -103,6 +104,7 @@ class Annotation:
     classes: list[str]
     predicates: list[str]
     videos: list[Video]
+    things: int = 0  # classes[:things] are the thing classes, the rest stuff
 
 
 @dataclass(frozen=True)
@@ -218,7 +220,7 @@ def read_annotation(url: str, split: str | None = None,
     if seen and seen.most_common(1)[0][1] > 1:
         raise VideoInputError(str(url), "a video given twice",
                               video=printable(seen.most_common(1)[0][0][:80]), field="data")
-    return Annotation(classes, predicates, videos)
+    return Annotation(classes, predicates, videos, len(doc["objects"]["thing"]))
 
 
 def _frame_ids(fs: Any, path: str, url: str, video: Video, frame: int) -> np.ndarray:
@@ -619,3 +621,59 @@ class TubeStore:
                 masks.append(BitMasks((info["height"], info["width"]), boxes[here],
                                       starts[here], words))
             yield FrameChunk(first, tubes, masks)
+
+
+# --------------------------------------------------------------------------- one video's results
+
+
+@dataclass(frozen=True)
+class VideoResults:
+    """One video of a model's results directory, read and checked (``masks.txt`` kept as its
+    RLE lines, decoded a chunk of frames at a time by ``frame_chunks``): each track's
+    majority class, the ranked relations (one row per span, as ``relations.parquet``) and
+    the pair proposals' ranking."""
+
+    video: str
+    info: dict
+    lines: list[tuple[int, int, int, str]]
+    classes: dict[int, int]
+    relations: dict[str, list]
+    pairs: list[list[int]]
+    digest: bytes
+
+    def frame_chunks(self, per_chunk: int) -> Iterator[FrameChunk]:
+        """The tracks' masks, ``per_chunk`` frames at a time (the GT store's chunking)."""
+        for frames in _pred_chunks(self.lines, self.info, per_chunk):
+            yield FrameChunk(frames[0][0], [t for _, t, _ in frames], [m for _, _, m in frames])
+
+
+def results_files(results: str, video: str) -> tuple[str, str]:
+    """Where a video's ``masks.txt`` and ``relations.json`` are in a results directory."""
+    return join(results, video, MASKS_FILE), join(results, video, RESULTS_FILE)
+
+
+def read_video_results(results: str, video: str, info: dict, n_classes: int,
+                       n_predicates: int, storage_options: StorageOptions | None = None,
+                       limits: ArchiveLimits = DEFAULT_LIMITS) -> VideoResults:
+    """One video's results, checked against the GT video ``info`` (frames, height, width):
+    bad input is one ``VideoInputError`` naming the file, the video and the field."""
+    fs, _ = filesystem(results, storage_options)
+    masks_url, rel_url = results_files(results, video)
+    try:
+        text = fs.cat_file(filesystem(masks_url, storage_options)[1])
+        rel_bytes = fs.cat_file(filesystem(rel_url, storage_options)[1])
+    except FileNotFoundError:
+        raise VideoInputError(join(results, video), "missing", video=video,
+                              expected=f"{MASKS_FILE} and {RESULTS_FILE}") from None
+    if len(text) > limits.max_json_size:
+        raise VideoInputError(masks_url, f"is {len(text)} bytes", video=video,
+                              expected=limit_hint(limits, "max_json_size"))
+    try:
+        decoded = text.decode("ascii")
+    except UnicodeDecodeError:
+        raise VideoInputError(masks_url, "not ASCII text", video=video) from None
+    lines = _mask_lines(decoded, masks_url, video, info, n_classes, limits)
+    cols, pairs = _ranked_relations(load_json(rel_bytes, rel_url, limits), rel_url, video,
+                                    info, n_predicates, limits)
+    digest = hashlib.sha256(text + b"\0" + rel_bytes).digest()
+    return VideoResults(video, info, lines, _majority(lines), cols, pairs, digest)

@@ -122,14 +122,16 @@ def video_viou(gt_chunks: Iterable[Chunk], pred_chunks: Iterable[Chunk],
         return np.where(den[cand_rel] > 0, num / np.maximum(den[cand_rel], 1), 0.0)
 
 
-def relation_counts(viou: np.ndarray, cand_rel: np.ndarray, cand_rank: np.ndarray,
-                    n_rel: int, ks: tuple[int, ...], weak: str = "reference"
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """(hits, weak hits), each (n_rel, len(ks)): the reference's walk per GT relation over
-    its candidates in rank order, ended by the first strong hit."""
-    hits = np.zeros((n_rel, len(ks)), np.int64)
-    weak_hits = np.zeros((n_rel, len(ks)), np.int64)
-    kk = np.asarray(ks)
+def relation_ranks(viou: np.ndarray, cand_rel: np.ndarray, cand_rank: np.ndarray, n_rel: int,
+                   weak: str = "reference") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The reference's walk per GT relation over its candidates in rank order, ended by the
+    first strong hit (vIoU >= 0.5): each relation's strong rank (``never`` when none), and
+    its weak hits (vIoU >= 0.1 at that rank and before) as (relation, rank) rows, one per
+    matching prediction (``weak="reference"``) or only the first (``weak="once"``)."""
+    never = np.iinfo(np.int64).max
+    strong_rank = np.full(n_rel, never, np.int64)
+    weak_rel: list[np.ndarray] = []
+    weak_rank: list[np.ndarray] = []
     order = np.lexsort((cand_rank, cand_rel))
     rel, rank, v = cand_rel[order], cand_rank[order], viou[order]
     bounds = np.searchsorted(rel, np.arange(n_rel + 1))
@@ -138,11 +140,25 @@ def relation_counts(viou: np.ndarray, cand_rel: np.ndarray, cand_rank: np.ndarra
         strong = np.flatnonzero(vv >= STRONG)
         stop = strong[0] if len(strong) else len(vv) - 1
         if len(strong):
-            hits[r] = rk[stop] < kk
-        weak_ranks = rk[: stop + 1][vv[: stop + 1] >= WEAK]
+            strong_rank[r] = rk[stop]
+        ranks = rk[: stop + 1][vv[: stop + 1] >= WEAK]
         if weak == "once":
-            weak_ranks = weak_ranks[:1]
-        weak_hits[r] = (weak_ranks[:, None] < kk).sum(0)
+            ranks = ranks[:1]
+        weak_rel.append(np.full(len(ranks), r, np.int64))
+        weak_rank.append(ranks.astype(np.int64))
+    cat = (lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64))
+    return strong_rank, cat(weak_rel), cat(weak_rank)
+
+
+def relation_counts(viou: np.ndarray, cand_rel: np.ndarray, cand_rank: np.ndarray,
+                    n_rel: int, ks: tuple[int, ...], weak: str = "reference"
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(hits, weak hits), each (n_rel, len(ks)): ``relation_ranks`` counted under each k."""
+    strong_rank, weak_rel, weak_rank = relation_ranks(viou, cand_rel, cand_rank, n_rel, weak)
+    kk = np.asarray(ks)
+    hits = (strong_rank[:, None] < kk).astype(np.int64)
+    weak_hits = np.zeros((n_rel, len(ks)), np.int64)
+    np.add.at(weak_hits, weak_rel, (weak_rank[:, None] < kk).astype(np.int64))
     return hits, weak_hits
 
 
@@ -225,8 +241,15 @@ def gt_pairs(matched: dict[tuple[int, int], list[int]], present: dict[int, set[i
     return out
 
 
+def pair_hits(ranked_pairs: np.ndarray, truth: set[tuple[int, int]], k: int = 20
+              ) -> tuple[int, int]:
+    """(GT pairs among the top k pair proposals, GT pairs): ``pair_recall``'s two counts."""
+    top = {(int(s), int(o)) for s, o in ranked_pairs[:k]}
+    return len(top & truth), len(truth)
+
+
 def pair_recall(ranked_pairs: np.ndarray, truth: set[tuple[int, int]], k: int = 20) -> float:
     """``calculate_pair_recall_at_k``: the share of the GT pairs among the top k (0 without
     GT pairs)."""
-    top = {(int(s), int(o)) for s, o in ranked_pairs[:k]}
-    return len(top & truth) / len(truth) if truth else 0
+    found, total = pair_hits(ranked_pairs, truth, k)
+    return found / total if total else 0
