@@ -34,7 +34,6 @@ from sgdask.formats.registry import (
     Format,
     register,
     register_claim,
-    register_method,
 )
 from sgdask.formats.results import evaluated_order
 from sgdask.formats.validate import GTInfo
@@ -62,8 +61,6 @@ if TYPE_CHECKING:
     from sgdask.cluster import ClusterSpec
 
 GT_FORMAT, RESULTS_FORMAT = "pvsg", "pvsg-results"
-#: ``--method`` naming OpenPVSG's results directory (recognised without it too)
-METHOD = "openpvsg"
 TUBES = "tubes"
 VIDEO = "video"
 
@@ -240,7 +237,7 @@ class ResultsInput:
                 digest.update(hashlib.sha256(data).digest())
         self.manifest: dict[str, Any] = {
             "kind": "submission", "source": self.url, "has_ng": False, "instances": "tubes",
-            "content_hash": "sha256:" + digest.hexdigest(), "method": METHOD}
+            "content_hash": "sha256:" + digest.hexdigest(), "method": RESULTS_FORMAT}
 
     def ids(self) -> list[str]:
         return sorted(self.videos)
@@ -267,4 +264,3 @@ RESULTS_FORMAT_ENTRY = register(Format(
     "docs/video-pvsg.md (OpenPVSG's results: masks.txt and relations.json per video)",
     _convert, _opened))
 register_claim(RESULTS_FORMAT, _is_results_dir)
-register_method(METHOD, RESULTS_FORMAT)

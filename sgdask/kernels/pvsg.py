@@ -146,8 +146,11 @@ def relation_ranks(viou: np.ndarray, cand_rel: np.ndarray, cand_rank: np.ndarray
             ranks = ranks[:1]
         weak_rel.append(np.full(len(ranks), r, np.int64))
         weak_rank.append(ranks.astype(np.int64))
-    cat = (lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64))
-    return strong_rank, cat(weak_rel), cat(weak_rank)
+    return strong_rank, _joined(weak_rel), _joined(weak_rank)
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def relation_counts(viou: np.ndarray, cand_rel: np.ndarray, cand_rank: np.ndarray,
