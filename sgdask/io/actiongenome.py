@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from sgdask.errors import InputError, SgdaskError, checked_choice
-from sgdask.formats.results import npy_array, npz_member
 from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, read_capped
 from sgdask.io.fs import StorageOptions, filesystem, join, unreadable
 from sgdask.io.unpickle import TORCH_HINT, OverLimit, Refused, restricted_loads
@@ -305,6 +304,10 @@ def npz_fields(file: str, video: str, limits: ArchiveLimits,
             from None
     except OSError as err:
         raise SgdaskError(f"{file}: {unreadable(err)}") from None
+    # the .npy decoding of result files (imported here: sgdask.formats, which imports this
+    # module for the Action Genome format, is loaded through it)
+    from sgdask.formats.results import npy_array, npz_member
+
     archive = SafeZip(io.BytesIO(data), file, dataclasses.replace(limits, max_ratio=math.inf))
     out = {}
     for name in PRED_FIELDS:

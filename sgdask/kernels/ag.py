@@ -13,7 +13,9 @@ exactly.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
+from sgdask.kernels.bits import JIT
 from sgdask.types_ag import CONSTRAINTS, OFFSETS, PREDICATES, AGFrame, AGVideo, AGVideoPred
 
 KS = (10, 20, 50, 100)
@@ -47,29 +49,71 @@ def video_counts(video: AGVideo, pred: AGVideoPred, constraint: str,
 
 
 def frame_first_hits(frame: AGFrame, pred: AGVideoPred, constraint: str,
-                     threshold: float = SEMI_THRESHOLD, pairs: np.ndarray | None = None
+                     threshold: float = SEMI_THRESHOLD, pairs: np.ndarray | None = None,
+                     built: tuple[np.ndarray, ...] | None = None
                      ) -> tuple[np.ndarray, np.ndarray]:
     """(per GT relation of one frame, the rank of the first candidate that hits it; per GT
     pair of ``pairs`` (rows of ``frame.relations``), the rank of the first candidate on
     it, any predicate), ``NEVER`` for none. ``pred``: the frame's output as a one-frame
-    video; its candidates ranked as ``video_counts`` ranks them."""
+    video; its candidates ranked as ``video_counts`` ranks them, matched by
+    ``_frame_matches`` (``first_hits``' rule, compiled: a frame's arrays are small);
+    ``built``: ``rows(pred)``, when the constraint modes of a frame share it."""
     if constraint not in CONSTRAINTS:
         raise ValueError(f"constraint {constraint!r} (expected one of {CONSTRAINTS})")
-    _, subjects, objects, predicate, rank = ranked(pred, constraint, threshold)
-    candidate = (pred.labels[subjects], pred.labels[objects],
-                 pred.boxes[subjects], pred.boxes[objects])
+    _, subjects, objects, predicate, rank = ranked(pred, constraint, threshold, built)
+    pair_rows = np.zeros(0, np.int64) if pairs is None else np.asarray(pairs, np.int64)
+    return _frame_matches(
+        np.ascontiguousarray(frame.relations, np.int64), pair_rows,
+        np.ascontiguousarray(frame.classes, np.int64),
+        np.ascontiguousarray(frame.boxes, np.float64),
+        np.ascontiguousarray(pred.labels[subjects], np.int64),
+        np.ascontiguousarray(pred.labels[objects], np.int64),
+        np.ascontiguousarray(pred.boxes[subjects], np.float64).reshape(-1, 4),
+        np.ascontiguousarray(pred.boxes[objects], np.float64).reshape(-1, 4),
+        np.ascontiguousarray(predicate, np.int64), np.ascontiguousarray(rank, np.int64))
 
-    def first(rows: np.ndarray, gt_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
-        gs, go = frame.relations[rows, 0], frame.relations[rows, 1]
-        return first_hits(gt_keys, keys, rank,
-                          (frame.classes[gs], candidate[0], frame.classes[go], candidate[1]),
-                          (frame.boxes[gs], candidate[2], frame.boxes[go], candidate[3]))
 
-    every = np.arange(len(frame.relations))
-    pair_rows = np.zeros(0, np.int64) if pairs is None else pairs
-    return (first(every, frame.relations[:, 2], predicate),
-            first(pair_rows, np.zeros(len(pair_rows), np.int64),
-                  np.zeros(len(predicate), np.int64)))
+@njit(**JIT)
+def _box_iou(a: np.ndarray, b: np.ndarray) -> float:
+    """``iou`` of one GT box ``a`` and one predicted box ``b``, the same operations in the
+    same order."""
+    iw = min(a[2], b[2]) - max(a[0], b[0]) + 1
+    ih = min(a[3], b[3]) - max(a[1], b[1]) + 1
+    if not (iw > 0 and ih > 0):
+        return 0.0
+    b_area = (b[2] - b[0] + 1) * (b[3] - b[1] + 1)
+    union = (a[2] - a[0] + 1) * (a[3] - a[1] + 1) + b_area - iw * ih
+    return iw * ih / union
+
+
+@njit(**JIT)
+def _frame_matches(relations: np.ndarray, pairs: np.ndarray, classes: np.ndarray,
+                   boxes: np.ndarray, c_subject: np.ndarray, c_object: np.ndarray,
+                   c_subject_box: np.ndarray, c_object_box: np.ndarray,
+                   c_predicate: np.ndarray, rank: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The first-hit ranks of ``frame_first_hits``: a candidate hits a GT relation when
+    its predicate, both classes and both boxes (IoU >= 0.5) match; a GT pair (a row of
+    ``relations``) when the classes and boxes do, any predicate."""
+    n_rel, n_pairs, n_cand = relations.shape[0], pairs.shape[0], len(rank)
+    first = np.full(n_rel, NEVER, dtype=np.int64)
+    pair_first = np.full(n_pairs, NEVER, dtype=np.int64)
+    on_pair = np.zeros((n_rel, n_cand), dtype=np.bool_)
+    for g in range(n_rel):
+        gs, go = relations[g, 0], relations[g, 1]
+        for c in range(n_cand):
+            if (classes[gs] == c_subject[c] and classes[go] == c_object[c]
+                    and _box_iou(boxes[gs], c_subject_box[c]) >= IOU
+                    and _box_iou(boxes[go], c_object_box[c]) >= IOU):
+                on_pair[g, c] = True
+                if relations[g, 2] == c_predicate[c] and rank[c] < first[g]:
+                    first[g] = rank[c]
+    for q in range(n_pairs):
+        g = pairs[q]
+        for c in range(n_cand):
+            if on_pair[g, c] and rank[c] < pair_first[q]:
+                pair_first[q] = rank[c]
+    return first, pair_first
 
 
 def gt_relations(video: AGVideo) -> tuple[np.ndarray, ...]:
@@ -104,11 +148,12 @@ def rows(pred: AGVideoPred) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     return (pred.frames[pair], np.where(swapped, o, s), np.where(swapped, s, o), scores)
 
 
-def candidates(pred: AGVideoPred, constraint: str, threshold: float = SEMI_THRESHOLD
-               ) -> tuple[np.ndarray, ...]:
+def candidates(pred: AGVideoPred, constraint: str, threshold: float = SEMI_THRESHOLD,
+               built: tuple[np.ndarray, ...] | None = None) -> tuple[np.ndarray, ...]:
     """(frame, subjects, objects, predicates, predicate scores) before ranking, each
-    frame's in the reference's candidate order, frames in order."""
-    frame, subjects, objects, scores = rows(pred)
+    frame's in the reference's candidate order, frames in order (``built``: ``rows(pred)``
+    if already built)."""
+    frame, subjects, objects, scores = rows(pred) if built is None else built
     if constraint == "no":
         both = pred.scores[subjects] * pred.scores[objects]  # in the scores' own dtype
         overall = (both[:, None] * scores).ravel()
@@ -129,12 +174,13 @@ def candidates(pred: AGVideoPred, constraint: str, threshold: float = SEMI_THRES
     return frame[row], subjects[row], objects[row], column, scores[row, column]
 
 
-def ranked(pred: AGVideoPred, constraint: str, threshold: float = SEMI_THRESHOLD
-           ) -> tuple[np.ndarray, ...]:
+def ranked(pred: AGVideoPred, constraint: str, threshold: float = SEMI_THRESHOLD,
+           built: tuple[np.ndarray, ...] | None = None) -> tuple[np.ndarray, ...]:
     """(frame, subjects, objects, predicates, rank in the frame) of the candidates, each
     frame's from the best by subject x object x predicate score in float64, ties in
     candidate order."""
-    frame, subjects, objects, predicate, value = candidates(pred, constraint, threshold)
+    frame, subjects, objects, predicate, value = candidates(pred, constraint, threshold,
+                                                            built)
     score = (pred.scores[subjects].astype(np.float64)
              * pred.scores[objects].astype(np.float64) * value)
     order = np.lexsort((-score, frame))

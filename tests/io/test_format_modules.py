@@ -33,7 +33,8 @@ OWNERS = {"psg": {"psg-json", "psg json", "png directory", "mask zip"},
           "scores": {"parquet"},
           "coco_panoptic": {"coco-panoptic", "coco panoptic", "coco json"},
           "psg_challenge": {"psg-challenge", "psg challenge", "psg challenge zip",
-                            "psg challenge json"}}
+                            "psg challenge json"},
+          "actiongenome": {"action-genome", "action-genome-output"}}
 
 
 def test_built_in_formats_register_themselves_in_the_old_order():

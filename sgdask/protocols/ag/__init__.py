@@ -20,17 +20,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from sgdask.errors import InstanceMismatch
-from sgdask.kernels.ag import NEVER, SEMI_THRESHOLD, frame_first_hits
+from sgdask.kernels.ag import NEVER, SEMI_THRESHOLD, frame_first_hits, rows
 from sgdask.kernels.hits import gt_pair_rows
 from sgdask.kernels.image import gt_relations
 from sgdask.protocols import register, register_group
 from sgdask.protocols.base import Protocol, Refusal
 from sgdask.types import ImageGT, ImageHits, ImagePred
-from sgdask.types_ag import AGFrame, AGFramePred
+from sgdask.types_ag import AGFrame, AGFramePred, AGVideoPred
 
 #: the name that stands for the three modes
 GROUP = "ag"
 POOLED = "pooled"
+#: what the constraint modes of one frame share (``shared``): its three rows per pair
+ROWS = "ag_rows"
 #: metrics of matched instances, which this evaluation has none of
 UNMATCHED = ("R@inf", "mR@inf", "InstR")
 
@@ -57,7 +59,8 @@ class ActionGenomeProtocol(Protocol):
                         np.asarray(gt.labels, dtype=np.int64) + 1, relations)
         pairs = gt_pair_rows(relations, gt.n_instances)
         first, pair_first = frame_first_hits(frame, output, self.constraint,
-                                             self.semi_threshold, pairs)
+                                             self.semi_threshold, pairs,
+                                             _rows_of(output, shared))
         return self._hits(gt, relations, first, pair_first, len(output.pairs))
 
     def missing_image_hits(self, gt: ImageGT, with_ng: bool = True) -> ImageHits:
@@ -102,6 +105,16 @@ class ActionGenomeProtocol(Protocol):
     def evaluator_refusal(self) -> Refusal | None:
         return ("the Action Genome protocols read a video model's output per frame, which "
                 "update() does not take; run sgdask evaluate",)
+
+
+def _rows_of(output: AGVideoPred, shared: dict | None) -> tuple[np.ndarray, ...]:
+    """The frame's rows, built once for its three constraint modes (``shared``: what the
+    protocols of one frame share)."""
+    if shared is None:
+        return rows(output)
+    if ROWS not in shared:
+        shared[ROWS] = rows(output)
+    return shared[ROWS]
 
 
 def _mode(constraint: str, description: str) -> ActionGenomeProtocol:
