@@ -15,5 +15,7 @@ TWINS: dict[str, str] = {
     "multimpo": "tests.literal.spec",
     "sgbpytorch": "tests.literal.sgbpytorch",
     "oiv6": "tests.literal.oiv6",
+    "pvsg": "tests.literal.pvsg",
+    "pvsg-oneweak": "tests.literal.pvsg",
 }
 """Protocol name -> the module of its literal twin."""
