@@ -51,8 +51,10 @@ class PVSGVideo:
 @dataclass
 class PVSGVideoPred(ImagePred):
     """One video's results as an ``ImagePred``: ``labels`` the tracks' classes, ``graph``
-    one (subject, object, predicate) row per ranked relation (track positions), for the
-    lint; ``video`` what the protocol evaluates."""
+    one (subject, object, 0) row per ranked pair of tracks with masks (track positions),
+    which the protocol lint counts (a PVSG ranking lists a pair with many predicates and
+    spans, as the reference expects: not a lint finding); ``video`` what the protocol
+    evaluates."""
 
     video: PVSGVideo | None = None
 

@@ -192,10 +192,10 @@ def _video_pred(store: TubeStore, results: VideoResults) -> PVSGVideoPred:
         lambda: store.frame_chunks(vid), lambda: results.frame_chunks(per_chunk))
     tracks = sorted(results.classes)
     position = {t: i for i, t in enumerate(tracks)}
-    graph = np.asarray([[position[s], position[o], p]
-                        for s, o, p in zip(pred_subject.tolist(), pred_object.tolist(),
-                                           pred_predicate.tolist(), strict=True)
-                        if s in position and o in position], np.int64).reshape(-1, 3)
+    ranked = [(position[s], position[o]) for s, o in zip(pred_subject.tolist(),
+                                                          pred_object.tolist(), strict=True)
+              if s in position and o in position]
+    graph = np.asarray([(s, o, 0) for s, o in dict.fromkeys(ranked)], np.int64).reshape(-1, 3)
     return PVSGVideoPred(vid, np.asarray([results.classes[t] for t in tracks], np.int64),
                          graph, video=video)
 
