@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sgdask.errors import InputError, SgdaskError
-from sgdask.formats.ingest import BOX_STORE_PARTITION, Progress
+from sgdask.formats.ingest import Progress
 from sgdask.formats.psg import GTRecord, write_gt_store
 from sgdask.formats.registry import (
     GT,
@@ -63,6 +63,9 @@ if TYPE_CHECKING:
 GT_FORMAT, RESULTS_FORMAT = "pvsg", "pvsg-results"
 TUBES = "tubes"
 VIDEO = "video"
+#: videos per part of the GT store, so per task: a task holds its videos' results as RLE
+#: text (their masks decoded a chunk of frames at a time)
+VIDEOS_PER_PART = 4
 
 
 def _is_pvsg_json(head: bytes, name: str) -> bool:
@@ -74,7 +77,7 @@ def _is_pvsg_json(head: bytes, name: str) -> bool:
 
 def ingest_pvsg(annotation: str, out: str, data_dir: str, split: str = "val",
                 storage_options: StorageOptions | None = None,
-                partition_size: int = BOX_STORE_PARTITION, overwrite: bool = False,
+                partition_size: int = VIDEOS_PER_PART, overwrite: bool = False,
                 progress: Progress = None, cluster: ClusterSpec = None,
                 limits: ArchiveLimits | None = None,
                 frames_per_chunk: int = FRAMES_PER_CHUNK) -> dict[str, Any]:
