@@ -30,7 +30,6 @@ failed conversion leaves nothing behind (the output is removed, no manifest is w
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -496,42 +495,23 @@ def ingest_pvsg_results(results: str, gt: str, out: str,
     lines are kept as RLE text and decoded one chunk of frames at a time."""
     gt_manifest = TubeStore(gt, storage_options).manifest
     target = _Output(out, storage_options)
-    fs, root = filesystem(results, storage_options)
     n_classes, n_predicates = len(gt_manifest["classes"]), len(gt_manifest["predicates"])
     try:
         videos = {}
         for vid, info in gt_manifest["videos"].items():
-            masks_url = join(results, vid, MASKS_FILE)
-            try:
-                text = fs.cat_file(join(root, vid, MASKS_FILE))
-                rel_bytes = fs.cat_file(join(root, vid, RESULTS_FILE))
-            except FileNotFoundError as err:
-                raise VideoInputError(join(results, vid), f"missing {err.filename or 'file'}"
-                                      .replace(str(root), str(results)), video=vid,
-                                      expected=f"{MASKS_FILE} and {RESULTS_FILE}") from None
-            if len(text) > limits.max_json_size:
-                raise VideoInputError(masks_url, f"is {len(text)} bytes", video=vid,
-                                      expected=limit_hint(limits, "max_json_size"))
-            try:
-                decoded = text.decode("ascii")
-            except UnicodeDecodeError:
-                raise VideoInputError(masks_url, "not ASCII text", video=vid) from None
-            lines = _mask_lines(decoded, masks_url, vid, info, n_classes, limits)
-            rel_url = join(results, vid, RESULTS_FILE)
-            cols, pairs = _ranked_relations(load_json(rel_bytes, rel_url, limits), rel_url, vid,
-                                            info, n_predicates, limits)
-            classes = _majority(lines)
+            found = read_video_results(results, vid, info, n_classes, n_predicates,
+                                       storage_options, limits)
             target.table(f"videos/{vid}/tubes.parquet", pa.table(
-                {"tube": np.asarray(list(classes), np.int64),
-                 "category": np.asarray(list(classes.values()), np.int64)}))
+                {"tube": np.asarray(list(found.classes), np.int64),
+                 "category": np.asarray(list(found.classes.values()), np.int64)}))
             target.table(f"videos/{vid}/relations.parquet", pa.table(
                 {k: pa.array(v, pa.float64() if k == "score" else pa.int64())
-                 for k, v in cols.items()}))
+                 for k, v in found.relations.items()}))
             target.table(f"videos/{vid}/pairs.parquet", pa.table(
-                {"subject": pa.array([p[0] for p in pairs], pa.int64()),
-                 "object": pa.array([p[1] for p in pairs], pa.int64())}))
+                {"subject": pa.array([p[0] for p in found.pairs], pa.int64()),
+                 "object": pa.array([p[1] for p in found.pairs], pa.int64())}))
             _write_chunks(target, vid, info["frames"], frames_per_chunk,
-                          _pred_chunks(lines, info, frames_per_chunk))
+                          _pred_chunks(found.lines, info, frames_per_chunk))
             videos[vid] = dict(info, chunks=-(-info["frames"] // frames_per_chunk))
         manifest = {"format": TUBE_FORMAT, "version": TUBE_VERSION, "kind": "results",
                     "frames_per_chunk": frames_per_chunk, "classes": gt_manifest["classes"],
@@ -639,7 +619,6 @@ class VideoResults:
     classes: dict[int, int]
     relations: dict[str, list]
     pairs: list[list[int]]
-    digest: bytes
 
     def frame_chunks(self, per_chunk: int) -> Iterator[FrameChunk]:
         """The tracks' masks, ``per_chunk`` frames at a time (the GT store's chunking)."""
@@ -657,11 +636,11 @@ def read_video_results(results: str, video: str, info: dict, n_classes: int,
                        limits: ArchiveLimits = DEFAULT_LIMITS) -> VideoResults:
     """One video's results, checked against the GT video ``info`` (frames, height, width):
     bad input is one ``VideoInputError`` naming the file, the video and the field."""
-    fs, _ = filesystem(results, storage_options)
+    fs, root = filesystem(results, storage_options)
     masks_url, rel_url = results_files(results, video)
     try:
-        text = fs.cat_file(filesystem(masks_url, storage_options)[1])
-        rel_bytes = fs.cat_file(filesystem(rel_url, storage_options)[1])
+        text = fs.cat_file(join(root, video, MASKS_FILE))
+        rel_bytes = fs.cat_file(join(root, video, RESULTS_FILE))
     except FileNotFoundError:
         raise VideoInputError(join(results, video), "missing", video=video,
                               expected=f"{MASKS_FILE} and {RESULTS_FILE}") from None
@@ -675,5 +654,4 @@ def read_video_results(results: str, video: str, info: dict, n_classes: int,
     lines = _mask_lines(decoded, masks_url, video, info, n_classes, limits)
     cols, pairs = _ranked_relations(load_json(rel_bytes, rel_url, limits), rel_url, video,
                                     info, n_predicates, limits)
-    digest = hashlib.sha256(text + b"\0" + rel_bytes).digest()
-    return VideoResults(video, info, lines, _majority(lines), cols, pairs, digest)
+    return VideoResults(video, info, lines, _majority(lines), cols, pairs)
