@@ -8,11 +8,11 @@ The evaluation unit is the whole video, and each video is one image of the GT st
 needs the vIoU of two mask tubes over the video's frames, so no frame can be scored alone,
 and the reference pools its counts over videos. Per video the task hands the protocol the
 video's tables and two chunk walks over its masks (GT tube store and results, equally
-chunked, ``sgdask.formats.pvsg``): the protocol walks them once for the candidates' vIoU and
-once for the pair recall's tube matching, so a worker holds one chunk of frames of one video
-at a time, whatever the video's length. The numbers are integer counts per (video,
-predicate, k) and per-video pair recall counts (two resampled states), so any partitioning
-gives the same sums, and intervals and paired tests resample videos.
+chunked, ``sgdask.formats.pvsg``): the protocol walks them once, one IoU table per frame
+giving the candidates' vIoU and the pair recall's tube matching, so a worker holds one chunk
+of frames of one video at a time, whatever the video's length. The numbers are integer
+counts per (video, predicate, k) and per-video pair recall counts (two resampled states), so
+any partitioning gives the same sums, and intervals and paired tests resample videos.
 
 ``pvsg`` counts weak hits as the reference does: a GT relation gains one per matching
 relation of vIoU >= 0.1 until the first of vIoU >= 0.5 ends its walk (weak recall can pass
@@ -34,8 +34,7 @@ from sgdask.kernels.pvsg import (
     gt_pairs,
     pair_hits,
     relation_ranks,
-    video_tube_matches,
-    video_viou,
+    walk_video,
 )
 from sgdask.kernels.selection import parse_ks
 from sgdask.protocols import register
@@ -79,7 +78,7 @@ class PVSGProtocol(Protocol):
         return self._video_hits(gt, relations, video)
 
     def _video_hits(self, gt: ImageGT, relations: np.ndarray, video: PVSGVideo) -> VideoHits:
-        """The two walks over the video's chunks, then the relations' ranks and the pairs."""
+        """One walk over the video's chunks, then the relations' ranks and the pairs."""
         gt_class, pred_class = video.gt_classes, video.pred_classes
         rel_keys = np.stack([[gt_class[t] for t in video.rel_tubes[:, 0].tolist()],
                              [gt_class[t] for t in video.rel_tubes[:, 1].tolist()],
@@ -88,17 +87,15 @@ class PVSGProtocol(Protocol):
                               [pred_class.get(t, -1) for t in video.pred_tubes[:, 1].tolist()],
                               video.pred_predicates], 1).reshape(-1, 3).astype(np.int64)
         cand_rel, cand_pred = candidates(rel_keys, pred_keys)
-        viou = video_viou(video.gt_chunks(), video.pred_chunks(), gt_class, pred_class,
+        walk = walk_video(video.gt_chunks(), video.pred_chunks(), gt_class, pred_class,
                           video.rel_tubes, video.rel_spans, video.pred_tubes, video.pred_spans,
                           cand_rel, cand_pred)
-        strong, weak_relation, weak_rank = relation_ranks(viou, cand_rel, cand_pred,
+        strong, weak_relation, weak_rank = relation_ranks(walk.viou, cand_rel, cand_pred,
                                                           len(relations), self.weak)
-        matched, present = video_tube_matches(video.gt_chunks(), video.pred_chunks(),
-                                              gt_class, pred_class)
         listed = [(int(s), int(o), int(p), video.relation_spans(r))
                   for r, (s, o, p) in enumerate(np.column_stack(
                       [video.rel_tubes, video.rel_predicates]).tolist())]
-        truth = gt_pairs(matched, present, listed, video.frames)
+        truth = gt_pairs(walk.matched, walk.present, listed, video.frames)
         ranked = video.ranked_pairs[:PAIR_PROPOSALS]
         pairs = {j: pair_hits(ranked, truth, k.resolve(len(relations)))
                  for j, k in enumerate(parse_ks(self.ks or "20,50,100"))}
