@@ -31,9 +31,9 @@ NEED = (INPUT,)
 METRICS = (
     Metric("R", DERIVED, "PVSG recall: GT relations hit (classes, predicate, vIoU >= 0.5 "
            "between mask tubes) by one of the top k relations of their video, pooled over "
-           "videos", needs=NEED, board=("50",)),
+           "videos", needs=NEED),
     Metric("mR", DERIVED, "PVSG mean recall: R@k per predicate present in the GT (pooled "
-           "over videos), averaged over those predicates", needs=NEED, board=("50",)),
+           "over videos), averaged over those predicates", needs=NEED),
     Metric("wR", DERIVED, "PVSG weak recall: as R@k at vIoU >= 0.1, weak hits counted as "
            "the protocol says (pvsg: per matching relation, as the reference)", needs=NEED),
     Metric("wmR", DERIVED, "PVSG weak mean recall: wR@k per predicate present in the GT, "
