@@ -88,3 +88,17 @@ def test_a_missing_frame_png_leaves_no_store(tmp_path, capsys):
     assert code != 0 and len(_error_lines(err)) == 1, err
     assert f"video {raw.videos[0]}" in err and "frame 0" in err
     assert not gt.exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_video_without_results_is_one_line_naming_file_and_video(tmp_path, capsys):
+    raw = write_pvsg(tmp_path / "raw", n_videos=2, n_frames=6, seed=4)
+    gt = str(tmp_path / "gt.store")
+    assert _ingest(capsys, raw, gt)[0] == 0
+    (raw.results / raw.videos[0] / "relations.json").unlink()
+    code, _, err = run_main(capsys, "evaluate", "--gt", gt, "--pred", str(raw.results),
+                            "--protocol", "pvsg", "--out", str(tmp_path / "out"),
+                            "--workers", "1")
+    assert code != 0 and len(_error_lines(err)) == 1, err
+    assert "relations.json" in err and raw.videos[0] in err
+    assert not (tmp_path / "out").exists()
