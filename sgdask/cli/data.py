@@ -59,8 +59,9 @@ def synth(out: Annotated[Path, typer.Argument(
 
 
 def ingest_gt(psg_json: Annotated[str, typer.Argument(
-                  metavar="GT_FILE", help="psg.json, Visual Genome's VG-SGG-with-attri.h5 or "
-                  "Open Images V6's vrd-test-anno.json")],
+                  metavar="GT_FILE", help="psg.json, Visual Genome's VG-SGG-with-attri.h5, "
+                  "Open Images V6's vrd-test-anno.json or Action Genome's "
+                  "object_bbox_and_relationship.pkl (with --persons)")],
               out: _StoreOut,
               masks: Annotated[str | None, typer.Option(
                   "--masks", "--gt-masks", metavar="DIR", rich_help_panel=INPUT,
@@ -106,7 +107,7 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
     from sgdask.store.store import check_store_target
 
     options = storage_options(storage_option)
-    if persons is not None or frame_list is not None:
+    if persons is not None or frame_list is not None or _action_genome(psg_json, options):
         _ingest_action_genome(psg_json, out, persons, frame_list, split, options, overwrite,
                               cluster_choice(scheduler, in_process, workers, processes,
                                              cluster=cluster_file, gateway=gateway_url),
@@ -161,6 +162,17 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
                       f"images{note}, {manifest['instances']}, {manifest['content_hash']}")
 
 
+def _action_genome(url: str, options: StorageOptions | None) -> bool:
+    """Whether ``url`` is read as Action Genome's annotations (a pickle)."""
+    from sgdask.formats import GT, recognised
+    from sgdask.formats.actiongenome import GT_FORMAT
+
+    try:
+        return recognised(url, options, GT).name == GT_FORMAT
+    except SgdaskError:
+        return False
+
+
 def _ingest_action_genome(objects: str, out: str, persons: str | None,
                           frame_list: str | None, split: str | None,
                           options: StorageOptions | None, overwrite: bool, cluster: object,
@@ -171,8 +183,13 @@ def _ingest_action_genome(objects: str, out: str, persons: str | None,
     from sgdask.formats.sniff import existing, expect
     from sgdask.store.store import check_store_target
 
-    if persons is None:
+    if persons is None and frame_list is not None:
         raise SgdaskError("--frame-list applies to Action Genome ground truth (with --persons)")
+    if persons is None:
+        raise SgdaskError(f"{objects}: a pickle: as Action Genome ground truth "
+                          "(object_bbox_and_relationship.pkl) it needs its person_bbox.pkl "
+                          "(--persons); a model's result file is passed as --pred with "
+                          "--method")
     if any(other is not None for other in others):
         raise SgdaskError(f"{objects}: Action Genome ground truth takes --persons, "
                           "--frame-list and --split only")

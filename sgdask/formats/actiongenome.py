@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sgdask.errors import InputError, SgdaskError
+from sgdask.errors import InputError, Option, SgdaskError
 from sgdask.formats.ingest import BOX_STORE_PARTITION, Progress
 from sgdask.formats.methods import VIDEO_METHODS
 from sgdask.formats.psg import GTRecord, write_gt_store
@@ -51,7 +51,7 @@ from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.sources import Digest, Loaded
 from sgdask.store.store import StoreReader
 from sgdask.store.training_stats import STATS_SCHEMA
-from sgdask.types_ag import OBJECT_CLASSES, PREDICATES, AGFramePred, AGVideo
+from sgdask.types_ag import OBJECT_CLASSES, PREDICATES, AGFramePred, AGVideo, AGVideoPred
 
 if TYPE_CHECKING:
     from sgdask.cluster import ClusterSpec
@@ -142,8 +142,10 @@ def _ingest(url: str, out: str, gt: str | None, options: StorageOptions | None, 
             persons: str | None = None, frame_list: str | None = None, split: str = "test",
             **kwargs: Any) -> dict[str, Any]:
     if persons is None:
-        raise SgdaskError(f"{url}: Action Genome ground truth needs person_bbox.pkl "
-                          "beside object_bbox_and_relationship.pkl (persons)")
+        raise SgdaskError(f"{url}: a pickle: as Action Genome ground truth "
+                          "(object_bbox_and_relationship.pkl) it needs its person_bbox.pkl (",
+                          Option("persons"), "); a model's result file is passed as ",
+                          Option("pred"), " with ", Option("method"))
     return ingest_ag(url, out, persons, frame_list, split, options, **kwargs)
 
 
@@ -195,7 +197,7 @@ class OutputSlice:
         return Loaded(preds)
 
 
-def _frame_pred(name: str, frame: Any) -> AGFramePred:
+def _frame_pred(name: str, frame: AGVideoPred) -> AGFramePred:
     graph = np.column_stack([frame.pairs, np.zeros(len(frame.pairs), np.int64)])
     return AGFramePred(name, frame.labels - 1, graph, boxes=frame.boxes, scores=frame.scores,
                        output=frame)
@@ -234,11 +236,11 @@ class OutputInput:
     keeps = False
 
     def __init__(self, url: str, options: StorageOptions | None, gt: StoreReader,
-                 gt_info: GTInfo, attention: str, limits: ArchiveLimits | None) -> None:
+                 gt_info: GTInfo, method: str, limits: ArchiveLimits | None) -> None:
         if gt.manifest.get("gt_format") != GT_FORMAT:
             raise SgdaskError(f"{url}: an Action Genome model output needs an Action Genome "
                               f"GT store ({gt.url} holds {gt.manifest.get('gt_format')})")
-        self.url, self.attention, self.limits = str(url), attention, limits
+        self.url, self.attention, self.limits = str(url), VIDEO_METHODS[method], limits
         order = evaluated_order(gt, gt_info)
         videos: dict[str, list[str]] = {}
         for frame in order:
@@ -250,7 +252,7 @@ class OutputInput:
         self.video_of = {f: name for name, frames in videos.items() for f in frames}
         self.manifest: dict[str, Any] = {
             "kind": "submission", "source": self.url, "has_ng": False, "instances": "boxes",
-            "content_hash": "sha256:" + digest, "method": attention}
+            "content_hash": "sha256:" + digest, "method": method}
 
     @staticmethod
     def _files(url: str, options: StorageOptions | None, videos: list[str],
@@ -296,7 +298,7 @@ class OutputInput:
 
 def _opened(url: str, options: StorageOptions | None, gt_reader: StoreReader,
             gt_info: GTInfo, limits: ArchiveLimits | None, how: Any) -> OutputInput:
-    return OutputInput(url, options, gt_reader, gt_info, VIDEO_METHODS[how.method], limits)
+    return OutputInput(url, options, gt_reader, gt_info, how.method, limits)
 
 
 def _convert(url: str, *args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -80,8 +80,7 @@ def get_protocol(name: str) -> Protocol:
         return PROTOCOLS[name.strip().lower()]
     except KeyError:
         raise SettingError("protocols", f"unknown protocol {name.strip()!r}",
-                           fix=Choose(name.strip().lower(),
-                                      tuple(sorted([*PROTOCOLS, *GROUPS])))) from None
+                           fix=Choose(name.strip().lower(), tuple(sorted(PROTOCOLS)))) from None
 
 
 def recorded(record: dict[str, Any]) -> Protocol:

@@ -43,3 +43,12 @@ def test_frame_list_needs_persons(tmp_path, capsys):
                             str(tmp_path / "f.txt"), "--out", str(tmp_path / "s"))
     assert code != 0 and len(err.strip().splitlines()) == 1
     assert "--frame-list applies to Action Genome ground truth" in err
+
+
+def test_a_pickle_without_persons_says_what_it_needs(tmp_path, capsys):
+    path = tmp_path / "results.pkl"
+    path.write_bytes(b"\x80\x04N.")
+    code, _, err = run_main(capsys, "ingest-gt", str(path), "--out", str(tmp_path / "s"))
+    assert code != 0 and len(err.strip().splitlines()) == 1, err
+    assert "needs its person_bbox.pkl (--persons)" in err and "--pred with --method" in err
+    assert not (tmp_path / "s").exists()

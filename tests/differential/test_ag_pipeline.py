@@ -6,6 +6,7 @@ resample videos."""
 
 from __future__ import annotations
 
+import copy
 import json
 import pickle
 from pathlib import Path
@@ -16,6 +17,8 @@ import pytest
 from sgdask.errors import SgdaskError
 from sgdask.formats.actiongenome import ingest_ag
 from sgdask.formats.results import ResultsMethod
+from sgdask.report.intervals import scoring_of
+from sgdask.stats.bootstrap import bootstrap
 from sgdask.testing.ag import write_ag
 
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "ag_golden.json"
@@ -106,6 +109,16 @@ def test_intervals_and_compare_resample_videos(ag, client):
     assert report.ci["unit"] == "video"
     low, high = report.intervals["R@20"]
     assert low < report.metrics["R@20"] < high
+    # the same terms resampled frame by frame give other intervals (and the same ones
+    # again when the table resamples its videos)
+    scoring = scoring_of(report, None)
+    by_video = bootstrap(report.terms, scoring, 0.9, 200, 1, ["R@20", "mR@20"])
+    frames = copy.copy(report.terms)
+    frames.units, frames.unit = None, "image"
+    by_frame = bootstrap(frames, scoring, 0.9, 200, 1, ["R@20", "mR@20"])
+    assert by_video.metrics["R@20"] == pytest.approx(report.intervals["R@20"], abs=1e-12)
+    assert by_frame.metrics["R@20"] != by_video.metrics["R@20"]
+    assert by_frame.unit == "image" and by_video.unit == "video"
     job = CompareJob(gt, [("sgcls", [str(root / "predictions_sgcls.pkl")]),
                           ("sgdet", [str(root / "predictions_sgdet.pkl")])],
                      protocol="ag-with", resamples=200, permutations=200, metrics="R@20",
@@ -128,3 +141,24 @@ def test_an_output_needs_an_action_genome_store(ag, client, tmp_path):
     with pytest.raises(SgdaskError, match="needs an Action Genome GT store"):
         evaluate_protocols(str(tmp_path / "psg.store"), str(root / "predictions_sgcls.pkl"),
                            "ag", client=client, method=TEMPURA)
+
+
+@pytest.mark.timeout(180)
+def test_sttran_reads_attention_logits(ag, client, tmp_path):
+    """STTran's model returns attention logits, which its evaluator softmaxes: the golden
+    numbers from the log of the probabilities (softmax in float32 may move the last bit of
+    a score, never a hit here)."""
+    from sgdask.pipeline import evaluate_protocols
+
+    golden, root, gt = ag
+    arrays = pickle.loads((root / "predictions_sgcls.pkl").read_bytes())
+    for video in arrays.values():
+        video["attention_distribution"] = np.log(video["attention_distribution"])
+    path = tmp_path / "logits.pkl"
+    path.write_bytes(pickle.dumps(arrays))
+    reports = evaluate_protocols(gt, str(path), "ag-with", client=client,
+                                 method=ResultsMethod("sttran"))
+    expected = golden["metrics"]["sgcls/with"]
+    got = reports["ag-with"].metrics
+    assert max(abs(got[m] - v) for m, v in expected.items()) < 1e-9
+    assert reports["ag-with"].provenance["submission"]["method"] == "sttran"

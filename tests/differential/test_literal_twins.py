@@ -18,8 +18,10 @@ from sgdask.protocols import PROTOCOLS
 from tests.differential import test_literal as spec_tests
 from tests.helpers import scenes
 from tests.helpers.adapters import report_view, score_image
+from tests.kernels import test_ag_kernel as ag_kernel_tests
 from tests.literal import TWINS
 from tests.literal import spec as literal
+from tests.protocols import test_ag_protocol as ag_tests
 from tests.protocols import test_oiv6 as oiv6_tests
 from tests.protocols import test_sgbpytorch as sgbpytorch_tests
 
@@ -88,6 +90,18 @@ def oiv6_twin(protocol: str) -> None:
     agrees()
 
 
+def ag_twin(protocol: str) -> None:
+    """STTran's and TEMPURA's Action Genome evaluation, literally (``tests/literal/ag.py``):
+    the protocol's per-frame hits at every k."""
+
+    @EXAMPLES
+    @given(ag_kernel_tests.frames())
+    def agrees(case) -> None:
+        ag_tests.assert_agrees(case, protocol)
+
+    agrees()
+
+
 def pvsg_twin(protocol: str) -> None:
     """OpenPVSG's rel_test_full.py and rel_test.py, literally (``tests/literal/pvsg.py``), on
     two small generated sets through the whole pipeline (``test_pvsg_pipeline.py`` holds the
@@ -123,6 +137,9 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "multimpo": spec_twin,
     "sgbpytorch": sgbpytorch_twin,
     "oiv6": oiv6_twin,
+    "ag-with": ag_twin,
+    "ag-semi": ag_twin,
+    "ag-no": ag_twin,
     "pvsg": pvsg_twin,
     "pvsg-oneweak": pvsg_twin,
 }

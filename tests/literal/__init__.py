@@ -15,6 +15,9 @@ TWINS: dict[str, str] = {
     "multimpo": "tests.literal.spec",
     "sgbpytorch": "tests.literal.sgbpytorch",
     "oiv6": "tests.literal.oiv6",
+    "ag-with": "tests.literal.ag",
+    "ag-semi": "tests.literal.ag",
+    "ag-no": "tests.literal.ag",
     "pvsg": "tests.literal.pvsg",
     "pvsg-oneweak": "tests.literal.pvsg",
 }
