@@ -45,6 +45,8 @@ ALLOWED = {
     # PVSG is the dataset before it is the protocol: its records and its generator are
     # named after the dataset (as its readers in io/ and formats/ are)
     ("types_pvsg.py", "pvsg"), ("testing/pvsg.py", "pvsg"),
+    # ``ingest-gt``'s PVSG options name the dataset's files (pvsg.json and its frame masks)
+    ("cli/data.py", "pvsg"),
 }
 # File formats named after the tools they come from: the SGBench submission format
 # (``sgbench`` ZIP / JSON, read by ``sgdask.io.sgbench``), the Open Images V6
