@@ -107,3 +107,20 @@ def test_results_need_a_pvsg_store(pvsg, client, tmp_path):
     ingest_gt(str(paths.psg_json), str(tmp_path / "psg.store"), None)
     with pytest.raises(SgdaskError, match="need a PVSG GT store"):
         _reports(str(tmp_path / "psg.store"), str(raw.results), client, "pvsg")
+
+
+def test_the_weak_hit_hand_case_on_the_pipeline(client, tmp_path):
+    """One GT relation, weak hits at ranks 0 and 2, a strong one at rank 3: the reference
+    printed weak R@20 = 300.00; one weak hit per GT relation gives 100.00."""
+    from tests.helpers.pvsg_cases import write_weak_hit_case
+
+    golden = json.loads(GOLDEN.read_text())["weak_hit_case"]
+    root = write_weak_hit_case(tmp_path)
+    gt = str(tmp_path / "gt.store")
+    ingest_pvsg(str(root / "data" / "pvsg.json"), gt, str(root / "data"))
+    reports = _reports(gt, str(root / "results"), client)
+    for name, value in golden["metrics"].items():
+        assert reports["pvsg"].metrics[name] == pytest.approx(value, abs=1e-12), name
+    assert reports["pvsg"].metrics["wR@20"] == 3.0
+    assert reports["pvsg-oneweak"].metrics["wR@20"] == 1.0
+    assert reports["pvsg-oneweak"].metrics["R@20"] == reports["pvsg"].metrics["R@20"] == 1.0
