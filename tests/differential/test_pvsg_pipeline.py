@@ -63,6 +63,13 @@ def test_pipeline_equals_the_reference_and_the_one_weak_reading(pvsg, client):
     got = reports["pvsg-oneweak"].metrics
     assert max(abs(got[m] - v) for m, v in once.items()) < 1e-9
     assert got["wR@50"] < ref.metrics["wR@50"]  # the reference's extra weak hits
+    counts = json.loads(GOLDEN.read_text())["counts"]
+    table = {row["predicate"]: row for row in ref.per_predicate}
+    for k, rows in counts.items():
+        for p, c in rows.items():
+            if c["total"]:
+                assert table[int(p)][f"R@{k}"] == c["hit"] / c["total"]
+                assert table[int(p)][f"wR@{k}"] == c["weak_hit"] / c["total"]
 
 
 def test_partitioning_chunking_and_workers_change_nothing(pvsg, client, tmp_path):

@@ -93,4 +93,19 @@ def derive(finals: Finals, ctx: Context) -> dict[str, float]:
     return out
 
 
-FAMILY = Family("pvsg", METRICS, image_terms, derive=derive, states=(COUNTS, PAIRS))
+def predicate_recalls(finals: Finals, ctx: Context) -> dict[str, dict[int, float]]:
+    """The per-predicate table's columns: each predicate's recall and weak recall at every
+    k (hits over its GT relations, pooled over videos), the terms ``mR@k`` and ``wmR@k``
+    average."""
+    counts = finals.state(COUNTS.name) or {}
+    out: dict[str, dict[int, float]] = {}
+    for j, k in enumerate(ctx.ks):
+        for slot, prefix in enumerate(("R", "wR")):
+            out[f"{prefix}@{k.label}"] = {
+                key // SLOTS: float(v[0]) / float(v[1]) for key, v in sorted(counts.items())
+                if key % SLOTS == 2 * j + slot and v[1] > 0}
+    return out
+
+
+FAMILY = Family("pvsg", METRICS, image_terms, derive=derive, states=(COUNTS, PAIRS),
+                derive_predicates=predicate_recalls)
