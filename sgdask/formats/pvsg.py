@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sgdask.errors import InputError, SgdaskError
+from sgdask.errors import InputError, Option, SgdaskError
 from sgdask.formats.ingest import Progress
 from sgdask.formats.psg import GTRecord, write_gt_store
 from sgdask.formats.registry import (
@@ -131,7 +131,8 @@ def _ingest(url: str, out: str, gt: str | None, options: StorageOptions | None, 
             data_dir: str | None = None, split: str = "val", **kwargs: Any) -> dict[str, Any]:
     if data_dir is None:
         raise SgdaskError(f"{url}: PVSG ground truth needs the directory of its frame "
-                          "masks (data_dir: DATA/<source>/masks/<video>/NNNN.png)")
+                          "masks (", Option("data_dir"), " DATA, holding "
+                          "DATA/<source>/masks/<video>/NNNN.png)")
     return ingest_pvsg(url, out, data_dir, split, options, **kwargs)
 
 

@@ -102,3 +102,12 @@ def test_a_video_without_results_is_one_line_naming_file_and_video(tmp_path, cap
     assert code != 0 and len(_error_lines(err)) == 1, err
     assert "relations.json" in err and raw.videos[0] in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.timeout(60)
+def test_pvsg_json_without_its_masks_names_the_option(tmp_path, capsys):
+    raw = write_pvsg(tmp_path / "raw", n_videos=1, n_frames=4, seed=4)
+    code, _, err = run_main(capsys, "ingest-gt", str(raw.annotation), "--out",
+                            str(tmp_path / "gt.store"))
+    assert code != 0 and len(_error_lines(err)) == 1, err
+    assert "--data-dir" in err and not (tmp_path / "gt.store").exists()
