@@ -131,3 +131,19 @@ def test_the_weak_hit_hand_case_on_the_pipeline(client, tmp_path):
     assert reports["pvsg"].metrics["wR@20"] == 3.0
     assert reports["pvsg-oneweak"].metrics["wR@20"] == 1.0
     assert reports["pvsg-oneweak"].metrics["R@20"] == reports["pvsg"].metrics["R@20"] == 1.0
+
+
+@pytest.mark.timeout(120)
+def test_on_s3_the_same_numbers(client, s3, tmp_path):
+    """The annotation, frame masks and results on S3 (moto on 127.0.0.1), the GT store and
+    its tubes written there: the literal twin's numbers on the local files."""
+    raw = write_pvsg(tmp_path, n_videos=2, n_frames=6, seed=5)
+    for part in ("data", "results"):
+        s3.fs.put(str(tmp_path / part), s3.url("pvsg", part)[len("s3://"):], recursive=True)
+    gt = s3.url("pvsg", "gt.store")
+    ingest_pvsg(s3.url("pvsg", "data", "pvsg.json"), gt, s3.url("pvsg", "data"),
+                storage_options=s3.options)
+    expected = literal_pvsg.evaluate(raw.annotation, raw.data_dir, raw.results)["metrics"]
+    report = _reports(gt, s3.url("pvsg", "results"), client, "pvsg",
+                      storage_options=s3.options)["pvsg"]
+    assert max(abs(report.metrics[m] - v) for m, v in expected.items()) < 1e-9
