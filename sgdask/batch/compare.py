@@ -21,6 +21,7 @@ from sgdask.batch.registry import Registry
 from sgdask.core.settings import Settings
 from sgdask.errors import Option, SettingError, SgdaskError, checked_choice
 from sgdask.formats.methods import METHODS
+from sgdask.formats.registry import claimed
 from sgdask.formats.results import ResultsMethod
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.predicate_groups import groups_digest
@@ -158,9 +159,12 @@ def resolve(job: CompareJob, gt_manifest: dict[str, Any], cache: ResultCache | N
 
 def is_submission_file(url: str, method: str | None, options: StorageOptions | None) -> bool:
     """Whether ``url`` is a submission file, evaluated as ``evaluate --pred`` takes it: a
-    file, or with ``method`` a model's result file or directory of .npz files."""
+    file, a directory a format claims (PVSG results), or with ``method`` a model's result
+    file or directory of .npz files."""
     fs, path = filesystem(url, options)
-    return fs.exists(path) if method is not None else fs.isfile(path)
+    if method is not None:
+        return fs.exists(path)
+    return fs.isfile(path) or claimed(url, options) is not None
 
 
 def registry_store(registry: Registry, name: str) -> str:

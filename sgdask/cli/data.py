@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from sgdask.io.fs import StorageOptions
 
 _VISUAL_GENOME, _SCORES, _RESULTS = "Visual Genome", "From scores", "Result files"
-_OPEN_IMAGES, _ACTION_GENOME = "Open Images V6", "Action Genome"
+_OPEN_IMAGES, _ACTION_GENOME, _PVSG = "Open Images V6", "Action Genome", "PVSG"
 
 Overwrite = Annotated[bool, typer.Option(help="replace an existing store at --out")]
 _StoreOut = Annotated[str, typer.Option("--out", metavar="PATH", help="store to create")]
@@ -87,12 +87,16 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
                   "--frame-list", metavar="PATH", rich_help_panel=_ACTION_GENOME,
                   help="frame_list.txt: every frame of person_bbox.pkl must be in it")]
               = None,
+              data_dir: Annotated[str | None, typer.Option(
+                  "--data-dir", metavar="DIR", rich_help_panel=_PVSG,
+                  help="the frame masks' root, DIR/<source>/masks/<video>/NNNN.png (GT_FILE: "
+                  "pvsg.json; --split: its split, val by default)")] = None,
               storage_option: StorageOpt = None, overwrite: Overwrite = False,
               scheduler: Scheduler = None, in_process: InProcess = False,
               workers: Workers = None, processes: Processes = None,
               cluster_file: ClusterFile = None, gateway_url: Gateway = None,
               limit: Limits = None) -> None:
-    """Convert ground truth (OpenPSG, VG150, Open Images V6, Action Genome) to a store.
+    """Convert ground truth (OpenPSG, VG150, Open Images V6, Action Genome, PVSG) to a store.
 
     The store is Parquet tables and Zarr masks. psg.json's size and nesting depth and each
     PNG's pixel count are limited (--limit max_json_size, max_json_depth, max_layer_pixels),
@@ -109,6 +113,12 @@ def ingest_gt(psg_json: Annotated[str, typer.Argument(
                                              cluster=cluster_file, gateway=gateway_url),
                               ArchiveLimits.from_pairs(limit),
                               (masks, dicts, image_data, categories))
+        return
+    if data_dir is not None:
+        _ingest_pvsg(psg_json, out, data_dir, split, options, overwrite,
+                     cluster_choice(scheduler, in_process, workers, processes,
+                                    cluster=cluster_file, gateway=gateway_url),
+                     ArchiveLimits.from_pairs(limit), (masks, dicts, image_data, categories))
         return
     if split is not None:
         from sgdask.formats.vg150 import SPLITS
@@ -196,6 +206,29 @@ def _ingest_action_genome(objects: str, out: str, persons: str | None,
             cluster=cluster, limits=limits, **{k: v for k, v in given.items() if v is not None})
     out_console.print(f"GT store {out}: {manifest['n_images']} {manifest['split']} frames of "
                       f"Action Genome, grouped by video, {manifest['content_hash']}")
+
+
+def _ingest_pvsg(annotation: str, out: str, data_dir: str, split: str | None,
+                 options: StorageOptions | None, overwrite: bool, cluster: object,
+                 limits: ArchiveLimits, others: tuple[str | None, ...]) -> None:
+    """``ingest-gt`` of PVSG's pvsg.json with its frame masks (``--data-dir``)."""
+    from sgdask.formats import FORMATS
+    from sgdask.formats.pvsg import GT_FORMAT
+    from sgdask.formats.sniff import existing
+    from sgdask.store.store import check_store_target
+
+    if any(other is not None for other in others):
+        raise SgdaskError(f"{annotation}: PVSG ground truth takes --data-dir and --split only")
+    existing(annotation, options)
+    existing(data_dir, options)
+    check_store_target(out, "gt", options)
+    given = {"data_dir": data_dir, "split": split}
+    with progress_bar("ingesting GT videos", None) as advance:
+        manifest = FORMATS[GT_FORMAT].convert(
+            annotation, out, None, options, overwrite=overwrite, progress=advance,
+            cluster=cluster, limits=limits, **{k: v for k, v in given.items() if v is not None})
+    out_console.print(f"GT store {out}: {manifest['n_images']} {manifest['split']} videos of "
+                      f"PVSG with their mask tubes, {manifest['content_hash']}")
 
 
 def convert(submission: Annotated[str, typer.Argument(

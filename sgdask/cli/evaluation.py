@@ -60,7 +60,8 @@ def evaluate(gt: Annotated[str, typer.Option(
                  "--gt", metavar="PATH", help="GT store, or psg.json (ingested once, cached)")],
              pred: Annotated[str, typer.Option(
                  "--pred", metavar="PATH",
-                 help="submission store, SGBench ZIP or JSON, or (with --method) result file")],
+                 help="submission store, SGBench ZIP or JSON, a PVSG results directory, or "
+                 "(with --method) result file")],
              gt_masks: Annotated[str | None, typer.Option(
                  "--gt-masks", "--masks", metavar="DIR", rich_help_panel=INPUT,
                  help="with --gt psg.json: the panoptic PNGs (omit for box-only GT)")] = None,

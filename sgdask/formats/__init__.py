@@ -40,7 +40,7 @@ from sgdask.formats.registry import (
 #: the built-in formats' modules, imported (each registering itself) in this order: the
 #: order of ``FORMATS``, which recognition reads newest first within a kind
 BUILT_IN_MODULES = ("psg", "vg150", "oiv6", "sgbench", "results", "scores", "coco_panoptic",
-                    "psg_challenge", "actiongenome")
+                    "psg_challenge", "actiongenome", "pvsg")
 for _module in BUILT_IN_MODULES:
     importlib.import_module(f"{__name__}.{_module}")
 

@@ -103,6 +103,7 @@ class Annotation:
     classes: list[str]
     predicates: list[str]
     videos: list[Video]
+    things: int = 0  # classes[:things] are the thing classes, the rest stuff
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,7 @@ def read_annotation(url: str, split: str | None = None,
     if seen and seen.most_common(1)[0][1] > 1:
         raise VideoInputError(str(url), "a video given twice",
                               video=printable(seen.most_common(1)[0][0][:80]), field="data")
-    return Annotation(classes, predicates, videos)
+    return Annotation(classes, predicates, videos, len(doc["objects"]["thing"]))
 
 
 def _frame_ids(fs: Any, path: str, url: str, video: Video, frame: int) -> np.ndarray:
@@ -494,42 +495,23 @@ def ingest_pvsg_results(results: str, gt: str, out: str,
     lines are kept as RLE text and decoded one chunk of frames at a time."""
     gt_manifest = TubeStore(gt, storage_options).manifest
     target = _Output(out, storage_options)
-    fs, root = filesystem(results, storage_options)
     n_classes, n_predicates = len(gt_manifest["classes"]), len(gt_manifest["predicates"])
     try:
         videos = {}
         for vid, info in gt_manifest["videos"].items():
-            masks_url = join(results, vid, MASKS_FILE)
-            try:
-                text = fs.cat_file(join(root, vid, MASKS_FILE))
-                rel_bytes = fs.cat_file(join(root, vid, RESULTS_FILE))
-            except FileNotFoundError as err:
-                raise VideoInputError(join(results, vid), f"missing {err.filename or 'file'}"
-                                      .replace(str(root), str(results)), video=vid,
-                                      expected=f"{MASKS_FILE} and {RESULTS_FILE}") from None
-            if len(text) > limits.max_json_size:
-                raise VideoInputError(masks_url, f"is {len(text)} bytes", video=vid,
-                                      expected=limit_hint(limits, "max_json_size"))
-            try:
-                decoded = text.decode("ascii")
-            except UnicodeDecodeError:
-                raise VideoInputError(masks_url, "not ASCII text", video=vid) from None
-            lines = _mask_lines(decoded, masks_url, vid, info, n_classes, limits)
-            rel_url = join(results, vid, RESULTS_FILE)
-            cols, pairs = _ranked_relations(load_json(rel_bytes, rel_url, limits), rel_url, vid,
-                                            info, n_predicates, limits)
-            classes = _majority(lines)
+            found = read_video_results(results, vid, info, n_classes, n_predicates,
+                                       storage_options, limits)
             target.table(f"videos/{vid}/tubes.parquet", pa.table(
-                {"tube": np.asarray(list(classes), np.int64),
-                 "category": np.asarray(list(classes.values()), np.int64)}))
+                {"tube": np.asarray(list(found.classes), np.int64),
+                 "category": np.asarray(list(found.classes.values()), np.int64)}))
             target.table(f"videos/{vid}/relations.parquet", pa.table(
                 {k: pa.array(v, pa.float64() if k == "score" else pa.int64())
-                 for k, v in cols.items()}))
+                 for k, v in found.relations.items()}))
             target.table(f"videos/{vid}/pairs.parquet", pa.table(
-                {"subject": pa.array([p[0] for p in pairs], pa.int64()),
-                 "object": pa.array([p[1] for p in pairs], pa.int64())}))
+                {"subject": pa.array([p[0] for p in found.pairs], pa.int64()),
+                 "object": pa.array([p[1] for p in found.pairs], pa.int64())}))
             _write_chunks(target, vid, info["frames"], frames_per_chunk,
-                          _pred_chunks(lines, info, frames_per_chunk))
+                          _pred_chunks(found.lines, info, frames_per_chunk))
             videos[vid] = dict(info, chunks=-(-info["frames"] // frames_per_chunk))
         manifest = {"format": TUBE_FORMAT, "version": TUBE_VERSION, "kind": "results",
                     "frames_per_chunk": frames_per_chunk, "classes": gt_manifest["classes"],
@@ -619,3 +601,57 @@ class TubeStore:
                 masks.append(BitMasks((info["height"], info["width"]), boxes[here],
                                       starts[here], words))
             yield FrameChunk(first, tubes, masks)
+
+
+# --------------------------------------------------------------------------- one video's results
+
+
+@dataclass(frozen=True)
+class VideoResults:
+    """One video of a model's results directory, read and checked (``masks.txt`` kept as its
+    RLE lines, decoded a chunk of frames at a time by ``frame_chunks``): each track's
+    majority class, the ranked relations (one row per span, as ``relations.parquet``) and
+    the pair proposals' ranking."""
+
+    video: str
+    info: dict
+    lines: list[tuple[int, int, int, str]]
+    classes: dict[int, int]
+    relations: dict[str, list]
+    pairs: list[list[int]]
+
+    def frame_chunks(self, per_chunk: int) -> Iterator[FrameChunk]:
+        """The tracks' masks, ``per_chunk`` frames at a time (the GT store's chunking)."""
+        for frames in _pred_chunks(self.lines, self.info, per_chunk):
+            yield FrameChunk(frames[0][0], [t for _, t, _ in frames], [m for _, _, m in frames])
+
+
+def results_files(results: str, video: str) -> tuple[str, str]:
+    """Where a video's ``masks.txt`` and ``relations.json`` are in a results directory."""
+    return join(results, video, MASKS_FILE), join(results, video, RESULTS_FILE)
+
+
+def read_video_results(results: str, video: str, info: dict, n_classes: int,
+                       n_predicates: int, storage_options: StorageOptions | None = None,
+                       limits: ArchiveLimits = DEFAULT_LIMITS) -> VideoResults:
+    """One video's results, checked against the GT video ``info`` (frames, height, width):
+    bad input is one ``VideoInputError`` naming the file, the video and the field."""
+    fs, root = filesystem(results, storage_options)
+    masks_url, rel_url = results_files(results, video)
+    try:
+        text = fs.cat_file(join(root, video, MASKS_FILE))
+        rel_bytes = fs.cat_file(join(root, video, RESULTS_FILE))
+    except FileNotFoundError:
+        raise VideoInputError(join(results, video), "missing", video=video,
+                              expected=f"{MASKS_FILE} and {RESULTS_FILE}") from None
+    if len(text) > limits.max_json_size:
+        raise VideoInputError(masks_url, f"is {len(text)} bytes", video=video,
+                              expected=limit_hint(limits, "max_json_size"))
+    try:
+        decoded = text.decode("ascii")
+    except UnicodeDecodeError:
+        raise VideoInputError(masks_url, "not ASCII text", video=video) from None
+    lines = _mask_lines(decoded, masks_url, video, info, n_classes, limits)
+    cols, pairs = _ranked_relations(load_json(rel_bytes, rel_url, limits), rel_url, video,
+                                    info, n_predicates, limits)
+    return VideoResults(video, info, lines, _majority(lines), cols, pairs)

@@ -67,13 +67,12 @@ def candidates(gt_keys: np.ndarray, pred_keys: np.ndarray) -> tuple[np.ndarray, 
     return rel.astype(np.int64), pred.astype(np.int64)
 
 
-def frame_matches(gt: BitMasks, gt_classes: np.ndarray, pred: BitMasks,
-                  pred_classes: np.ndarray) -> np.ndarray:
-    """(n_gt, n_pred) bool: same class and mask IoU >= 0.5 (numpy's ``intersection /
-    union``, 0 over an empty union)."""
-    iou = cross_iou(gt.boxes, gt.starts, gt.words, gt.areas(), gt_classes,
-                    pred.boxes, pred.starts, pred.words, pred.areas(), pred_classes, True)
-    return iou >= MASK_IOU
+def _frame_iou(gt: BitMasks, gt_classes: np.ndarray, pred: BitMasks,
+               pred_classes: np.ndarray) -> np.ndarray:
+    """(n_gt, n_pred) mask IoU, 0 across classes (numpy's ``intersection / union``, 0 over
+    an empty union)."""
+    return cross_iou(gt.boxes, gt.starts, gt.words, gt.areas(), gt_classes,
+                     pred.boxes, pred.starts, pred.words, pred.areas(), pred_classes, True)
 
 
 def _positions(ids: np.ndarray, present: np.ndarray) -> np.ndarray:
@@ -89,29 +88,52 @@ def _positions(ids: np.ndarray, present: np.ndarray) -> np.ndarray:
     return out
 
 
-def video_viou(gt_chunks: Iterable[Chunk], pred_chunks: Iterable[Chunk],
+@dataclass
+class VideoWalk:
+    """What one walk over a video's chunks gives: each candidate's vIoU; per (GT object,
+    track) the frames where their masks' IoU is above 0.5 (strict, as
+    ``match_and_process_gt_tubes``); per track the frames where it has a mask line (where
+    the tracker gave it a query feature)."""
+
+    viou: np.ndarray
+    matched: dict[tuple[int, int], list[int]]
+    present: dict[int, set[int]]
+
+
+def walk_video(gt_chunks: Iterable[Chunk], pred_chunks: Iterable[Chunk],
                gt_class_of: dict[int, int], pred_class_of: dict[int, int],
                rel_tubes: np.ndarray, rel_spans: Spans, pred_tubes: np.ndarray,
-               pred_spans: Spans, cand_rel: np.ndarray, cand_pred: np.ndarray) -> np.ndarray:
-    """Each candidate's vIoU, the two videos' chunks walked in step (equal chunking).
+               pred_spans: Spans, cand_rel: np.ndarray, cand_pred: np.ndarray) -> VideoWalk:
+    """The two videos' chunks walked once, in step (equal chunking), one IoU table per
+    frame between the GT tubes and the tracks present there (same class only).
 
-    ``rel_tubes`` (n_rel, 2): GT subject and object ids; ``pred_tubes`` (n_pred, 2): track ids;
-    spans per relation and per prediction."""
+    ``rel_tubes`` (n_rel, 2): GT subject and object ids; ``pred_tubes`` (n_pred, 2): track
+    ids; spans per relation and per prediction. A candidate's hit frames are those inside
+    both spans where both pairs reach IoU >= 0.5; its relation's frames those inside its
+    span where both GT masks are present; vIoU is their ratio (0 over no frame)."""
     num = np.zeros(len(cand_rel), np.int64)
     den = np.zeros(rel_spans.n, np.int64)
+    matched: dict[tuple[int, int], list[int]] = {}
+    present: dict[int, set[int]] = {}
     for gc, pc in zip(gt_chunks, pred_chunks, strict=True):
         frames = len(gc.tubes)
         in_s = rel_spans.inside(gc.first, frames)
         in_p = pred_spans.inside(gc.first, frames)
         for j in range(frames):
-            g_ids, p_ids = gc.tubes[j], pc.tubes[j]
+            frame, g_ids, p_ids = gc.first + j, gc.tubes[j], pc.tubes[j]
+            for t in p_ids.tolist():
+                present.setdefault(t, set()).add(frame)
             gs, go = (_positions(rel_tubes[:, k], g_ids) for k in (0, 1))
-            both = (gs >= 0) & (go >= 0)
-            den += both & in_s[:, j]
-            if not len(cand_rel) or not len(p_ids) or not len(g_ids):
+            den += (gs >= 0) & (go >= 0) & in_s[:, j]
+            if not len(p_ids) or not len(g_ids):
                 continue
-            match = frame_matches(gc.masks[j], np.asarray([gt_class_of[t] for t in g_ids]),
-                                  pc.masks[j], np.asarray([pred_class_of[t] for t in p_ids]))
+            iou = _frame_iou(gc.masks[j], np.asarray([gt_class_of[t] for t in g_ids]),
+                             pc.masks[j], np.asarray([pred_class_of[t] for t in p_ids]))
+            for a, b in zip(*np.nonzero(iou > MASK_IOU), strict=True):
+                matched.setdefault((int(g_ids[a]), int(p_ids[b])), []).append(frame)
+            if not len(cand_rel):
+                continue
+            match = iou >= MASK_IOU
             ps, po = (_positions(pred_tubes[:, k], p_ids) for k in (0, 1))
             cs, co, cps, cpo = gs[cand_rel], go[cand_rel], ps[cand_pred], po[cand_pred]
             ok = (cs >= 0) & (co >= 0) & (cps >= 0) & (cpo >= 0)
@@ -119,17 +141,29 @@ def video_viou(gt_chunks: Iterable[Chunk], pred_chunks: Iterable[Chunk],
             hit[ok] = match[cs[ok], cps[ok]] & match[co[ok], cpo[ok]]
             num += hit & in_s[cand_rel, j] & in_p[cand_pred, j]
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(den[cand_rel] > 0, num / np.maximum(den[cand_rel], 1), 0.0)
+        viou = np.where(den[cand_rel] > 0, num / np.maximum(den[cand_rel], 1), 0.0)
+    return VideoWalk(viou, matched, present)
 
 
-def relation_counts(viou: np.ndarray, cand_rel: np.ndarray, cand_rank: np.ndarray,
-                    n_rel: int, ks: tuple[int, ...], weak: str = "reference"
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """(hits, weak hits), each (n_rel, len(ks)): the reference's walk per GT relation over
-    its candidates in rank order, ended by the first strong hit."""
-    hits = np.zeros((n_rel, len(ks)), np.int64)
-    weak_hits = np.zeros((n_rel, len(ks)), np.int64)
-    kk = np.asarray(ks)
+def video_viou(gt_chunks: Iterable[Chunk], pred_chunks: Iterable[Chunk],
+               gt_class_of: dict[int, int], pred_class_of: dict[int, int],
+               rel_tubes: np.ndarray, rel_spans: Spans, pred_tubes: np.ndarray,
+               pred_spans: Spans, cand_rel: np.ndarray, cand_pred: np.ndarray) -> np.ndarray:
+    """Each candidate's vIoU (``walk_video``'s)."""
+    return walk_video(gt_chunks, pred_chunks, gt_class_of, pred_class_of, rel_tubes,
+                      rel_spans, pred_tubes, pred_spans, cand_rel, cand_pred).viou
+
+
+def relation_ranks(viou: np.ndarray, cand_rel: np.ndarray, cand_rank: np.ndarray, n_rel: int,
+                   weak: str = "reference") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The reference's walk per GT relation over its candidates in rank order, ended by the
+    first strong hit (vIoU >= 0.5): each relation's strong rank (``never`` when none), and
+    its weak hits (vIoU >= 0.1 at that rank and before) as (relation, rank) rows, one per
+    matching prediction (``weak="reference"``) or only the first (``weak="once"``)."""
+    never = np.iinfo(np.int64).max
+    strong_rank = np.full(n_rel, never, np.int64)
+    weak_rel: list[np.ndarray] = []
+    weak_rank: list[np.ndarray] = []
     order = np.lexsort((cand_rank, cand_rel))
     rel, rank, v = cand_rel[order], cand_rank[order], viou[order]
     bounds = np.searchsorted(rel, np.arange(n_rel + 1))
@@ -138,11 +172,28 @@ def relation_counts(viou: np.ndarray, cand_rel: np.ndarray, cand_rank: np.ndarra
         strong = np.flatnonzero(vv >= STRONG)
         stop = strong[0] if len(strong) else len(vv) - 1
         if len(strong):
-            hits[r] = rk[stop] < kk
-        weak_ranks = rk[: stop + 1][vv[: stop + 1] >= WEAK]
+            strong_rank[r] = rk[stop]
+        ranks = rk[: stop + 1][vv[: stop + 1] >= WEAK]
         if weak == "once":
-            weak_ranks = weak_ranks[:1]
-        weak_hits[r] = (weak_ranks[:, None] < kk).sum(0)
+            ranks = ranks[:1]
+        weak_rel.append(np.full(len(ranks), r, np.int64))
+        weak_rank.append(ranks.astype(np.int64))
+    return strong_rank, _joined(weak_rel), _joined(weak_rank)
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def relation_counts(viou: np.ndarray, cand_rel: np.ndarray, cand_rank: np.ndarray,
+                    n_rel: int, ks: tuple[int, ...], weak: str = "reference"
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(hits, weak hits), each (n_rel, len(ks)): ``relation_ranks`` counted under each k."""
+    strong_rank, weak_rel, weak_rank = relation_ranks(viou, cand_rel, cand_rank, n_rel, weak)
+    kk = np.asarray(ks)
+    hits = (strong_rank[:, None] < kk).astype(np.int64)
+    weak_hits = np.zeros((n_rel, len(ks)), np.int64)
+    np.add.at(weak_hits, weak_rel, (weak_rank[:, None] < kk).astype(np.int64))
     return hits, weak_hits
 
 
@@ -152,26 +203,13 @@ def relation_counts(viou: np.ndarray, cand_rel: np.ndarray, cand_rank: np.ndarra
 def video_tube_matches(gt_chunks: Iterable[Chunk], pred_chunks: Iterable[Chunk],
                        gt_class_of: dict[int, int], pred_class_of: dict[int, int]
                        ) -> tuple[dict[tuple[int, int], list[int]], dict[int, set[int]]]:
-    """The frames where a GT object and a predicted tube of its class have mask IoU above
-    0.5 (strict, as ``match_and_process_gt_tubes``), per (object, track); and the frames
-    where each track has a mask line (where the tracker gave it a query feature)."""
-    matched: dict[tuple[int, int], list[int]] = {}
-    present: dict[int, set[int]] = {}
-    for gc, pc in zip(gt_chunks, pred_chunks, strict=True):
-        for j in range(len(gc.tubes)):
-            frame, g_ids, p_ids = gc.first + j, gc.tubes[j], pc.tubes[j]
-            for t in p_ids.tolist():
-                present.setdefault(t, set()).add(frame)
-            if not len(g_ids) or not len(p_ids):
-                continue
-            g, p = gc.masks[j], pc.masks[j]
-            iou = cross_iou(g.boxes, g.starts, g.words, g.areas(),
-                            np.asarray([gt_class_of[t] for t in g_ids]), p.boxes, p.starts,
-                            p.words, p.areas(), np.asarray([pred_class_of[t] for t in p_ids]),
-                            True)
-            for a, b in zip(*np.nonzero(iou > MASK_IOU), strict=True):
-                matched.setdefault((int(g_ids[a]), int(p_ids[b])), []).append(frame)
-    return matched, present
+    """``walk_video``'s tube matches and track frames alone (no candidates)."""
+    none = np.zeros(0, np.int64)
+    nothing = Spans(none, none, none, 0)
+    walk = walk_video(gt_chunks, pred_chunks, gt_class_of, pred_class_of,
+                      np.zeros((0, 2), np.int64), nothing, np.zeros((0, 2), np.int64),
+                      nothing, none, none)
+    return walk.matched, walk.present
 
 
 def _ranges(frames: list[int], single: bool) -> list[tuple[int, int]]:
@@ -225,8 +263,15 @@ def gt_pairs(matched: dict[tuple[int, int], list[int]], present: dict[int, set[i
     return out
 
 
+def pair_hits(ranked_pairs: np.ndarray, truth: set[tuple[int, int]], k: int = 20
+              ) -> tuple[int, int]:
+    """(GT pairs among the top k pair proposals, GT pairs): ``pair_recall``'s two counts."""
+    top = {(int(s), int(o)) for s, o in ranked_pairs[:k]}
+    return len(top & truth), len(truth)
+
+
 def pair_recall(ranked_pairs: np.ndarray, truth: set[tuple[int, int]], k: int = 20) -> float:
     """``calculate_pair_recall_at_k``: the share of the GT pairs among the top k (0 without
     GT pairs)."""
-    top = {(int(s), int(o)) for s, o in ranked_pairs[:k]}
-    return len(top & truth) / len(truth) if truth else 0
+    found, total = pair_hits(ranked_pairs, truth, k)
+    return found / total if total else 0

@@ -102,6 +102,34 @@ def ag_twin(protocol: str) -> None:
     agrees()
 
 
+def pvsg_twin(protocol: str) -> None:
+    """OpenPVSG's rel_test_full.py and rel_test.py, literally (``tests/literal/pvsg.py``), on
+    two small generated sets through the whole pipeline (``test_pvsg_pipeline.py`` holds the
+    golden set)."""
+    import tempfile
+    from pathlib import Path
+
+    from distributed import Client, LocalCluster
+
+    from sgdask.formats.pvsg import ingest_pvsg
+    from sgdask.pipeline import evaluate_protocols
+    from sgdask.testing.pvsg import write_pvsg
+    from tests.literal import pvsg as literal_pvsg
+
+    weak = {"pvsg": "reference", "pvsg-oneweak": "once"}[protocol]
+    with tempfile.TemporaryDirectory() as tmp, \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                         dashboard_address=None) as cluster, Client(cluster) as client:
+        for seed in (2, 3):
+            raw = write_pvsg(Path(tmp, str(seed)), n_videos=3, n_frames=8, seed=seed)
+            gt = str(Path(tmp, f"gt{seed}.store"))
+            ingest_pvsg(str(raw.annotation), gt, str(raw.data_dir), frames_per_chunk=3)
+            got = evaluate_protocols(gt, str(raw.results), protocol, client=client)[protocol]
+            expected = literal_pvsg.evaluate(raw.annotation, raw.data_dir, raw.results,
+                                             weak)["metrics"]
+            assert max(abs(got.metrics[m] - v) for m, v in expected.items()) < 1e-9, seed
+
+
 CHECKS: dict[str, Callable[[str], None]] = {
     "singlempo": spec_twin,
     "sgbench": spec_twin,
@@ -112,6 +140,8 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "ag-with": ag_twin,
     "ag-semi": ag_twin,
     "ag-no": ag_twin,
+    "pvsg": pvsg_twin,
+    "pvsg-oneweak": pvsg_twin,
 }
 
 

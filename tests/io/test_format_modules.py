@@ -34,7 +34,8 @@ OWNERS = {"psg": {"psg-json", "psg json", "png directory", "mask zip"},
           "coco_panoptic": {"coco-panoptic", "coco panoptic", "coco json"},
           "psg_challenge": {"psg-challenge", "psg challenge", "psg challenge zip",
                             "psg challenge json"},
-          "actiongenome": {"action-genome", "action-genome-output"}}
+          "actiongenome": {"action-genome", "action-genome-output"},
+          "pvsg": {"pvsg", "pvsg-results"}}
 
 
 def test_built_in_formats_register_themselves_in_the_old_order():

@@ -18,5 +18,7 @@ TWINS: dict[str, str] = {
     "ag-with": "tests.literal.ag",
     "ag-semi": "tests.literal.ag",
     "ag-no": "tests.literal.ag",
+    "pvsg": "tests.literal.pvsg",
+    "pvsg-oneweak": "tests.literal.pvsg",
 }
 """Protocol name -> the module of its literal twin."""

@@ -42,11 +42,17 @@ ALLOWED = {
     # the registry converts submissions with the SGBench format's converter: the import
     # path ``sgdask.formats.sgbench`` names the file format, not the protocol
     ("batch/registry.py", "sgbench"),
+    # PVSG is the dataset before it is the protocol: its records and its generator are
+    # named after the dataset (as its readers in io/ and formats/ are)
+    ("types_pvsg.py", "pvsg"), ("testing/pvsg.py", "pvsg"),
+    # ``ingest-gt``'s PVSG options name the dataset's files (pvsg.json and its frame masks)
+    ("cli/data.py", "pvsg"),
 }
 # File formats named after the tools they come from: the SGBench submission format
-# (``sgbench`` ZIP / JSON, read by ``sgdask.io.sgbench``) and the Open Images V6
-# annotations (``oiv6-json``), in the readers' packages.
-FORMAT_PACKAGES, FORMAT_NAMES = ("io/", "formats/"), {"sgbench", "oiv6"}
+# (``sgbench`` ZIP / JSON, read by ``sgdask.io.sgbench``), the Open Images V6
+# annotations (``oiv6-json``) and PVSG's files (``pvsg.json``, its results), in the
+# readers' packages.
+FORMAT_PACKAGES, FORMAT_NAMES = ("io/", "formats/"), {"sgbench", "oiv6", "pvsg"}
 
 
 def _allowed(rel: str, name: str) -> bool:

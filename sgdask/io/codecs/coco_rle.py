@@ -4,12 +4,15 @@
 Runs are over the mask in column-major order, starting with a run of zeros; each count is
 written in 5-bit groups (``0x20``: more follow, ``0x10`` of the last: negative), offset by 48,
 counts after the third as the difference to the count two before. ``rle_problem`` says what is
-wrong with a string before ``decode_rle`` trusts it. Pure numpy: no I/O.
+wrong with a string before ``decode_rle`` trusts it. Pure numpy and numba: no I/O.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
+
+from sgdask.kernels.bits import JIT
 
 
 def _counts_of(mask: np.ndarray) -> list[int]:
@@ -38,43 +41,64 @@ def encode_rle(mask: np.ndarray) -> str:
     return "".join(out)
 
 
-def rle_counts(text: str) -> list[int]:
-    """The run lengths a compressed RLE string holds (no checks: see ``rle_problem``)."""
-    counts: list[int] = []
-    p, n = 0, len(text)
-    while p < n:
+@njit(**JIT)
+def _counts(codes: np.ndarray) -> np.ndarray:
+    """The run lengths of a string's character codes minus 48 (a string ending inside a
+    count: its last count as read so far; a count of more than 12 groups, past 60 bits:
+    -1, which ``rle_problem`` refuses as a negative run)."""
+    out = np.empty(codes.size, np.int64)
+    n = 0
+    p = 0
+    while p < codes.size:
         x, k, more = 0, 0, True
-        while more:
-            c = ord(text[p]) - 48
+        while more and p < codes.size:
+            c = np.int64(codes[p])
             x |= (c & 0x1F) << (5 * k)
-            more = bool(c & 0x20)
+            more = (c & 0x20) != 0
             p += 1
             k += 1
             if not more and c & 0x10:
-                x |= -1 << (5 * k)
-        if len(counts) > 2:
-            x += counts[-2]
-        counts.append(x)
-    return counts
+                x |= np.int64(-1) << (5 * k)
+        if k > 12:
+            out[n] = -1
+            return out[:n + 1]
+        if n > 2:
+            x += out[n - 2]
+        out[n] = x
+        n += 1
+    return out[:n]
+
+
+def _codes(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("latin-1", "replace"), np.uint8).astype(np.int64) - 48
+
+
+def rle_counts(text: str) -> list[int]:
+    """The run lengths a compressed RLE string holds (no checks: see ``rle_problem``)."""
+    return _counts(_codes(text)).tolist()
 
 
 def rle_problem(text: str, height: int, width: int) -> str | None:
     """What is wrong with a compressed RLE string for a ``height`` x ``width`` mask, or None."""
-    if any(not 48 <= ord(ch) < 48 + 64 for ch in text):
+    if not text.isascii():
         return "holds a character outside COCO's RLE alphabet"
-    if text and ord(text[-1]) - 48 & 0x20:
+    codes = _codes(text)
+    if ((codes < 0) | (codes >= 64)).any():
+        return "holds a character outside COCO's RLE alphabet"
+    if text and codes[-1] & 0x20:
         return "ends inside a count"
-    counts = rle_counts(text)
-    if any(c < 0 for c in counts):
+    counts = _counts(codes)
+    if (counts < 0).any():
         return "holds a negative run"
-    if sum(counts) != height * width:
-        return f"covers {sum(counts)} pixels, not height x width = {height * width}"
+    total = int(counts.sum())
+    if total != height * width:
+        return f"covers {total} pixels, not height x width = {height * width}"
     return None
 
 
 def decode_rle(text: str, height: int, width: int) -> np.ndarray:
     """The ``height`` x ``width`` boolean mask of a checked compressed RLE string."""
-    counts = np.asarray(rle_counts(text), np.int64)
+    counts = _counts(_codes(text))
     values = np.zeros(counts.size, bool)
     values[1::2] = True
     flat = np.repeat(values, counts)
