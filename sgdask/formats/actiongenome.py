@@ -23,6 +23,7 @@ STTran's evaluator does; ``tempura`` reads probabilities.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -203,22 +204,26 @@ def _frame_pred(name: str, frame: AGVideoPred) -> AGFramePred:
                        output=frame)
 
 
-#: the output pickle last loaded in this worker process: (url, version) -> its dict
+#: the output pickle last loaded in this process: (url, version) -> its dict (the driver's
+#: load serves the tasks of an in-process cluster's threads)
 _LOADED: dict[tuple[str, str], Any] = {}
+#: one load at a time: the first tasks of a process start together and would each load it
+_LOADING = threading.Lock()
 
 
 def _pickled(url: str, limits: ArchiveLimits, options: StorageOptions | None
              ) -> dict[str, Any]:
-    """The output pickle, loaded once per worker process and file version (its tasks
-    each read some of its videos)."""
+    """The output pickle, loaded once per process and file version (its tasks each read
+    some of its videos)."""
     fs, path = filesystem(url, options)
     info = fs.info(path)
     key = (url, f"{info.get('size')}:{info.get('mtime') or info.get('LastModified')}")
-    found = _LOADED.get(key)
-    if found is None:
-        found = loaded_pickle(url, limits, options)
-        _LOADED.clear()
-        _LOADED[key] = found
+    with _LOADING:
+        found = _LOADED.get(key)
+        if found is None:
+            found = loaded_pickle(url, limits, options)
+            _LOADED.clear()
+            _LOADED[key] = found
     return found
 
 
@@ -265,7 +270,7 @@ class OutputInput:
             files = {v: join(url, v + ".npz") for v in videos}
             known = set(videos)
         else:
-            loaded = loaded_pickle(url, limits, options)
+            loaded = _pickled(url, limits, options)
             if not isinstance(loaded, dict):
                 raise InputError(url, f"holds a {type(loaded).__name__}",
                                  expected="a dict of video name -> dict of numpy arrays")
