@@ -20,7 +20,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import sgdask.synth
 
 import sgdask
 import sgdask.testing.psg

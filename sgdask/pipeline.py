@@ -1,8 +1,12 @@
-"""The Dask bag graph: partitions -> read -> score (``sgdask.core``) -> fold -> report.
+"""The Dask graph: chunks of GT images -> read -> score (``sgdask.core``) -> fold -> report.
 
 This module only plans and wires: reading is ``sgdask.io``, scoring a partition's decoded
 images and folding the results is ``sgdask.core`` (which the in-memory ``Evaluator`` runs
-too), presenting is ``sgdask.report``.
+too), presenting is ``sgdask.report``. The graph is ``distributed`` futures submitted by
+hand (``scored_and_finalized``): per chunk and group of submissions a scoring task, per
+submission its share of each chunk's result and one task merging them in chunk order and
+finalizing. A ``dask.bag`` with a tree reduction per model says the same and was measured
+slower (docs/decisions.md, "The evaluation graph is futures, not a bag").
 
 A submission is a converted store, the submission file itself or a model's result file
 (``--method``): a task reads its GT partition once, loads (or decodes) every submission's
