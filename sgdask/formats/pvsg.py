@@ -122,8 +122,8 @@ def gt_tubes(gt: StoreReader, options: StorageOptions | None) -> TubeStore:
     """The tube store of a PVSG GT store."""
     if gt.manifest.get("gt_format") != GT_FORMAT:
         raise SgdaskError(f"{gt.url}: PVSG results need a PVSG GT store (this one holds "
-                          f"{gt.manifest.get('gt_format')}; sgdask ingest-gt pvsg.json "
-                          "--data-dir DATA)")
+                          f"{gt.manifest.get('gt_format')}; ingest pvsg.json with its ",
+                          Option("data_dir"), ")")
     return TubeStore(join(gt.url, TUBES), options)
 
 
@@ -259,8 +259,8 @@ def _opened(url: str, options: StorageOptions | None, gt_reader: StoreReader,
 
 
 def _convert(url: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    raise SgdaskError(f"{url}: PVSG results are evaluated as they are (sgdask evaluate "
-                      "--protocol pvsg), not converted")
+    raise SgdaskError(f"{url}: PVSG results are evaluated as they are (",
+                      Option("protocols", "pvsg"), "), not converted")
 
 
 RESULTS_FORMAT_ENTRY = register(Format(

@@ -396,7 +396,7 @@ def test_unlisted_is_a_capability_url_and_private_warnings_say_counts(tiny, clie
     from sgdask.service.benchmark import load_benchmark
     from sgdask.service.queue import submission
     from sgdask.service.worker import Worker, WorkerConfig
-    from tests.service.test_challenge import serving
+    from tests.helpers.servicekit import app_in_thread
     from tests.service.test_service_worker_hostile import queued
 
     path, teams = tokens
@@ -433,7 +433,7 @@ def test_unlisted_is_a_capability_url_and_private_warnings_say_counts(tiny, clie
             break
     assert submission(Registry(hidden.registry), sid).status == "ranked"
 
-    with serving(service) as base:
+    with app_in_thread(service) as base:
         get = lambda url, token=None: httpx.get(base + url, headers=auth(token),  # noqa: E731
                                                 timeout=30)
         for token in (None, teams["team-a"], teams["team-b"]):
