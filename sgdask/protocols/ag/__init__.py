@@ -1,7 +1,8 @@
 """Action Genome (``ag-with``, ``ag-semi``, ``ag-no``; ``ag`` names all three): the video scene
 graph evaluation of STTran's ``lib/evaluation_recall.py`` (R@k) and TEMPURA's
 ``calc_mrecall`` (mR@k), whole in this package. ``docs/video.md`` is the definition; the
-per-frame work is ``sgdask.kernels.ag`` (pure numpy, shared with its literal twin's tests).
+per-frame work is ``sgdask.kernels.ag`` (one compiled pass per frame and mode, checked
+against its literal twin in the tests).
 
 Each GT frame is an image of the store whose unit is its ``video``: intervals and paired
 tests resample videos. A frame's hits: its three rows per predicted pair (attention,
@@ -20,19 +21,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from sgdask.errors import InstanceMismatch
-from sgdask.kernels.ag import NEVER, SEMI_THRESHOLD, frame_first_hits, rows
+from sgdask.kernels.ag import NEVER, SEMI_THRESHOLD, frame_first_hits
 from sgdask.kernels.hits import gt_pair_rows
 from sgdask.kernels.image import gt_relations
 from sgdask.protocols import register, register_group
 from sgdask.protocols.base import Protocol, Refusal
 from sgdask.types import ImageGT, ImageHits, ImagePred
-from sgdask.types_ag import AGFrame, AGFramePred, AGVideoPred
+from sgdask.types_ag import AGFrame, AGFramePred
 
 #: the name that stands for the three modes
 GROUP = "ag"
 POOLED = "pooled"
-#: what the constraint modes of one frame share (``shared``): its three rows per pair
-ROWS = "ag_rows"
 #: metrics of matched instances, which this evaluation has none of
 UNMATCHED = ("R@inf", "mR@inf", "InstR")
 
@@ -59,8 +58,7 @@ class ActionGenomeProtocol(Protocol):
                         np.asarray(gt.labels, dtype=np.int64) + 1, relations)
         pairs = gt_pair_rows(relations, gt.n_instances)
         first, pair_first = frame_first_hits(frame, output, self.constraint,
-                                             self.semi_threshold, pairs,
-                                             _rows_of(output, shared))
+                                             self.semi_threshold, pairs)
         return self._hits(gt, relations, first, pair_first, len(output.pairs))
 
     def missing_image_hits(self, gt: ImageGT, with_ng: bool = True) -> ImageHits:
@@ -105,16 +103,6 @@ class ActionGenomeProtocol(Protocol):
     def evaluator_refusal(self) -> Refusal | None:
         return ("the Action Genome protocols read a video model's output per frame, which "
                 "update() does not take; run sgdask evaluate",)
-
-
-def _rows_of(output: AGVideoPred, shared: dict | None) -> tuple[np.ndarray, ...]:
-    """The frame's rows, built once for its three constraint modes (``shared``: what the
-    protocols of one frame share)."""
-    if shared is None:
-        return rows(output)
-    if ROWS not in shared:
-        shared[ROWS] = rows(output)
-    return shared[ROWS]
 
 
 def _mode(constraint: str, description: str) -> ActionGenomeProtocol:
