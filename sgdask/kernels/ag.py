@@ -37,12 +37,21 @@ def frame_first_hits(frame: AGFrame, pred: AGVideoPred, constraint: str,
     """(per GT relation of one frame, the rank of the first candidate that hits it; per GT
     pair of ``pairs`` (rows of ``frame.relations``), the rank of the first candidate on
     it, any predicate), ``NEVER`` for none. ``pred``: the frame's output as a one-frame
-    video. One compiled pass: the frame's rows, the candidates the constraint keeps, their
-    ranking and the matching (``_first_hits``)."""
-    if constraint not in CONSTRAINTS:
-        raise ValueError(f"constraint {constraint!r} (expected one of {CONSTRAINTS})")
+    video."""
+    return frame_first_hits_modes(frame, pred, (constraint,), threshold, pairs)[0]
+
+
+def frame_first_hits_modes(frame: AGFrame, pred: AGVideoPred, constraints: tuple[str, ...],
+                           threshold: float = SEMI_THRESHOLD, pairs: np.ndarray | None = None
+                           ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``frame_first_hits`` under each of ``constraints``, in one compiled pass: the
+    frame's rows and which GT relation each row's boxes and classes match are found once,
+    then each mode's candidates are chosen, ranked and matched (``_first_hits``)."""
+    for constraint in constraints:
+        if constraint not in CONSTRAINTS:
+            raise ValueError(f"constraint {constraint!r} (expected one of {CONSTRAINTS})")
     pair_rows = np.zeros(0, np.int64) if pairs is None else np.asarray(pairs, np.int64)
-    return _first_hits(
+    first, pair_first = _first_hits(
         np.ascontiguousarray(frame.relations, np.int64), pair_rows,
         np.ascontiguousarray(frame.classes, np.int64),
         np.ascontiguousarray(frame.boxes, np.float64).reshape(-1, 4),
@@ -53,7 +62,8 @@ def frame_first_hits(frame: AGFrame, pred: AGVideoPred, constraint: str,
         np.ascontiguousarray(pred.attention, np.float64),
         np.ascontiguousarray(pred.spatial, np.float64),
         np.ascontiguousarray(pred.contacting, np.float64),
-        _CODES[constraint], float(threshold))
+        np.array([_CODES[c] for c in constraints], np.int64), float(threshold))
+    return list(zip(first, pair_first, strict=True))
 
 
 @njit(**JIT)
@@ -123,41 +133,46 @@ def _chosen(scores: np.ndarray, box_scores: np.ndarray, subjects: np.ndarray,
 def _first_hits(relations: np.ndarray, pairs: np.ndarray, classes: np.ndarray,
                 boxes: np.ndarray, pred_boxes: np.ndarray, labels: np.ndarray,
                 box_scores: np.ndarray, pred_pairs: np.ndarray, attention: np.ndarray,
-                spatial: np.ndarray, contacting: np.ndarray, constraint: int,
+                spatial: np.ndarray, contacting: np.ndarray, constraints: np.ndarray,
                 threshold: float) -> tuple[np.ndarray, np.ndarray]:
-    """``frame_first_hits``: candidates ranked by subject x object x predicate score in
-    float64 from the best, ties in candidate order; a candidate hits a GT relation when its
-    predicate, both classes and both boxes (IoU >= 0.5) match, a GT pair (a row of
-    ``relations``) when the classes and boxes do, any predicate."""
+    """``frame_first_hits_modes``, one row of ``first`` and ``pair_first`` per mode:
+    candidates ranked by subject x object x predicate score in float64 from the best, ties
+    in candidate order; a candidate hits a GT relation when its predicate, both classes and
+    both boxes (IoU >= 0.5) match, a GT pair (a row of ``relations``) when the classes and
+    boxes do, any predicate."""
     subjects, objects, scores = _rows(pred_pairs, attention, spatial, contacting)
-    row, predicate = _chosen(scores, box_scores, subjects, objects, constraint, threshold)
-    n_cand = len(row)
-    negated = np.empty(n_cand, np.float64)
-    for c in range(n_cand):
-        r = row[c]
-        negated[c] = -(np.float64(box_scores[subjects[r]]) * np.float64(box_scores[objects[r]])
-                       * scores[r, predicate[c]])
-    rank = np.empty(n_cand, np.int64)
-    rank[np.argsort(negated, kind="mergesort")] = np.arange(n_cand)
-    n_rel, n_pairs = relations.shape[0], pairs.shape[0]
-    first = np.full(n_rel, NEVER, dtype=np.int64)
-    pair_first = np.full(n_pairs, NEVER, dtype=np.int64)
-    on_pair = np.zeros((n_rel, n_cand), dtype=np.bool_)
+    n_rel, n_pairs, n_rows = relations.shape[0], pairs.shape[0], len(subjects)
+    on_pair = np.zeros((n_rel, n_rows), dtype=np.bool_)
     for g in range(n_rel):
         gs, go = relations[g, 0], relations[g, 1]
+        for r in range(n_rows):
+            s, o = subjects[r], objects[r]
+            on_pair[g, r] = (classes[gs] == labels[s] and classes[go] == labels[o]
+                             and _box_iou(boxes[gs], pred_boxes[s]) >= IOU
+                             and _box_iou(boxes[go], pred_boxes[o]) >= IOU)
+    first = np.full((len(constraints), n_rel), NEVER, dtype=np.int64)
+    pair_first = np.full((len(constraints), n_pairs), NEVER, dtype=np.int64)
+    for m in range(len(constraints)):
+        row, predicate = _chosen(scores, box_scores, subjects, objects, constraints[m],
+                                 threshold)
+        n_cand = len(row)
+        negated = np.empty(n_cand, np.float64)
         for c in range(n_cand):
-            s, o = subjects[row[c]], objects[row[c]]
-            if (classes[gs] == labels[s] and classes[go] == labels[o]
-                    and _box_iou(boxes[gs], pred_boxes[s]) >= IOU
-                    and _box_iou(boxes[go], pred_boxes[o]) >= IOU):
-                on_pair[g, c] = True
-                if relations[g, 2] == predicate[c] and rank[c] < first[g]:
-                    first[g] = rank[c]
-    for q in range(n_pairs):
-        g = pairs[q]
-        for c in range(n_cand):
-            if on_pair[g, c] and rank[c] < pair_first[q]:
-                pair_first[q] = rank[c]
+            r = row[c]
+            negated[c] = -(np.float64(box_scores[subjects[r]])
+                           * np.float64(box_scores[objects[r]]) * scores[r, predicate[c]])
+        rank = np.empty(n_cand, np.int64)
+        rank[np.argsort(negated, kind="mergesort")] = np.arange(n_cand)
+        for g in range(n_rel):
+            for c in range(n_cand):
+                if (on_pair[g, row[c]] and relations[g, 2] == predicate[c]
+                        and rank[c] < first[m, g]):
+                    first[m, g] = rank[c]
+        for q in range(n_pairs):
+            g = pairs[q]
+            for c in range(n_cand):
+                if on_pair[g, row[c]] and rank[c] < pair_first[m, q]:
+                    pair_first[m, q] = rank[c]
     return first, pair_first
 
 

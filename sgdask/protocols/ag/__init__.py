@@ -21,17 +21,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from sgdask.errors import InstanceMismatch
-from sgdask.kernels.ag import NEVER, SEMI_THRESHOLD, frame_first_hits
+from sgdask.kernels.ag import NEVER, SEMI_THRESHOLD, frame_first_hits_modes
 from sgdask.kernels.hits import gt_pair_rows
 from sgdask.kernels.image import gt_relations
 from sgdask.protocols import register, register_group
 from sgdask.protocols.base import Protocol, Refusal
 from sgdask.types import ImageGT, ImageHits, ImagePred
-from sgdask.types_ag import AGFrame, AGFramePred
+from sgdask.types_ag import CONSTRAINTS, AGFrame, AGFramePred, AGVideoPred
 
 #: the name that stands for the three modes
 GROUP = "ag"
 POOLED = "pooled"
+#: the key of a frame's first hits under every mode in what its protocols share
+SHARED = "ag_first_hits"
 #: metrics of matched instances, which this evaluation has none of
 UNMATCHED = ("R@inf", "mR@inf", "InstR")
 
@@ -48,17 +50,13 @@ class ActionGenomeProtocol(Protocol):
     def image_hits(self, gt: ImageGT, pred: ImagePred, with_ng: bool = True,
                    match_labels: bool = True, shared: dict | None = None,
                    legacy: bool = True) -> ImageHits:
-        relations = gt_relations(gt, True)
         output = pred.output if isinstance(pred, AGFramePred) else None
         if output is None:
             raise InstanceMismatch("the Action Genome protocols read a video model's "
                                    "output (STTran-family pairs and distributions), which "
                                    "this prediction is not")
-        frame = AGFrame(gt.image_id, np.asarray(gt.boxes, dtype=np.float64).reshape(-1, 4),
-                        np.asarray(gt.labels, dtype=np.int64) + 1, relations)
-        pairs = gt_pair_rows(relations, gt.n_instances)
-        first, pair_first = frame_first_hits(frame, output, self.constraint,
-                                             self.semi_threshold, pairs)
+        relations, found = _frame_modes(gt, output, self.semi_threshold, shared)
+        first, pair_first = found[self.constraint]
         return self._hits(gt, relations, first, pair_first, len(output.pairs))
 
     def missing_image_hits(self, gt: ImageGT, with_ng: bool = True) -> ImageHits:
@@ -103,6 +101,25 @@ class ActionGenomeProtocol(Protocol):
     def evaluator_refusal(self) -> Refusal | None:
         return ("the Action Genome protocols read a video model's output per frame, which "
                 "update() does not take; run sgdask evaluate",)
+
+
+def _frame_modes(gt: ImageGT, output: AGVideoPred, threshold: float, shared: dict | None
+                 ) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """The frame's GT relations and its first hits under every constraint mode, computed in
+    one pass by the first mode that asks and kept in ``shared`` (what the protocols of one
+    frame share) for the others."""
+    key = (SHARED, threshold)
+    if shared is not None and key in shared:
+        return shared[key]
+    relations = gt_relations(gt, True)
+    frame = AGFrame(gt.image_id, np.asarray(gt.boxes, dtype=np.float64).reshape(-1, 4),
+                    np.asarray(gt.labels, dtype=np.int64) + 1, relations)
+    pairs = gt_pair_rows(relations, gt.n_instances)
+    found = (relations, dict(zip(CONSTRAINTS, frame_first_hits_modes(
+        frame, output, CONSTRAINTS, threshold, pairs), strict=True)))
+    if shared is not None:
+        shared[key] = found
+    return found
 
 
 def _mode(constraint: str, description: str) -> ActionGenomeProtocol:
