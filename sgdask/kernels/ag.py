@@ -31,6 +31,17 @@ _CODES = {constraint: i for i, constraint in enumerate(CONSTRAINTS)}
 _WITH, _SEMI, _NO = (_CODES[c] for c in ("with", "semi", "no"))
 
 
+def _codes(constraints: tuple[str, ...]) -> np.ndarray:
+    for constraint in constraints:
+        if constraint not in CONSTRAINTS:
+            raise ValueError(f"constraint {constraint!r} (expected one of {CONSTRAINTS})")
+    return np.array([_CODES[c] for c in constraints], np.int64)
+
+
+#: every mode, in ``CONSTRAINTS`` order (the protocols ask for all three of a frame)
+_ALL_CODES = _codes(CONSTRAINTS)
+
+
 def frame_first_hits(frame: AGFrame, pred: AGVideoPred, constraint: str,
                      threshold: float = SEMI_THRESHOLD, pairs: np.ndarray | None = None
                      ) -> tuple[np.ndarray, np.ndarray]:
@@ -47,9 +58,7 @@ def frame_first_hits_modes(frame: AGFrame, pred: AGVideoPred, constraints: tuple
     """``frame_first_hits`` under each of ``constraints``, in one compiled pass: the
     frame's rows and which GT relation each row's boxes and classes match are found once,
     then each mode's candidates are chosen, ranked and matched (``_first_hits``)."""
-    for constraint in constraints:
-        if constraint not in CONSTRAINTS:
-            raise ValueError(f"constraint {constraint!r} (expected one of {CONSTRAINTS})")
+    codes = _ALL_CODES if constraints == CONSTRAINTS else _codes(constraints)
     pair_rows = np.zeros(0, np.int64) if pairs is None else np.asarray(pairs, np.int64)
     first, pair_first = _first_hits(
         np.ascontiguousarray(frame.relations, np.int64), pair_rows,
@@ -62,7 +71,7 @@ def frame_first_hits_modes(frame: AGFrame, pred: AGVideoPred, constraints: tuple
         np.ascontiguousarray(pred.attention, np.float64),
         np.ascontiguousarray(pred.spatial, np.float64),
         np.ascontiguousarray(pred.contacting, np.float64),
-        np.array([_CODES[c] for c in constraints], np.int64), float(threshold))
+        codes, float(threshold))
     return list(zip(first, pair_first, strict=True))
 
 
