@@ -356,7 +356,8 @@ def first_wave(client: Client, gt: GTPlan, submissions: list[tuple[str, str, str
                isolate: bool
                ) -> tuple[list[Planned], dict[str, SubmissionInput], dict[str, SgdaskError]]:
     """Every submission planned: a store by a task of its own (checked on a worker), a
-    file in this process (its input kept: ``finish``, kept stores). A submission whose
+    file in this process (its input kept: ``finish``, kept stores; ``verify`` applies to
+    stores). A submission whose
     check fails is left out and named (``isolate``), else its error is raised before any
     kernel runs."""
     # on every worker: a worker lost with the only copy would fail the tasks that need it
@@ -369,9 +370,9 @@ def first_wave(client: Client, gt: GTPlan, submissions: list[tuple[str, str, str
     plans, inputs, failed = [], {}, {}
     for name, url, protocols in submissions:
         try:
-            if name in files:
+            if name in files:  # verified as opened (``verify`` checks stores)
                 plan, inputs[name] = opened_plan(gt, name, url, protocols, limits,
-                                                 methods.get(name), verify)
+                                                 methods.get(name))
             else:
                 plan = futures[name].result()
             plans.append(plan)
