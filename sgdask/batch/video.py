@@ -9,6 +9,10 @@ then covers its bytes: ``output_manifest`` hashes every file under the URL (sort
 relative path) with the method, so a changed file, a file added to a directory or another
 method misses the cache.
 
+``submit_output`` registers such an output: checked against the GT (its videos paired
+with the GT's, as an evaluation opens it), copied into ``REGISTRY/outputs/<id>/`` and
+entered with its method (``Entry.output_method``), so ``rerank`` scores it as it is.
+
 A board of video protocols (``ag``: three constraint modes; ``pvsg``) shows every metric
 the protocols define at its board's ks (``video_columns``): the first protocol's under
 their own names, the others' prefixed with the protocol (``ag-semi R@20``).
@@ -20,7 +24,7 @@ import hashlib
 from typing import Any
 
 from sgdask.errors import InputError
-from sgdask.io.fs import StorageOptions, filesystem
+from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.sources import is_store
 from sgdask.protocols import get_protocol
 from sgdask.store.store import StoreReader
@@ -105,3 +109,49 @@ def board_protocols_of(gt_manifest: dict[str, Any], given: tuple[str, ...]) -> t
     if tuple(given) != tuple(BOARD_PROTOCOLS):
         return tuple(given)
     return VIDEO_BOARD_PROTOCOLS.get(gt_manifest.get("gt_format") or "", tuple(given))
+
+
+def submit_output(output: str, registry_url: str, gt: str, name: str,
+                  method: str | None = None, approved: bool = False, paper: str | None = None,
+                  storage_options: StorageOptions | None = None) -> Any:
+    """Check a model output against the GT, copy it into the registry and register it
+    (``method``: an Action Genome output's, ``sttran`` or ``tempura``; None: a PVSG results
+    directory). Returns the entry."""
+    from sgdask.batch.registry import Entry, Registry, new_submission_id, utc_now
+    from sgdask.formats import opened
+    from sgdask.formats.results import ResultsMethod
+    from sgdask.formats.sniff import existing
+    from sgdask.formats.validate import GTInfo
+
+    existing(output, storage_options)
+    gt_reader = StoreReader(gt, storage_options, "gt")
+    opened(output, storage_options, gt_reader, GTInfo.of(gt_reader), None,
+           None if method is None else ResultsMethod(method))
+    registry = Registry(registry_url, storage_options)
+    submitted_at = utc_now()
+    submission_id = new_submission_id(name, submitted_at)
+    _, path = filesystem(output, storage_options)
+    target = join(registry.url, "outputs", submission_id,
+                  path.rstrip("/").rsplit("/", 1)[-1])
+    _copy(output, target, storage_options)
+    entry = Entry(submission_id, name, target, str(output), submitted_at, approved, paper,
+                  "ready", output_manifest(target, method, storage_options)["content_hash"],
+                  output_method=method)
+    registry.add(entry)
+    return entry
+
+
+def _copy(source: str, target: str, options: StorageOptions | None) -> None:
+    """A file, or every file of a directory, copied to ``target`` (read and written through
+    fsspec: local and object stores alike)."""
+    fs, path = filesystem(source, options)
+    out_fs, out_path = filesystem(target, options)
+    root = path.rstrip("/")
+    files = sorted(fs.find(root)) if fs.isdir(root) else [root]
+    for file in files:
+        relative = file[len(root):].lstrip("/")
+        dest = f"{out_path}/{relative}" if relative else out_path
+        out_fs.makedirs(out_fs._parent(dest), exist_ok=True)
+        with fs.open(file, "rb") as src, out_fs.open(dest, "wb") as dst:
+            for block in iter(lambda: src.read(_BLOCK), b""):
+                dst.write(block)

@@ -4,8 +4,10 @@ key covers their bytes (a changed file is evaluated again); one that fails fails
 
 from __future__ import annotations
 
+import html as html_lib
 import json
 import pickle
+import re
 import shutil
 from pathlib import Path
 
@@ -200,3 +202,76 @@ def test_the_schema_takes_the_examples_and_names_every_key():
     bad = {"gt": "g", "submissions": [{"name": "a", "url": "u", "method": "nope"}]}
     assert "method" in (schema_problem("evaluate-many.schema.json", bad) or "")
     assert validator("evaluate-many.schema.json") is not None
+
+
+def _board_table(html: str) -> tuple[list[str], list[list[str]]]:
+    """The first board's column keys and its rows' raw cell values (``data-value``)."""
+    table = html[html.index('<table class="board"'):]
+    table = table[:table.index("</table>")]
+    columns = re.findall(r'<th data-col="([^"]*)"', table)
+    rows = [re.findall(r'<td data-value="([^"]*)"', row)
+            for row in re.findall(r"<tr data-order.*?</tr>", table)]
+    return [html_lib.unescape(c) for c in columns], rows
+
+
+@pytest.mark.timeout(180)
+def test_a_registry_with_one_ag_output_ranks_on_a_video_board(ag, client, tmp_path):
+    from sgdask.batch.registry import Registry
+    from sgdask.batch.rerank import rerank
+    from sgdask.batch.video import submit_output
+
+    root, gt = ag
+    pkl = str(root / "predictions_sgcls.pkl")
+    registry = str(tmp_path / "registry")
+    entry = submit_output(pkl, registry, gt, "tempura-sgcls", method="tempura",
+                          paper="https://example.org/p")
+    assert Registry(registry).entries()[0].output_method == "tempura"
+    out = tmp_path / "board"
+    first = rerank(registry, gt, str(out), client=client, log=lambda _: None)
+    assert first.published and len(first.evaluated) == 3  # the three constraint modes
+    alone = evaluate_protocols(gt, pkl, "ag", client=client, method=ResultsMethod("tempura"))
+    [row] = json.loads((out / "leaderboard.json").read_text())
+    assert row["submission_id"] == entry.submission_id and row["rank"] == 1
+    expected = {**{m: alone["ag-with"].metrics[m] for m in ("R@10", "R@20", "R@50", "mR@50")},
+                **{f"{p} {m}": alone[p].metrics[m] for p in ("ag-semi", "ag-no")
+                   for m in ("R@10", "R@20", "R@50", "mR@10", "mR@20", "mR@50")}}
+    assert {m: row["metrics"][m] for m in expected} == expected
+    low, high = row["intervals"]["mR@50"]
+    assert low <= row["metrics"]["mR@50"] <= high
+    columns, rows = _board_table((out / "leaderboard.html").read_text())
+    assert "ag-no mR@50" in columns and "mNgR@50" not in columns
+    [cells] = rows
+    for metric, value in expected.items():
+        assert cells[columns.index(metric)] == repr(value), metric
+    # nothing changed: cached, nothing published
+    again = rerank(registry, gt, str(out), client=client, log=lambda _: None)
+    assert again.published is None and len(again.cached) == 3
+
+
+@pytest.mark.timeout(180)
+def test_a_registry_with_pvsg_results_ranks_on_a_pvsg_board(pvsg, client, tmp_path):
+    from sgdask.batch.rerank import rerank
+    from sgdask.batch.video import submit_output
+
+    raw, gt = pvsg
+    registry = str(tmp_path / "registry")
+    submit_output(str(raw.results), registry, gt, "vps")
+    out = tmp_path / "board"
+    assert rerank(registry, gt, str(out), client=client, log=lambda _: None).published
+    alone = evaluate_protocols(gt, str(raw.results), "pvsg", client=client)["pvsg"]
+    columns, [cells] = _board_table((out / "leaderboard.html").read_text())
+    for metric in ("R@20", "mR@50", "wR@100", "PR@20"):
+        assert cells[columns.index(metric)] == repr(alone.metrics[metric]), metric
+
+
+def test_an_output_that_does_not_fit_the_gt_is_not_registered(ag, tmp_path):
+    from sgdask.batch.video import submit_output
+
+    root, gt = ag
+    arrays = pickle.loads((root / "predictions_sgcls.pkl").read_bytes())
+    arrays["99999.mp4"] = arrays[sorted(arrays)[0]]
+    bad = tmp_path / "extra.pkl"
+    bad.write_bytes(pickle.dumps(arrays, protocol=4))
+    with pytest.raises(InputError, match="not a GT video"):
+        submit_output(str(bad), str(tmp_path / "registry"), gt, "x", method="tempura")
+    assert not (tmp_path / "registry").exists()
