@@ -101,11 +101,18 @@ def score_partition(spec: PartitionSpec, job: Job) -> PartitionResult:
 
 def _decoded(spec: PartitionSpec, job: Job, out: PartitionResult
              ) -> Iterator[tuple[Submission, dict[str, ImagePred]]]:
-    """Each submission with its predictions for the partition, decoded when asked for."""
+    """Each submission with its predictions for the partition, decoded when asked for; one
+    whose predictions cannot be read is left out, its error kept in ``out.failed`` (it
+    fails alone: ``PartitionResult.of``)."""
     for sub, keep_store, pred_slice in zip(job.submissions, job.keep_stores, spec.preds,
                                            strict=True):
-        yield sub, predictions(sub, keep_store, pred_slice, spec.index, job.storage_options,
-                               out)
+        try:
+            preds = predictions(sub, keep_store, pred_slice, spec.index, job.storage_options,
+                                out)
+        except SgdaskError as err:
+            out.failed[sub.name] = err
+            continue
+        yield sub, preds
 
 
 def predictions(sub: Submission, keep_store: str | None, pred_slice: PredSlice, index: int,

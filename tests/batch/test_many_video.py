@@ -90,8 +90,12 @@ def test_ag_outputs_equal_evaluate_and_write_per_video_rows(ag, client, tmp_path
 
     write_reports(alone, str(tmp_path / "alone"))
     for name in ("per_image.parquet", "per_predicate.parquet", "per_image_terms.parquet"):
-        assert (tmp_path / "out" / "sttran" / name).read_bytes() == \
-            (tmp_path / "alone" / name).read_bytes(), name
+        # equal values and schema metadata (the pages' layout may follow the tasks')
+        written, expected = (pq.read_table(d / name) for d in (tmp_path / "out" / "sttran",
+                                                                 tmp_path / "alone"))
+        assert written.equals(expected, check_metadata=True), name
+    assert json.loads((tmp_path / "out" / "sttran" / "metrics.json").read_text())["metrics"] \
+        == json.loads((tmp_path / "alone" / "metrics.json").read_text())["metrics"]
     rows = pq.read_table(tmp_path / "out" / "tempura" / "ag-with" / "per_image.parquet")
     videos = {f.split("/")[0] for f in rows["image_id"].to_pylist()}
     assert set(rows["video_id"].to_pylist()) == videos and len(videos) > 3
@@ -275,3 +279,27 @@ def test_an_output_that_does_not_fit_the_gt_is_not_registered(ag, tmp_path):
     with pytest.raises(InputError, match="not a GT video"):
         submit_output(str(bad), str(tmp_path / "registry"), gt, "x", method="tempura")
     assert not (tmp_path / "registry").exists()
+
+
+@pytest.mark.timeout(120)
+def test_an_output_failing_in_its_task_fails_alone(ag, client, tmp_path):
+    """A video whose arrays are checked only in the task that reads it: the task's other
+    submission is scored all the same, as evaluate scores it."""
+    root, gt = ag
+    arrays = pickle.loads((root / "predictions_sgcls.pkl").read_bytes())
+    video = sorted(arrays)[-1]
+    arrays[video]["pair_idx"] = arrays[video]["pair_idx"][:, :1]  # (R, 1): not pairs
+    bad = tmp_path / "bad.pkl"
+    bad.write_bytes(pickle.dumps(arrays, protocol=4))
+    good = str(root / "predictions_sgdet.pkl")
+    manifest = _manifest(tmp_path / "many.json", gt, tmp_path / "out", [
+        {"name": "bad", "url": str(bad), "method": "tempura", "protocols": ["ag-with"]},
+        {"name": "good", "url": good, "method": "tempura", "protocols": ["ag-with"]}])
+    outcome = run_many(load_manifest(manifest), client=client, log=lambda _: None,
+                       isolate=True)
+    assert list(outcome.failed) == ["bad"] and "pair_idx" in str(outcome.failed["bad"])
+    _same(outcome.reports["good"], evaluate_protocols(gt, good, "ag-with", client=client,
+                                                      method=ResultsMethod("tempura")))
+    with pytest.raises(InputError, match="pair_idx"):
+        evaluate_protocols(gt, str(bad), "ag-with", client=client,
+                           method=ResultsMethod("tempura"))
