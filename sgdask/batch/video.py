@@ -13,9 +13,10 @@ method misses the cache.
 with the GT's, as an evaluation opens it), copied into ``REGISTRY/outputs/<id>/`` and
 entered with its method (``Entry.output_method``), so ``rerank`` scores it as it is.
 
-A board of video protocols (``ag``: three constraint modes; ``pvsg``) shows every metric
-the protocols define at its board's ks (``video_columns``): the first protocol's under
-their own names, the others' prefixed with the protocol (``ag-semi R@20``).
+A board of video protocols shows the metrics each protocol names for a board
+(``Protocol.board_metrics``; ``video_columns``): the first protocol's under their own names,
+the others' prefixed with the protocol (``ag-semi R@20``). Which protocols rank a video
+dataset's board by default, its protocols register (``sgdask.protocols.FORMAT_BOARDS``).
 """
 
 from __future__ import annotations
@@ -29,16 +30,6 @@ from sgdask.io.sources import is_store
 from sgdask.protocols import get_protocol
 from sgdask.store.store import StoreReader
 
-#: what a video board shows of each protocol, in this order (the metric names its
-#: protocols define; a name a protocol lacks is skipped)
-VIDEO_BOARD_METRICS = {
-    "ag": ("R@10", "R@20", "R@50", "mR@10", "mR@20", "mR@50"),
-    "pvsg": ("R@20", "R@50", "R@100", "mR@20", "mR@50", "mR@100", "wR@20", "wR@50",
-             "wR@100", "PR@20"),
-}
-#: the protocols a board of a GT store of this ``gt_format`` ranks by default
-VIDEO_BOARD_PROTOCOLS = {"action-genome": ("ag-with", "ag-semi", "ag-no"),
-                         "pvsg": ("pvsg",)}
 _BLOCK = 4 << 20
 
 
@@ -85,12 +76,9 @@ def is_video_board(protocols: tuple[str, ...]) -> bool:
 def video_columns(protocols: tuple[str, ...]) -> list[str]:
     """A video board's metric columns: the first protocol's metrics by name, the others'
     as ``PROTOCOL METRIC``."""
-    columns = []
-    for i, name in enumerate(protocols):
-        family = name.split("-")[0]
-        for metric in VIDEO_BOARD_METRICS.get(family, ()):
-            columns.append(metric if i == 0 else f"{name} {metric}")
-    return columns
+    return [metric if i == 0 else f"{name} {metric}"
+            for i, name in enumerate(protocols)
+            for metric in get_protocol(name).board_metrics()]
 
 
 def column_value(by_protocol: dict[str, Any], primary: str, column: str) -> float | None:
@@ -104,11 +92,11 @@ def column_value(by_protocol: dict[str, Any], primary: str, column: str) -> floa
 def board_protocols_of(gt_manifest: dict[str, Any], given: tuple[str, ...]) -> tuple[str, ...]:
     """The protocols a board ranks by: ``given``, unless it is the image default and the
     GT is a video dataset's (its own protocols then)."""
-    from sgdask.protocols import BOARD_PROTOCOLS
+    from sgdask.protocols import BOARD_PROTOCOLS, FORMAT_BOARDS
 
     if tuple(given) != tuple(BOARD_PROTOCOLS):
         return tuple(given)
-    return VIDEO_BOARD_PROTOCOLS.get(gt_manifest.get("gt_format") or "", tuple(given))
+    return FORMAT_BOARDS.get(gt_manifest.get("gt_format") or "", tuple(given))
 
 
 def submit_output(output: str, registry_url: str, gt: str, name: str,

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 PROTOCOLS: dict[str, Protocol] = {}
 #: names that stand for several protocols (``ag``: Action Genome's three constraint modes)
 GROUPS: dict[str, tuple[str, ...]] = {}
+#: per GT format (a store's ``gt_format``), the protocols its leaderboard ranks by default
+#: when they are not the image board's
+FORMAT_BOARDS: dict[str, tuple[str, ...]] = {}
 _NOT_FAMILIES = frozenset({"base"})
 
 
@@ -60,6 +63,11 @@ def unregister(name: str) -> None:
 def register_group(name: str, members: tuple[str, ...]) -> None:
     """Let ``name`` stand for the registered protocols ``members`` in a protocol list."""
     GROUPS[name] = members
+
+
+def register_board(gt_format: str, members: tuple[str, ...]) -> None:
+    """Let a leaderboard of a GT store of ``gt_format`` rank by ``members`` by default."""
+    FORMAT_BOARDS[gt_format] = members
 
 
 def get_protocols(names: str) -> tuple[Protocol, ...]:

@@ -201,6 +201,11 @@ class Protocol:
         withholds, given the evaluation's diagnostic totals."""
         return metrics, {}
 
+    def board_metrics(self) -> tuple[str, ...]:
+        """The metrics a leaderboard of this protocol shows as columns, when it is not the
+        image board (``sgdask.batch.rerank``'s): empty for the image protocols."""
+        return ()
+
     # --------------------------------------------------------------- refusals
 
     def submission_refusal(self, manifest: dict[str, Any]) -> Refusal | None:

@@ -47,6 +47,9 @@ ALLOWED = {
     ("types_pvsg.py", "pvsg"), ("testing/pvsg.py", "pvsg"),
     # ``ingest-gt``'s PVSG options name the dataset's files (pvsg.json and its frame masks)
     ("cli/data.py", "pvsg"),
+    # ``submit --registry`` knows a PVSG results directory (the dataset's file format,
+    # registered as it is) by its format's name
+    ("cli/hosting.py", "pvsg"),
 }
 # File formats named after the tools they come from: the SGBench submission format
 # (``sgbench`` ZIP / JSON, read by ``sgdask.io.sgbench``), the Open Images V6

@@ -24,7 +24,7 @@ from sgdask.errors import InstanceMismatch
 from sgdask.kernels.ag import NEVER, SEMI_THRESHOLD, frame_first_hits_modes
 from sgdask.kernels.hits import gt_pair_rows
 from sgdask.kernels.image import gt_relations
-from sgdask.protocols import register, register_group
+from sgdask.protocols import GROUPS, register, register_board, register_group
 from sgdask.protocols.base import Protocol, Refusal
 from sgdask.types import ImageGT, ImageHits, ImagePred
 from sgdask.types_ag import CONSTRAINTS, AGFrame, AGFramePred, AGVideoPred
@@ -82,6 +82,9 @@ class ActionGenomeProtocol(Protocol):
 
     def aggregation_for(self, requested: str) -> str:
         return POOLED
+
+    def board_metrics(self) -> tuple[str, ...]:
+        return ("R@10", "R@20", "R@50", "mR@10", "mR@20", "mR@50")
 
     def notes(self, absent: int) -> list[str]:
         mode = {"with": "with constraint: each row's best predicate",
@@ -146,3 +149,5 @@ AG_WITH = _mode("with", "with-constraint evaluation (each row's best predicate)"
 AG_SEMI = _mode("semi", f"semi-constraint evaluation (threshold {SEMI_THRESHOLD})")
 AG_NO = _mode("no", "no-constraint evaluation (the 100 best candidates of each frame)")
 register_group(GROUP, (AG_WITH.name, AG_SEMI.name, AG_NO.name))
+#: a leaderboard of an Action Genome GT store (its format's name) ranks by the three modes
+register_board("action-genome", GROUPS[GROUP])

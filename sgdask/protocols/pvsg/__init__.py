@@ -37,7 +37,7 @@ from sgdask.kernels.pvsg import (
     walk_video,
 )
 from sgdask.kernels.selection import parse_ks
-from sgdask.protocols import register
+from sgdask.protocols import register, register_board
 from sgdask.protocols.base import Protocol, Refusal
 from sgdask.protocols.pvsg.metrics import FAMILY, INPUT
 from sgdask.types import ImageGT, ImageHits, ImagePred
@@ -125,6 +125,10 @@ class PVSGProtocol(Protocol):
     def aggregation_for(self, requested: str) -> str:
         return POOLED
 
+    def board_metrics(self) -> tuple[str, ...]:
+        return ("R@20", "R@50", "R@100", "mR@20", "mR@50", "mR@100", "wR@20", "wR@50",
+                "wR@100", "PR@20")
+
     def notes(self, absent: int) -> list[str]:
         weak = ("weak hits counted as OpenPVSG counts them: one per matching relation of "
                 "vIoU >= 0.1 until a strong match (weak recall can pass 100)"
@@ -159,3 +163,5 @@ PVSG = _protocol("pvsg", "reference", "reproduces OpenPVSG's relation evaluation
                  "over videos; pair recall averaged over videos")
 PVSG_ONEWEAK = _protocol("pvsg-oneweak", "once", "pvsg with one weak hit per GT relation "
                          "(weak recall at most 100); every other number as pvsg")
+#: a leaderboard of a PVSG GT store (its format's name) ranks by pvsg
+register_board("pvsg", (PVSG.name,))
