@@ -15,12 +15,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import dask.config
-from distributed import Client, LocalCluster, as_completed
 
 from sgdask.errors import SettingError, SgdaskError
+
+if TYPE_CHECKING:  # distributed is imported where a cluster is used: not by `sgdask --help`
+    from distributed import Client
 
 LOCAL = "local"
 LOCAL_PROCESSES = False  # threads (see the module docstring); processes=True for isolation
@@ -51,7 +53,7 @@ class Described:
     config: dict[str, Any] = field(default_factory=dict)
 
 
-ClusterSpec = Client | str | Local | Described | None
+ClusterSpec = Union["Client", str, Local, Described, None]  # Client: named, not imported
 
 
 def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
@@ -100,6 +102,8 @@ def worker_environ() -> dict[str, Any]:
 
 @contextmanager
 def local_cluster(spec: Local) -> Iterator[Client]:
+    from distributed import Client, LocalCluster
+
     workers = spec.workers or usable_cores()
     if workers < 1:
         raise SettingError("workers", f"{workers} must be at least 1")
@@ -121,6 +125,8 @@ def dask_client(client: Client | None = None,
     configured ``scheduler-address``, if set), of a cluster started as ``Described``
     (released at the end), or an in-process LocalCluster (``Local(...)``, default: on the
     usable cores)."""
+    from distributed import Client
+
     if client is None and isinstance(scheduler, Described):
         from sgdask.cluster_file import described_client
 
@@ -159,6 +165,8 @@ def map_tasks(func: Callable[..., Any], args: Sequence[tuple], cluster: ClusterS
             if progress:
                 progress(results[-1])
         return results
+    from distributed import Client, as_completed
+
     given = cluster if isinstance(cluster, Client) else None
     address = None if isinstance(cluster, Client) else cluster
     with dask_client(given, address) as client:

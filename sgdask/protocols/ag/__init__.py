@@ -20,13 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from sgdask.errors import InstanceMismatch
-from sgdask.kernels.ag import NEVER, SEMI_THRESHOLD, frame_first_hits, rows
-from sgdask.kernels.hits import gt_pair_rows
-from sgdask.kernels.image import gt_relations
 from sgdask.protocols import register, register_group
 from sgdask.protocols.base import Protocol, Refusal
 from sgdask.types import ImageGT, ImageHits, ImagePred
-from sgdask.types_ag import AGFrame, AGFramePred, AGVideoPred
+from sgdask.types_ag import SEMI_THRESHOLD, AGFrame, AGFramePred, AGVideoPred
 
 #: the name that stands for the three modes
 GROUP = "ag"
@@ -49,6 +46,10 @@ class ActionGenomeProtocol(Protocol):
     def image_hits(self, gt: ImageGT, pred: ImagePred, with_ng: bool = True,
                    match_labels: bool = True, shared: dict | None = None,
                    legacy: bool = True) -> ImageHits:
+        from sgdask.kernels.ag import frame_first_hits
+        from sgdask.kernels.hits import gt_pair_rows
+        from sgdask.kernels.image import gt_relations
+
         relations = gt_relations(gt, True)
         output = pred.output if isinstance(pred, AGFramePred) else None
         if output is None:
@@ -64,6 +65,10 @@ class ActionGenomeProtocol(Protocol):
         return self._hits(gt, relations, first, pair_first, len(output.pairs))
 
     def missing_image_hits(self, gt: ImageGT, with_ng: bool = True) -> ImageHits:
+        from sgdask.kernels.ag import NEVER
+        from sgdask.kernels.hits import gt_pair_rows
+        from sgdask.kernels.image import gt_relations
+
         relations = gt_relations(gt, True)
         never = np.full(len(relations), NEVER, np.int64)
         pairs = gt_pair_rows(relations, gt.n_instances)
@@ -110,6 +115,8 @@ class ActionGenomeProtocol(Protocol):
 def _rows_of(output: AGVideoPred, shared: dict | None) -> tuple[np.ndarray, ...]:
     """The frame's rows, built once for its three constraint modes (``shared``: what the
     protocols of one frame share)."""
+    from sgdask.kernels.ag import rows
+
     if shared is None:
         return rows(output)
     if ROWS not in shared:
