@@ -17,11 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-import dask.config
-
 from sgdask.errors import SettingError, SgdaskError
 
-if TYPE_CHECKING:  # distributed is imported where a cluster is used: not by `sgdask --help`
+if TYPE_CHECKING:  # dask and distributed load where a cluster is used: not for `--help`
     from distributed import Client
 
 LOCAL = "local"
@@ -84,6 +82,8 @@ def usable_cores() -> int:
 def configured_scheduler() -> str | None:
     """Dask's own ``scheduler-address`` setting (``DASK_SCHEDULER_ADDRESS`` or a Dask config
     file), which ``distributed.Client()`` also connects to when given no address."""
+    import dask.config
+
     return dask.config.get("scheduler-address", None) or None
 
 
@@ -95,6 +95,8 @@ def worker_environ() -> dict[str, Any]:
     this process's environment still reaches the workers, as Dask passes the environment
     on: one the user set, or one an earlier Dask process cluster of this process left
     there (Dask sets its variables in the parent before spawning)."""
+    import dask.config
+
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
     environ.pop("MALLOC_TRIM_THRESHOLD_", None)
     return environ
@@ -102,6 +104,7 @@ def worker_environ() -> dict[str, Any]:
 
 @contextmanager
 def local_cluster(spec: Local) -> Iterator[Client]:
+    import dask.config
     from distributed import Client, LocalCluster
 
     workers = spec.workers or usable_cores()
