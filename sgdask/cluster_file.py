@@ -22,6 +22,7 @@ from typing import Any
 
 import dask.config
 from distributed import Client
+from distributed.core import Status
 
 from sgdask.cluster import DEFAULT_WAIT, Described
 from sgdask.errors import Choose, InputError, Option, SgdaskError
@@ -275,4 +276,17 @@ def _started(spec: Described) -> Iterator[Any]:
         raise SgdaskError(f"{_named(spec)}: cannot start the {_owner(spec.kind)} "
                           f"({' '.join(str(err).split())[:300]})") from None
     with cluster:
-        yield cluster
+        try:
+            yield cluster
+        finally:
+            _unstarted_failed(cluster)
+
+
+def _unstarted_failed(cluster: Any) -> None:
+    """Jobs whose submission the batch system refused never ran: marked failed, as
+    distributed's ``SpecCluster`` checks every job it created is closed or failed when it
+    closes (a refused one would stay created, and the close would hide the one-line error
+    with an assertion)."""
+    for job in list(getattr(cluster, "_created", ())):
+        if job.status == Status.created:
+            job.status = Status.failed

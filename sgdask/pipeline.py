@@ -101,11 +101,18 @@ def score_partition(spec: PartitionSpec, job: Job) -> PartitionResult:
 
 def _decoded(spec: PartitionSpec, job: Job, out: PartitionResult
              ) -> Iterator[tuple[Submission, dict[str, ImagePred]]]:
-    """Each submission with its predictions for the partition, decoded when asked for."""
+    """Each submission with its predictions for the partition, decoded when asked for; one
+    whose predictions cannot be read is left out, its error kept in ``out.failed`` (it
+    fails alone: ``PartitionResult.of``)."""
     for sub, keep_store, pred_slice in zip(job.submissions, job.keep_stores, spec.preds,
                                            strict=True):
-        yield sub, predictions(sub, keep_store, pred_slice, spec.index, job.storage_options,
-                               out)
+        try:
+            preds = predictions(sub, keep_store, pred_slice, spec.index, job.storage_options,
+                                out)
+        except SgdaskError as err:
+            out.failed[sub.name] = err
+            continue
+        yield sub, preds
 
 
 def predictions(sub: Submission, keep_store: str | None, pred_slice: PredSlice, index: int,
@@ -356,7 +363,8 @@ def first_wave(client: Client, gt: GTPlan, submissions: list[tuple[str, str, str
                isolate: bool
                ) -> tuple[list[Planned], dict[str, SubmissionInput], dict[str, SgdaskError]]:
     """Every submission planned: a store by a task of its own (checked on a worker), a
-    file in this process (its input kept: ``finish``, kept stores). A submission whose
+    file in this process (its input kept: ``finish``, kept stores; ``verify`` applies to
+    stores). A submission whose
     check fails is left out and named (``isolate``), else its error is raised before any
     kernel runs."""
     # on every worker: a worker lost with the only copy would fail the tasks that need it
@@ -369,9 +377,9 @@ def first_wave(client: Client, gt: GTPlan, submissions: list[tuple[str, str, str
     plans, inputs, failed = [], {}, {}
     for name, url, protocols in submissions:
         try:
-            if name in files:
+            if name in files:  # verified as opened (``verify`` checks stores)
                 plan, inputs[name] = opened_plan(gt, name, url, protocols, limits,
-                                                 methods.get(name), verify)
+                                                 methods.get(name))
             else:
                 plan = futures[name].result()
             plans.append(plan)

@@ -12,6 +12,11 @@ Manifest (YAML or JSON; schema in ``schemas/evaluate-many.schema.json``)::
     storage_options: {endpoint_url: ...}
     submissions:
       - {name: model-a, url: stores/model-a, protocols: [singlempo, multimpo]}
+      - {name: sttran, url: outputs/sttran.pkl, method: sttran, protocols: [ag]}
+
+A submission is a store, or a file read as it is: a model's output with its ``method``
+(Action Genome: ``sttran``, ``tempura``) or a PVSG results directory. A file's cache key
+covers its bytes (``sgdask.batch.video.output_manifest``).
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ from distributed import Client
 
 from sgdask.batch.cache import ResultCache, cache_key
 from sgdask.batch.pages import page_url, render_page
+from sgdask.batch.video import submission_manifest
 from sgdask.cluster import Local
 from sgdask.core.settings import Settings
 from sgdask.errors import Choose, InputError, SettingError, SgdaskError
+from sgdask.formats.methods import METHODS
+from sgdask.formats.results import ResultsMethod
 from sgdask.formats.sniff import existing
 from sgdask.io.documents import strict_yaml
 from sgdask.io.fs import StorageOptions, filesystem, join
@@ -43,7 +51,7 @@ from sgdask.store.training_stats import gt_training_stats, stats_digest
 Log = Callable[[str], None]
 #: a manifest's top-level keys besides the settings record's fields, and a submission's
 _MANIFEST_KEYS = ("gt", "out", "cache", "storage_options", "submissions")
-_ENTRY_KEYS = ("name", "url", "protocols")
+_ENTRY_KEYS = ("name", "url", "protocols", "method")
 
 
 @dataclass
@@ -61,6 +69,8 @@ class ManyJob:
     #: each evaluated submission's report page is rendered and kept under ``CACHE/pages/``
     #: by its finalizing task (rerank's board: ``sgdask.batch.pages``)
     pages: bool = False
+    #: submission name -> the method of a model output read as it is (``evaluate --method``)
+    methods: dict[str, str] = field(default_factory=dict)
 
 
 def parse_manifest(doc: Any, label: str) -> ManyJob:
@@ -75,7 +85,7 @@ def parse_manifest(doc: Any, label: str) -> ManyJob:
         raise InputError(label, "not a non-empty list", field="submissions")
     _check_keys(doc, (*_MANIFEST_KEYS, *(f.name for f in fields(Settings))), label, None)
     options = Settings.from_mapping(doc)
-    parsed = []
+    parsed, methods = [], {}
     for i, sub in enumerate(subs):
         if not isinstance(sub, dict) or not {"name", "url"} <= set(sub):
             raise InputError(label, "needs name and url", field=f"submissions[{i}]")
@@ -89,9 +99,19 @@ def parse_manifest(doc: Any, label: str) -> ManyJob:
             what = "".join(p for p in err.pieces()[2:] if isinstance(p, str))
             raise InputError(label, what, field=f"submissions[{i}].protocols",
                              expected=err.fix) from None
+        if "method" in sub:
+            methods[str(sub["name"])] = _checked_method(sub["method"], label, i)
         parsed.append((str(sub["name"]), str(sub["url"]), protocols))
     return ManyJob(str(doc["gt"]), parsed, options, doc.get("out"), doc.get("cache"),
-                   doc.get("storage_options"))
+                   doc.get("storage_options"), methods=methods)
+
+
+def _checked_method(given: Any, label: str, i: int) -> str:
+    """A submission's ``method``: one ``evaluate --method`` takes."""
+    if not isinstance(given, str) or given not in METHODS:
+        raise InputError(label, f"{str(given)[:40]!r} is not a method",
+                         field=f"submissions[{i}].method", expected=Choose(str(given), METHODS))
+    return given
 
 
 def _check_keys(doc: dict, known: tuple[str, ...], label: str, where: str | None) -> None:
@@ -155,7 +175,7 @@ def plan_cache(job: ManyJob, cache: ResultCache | None, log: Log = print,
     keys, hits, matching = {}, {}, {}
     for name, url, protocols in job.submissions:
         try:
-            sub_manifest = StoreReader(url, job.storage_options, "submission").manifest
+            sub_manifest = submission_manifest(url, job.methods.get(name), job.storage_options)
         except SgdaskError as err:
             if failed is None:
                 raise
@@ -235,10 +255,12 @@ def run_many(job: ManyJob, client: Client | None = None, scheduler: str | Local 
                                  job.storage_options,
                                  _page_of(job, cache_url, name, keys, partly_cached))
                    for name, protocols in missing.items()} if cache_url or out else {}
+        methods = {n: ResultsMethod(m) for n, m in job.methods.items() if n in missing}
         result = evaluate_many(job.gt, [(n, urls[n], ",".join(p)) for n, p in missing.items()],
                                replace(job.options, ci=None), client, scheduler,
-                               job.storage_options, progress, isolate=isolate, then=written,
-                               slim=slim and not with_ci, verify=job.verify)
+                               job.storage_options, progress, methods=methods,
+                               isolate=isolate, then=written, slim=slim and not with_ci,
+                               verify=job.verify)
         fresh, parts_read = result.reports, result.gt_parts_read
         failed.update(result.failed)
     for name in failed:

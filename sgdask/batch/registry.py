@@ -56,6 +56,10 @@ class Entry:
     #: ``PHASE/ID`` of the submission a maintainer's ``move`` copied this one from (a copy
     #: does not count against the team's limits)
     moved_from: str | None = None
+    #: the method of a model output registered as it is, not converted (``sttran``,
+    #: ``tempura``: ``sgdask.batch.video.submit_output``); None: a store or a file whose
+    #: format says how to read it (a PVSG results directory)
+    output_method: str | None = None
 
 
 # Statuses an entry moves through in the service's queue; ``evaluated`` (scored and cached,
@@ -127,8 +131,9 @@ class Registry:
         self._index(entry)
         path = join(self.path, "entries", f"{entry.submission_id}.json")
         doc = asdict(entry)
-        if doc["moved_from"] is None:  # written only when set: older readers read the rest
-            del doc["moved_from"]
+        for optional in ("moved_from", "output_method"):
+            if doc[optional] is None:  # written only when set: older readers read the rest
+                del doc[optional]
         if not create_exclusive(self.fs, path, json.dumps(doc, indent=1).encode()):
             raise SgdaskError(f"{path}: submission id already registered")
 

@@ -39,6 +39,7 @@ from sgdask.batch.leaderboard_html import (
 from sgdask.batch.many import Log, ManyJob, ManyOutcome, run_many
 from sgdask.batch.pages import report_pages, write_atomic
 from sgdask.batch.registry import Entry, Registry
+from sgdask.batch.video import board_protocols_of, column_value, is_video_board, video_columns
 from sgdask.cluster import Local
 from sgdask.core.settings import Settings
 from sgdask.io.fs import StorageOptions, filesystem, join
@@ -130,8 +131,11 @@ class BoardRule:
 
     @property
     def delta_protocol(self) -> str | None:
-        """The protocol the delta column compares with, if the board has one."""
-        return self.protocols[1] if len(self.protocols) > 1 else None
+        """The protocol the delta column compares with, if the board has one (a board of
+        video protocols shows each protocol's own columns instead)."""
+        if len(self.protocols) < 2 or is_video_board(self.protocols):
+            return None
+        return self.protocols[1]
 
     def lower_is_better(self, name: str) -> bool:
         return lower_is_better(name, dict(self.direction))
@@ -158,9 +162,11 @@ def _selected(rows: list[dict[str, Any]], rule: BoardRule) -> list[dict[str, Any
     return [r for r in rows if r["baseline"] or r["submission_id"] in keep]
 
 
-def row_columns(rank_by: str = RANK_BY) -> list[str]:
-    """The metrics a board row holds: every board column, and the ranking metric."""
-    columns = board_columns()
+def row_columns(rank_by: str = RANK_BY, protocols: tuple[str, ...] = BOARD_PROTOCOLS
+                ) -> list[str]:
+    """The metrics a board row holds: every board column (a board of video protocols:
+    theirs, ``sgdask.batch.video.video_columns``), and the ranking metric."""
+    columns = video_columns(protocols) if is_video_board(protocols) else board_columns()
     return columns if rank_by in columns else [*columns, rank_by]
 
 
@@ -180,8 +186,10 @@ def board_rows(entries: list[Entry], reports: dict[str, dict[str, Report]],
         by_protocol = reports.get(e.submission_id, {})
         single = by_protocol.get(rule.primary)
         multi = by_protocol.get(rule.delta_protocol or "")
-        metrics = {c: (single.metrics.get(c) if single else None)
-                   for c in row_columns(rule.rank_by)}
+        video = is_video_board(rule.protocols)
+        metrics = {c: (column_value(by_protocol, rule.primary, c) if video
+                       else single.metrics.get(c) if single else None)
+                   for c in row_columns(rule.rank_by, rule.protocols)}
         delta = {}
         if single and multi and RANK_BY in single.metrics and RANK_BY in multi.metrics:
             delta[RANK_BY] = multi.metrics[RANK_BY] - single.metrics[RANK_BY]
@@ -347,7 +355,9 @@ def board_job(registry_url: str, gt: str, entries: list[Entry], options: Setting
     report page is rendered and kept by its finalizing task."""
     return ManyJob(gt, [(e.submission_id, e.url, ",".join(protocols)) for e in entries],
                    options, cache=join(registry_url, "cache"), storage_options=storage_options,
-                   verify=True, pages=True)
+                   verify=True, pages=True,
+                   methods={e.submission_id: e.output_method for e in entries
+                            if e.output_method})
 
 
 def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None,
@@ -366,6 +376,8 @@ def rerank(registry_url: str, gt: str, out: str, options: Settings | None = None
     check_output_outside_stores(out, storage_options, "the leaderboard")
     registry = Registry(registry_url, storage_options)
     entries = registry.rankable()
+    board_protocols = board_protocols_of(StoreReader(gt, storage_options, "gt").manifest,
+                                         board_protocols)
     rule = BoardRule.of(registry, selection, rank_by, board_protocols, direction)
     job = board_job(registry_url, gt, entries, options, storage_options, rule.protocols)
     fs, root = filesystem(out, storage_options)
@@ -448,7 +460,7 @@ def leaderboard_page(board: list[dict[str, Any]], approved: list[dict[str, Any]]
     rule = rule or BoardRule()
     boards, titles = matching_boards(linked(board), linked(approved))
     return render_leaderboard(
-        boards, row_columns(rule.rank_by), generated_at=stamp,
+        boards, row_columns(rule.rank_by, rule.protocols), generated_at=stamp,
         previous_generated_at=current["published_at"] if current else None,
         titles=titles, look=board_look(rule)).encode()
 
@@ -456,7 +468,7 @@ def leaderboard_page(board: list[dict[str, Any]], approved: list[dict[str, Any]]
 def board_look(rule: BoardRule) -> BoardLook:
     """How a board under ``rule`` labels its protocols and which way its metrics point."""
     better = {c: "lower" if rule.lower_is_better(c) else "higher"
-              for c in row_columns(rule.rank_by)}
+              for c in row_columns(rule.rank_by, rule.protocols)}
     return BoardLook(rule.primary, rule.delta_protocol, better, rule.rank_by)
 
 
@@ -468,6 +480,12 @@ def interval_columns(row: dict[str, Any], rank_by: str = RANK_BY,
     return {f"{protocol} {rank_by} ci_low": interval[0],
             f"{protocol} {rank_by} ci_high": interval[1],
             "rank_range_low": ranks[0], "rank_range_high": ranks[1]}
+
+
+def _parquet_column(primary: str, column: str) -> str:
+    """A metric's Parquet column: ``PROTOCOL METRIC`` (a video board's columns of other
+    protocols name theirs already)."""
+    return column if " " in column else f"{primary} {column}"
 
 
 def board_files(board: list[dict[str, Any]], approved: list[dict[str, Any]],
@@ -484,7 +502,8 @@ def board_files(board: list[dict[str, Any]], approved: list[dict[str, Any]],
          "submission_id": r["submission_id"], "approved": r["approved"],
          "submitted_at": r["submitted_at"], "paper": r["paper"],
          "rank_change": r["rank_change"],
-         **{f"{primary} {c}": r["metrics"].get(c) for c in row_columns(rule.rank_by)},
+         **{_parquet_column(primary, c): r["metrics"].get(c)
+            for c in row_columns(rule.rank_by, rule.protocols)},
          **interval_columns(r, rule.rank_by, primary),
          **{name: r["delta"].get(RANK_BY) for name in delta}} for r in board])
     sink = pa.BufferOutputStream()

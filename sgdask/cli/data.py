@@ -200,7 +200,7 @@ def _ingest_action_genome(objects: str, out: str, persons: str | None,
         existing(path, options)
     check_store_target(out, "gt", options)
     given = {"persons": persons, "frame_list": frame_list, "split": split}
-    with progress_bar("ingesting GT frames", None) as advance:
+    with progress_bar("ingesting GT frames", None, unit="frames") as advance:
         manifest = FORMATS[GT_FORMAT].convert(
             objects, out, None, options, overwrite=overwrite, progress=advance,
             cluster=cluster, limits=limits, **{k: v for k, v in given.items() if v is not None})
@@ -223,7 +223,7 @@ def _ingest_pvsg(annotation: str, out: str, data_dir: str, split: str | None,
     existing(data_dir, options)
     check_store_target(out, "gt", options)
     given = {"data_dir": data_dir, "split": split}
-    with progress_bar("ingesting GT videos", None) as advance:
+    with progress_bar("ingesting GT videos", None, unit="videos") as advance:
         manifest = FORMATS[GT_FORMAT].convert(
             annotation, out, None, options, overwrite=overwrite, progress=advance,
             cluster=cluster, limits=limits, **{k: v for k, v in given.items() if v is not None})

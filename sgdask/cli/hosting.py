@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -36,7 +36,8 @@ _HTTP, _ACCOUNTS, _QUEUE = "Web server", "Accounts and limits", "Queue"
 
 
 def submit(submission: Annotated[str, typer.Argument(
-               metavar="SUBMISSION", help="SGBench ZIP or JSON")],
+               metavar="SUBMISSION", help="SGBench ZIP or JSON; a video model's output (with "
+           "--method) or a PVSG results directory")],
            name: Annotated[str, typer.Option(
                metavar="NAME", help="model name shown on the leaderboard")],
            registry: Annotated[str | None, typer.Option(
@@ -53,6 +54,9 @@ def submit(submission: Annotated[str, typer.Argument(
                help="GT store to validate against")] = None,
            approved: Annotated[bool, typer.Option(help="show on the approved board")] = False,
            paper: Annotated[str | None, typer.Option(metavar="URL", help="paper link")] = None,
+           method: Annotated[str | None, typer.Option(
+               metavar="METHOD", rich_help_panel=_REGISTRY,
+               help="SUBMISSION is a video model's output: sttran or tempura")] = None,
            wait: Annotated[bool, typer.Option(
                "--wait", rich_help_panel=_SERVER,
                help="wait until ranked, rejected or failed")] = False,
@@ -70,6 +74,9 @@ def submit(submission: Annotated[str, typer.Argument(
     if (registry is None) == (server is None):
         raise SgdaskError("submit: give exactly one of --registry URL or --server URL")
     if server is not None:
+        if method is not None:
+            raise SgdaskError("--method: only with --registry (the server reads the "
+                              "benchmark's own format)")
         _upload(submission, server, token, name, paper, approved,
                 wait_timeout if wait else None)
         return
@@ -77,12 +84,39 @@ def submit(submission: Annotated[str, typer.Argument(
         raise SgdaskError("submit --registry: --gt is required")
     from sgdask.batch.registry import submit as register
 
-    entry = register(submission, registry, gt, name, approved, paper,
-                     storage_options(storage_option),
-                     cluster=cluster_choice(scheduler, in_process, workers, processes,
-                                            cluster=cluster_file, gateway=gateway_url))
+    if method is not None or _is_pvsg_results(submission, storage_options(storage_option)):
+        entry = _register_output(submission, registry, gt, name, method, approved, paper,
+                                 storage_options(storage_option))
+    else:
+        entry = register(submission, registry, gt, name, approved, paper,
+                         storage_options(storage_option),
+                         cluster=cluster_choice(scheduler, in_process, workers, processes,
+                                                cluster=cluster_file, gateway=gateway_url))
     out_console.print(f"registered {entry.submission_id}: {entry.name} "
                       f"({'approved' if entry.approved else 'not approved'}) -> {entry.url}")
+
+
+def _is_pvsg_results(url: str, options: Any) -> bool:
+    """Whether ``url`` is a PVSG results directory (registered as it is, not converted)."""
+    from sgdask.formats.pvsg import RESULTS_FORMAT
+    from sgdask.formats.registry import claimed
+
+    found = claimed(url, options)
+    return found is not None and found.name == RESULTS_FORMAT
+
+
+def _register_output(submission: str, registry: str, gt: str, name: str,
+                     method: str | None, approved: bool, paper: str | None,
+                     options: Any) -> Any:
+    """``submit --registry`` of a video model's output: checked, copied, registered as it
+    is (``sgdask.batch.video.submit_output``)."""
+    from sgdask.batch.video import submit_output
+    from sgdask.errors import checked_choice
+    from sgdask.formats.methods import VIDEO_METHODS
+
+    if method is not None:
+        checked_choice("method", method, tuple(VIDEO_METHODS), "video model's method")
+    return submit_output(submission, registry, gt, name, method, approved, paper, options)
 
 
 def _upload(submission: str, server: str, token: str | None, name: str, paper: str | None,

@@ -28,7 +28,9 @@ class PartitionResult:
     (one ``TermTable`` per partition); the GT parts read; the store parts written
     (``keep_store``); per result-file submission, the digests of the files its tasks read.
     The last three are what a task's I/O reports (plain data, filled by ``sgdask.pipeline``).
-    ``lint``: per submission, the protocol lint's counts (``sgdask.core.lint``).
+    ``lint``: per submission, the protocol lint's counts (``sgdask.core.lint``);
+    ``failed``: per submission whose predictions could not be read in a task, the error
+    (its share, ``of``, raises it: it fails alone, the task's other submissions scored).
 
     Merging is associative (accumulators merge exactly; rows and lists concatenate).
     """
@@ -40,6 +42,7 @@ class PartitionResult:
     terms: dict[Key, list[TermTable]] = field(default_factory=dict)
     digests: dict[str, list[Digest]] = field(default_factory=dict)
     lint: dict[str, LintCounts] = field(default_factory=dict)
+    failed: dict[str, Exception] = field(default_factory=dict)
 
     def add(self, key: Key, hits: list[ImageHits], blocks: list[Block | StateRows],
             skipped: dict[str, int] | None = None, unit: str = "image",
@@ -67,7 +70,10 @@ class PartitionResult:
             ids, blocks, unit, None if units is None else [units[i] for i in ids]))
 
     def of(self, name: str) -> PartitionResult:
-        """One submission's share (every protocol of it): what its reports are made of."""
+        """One submission's share (every protocol of it): what its reports are made of;
+        the error its predictions raised in the task, if they did."""
+        if name in self.failed:
+            raise self.failed[name]
         keys = [k for k in self.accumulators if k[0] == name]
         return PartitionResult(
             {k: self.accumulators[k] for k in keys}, {k: self.images[k] for k in keys}, [],
@@ -86,7 +92,8 @@ class PartitionResult:
             self.gt_parts_read + other.gt_parts_read,
             concatenated(self.parts_written, other.parts_written),
             {k: self.terms.get(k, []) + other.terms.get(k, []) for k in keys},
-            concatenated(self.digests, other.digests), summed_lint(self.lint, other.lint))
+            concatenated(self.digests, other.digests), summed_lint(self.lint, other.lint),
+            {**other.failed, **self.failed})
 
 
     @staticmethod

@@ -199,7 +199,8 @@ class OutputSlice:
 
 
 def _frame_pred(name: str, frame: AGVideoPred) -> AGFramePred:
-    graph = np.column_stack([frame.pairs, np.zeros(len(frame.pairs), np.int64)])
+    graph = np.zeros((len(frame.pairs), 3), np.int64)
+    graph[:, :2] = frame.pairs
     return AGFramePred(name, frame.labels - 1, graph, boxes=frame.boxes, scores=frame.scores,
                        output=frame)
 

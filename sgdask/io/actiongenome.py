@@ -409,15 +409,22 @@ def setting_of(fields: Mapping[str, Any]) -> str:
 def frame_outputs(pred: AGVideoPred, n_frames: int) -> list[AGVideoPred]:
     """The video's output cut into its frames: per frame the boxes its pairs name (in
     box order, re-indexed), its pairs in order and their distributions, as a one-frame
-    video (``frames`` all 0). Every number the evaluation reads of a frame is the same."""
+    video (``frames`` all 0). Every number the evaluation reads of a frame is the same.
+    The boxes of every frame are found in one ``unique`` over (frame, box) keys."""
     order = np.argsort(pred.frames, kind="stable")
-    cuts = np.searchsorted(pred.frames[order], np.arange(n_frames + 1))
+    frames = pred.frames[order]
+    cuts = np.searchsorted(frames, np.arange(n_frames + 1))
+    n_boxes = max(len(pred.boxes), 1)
+    keys, inverse = np.unique((frames[:, None] * n_boxes + pred.pairs[order]).ravel(),
+                              return_inverse=True)
+    box_cuts = np.searchsorted(keys, np.arange(n_frames + 1) * n_boxes)
+    inverse = inverse.reshape(-1, 2).astype(np.int64)
     out = []
     for f in range(n_frames):
         rows = order[cuts[f]:cuts[f + 1]]
-        used, local = np.unique(pred.pairs[rows], return_inverse=True)
+        used = keys[box_cuts[f]:box_cuts[f + 1]] % n_boxes
         out.append(AGVideoPred(
             pred.boxes[used], pred.labels[used], pred.scores[used],
-            local.reshape(-1, 2).astype(np.int64), np.zeros(len(rows), np.int64),
+            inverse[cuts[f]:cuts[f + 1]] - box_cuts[f], np.zeros(len(rows), np.int64),
             pred.attention[rows], pred.spatial[rows], pred.contacting[rows]))
     return out

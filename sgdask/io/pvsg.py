@@ -45,10 +45,11 @@ import pyarrow as pa
 from sgdask.errors import StoreError, VideoInputError
 from sgdask.io.archive import ArchiveLimits, limit_hint, printable
 from sgdask.io.bounded_json import load_json
-from sgdask.io.codecs.coco_rle import decode_rle, rle_problem
+from sgdask.io.codecs.coco_rle import checked_runs
+from sgdask.io.codecs.masks_txt import PlainLines, plain_lines
 from sgdask.io.codecs.words import pack_sparse, sparse_problem, unpack_sparse, xor_rows
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.kernels.bits import word_layout
+from sgdask.kernels.bits import run_rows, word_layout
 from sgdask.store.store import (
     DECODE_ERRORS,
     MANIFEST,
@@ -372,8 +373,15 @@ def ingest_pvsg_gt(annotation: str, data_dir: str, out: str, split: str | None =
 
 
 def _mask_lines(text: str, url: str, vid: str, info: dict, n_classes: int,
-                limits: ArchiveLimits) -> list[tuple[int, int, int, str]]:
-    """masks.txt's lines checked: (frame from 0, track, class, RLE)."""
+                limits: ArchiveLimits) -> list[tuple[int, int, int, np.ndarray]]:
+    """masks.txt's lines checked: (frame from 0, track, class, the RLE's run lengths). A
+    plain file is parsed in one compiled pass (``sgdask.io.codecs.masks_txt``); anything
+    else, or a plain file that fails a check, line by line, which names what is wrong."""
+    plain = plain_lines(text.encode("ascii"))
+    if plain is not None and _plain_ok(plain, info, n_classes, limits):
+        return [(f - 1, t, c, plain.runs[a:b]) for (f, t, c, _, _), a, b in
+                zip(plain.fields.tolist(), plain.offsets[:-1].tolist(),
+                    plain.offsets[1:].tolist(), strict=True)]
     out, seen = [], set()
     for number, line in enumerate(text.splitlines(), 1):
         fields = line.split()
@@ -395,21 +403,33 @@ def _mask_lines(text: str, url: str, vid: str, info: dict, n_classes: int,
             raise VideoInputError(url, f"class {cid} outside the vocabulary", video=vid,
                                   frame=frame - 1, field=field,
                                   expected=f"0..{n_classes - 1}")
-        problem = rle_problem(fields[5], h, w)
+        runs, problem = checked_runs(fields[5], h, w)
         if problem:
             raise VideoInputError(url, f"RLE {problem}", video=vid, frame=frame - 1, field=field)
         if (frame, tid) in seen:
             raise VideoInputError(url, f"track {tid} has two masks in one frame", video=vid,
                                   frame=frame - 1, field=field)
         seen.add((frame, tid))
-        out.append((frame - 1, tid, cid, fields[5]))
+        out.append((frame - 1, tid, cid, runs))
     if len({t for _, t, _, _ in out}) > limits.max_instances_per_image:
         raise VideoInputError(url, "too many tracks", video=vid,
                               expected=limit_hint(limits, "max_instances_per_image"))
     return out
 
 
-def _majority(lines: list[tuple[int, int, int, str]]) -> dict[int, int]:
+def _plain_ok(plain: PlainLines, info: dict, n_classes: int, limits: ArchiveLimits) -> bool:
+    """Whether a plain file passes every check of ``_mask_lines``' line by line reading."""
+    frame, track, cid, h, w = plain.fields.T
+    if len(frame) and not ((frame >= 1).all() and (frame <= info["frames"]).all()
+                           and (h == info["height"]).all() and (w == info["width"]).all()
+                           and (cid < n_classes).all()):
+        return False
+    keys = frame * (int(track.max(initial=0)) + 1) + track
+    return len(np.unique(keys)) == len(keys) and \
+        len(np.unique(track)) <= limits.max_instances_per_image
+
+
+def _majority(lines: list[tuple[int, int, int, np.ndarray]]) -> dict[int, int]:
     """Each track's class as OpenPVSG's ``get_pred_mask_tubes_one_video`` picks it: the most
     frequent of its lines' classes, ties to the one seen first."""
     counts: dict[int, Counter] = {}
@@ -418,7 +438,7 @@ def _majority(lines: list[tuple[int, int, int, str]]) -> dict[int, int]:
     return {tid: c.most_common(1)[0][0] for tid, c in sorted(counts.items())}
 
 
-def _pred_chunks(lines: list[tuple[int, int, int, str]], info: dict, per_chunk: int
+def _pred_chunks(lines: list[tuple[int, int, int, np.ndarray]], info: dict, per_chunk: int
                  ) -> Iterator[list[tuple[int, np.ndarray, BitMasks]]]:
     by_chunk: dict[int, list] = {}
     for line in lines:
@@ -430,12 +450,18 @@ def _pred_chunks(lines: list[tuple[int, int, int, str]], info: dict, per_chunk: 
         for f in range(c * per_chunk, min((c + 1) * per_chunk, info["frames"])):
             here = [x for x in mine if x[0] == f]
             tubes = np.asarray([x[1] for x in here], np.int64)
-            dense = np.stack([decode_rle(x[3], h, w) for x in here]) if here else \
-                np.zeros((0, h, w), bool)
             # empty masks kept: OpenPVSG compares them (IoU 0) and counts the track present
-            frames.append((f, tubes, BitMasks.from_dense(dense) if here
-                           else BitMasks.empty((h, w))))
+            frames.append((f, tubes, _frame_masks([x[3] for x in here], h, w)))
         yield frames
+
+
+def _frame_masks(runs: list[np.ndarray], h: int, w: int) -> BitMasks:
+    """Word masks of a frame's tracks from their checked RLE runs, decoded straight into
+    word rows."""
+    if not runs:
+        return BitMasks.empty((h, w))
+    offsets = np.cumsum([0] + [len(r) for r in runs])
+    return BitMasks.from_rows(run_rows(np.concatenate(runs), offsets, h, w), w)
 
 
 def _ranked_relations(doc: Any, url: str, vid: str, info: dict, n_predicates: int,
@@ -615,7 +641,7 @@ class VideoResults:
 
     video: str
     info: dict
-    lines: list[tuple[int, int, int, str]]
+    lines: list[tuple[int, int, int, np.ndarray]]
     classes: dict[int, int]
     relations: dict[str, list]
     pairs: list[list[int]]

@@ -1,13 +1,12 @@
-"""Action Genome, one video at a time: per frame and k, the GT relations hit, counted by
-predicate (``docs/video.md``, section "Action Genome", is the definition; the literal twin
-in ``tests/literal/ag.py`` is its plain-Python reading).
+"""Action Genome, one frame at a time: per GT relation the rank of the first candidate
+that hits it (``docs/video.md``, section "Action Genome", is the definition; the literal
+twin in ``tests/literal/ag.py`` is its plain-Python reading).
 
-Vectorised numpy over a whole video, no I/O: the rows of every frame are built, chosen,
-ranked and matched in one pass (stable sorts keyed by frame first), so a frame costs no
-Python call. Every float is computed in the reference's order of operations (box IoU with
-+1, the no-constraint top 100 by box scores multiplied in their own dtype, the ranking by
-the float64 product), and ties rank in candidate order, so the counts equal the twin's
-exactly.
+One compiled call per frame and constraint mode, no I/O: the frame's rows are built,
+chosen, ranked and matched in one pass. Every float is computed in the reference's order
+of operations (box IoU with +1, the no-constraint top 100 by box scores multiplied in their
+own dtype, the ranking by the float64 product), and ties rank in candidate order (stable
+sorts), so the counts equal the twin's exactly.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from sgdask.types_ag import (
     PREDICATES,
     SEMI_THRESHOLD,
     AGFrame,
-    AGVideo,
     AGVideoPred,
 )
 
@@ -34,50 +32,53 @@ N_PREDICATES = len(PREDICATES)
 NEVER = np.iinfo(np.int64).max
 
 
-def video_counts(video: AGVideo, pred: AGVideoPred, constraint: str,
-                 ks: tuple[int, ...] = KS, threshold: float = SEMI_THRESHOLD
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(hits, gt): ``hits[f, i, p]`` the GT relations of predicate p in frame f hit by the
-    first ``ks[i]`` candidates of the frame, ``gt[f, p]`` its GT relations of predicate p."""
-    if constraint not in CONSTRAINTS:
-        raise ValueError(f"constraint {constraint!r} (expected one of {CONSTRAINTS})")
-    n_frames = len(video.frames)
-    frame, subjects, objects, predicate, rank = ranked(pred, constraint, threshold)
-    gt_frame, gs, go, gp, gt_boxes, gt_classes = gt_relations(video)
-    first = first_hits(gt_frame * N_PREDICATES + gp, frame * N_PREDICATES + predicate, rank,
-                       (gt_classes[gs], pred.labels[subjects], gt_classes[go],
-                        pred.labels[objects]),
-                       (gt_boxes[gs], pred.boxes[subjects], gt_boxes[go], pred.boxes[objects]))
-    cell = gt_frame * N_PREDICATES + gp
-    size = n_frames * N_PREDICATES
-    hits = np.stack([np.bincount(cell[first < k], minlength=size) for k in ks], axis=1)
-    return (hits.reshape(n_frames, N_PREDICATES, len(ks)).transpose(0, 2, 1),
-            np.bincount(cell, minlength=size).reshape(n_frames, N_PREDICATES))
+#: the constraint modes as the compiled kernel takes them
+_CODES = {constraint: i for i, constraint in enumerate(CONSTRAINTS)}
+_WITH, _SEMI, _NO = (_CODES[c] for c in ("with", "semi", "no"))
+
+
+def _codes(constraints: tuple[str, ...]) -> np.ndarray:
+    for constraint in constraints:
+        if constraint not in CONSTRAINTS:
+            raise ValueError(f"constraint {constraint!r} (expected one of {CONSTRAINTS})")
+    return np.array([_CODES[c] for c in constraints], np.int64)
+
+
+#: every mode, in ``CONSTRAINTS`` order (the protocols ask for all three of a frame)
+_ALL_CODES = _codes(CONSTRAINTS)
 
 
 def frame_first_hits(frame: AGFrame, pred: AGVideoPred, constraint: str,
-                     threshold: float = SEMI_THRESHOLD, pairs: np.ndarray | None = None,
-                     built: tuple[np.ndarray, ...] | None = None
+                     threshold: float = SEMI_THRESHOLD, pairs: np.ndarray | None = None
                      ) -> tuple[np.ndarray, np.ndarray]:
     """(per GT relation of one frame, the rank of the first candidate that hits it; per GT
     pair of ``pairs`` (rows of ``frame.relations``), the rank of the first candidate on
     it, any predicate), ``NEVER`` for none. ``pred``: the frame's output as a one-frame
-    video; its candidates ranked as ``video_counts`` ranks them, matched by
-    ``_frame_matches`` (``first_hits``' rule, compiled: a frame's arrays are small);
-    ``built``: ``rows(pred)``, when the constraint modes of a frame share it."""
-    if constraint not in CONSTRAINTS:
-        raise ValueError(f"constraint {constraint!r} (expected one of {CONSTRAINTS})")
-    _, subjects, objects, predicate, rank = ranked(pred, constraint, threshold, built)
+    video."""
+    return frame_first_hits_modes(frame, pred, (constraint,), threshold, pairs)[0]
+
+
+def frame_first_hits_modes(frame: AGFrame, pred: AGVideoPred, constraints: tuple[str, ...],
+                           threshold: float = SEMI_THRESHOLD, pairs: np.ndarray | None = None
+                           ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``frame_first_hits`` under each of ``constraints``, in one compiled pass: the
+    frame's rows and which GT relation each row's boxes and classes match are found once,
+    then each mode's candidates are chosen, ranked and matched (``_first_hits``)."""
+    codes = _ALL_CODES if constraints == CONSTRAINTS else _codes(constraints)
     pair_rows = np.zeros(0, np.int64) if pairs is None else np.asarray(pairs, np.int64)
-    return _frame_matches(
+    first, pair_first = _first_hits(
         np.ascontiguousarray(frame.relations, np.int64), pair_rows,
         np.ascontiguousarray(frame.classes, np.int64),
-        np.ascontiguousarray(frame.boxes, np.float64),
-        np.ascontiguousarray(pred.labels[subjects], np.int64),
-        np.ascontiguousarray(pred.labels[objects], np.int64),
-        np.ascontiguousarray(pred.boxes[subjects], np.float64).reshape(-1, 4),
-        np.ascontiguousarray(pred.boxes[objects], np.float64).reshape(-1, 4),
-        np.ascontiguousarray(predicate, np.int64), np.ascontiguousarray(rank, np.int64))
+        np.ascontiguousarray(frame.boxes, np.float64).reshape(-1, 4),
+        np.ascontiguousarray(pred.boxes, np.float64).reshape(-1, 4),
+        np.ascontiguousarray(pred.labels, np.int64),
+        np.ascontiguousarray(pred.scores),
+        np.ascontiguousarray(pred.pairs, np.int64).reshape(-1, 2),
+        np.ascontiguousarray(pred.attention, np.float64),
+        np.ascontiguousarray(pred.spatial, np.float64),
+        np.ascontiguousarray(pred.contacting, np.float64),
+        codes, float(threshold))
+    return list(zip(first, pair_first, strict=True))
 
 
 @njit(**JIT)
@@ -94,142 +95,100 @@ def _box_iou(a: np.ndarray, b: np.ndarray) -> float:
 
 
 @njit(**JIT)
-def _frame_matches(relations: np.ndarray, pairs: np.ndarray, classes: np.ndarray,
-                   boxes: np.ndarray, c_subject: np.ndarray, c_object: np.ndarray,
-                   c_subject_box: np.ndarray, c_object_box: np.ndarray,
-                   c_predicate: np.ndarray, rank: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """The first-hit ranks of ``frame_first_hits``: a candidate hits a GT relation when
-    its predicate, both classes and both boxes (IoU >= 0.5) match; a GT pair (a row of
-    ``relations``) when the classes and boxes do, any predicate."""
-    n_rel, n_pairs, n_cand = relations.shape[0], pairs.shape[0], len(rank)
-    first = np.full(n_rel, NEVER, dtype=np.int64)
-    pair_first = np.full(n_pairs, NEVER, dtype=np.int64)
-    on_pair = np.zeros((n_rel, n_cand), dtype=np.bool_)
+def _rows(pairs: np.ndarray, attention: np.ndarray, spatial: np.ndarray,
+          contacting: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(subjects, objects, scores (3p, 26)) of a frame's rows: its attention rows, spatial
+    rows (subject and object swapped), contacting rows, each in pair order, zero outside
+    their kind."""
+    p = pairs.shape[0]
+    subjects = np.empty(3 * p, np.int64)
+    objects = np.empty(3 * p, np.int64)
+    scores = np.zeros((3 * p, N_PREDICATES), np.float64)
+    for kind, dist in enumerate((attention, spatial, contacting)):
+        for i in range(p):
+            r = kind * p + i
+            s, o = pairs[i, 0], pairs[i, 1]
+            subjects[r], objects[r] = (o, s) if kind == 1 else (s, o)
+            for j in range(dist.shape[1]):
+                scores[r, OFFSETS[kind] + j] = dist[i, j]
+    return subjects, objects, scores
+
+
+@njit(**JIT)
+def _chosen(scores: np.ndarray, box_scores: np.ndarray, subjects: np.ndarray,
+            objects: np.ndarray, constraint: int, threshold: float
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """(row, predicate) of the candidates the constraint keeps, in the reference's
+    candidate order: row by row under ``with`` and ``semi``; under ``no`` the best
+    ``NO_CONSTRAINT_TOP`` (row, predicate) by the box scores multiplied in their own dtype,
+    times the predicate score, ties in row-major order."""
+    n = scores.shape[0]
+    if constraint == _NO:
+        overall = np.empty(n * N_PREDICATES, np.float64)
+        for r in range(n):
+            both = np.float64(box_scores[subjects[r]] * box_scores[objects[r]])
+            for p in range(N_PREDICATES):
+                overall[r * N_PREDICATES + p] = -(both * scores[r, p])
+        top = np.argsort(overall, kind="mergesort")[:NO_CONSTRAINT_TOP]
+        return top // N_PREDICATES, top % N_PREDICATES
+    keep = np.zeros(scores.shape, np.bool_)
+    for r in range(n):
+        row = scores[r]
+        attention = row[0] + row[1] > 0
+        if constraint == _WITH or attention:
+            keep[r, np.argmax(row)] = True
+        elif constraint == _SEMI and (row[3] + row[4] > 0 or row[9] + row[10] > 0):
+            for p in range(N_PREDICATES):
+                keep[r, p] = row[p] > threshold
+    found = np.nonzero(keep)
+    return found[0], found[1]
+
+
+@njit(**JIT)
+def _first_hits(relations: np.ndarray, pairs: np.ndarray, classes: np.ndarray,
+                boxes: np.ndarray, pred_boxes: np.ndarray, labels: np.ndarray,
+                box_scores: np.ndarray, pred_pairs: np.ndarray, attention: np.ndarray,
+                spatial: np.ndarray, contacting: np.ndarray, constraints: np.ndarray,
+                threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """``frame_first_hits_modes``, one row of ``first`` and ``pair_first`` per mode:
+    candidates ranked by subject x object x predicate score in float64 from the best, ties
+    in candidate order; a candidate hits a GT relation when its predicate, both classes and
+    both boxes (IoU >= 0.5) match, a GT pair (a row of ``relations``) when the classes and
+    boxes do, any predicate."""
+    subjects, objects, scores = _rows(pred_pairs, attention, spatial, contacting)
+    n_rel, n_pairs, n_rows = relations.shape[0], pairs.shape[0], len(subjects)
+    on_pair = np.zeros((n_rel, n_rows), dtype=np.bool_)
     for g in range(n_rel):
         gs, go = relations[g, 0], relations[g, 1]
+        for r in range(n_rows):
+            s, o = subjects[r], objects[r]
+            on_pair[g, r] = (classes[gs] == labels[s] and classes[go] == labels[o]
+                             and _box_iou(boxes[gs], pred_boxes[s]) >= IOU
+                             and _box_iou(boxes[go], pred_boxes[o]) >= IOU)
+    first = np.full((len(constraints), n_rel), NEVER, dtype=np.int64)
+    pair_first = np.full((len(constraints), n_pairs), NEVER, dtype=np.int64)
+    for m in range(len(constraints)):
+        row, predicate = _chosen(scores, box_scores, subjects, objects, constraints[m],
+                                 threshold)
+        n_cand = len(row)
+        negated = np.empty(n_cand, np.float64)
         for c in range(n_cand):
-            if (classes[gs] == c_subject[c] and classes[go] == c_object[c]
-                    and _box_iou(boxes[gs], c_subject_box[c]) >= IOU
-                    and _box_iou(boxes[go], c_object_box[c]) >= IOU):
-                on_pair[g, c] = True
-                if relations[g, 2] == c_predicate[c] and rank[c] < first[g]:
-                    first[g] = rank[c]
-    for q in range(n_pairs):
-        g = pairs[q]
-        for c in range(n_cand):
-            if on_pair[g, c] and rank[c] < pair_first[q]:
-                pair_first[q] = rank[c]
+            r = row[c]
+            negated[c] = -(np.float64(box_scores[subjects[r]])
+                           * np.float64(box_scores[objects[r]]) * scores[r, predicate[c]])
+        rank = np.empty(n_cand, np.int64)
+        rank[np.argsort(negated, kind="mergesort")] = np.arange(n_cand)
+        for g in range(n_rel):
+            for c in range(n_cand):
+                if (on_pair[g, row[c]] and relations[g, 2] == predicate[c]
+                        and rank[c] < first[m, g]):
+                    first[m, g] = rank[c]
+        for q in range(n_pairs):
+            g = pairs[q]
+            for c in range(n_cand):
+                if on_pair[g, row[c]] and rank[c] < pair_first[m, q]:
+                    pair_first[m, q] = rank[c]
     return first, pair_first
-
-
-def gt_relations(video: AGVideo) -> tuple[np.ndarray, ...]:
-    """The video's GT relations (frame, subject, object, predicate; subject and object as
-    rows of the video's stacked GT boxes), the stacked boxes and classes."""
-    offsets = np.cumsum([0] + [len(f.boxes) for f in video.frames])
-    relations = [f.relations for f in video.frames]
-    frame = np.repeat(np.arange(len(relations)), [len(r) for r in relations])
-    stacked = np.concatenate(relations) if relations else np.zeros((0, 3), np.int64)
-    boxes = (np.concatenate([f.boxes for f in video.frames]) if video.frames
-             else np.zeros((0, 4)))
-    classes = (np.concatenate([f.classes for f in video.frames]) if video.frames
-               else np.zeros(0, np.int64))
-    return (frame, stacked[:, 0] + offsets[frame], stacked[:, 1] + offsets[frame],
-            stacked[:, 2], boxes, classes)
-
-
-def rows(pred: AGVideoPred) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(frame, subjects, objects, scores (3p, 26)) of every row: per frame its attention
-    rows, spatial rows (subject and object swapped), contacting rows, each in pair order,
-    zero outside their kind."""
-    p = len(pred.pairs)
-    kind, pair = np.repeat(np.arange(3), p), np.tile(np.arange(p), 3)
-    order = np.lexsort((pair, kind, pred.frames[pair]))
-    kind, pair = kind[order], pair[order]
-    s, o = pred.pairs[pair, 0], pred.pairs[pair, 1]
-    swapped = kind == 1
-    scores = np.zeros((3 * p, N_PREDICATES), dtype=np.float64)
-    for k, dist in enumerate((pred.attention, pred.spatial, pred.contacting)):
-        mine = kind == k
-        scores[mine, OFFSETS[k]:OFFSETS[k] + dist.shape[1]] = dist[pair[mine]]
-    return (pred.frames[pair], np.where(swapped, o, s), np.where(swapped, s, o), scores)
-
-
-def candidates(pred: AGVideoPred, constraint: str, threshold: float = SEMI_THRESHOLD,
-               built: tuple[np.ndarray, ...] | None = None) -> tuple[np.ndarray, ...]:
-    """(frame, subjects, objects, predicates, predicate scores) before ranking, each
-    frame's in the reference's candidate order, frames in order (``built``: ``rows(pred)``
-    if already built)."""
-    frame, subjects, objects, scores = rows(pred) if built is None else built
-    if constraint == "no":
-        both = pred.scores[subjects] * pred.scores[objects]  # in the scores' own dtype
-        overall = (both[:, None] * scores).ravel()
-        entry_frame = np.repeat(frame, N_PREDICATES)
-        order = np.lexsort((-overall, entry_frame))
-        top = order[_within_group(entry_frame[order]) < NO_CONSTRAINT_TOP]
-        row, column = np.divmod(top, N_PREDICATES)
-    else:
-        chosen = np.zeros(scores.shape, dtype=bool)
-        if len(scores):
-            chosen[np.arange(len(scores)), scores.argmax(1)] = True
-        if constraint == "semi":
-            attention = scores[:, 0] + scores[:, 1] > 0
-            other = ~attention & ((scores[:, 3] + scores[:, 4] > 0)
-                                  | (scores[:, 9] + scores[:, 10] > 0))
-            chosen = (chosen & attention[:, None]) | ((scores > threshold) & other[:, None])
-        row, column = np.nonzero(chosen)
-    return frame[row], subjects[row], objects[row], column, scores[row, column]
-
-
-def ranked(pred: AGVideoPred, constraint: str, threshold: float = SEMI_THRESHOLD,
-           built: tuple[np.ndarray, ...] | None = None) -> tuple[np.ndarray, ...]:
-    """(frame, subjects, objects, predicates, rank in the frame) of the candidates, each
-    frame's from the best by subject x object x predicate score in float64, ties in
-    candidate order."""
-    frame, subjects, objects, predicate, value = candidates(pred, constraint, threshold,
-                                                            built)
-    score = (pred.scores[subjects].astype(np.float64)
-             * pred.scores[objects].astype(np.float64) * value)
-    order = np.lexsort((-score, frame))
-    return (frame[order], subjects[order], objects[order], predicate[order],
-            _within_group(frame[order]))
-
-
-def _within_group(keys: np.ndarray) -> np.ndarray:
-    """Each position's index among the equal keys before it (``keys`` sorted)."""
-    return np.arange(len(keys)) - np.searchsorted(keys, keys, side="left")
-
-
-def first_hits(gt_keys: np.ndarray, keys: np.ndarray, rank: np.ndarray,
-               classes: tuple[np.ndarray, ...], boxes: tuple[np.ndarray, ...]) -> np.ndarray:
-    """Per GT relation, the rank of the first candidate of its frame and predicate (same
-    ``keys``) that hits it: both classes equal, both boxes at IoU >= 0.5 (``NEVER`` if
-    none). ``classes`` and ``boxes``: (GT subject, candidate subject, GT object, candidate
-    object), indexed like ``gt_keys`` and ``keys``."""
-    by_key = np.argsort(keys, kind="stable")
-    lo = np.searchsorted(keys[by_key], gt_keys, side="left")
-    hi = np.searchsorted(keys[by_key], gt_keys, side="right")
-    counts = hi - lo
-    g = np.repeat(np.arange(len(gt_keys)), counts)
-    c = by_key[np.repeat(lo, counts) + _within_group(g)]
-    gs_cls, cs_cls, go_cls, co_cls = classes
-    gs_box, cs_box, go_box, co_box = boxes
-    hit = ((gs_cls[g] == cs_cls[c]) & (go_cls[g] == co_cls[c])
-           & (iou(gs_box[g], cs_box[c]) >= IOU) & (iou(go_box[g], co_box[c]) >= IOU))
-    first = np.full(len(gt_keys), NEVER)
-    np.minimum.at(first, g[hit], rank[c[hit]])
-    return first
-
-
-def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of each GT box of ``a`` with the box of ``b`` in the same row, +1 pixel
-    convention, in the reference's order of operations."""
-    iw = np.minimum(a[:, 2], b[:, 2]) - np.maximum(a[:, 0], b[:, 0]) + 1
-    ih = np.minimum(a[:, 3], b[:, 3]) - np.maximum(a[:, 1], b[:, 1]) + 1
-    b_area = (b[:, 2] - b[:, 0] + 1) * (b[:, 3] - b[:, 1] + 1)
-    union = (a[:, 2] - a[:, 0] + 1) * (a[:, 3] - a[:, 1] + 1) + b_area - iw * ih
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where((iw > 0) & (ih > 0), iw * ih / union, 0.0)
 
 
 def metrics(hits: np.ndarray, gt: np.ndarray, ks: tuple[int, ...] = KS) -> dict[str, float]:

@@ -347,6 +347,30 @@ def pack_dense(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 @njit(**JIT)
+def run_rows(runs: np.ndarray, offsets: np.ndarray, h: int, w: int) -> np.ndarray:
+    """(n, H, words) full-width word rows of n H x W masks given as run lengths over the
+    mask in column-major order, zeros first (COCO RLE's; mask i's runs are
+    ``runs[offsets[i]:offsets[i + 1]]``, checked to cover the mask exactly)."""
+    n = len(offsets) - 1
+    rows = np.zeros((n, h, (w + 63) >> 6), dtype=np.uint64)
+    for i in range(n):
+        at = 0
+        for j in range(offsets[i], offsets[i + 1]):
+            left = runs[j]
+            if (j - offsets[i]) % 2 == 1:
+                x, y = at // h, at % h
+                while left > 0:
+                    take = min(left, h - y)
+                    word, bit = x >> 6, np.uint64(1) << np.uint64(x & 63)
+                    for row in range(y, y + take):
+                        rows[i, row, word] |= bit
+                    left -= take
+                    x, y = x + 1, 0
+            at += runs[j]
+    return rows
+
+
+@njit(**JIT)
 def label_rows(labels: np.ndarray, n: int) -> np.ndarray:
     """(n, H, words) full-width word rows of the n instances of a label image (value
     i + 1 = instance i, 0 = none; values above n are ignored)."""

@@ -166,7 +166,8 @@ def board_view(rows: list[dict[str, Any]], phase: Phase | None = None
     matching mode), their headings, metric columns and metadata columns: what ``phase``
     names (None: the default board). The page and the exports both show this."""
     columns = list(phase.columns) if phase and phase.columns else \
-        row_columns(phase.headline if phase else RANK_BY)
+        row_columns(phase.headline if phase else RANK_BY,
+                    phase.protocols if phase else BOARD_PROTOCOLS)
     extra = phase.meta_columns if phase else ()
     if phase is not None and not phase.intervals:
         rows = [{**r, "intervals": {}} for r in rows]

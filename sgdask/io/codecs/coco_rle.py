@@ -3,8 +3,9 @@
 
 Runs are over the mask in column-major order, starting with a run of zeros; each count is
 written in 5-bit groups (``0x20``: more follow, ``0x10`` of the last: negative), offset by 48,
-counts after the third as the difference to the count two before. ``rle_problem`` says what is
-wrong with a string before ``decode_rle`` trusts it. Pure numpy and numba: no I/O.
+counts after the third as the difference to the count two before. ``checked_runs`` says what
+is wrong with a string before its runs are trusted (``decode_rle``, or
+``sgdask.kernels.bits.run_rows`` straight into word rows). Pure numpy and numba: no I/O.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def encode_rle(mask: np.ndarray) -> str:
 
 
 @njit(**JIT)
-def _counts(codes: np.ndarray) -> np.ndarray:
+def run_lengths(codes: np.ndarray) -> np.ndarray:
     """The run lengths of a string's character codes minus 48 (a string ending inside a
     count: its last count as read so far; a count of more than 12 groups, past 60 bits:
     -1, which ``rle_problem`` refuses as a negative run)."""
@@ -69,36 +70,63 @@ def _counts(codes: np.ndarray) -> np.ndarray:
     return out[:n]
 
 
+_NO_RUNS = np.zeros(0, np.int64)
+
+
 def _codes(text: str) -> np.ndarray:
     return np.frombuffer(text.encode("latin-1", "replace"), np.uint8).astype(np.int64) - 48
 
 
 def rle_counts(text: str) -> list[int]:
     """The run lengths a compressed RLE string holds (no checks: see ``rle_problem``)."""
-    return _counts(_codes(text)).tolist()
+    return run_lengths(_codes(text)).tolist()
 
 
 def rle_problem(text: str, height: int, width: int) -> str | None:
     """What is wrong with a compressed RLE string for a ``height`` x ``width`` mask, or None."""
+    return checked_runs(text, height, width)[1]
+
+
+def checked_runs(text: str, height: int, width: int) -> tuple[np.ndarray, str | None]:
+    """The run lengths of a compressed RLE string for a ``height`` x ``width`` mask, and what
+    is wrong with it (None: nothing; the runs then cover the mask, zeros first)."""
     if not text.isascii():
-        return "holds a character outside COCO's RLE alphabet"
-    codes = _codes(text)
-    if ((codes < 0) | (codes >= 64)).any():
-        return "holds a character outside COCO's RLE alphabet"
-    if text and codes[-1] & 0x20:
-        return "ends inside a count"
-    counts = _counts(codes)
-    if (counts < 0).any():
-        return "holds a negative run"
-    total = int(counts.sum())
-    if total != height * width:
-        return f"covers {total} pixels, not height x width = {height * width}"
-    return None
+        return _NO_RUNS, _PROBLEMS[_ALPHABET]
+    counts, problem = _checked_counts(np.frombuffer(text.encode("ascii"), np.uint8),
+                                      height * width)
+    if problem == _COVERS:
+        return counts, f"covers {int(counts.sum())} pixels, not height x width = " \
+            f"{height * width}"
+    return counts, _PROBLEMS.get(problem)
+
+
+_OK, _ALPHABET, _INSIDE, _NEGATIVE, _COVERS = range(5)
+_PROBLEMS = {_ALPHABET: "holds a character outside COCO's RLE alphabet",
+             _INSIDE: "ends inside a count", _NEGATIVE: "holds a negative run"}
+
+
+@njit(**JIT)
+def _checked_counts(raw: np.ndarray, pixels: int) -> tuple[np.ndarray, int]:
+    """``checked_runs`` of a string's ASCII bytes, compiled: (runs, what is wrong as one of
+    ``_OK`` ... ``_COVERS``)."""
+    codes = raw.astype(np.int64) - 48
+    for c in codes:
+        if c < 0 or c >= 64:
+            return np.zeros(0, np.int64), _ALPHABET
+    if len(codes) and codes[-1] & 0x20:
+        return np.zeros(0, np.int64), _INSIDE
+    counts = run_lengths(codes)
+    total = 0
+    for c in counts:
+        if c < 0:
+            return counts, _NEGATIVE
+        total += c
+    return counts, _OK if total == pixels else _COVERS
 
 
 def decode_rle(text: str, height: int, width: int) -> np.ndarray:
     """The ``height`` x ``width`` boolean mask of a checked compressed RLE string."""
-    counts = _counts(_codes(text))
+    counts = run_lengths(_codes(text))
     values = np.zeros(counts.size, bool)
     values[1::2] = True
     flat = np.repeat(values, counts)

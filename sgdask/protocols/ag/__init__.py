@@ -1,7 +1,8 @@
 """Action Genome (``ag-with``, ``ag-semi``, ``ag-no``; ``ag`` names all three): the video scene
 graph evaluation of STTran's ``lib/evaluation_recall.py`` (R@k) and TEMPURA's
 ``calc_mrecall`` (mR@k), whole in this package. ``docs/video.md`` is the definition; the
-per-frame work is ``sgdask.kernels.ag`` (pure numpy, shared with its literal twin's tests).
+per-frame work is ``sgdask.kernels.ag`` (one compiled pass per frame and mode, checked
+against its literal twin in the tests).
 
 Each GT frame is an image of the store whose unit is its ``video``: intervals and paired
 tests resample videos. A frame's hits: its three rows per predicted pair (attention,
@@ -23,13 +24,13 @@ from sgdask.errors import InstanceMismatch
 from sgdask.protocols import register, register_group
 from sgdask.protocols.base import Protocol, Refusal
 from sgdask.types import ImageGT, ImageHits, ImagePred
-from sgdask.types_ag import SEMI_THRESHOLD, AGFrame, AGFramePred, AGVideoPred
+from sgdask.types_ag import CONSTRAINTS, SEMI_THRESHOLD, AGFrame, AGFramePred, AGVideoPred
 
 #: the name that stands for the three modes
 GROUP = "ag"
 POOLED = "pooled"
-#: what the constraint modes of one frame share (``shared``): its three rows per pair
-ROWS = "ag_rows"
+#: the key of a frame's first hits under every mode in what its protocols share
+SHARED = "ag_first_hits"
 #: metrics of matched instances, which this evaluation has none of
 UNMATCHED = ("R@inf", "mR@inf", "InstR")
 
@@ -46,22 +47,13 @@ class ActionGenomeProtocol(Protocol):
     def image_hits(self, gt: ImageGT, pred: ImagePred, with_ng: bool = True,
                    match_labels: bool = True, shared: dict | None = None,
                    legacy: bool = True) -> ImageHits:
-        from sgdask.kernels.ag import frame_first_hits
-        from sgdask.kernels.hits import gt_pair_rows
-        from sgdask.kernels.image import gt_relations
-
-        relations = gt_relations(gt, True)
         output = pred.output if isinstance(pred, AGFramePred) else None
         if output is None:
             raise InstanceMismatch("the Action Genome protocols read a video model's "
                                    "output (STTran-family pairs and distributions), which "
                                    "this prediction is not")
-        frame = AGFrame(gt.image_id, np.asarray(gt.boxes, dtype=np.float64).reshape(-1, 4),
-                        np.asarray(gt.labels, dtype=np.int64) + 1, relations)
-        pairs = gt_pair_rows(relations, gt.n_instances)
-        first, pair_first = frame_first_hits(frame, output, self.constraint,
-                                             self.semi_threshold, pairs,
-                                             _rows_of(output, shared))
+        relations, found = _frame_modes(gt, output, self.semi_threshold, shared)
+        first, pair_first = found[self.constraint]
         return self._hits(gt, relations, first, pair_first, len(output.pairs))
 
     def missing_image_hits(self, gt: ImageGT, with_ng: bool = True) -> ImageHits:
@@ -112,16 +104,27 @@ class ActionGenomeProtocol(Protocol):
                 "update() does not take; run sgdask evaluate",)
 
 
-def _rows_of(output: AGVideoPred, shared: dict | None) -> tuple[np.ndarray, ...]:
-    """The frame's rows, built once for its three constraint modes (``shared``: what the
-    protocols of one frame share)."""
-    from sgdask.kernels.ag import rows
+def _frame_modes(gt: ImageGT, output: AGVideoPred, threshold: float, shared: dict | None
+                 ) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """The frame's GT relations and its first hits under every constraint mode, computed in
+    one pass by the first mode that asks and kept in ``shared`` (what the protocols of one
+    frame share) for the others."""
+    key = (SHARED, threshold)
+    if shared is not None and key in shared:
+        return shared[key]
+    from sgdask.kernels.ag import frame_first_hits_modes  # numba: loaded on first use
+    from sgdask.kernels.hits import gt_pair_rows
+    from sgdask.kernels.image import gt_relations
 
-    if shared is None:
-        return rows(output)
-    if ROWS not in shared:
-        shared[ROWS] = rows(output)
-    return shared[ROWS]
+    relations = gt_relations(gt, True)
+    frame = AGFrame(gt.image_id, np.asarray(gt.boxes, dtype=np.float64).reshape(-1, 4),
+                    np.asarray(gt.labels, dtype=np.int64) + 1, relations)
+    pairs = gt_pair_rows(relations, gt.n_instances)
+    found = (relations, dict(zip(CONSTRAINTS, frame_first_hits_modes(
+        frame, output, CONSTRAINTS, threshold, pairs), strict=True)))
+    if shared is not None:
+        shared[key] = found
+    return found
 
 
 def _mode(constraint: str, description: str) -> ActionGenomeProtocol:
