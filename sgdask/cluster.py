@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import dask.config
-from distributed import Client, LocalCluster, as_completed
+from typing import TYPE_CHECKING, Any, Union
 
 from sgdask.errors import SettingError, SgdaskError
+
+if TYPE_CHECKING:  # dask and distributed load where a cluster is used: not for `--help`
+    from distributed import Client
 
 LOCAL = "local"
 LOCAL_PROCESSES = False  # threads (see the module docstring); processes=True for isolation
@@ -51,7 +51,7 @@ class Described:
     config: dict[str, Any] = field(default_factory=dict)
 
 
-ClusterSpec = Client | str | Local | Described | None
+ClusterSpec = Union["Client", str, Local, Described, None]  # Client: named, not imported
 
 
 def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
@@ -82,6 +82,8 @@ def usable_cores() -> int:
 def configured_scheduler() -> str | None:
     """Dask's own ``scheduler-address`` setting (``DASK_SCHEDULER_ADDRESS`` or a Dask config
     file), which ``distributed.Client()`` also connects to when given no address."""
+    import dask.config
+
     return dask.config.get("scheduler-address", None) or None
 
 
@@ -93,6 +95,8 @@ def worker_environ() -> dict[str, Any]:
     this process's environment still reaches the workers, as Dask passes the environment
     on: one the user set, or one an earlier Dask process cluster of this process left
     there (Dask sets its variables in the parent before spawning)."""
+    import dask.config
+
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
     environ.pop("MALLOC_TRIM_THRESHOLD_", None)
     return environ
@@ -100,6 +104,9 @@ def worker_environ() -> dict[str, Any]:
 
 @contextmanager
 def local_cluster(spec: Local) -> Iterator[Client]:
+    import dask.config
+    from distributed import Client, LocalCluster
+
     workers = spec.workers or usable_cores()
     if workers < 1:
         raise SettingError("workers", f"{workers} must be at least 1")
@@ -121,6 +128,8 @@ def dask_client(client: Client | None = None,
     configured ``scheduler-address``, if set), of a cluster started as ``Described``
     (released at the end), or an in-process LocalCluster (``Local(...)``, default: on the
     usable cores)."""
+    from distributed import Client
+
     if client is None and isinstance(scheduler, Described):
         from sgdask.cluster_file import described_client
 
@@ -159,6 +168,8 @@ def map_tasks(func: Callable[..., Any], args: Sequence[tuple], cluster: ClusterS
             if progress:
                 progress(results[-1])
         return results
+    from distributed import Client, as_completed
+
     given = cluster if isinstance(cluster, Client) else None
     address = None if isinstance(cluster, Client) else cluster
     with dask_client(given, address) as client:

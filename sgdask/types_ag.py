@@ -42,6 +42,8 @@ OFFSETS = (0, len(ATTENTION), len(ATTENTION) + len(SPATIAL))
 PERSON = 1
 SETTINGS = ("predcls", "sgcls", "sgdet")
 CONSTRAINTS = ("with", "semi", "no")
+#: the score a spatial or contacting predicate must exceed under the ``semi`` constraint
+SEMI_THRESHOLD = 0.9
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sgdask.kernels.pvsg import Chunk, Spans
 from sgdask.types import ImageHits, ImagePred
+
+if TYPE_CHECKING:
+    from sgdask.kernels.pvsg import Chunk, Spans
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from sgdask.cli.options import (
 )
 from sgdask.cli.process import EXIT_ERROR, one_line
 from sgdask.errors import SgdaskError, checked_choice
-from sgdask.formats.methods import METHODS
 from sgdask.io.archive import ArchiveLimits
+from sgdask.method_names import METHODS
 
 if TYPE_CHECKING:
     import pyarrow as pa

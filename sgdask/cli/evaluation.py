@@ -35,8 +35,8 @@ from sgdask.cli.options import (
 from sgdask.cli.process import freeze_imports
 from sgdask.core.settings import DEFAULTS
 from sgdask.errors import SgdaskError, checked_choice
-from sgdask.formats.methods import METHODS
 from sgdask.io.archive import ArchiveLimits
+from sgdask.method_names import METHODS
 from sgdask.protocols import PROTOCOLS
 
 Aggregation = Annotated[str, typer.Option(

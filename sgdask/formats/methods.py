@@ -16,12 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: the names SGBench's converter accepts for --method, and the rules each uses
-ONE_STAGE = ("psgtr", "psgformer", "hilo", "pairnet")
-#: video models' per-video outputs (read by ``sgdask.formats.actiongenome``, not by these
-#: rules): how each family's attention scores come (STTran: logits; TEMPURA: probabilities)
-VIDEO_METHODS = {"sttran": "logits", "tempura": "probabilities"}
-METHODS = ("2stage", *ONE_STAGE, *VIDEO_METHODS)
+from sgdask.method_names import METHODS, ONE_STAGE, VIDEO_METHODS
+
+__all__ = ["METHODS", "ONE_STAGE", "VIDEO_METHODS", "Lists", "fields_of", "lists_for"]
 #: Result attributes every method reads
 COMMON_FIELDS = ("masks", "labels", "refine_bboxes", "rel_pair_idxes", "rel_dists")
 #: and the ones only two-stage results carry

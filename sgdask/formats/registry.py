@@ -25,10 +25,10 @@ from sgdask.formats.validate import GTInfo, Problem
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, filesystem
 from sgdask.io.sources import StoreInput, SubmissionInput
-from sgdask.store.store import StoreReader
 
 if TYPE_CHECKING:
     from sgdask.formats.results import ResultsMethod
+    from sgdask.store.store import StoreReader
 
 SUBMISSION, GT = "submission", "gt"
 #: the built-in formats' names (each registered by its module: ``sgdask.formats.psg``, ...)
@@ -46,7 +46,7 @@ YIELDS = frozenset({
 HEAD_BYTES = 16
 #: (url, storage options, GT store, its GTInfo, limits, the format's evaluation parameter
 #: such as a result file's ``ResultsMethod``) -> the submission opened for an evaluation
-Opener = Callable[[str, StorageOptions | None, StoreReader, GTInfo, ArchiveLimits | None, Any],
+Opener = Callable[[str, StorageOptions | None, "StoreReader", GTInfo, ArchiveLimits | None, Any],
                   SubmissionInput]
 
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from sgdask.errors import Audience, InputError
-from sgdask.store.store import StoreReader
+
+if TYPE_CHECKING:
+    from sgdask.store.store import StoreReader
 
 DEFAULT_MAX_PROBLEMS = 50
 SHOWN_MISSING = 5

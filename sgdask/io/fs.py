@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from typing import Any
-
-import fsspec
-from fsspec.core import url_to_fs
+from typing import TYPE_CHECKING, Any
 
 from sgdask.errors import SgdaskError
+
+if TYPE_CHECKING:  # fsspec (0.25 s with asyncio and ssl) loads with the first filesystem
+    import fsspec
 
 StorageOptions = dict[str, Any]
 
@@ -18,6 +18,8 @@ StorageOptions = dict[str, Any]
 def filesystem(url: str, storage_options: StorageOptions | None = None
                ) -> tuple[fsspec.AbstractFileSystem, str]:
     """(filesystem, path inside it) for a URL, with a clear error for unusable URLs."""
+    from fsspec.core import url_to_fs
+
     try:
         fs, path = url_to_fs(str(url), **(storage_options or {}))
     except (ImportError, ValueError, TypeError) as err:

@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sgdask.io.fs import StorageOptions, filesystem, join
-from sgdask.store.partition import load_predictions
-from sgdask.store.store import StoreReader
 from sgdask.types import ImagePred
 
 if TYPE_CHECKING:
@@ -78,6 +76,9 @@ class StoreSlice:
     def read(self, options: StorageOptions | None) -> Loaded:
         if not self.ids:
             return Loaded({})
+        from sgdask.store.partition import load_predictions  # pyarrow, zarr: when read
+        from sgdask.store.store import StoreReader
+
         reader = StoreReader(self.url, options, manifest=self.manifest)
         return Loaded(load_predictions(reader, list(self.parts), list(self.ids)))
 
@@ -88,6 +89,8 @@ class StoreInput:
     keeps = False
 
     def __init__(self, url: str, options: StorageOptions | None) -> None:
+        from sgdask.store.store import StoreReader  # pyarrow, zarr: when opened
+
         self.reader = StoreReader(url, options, "submission")
         self.url, self.manifest = self.reader.url, self.reader.manifest
 

@@ -5,23 +5,24 @@ returns arrays. ``image_hits`` runs the whole per-image pipeline under one proto
 (``ImageRules``); the metric families (``sgdask.metrics``) turn its hits into terms.
 """
 
-from sgdask.kernels.image import ImageRules, image_hits, missing_image_hits
-from sgdask.kernels.iou import box_iou_matrix, mask_iou, mask_iou_matrix, pairwise_mask_iou
-from sgdask.kernels.matching import match_instances, match_many_to_one, match_one_to_one
-from sgdask.kernels.normalize import dedup_triplets, merge_masks, normalize_prediction
+from __future__ import annotations
 
-__all__ = [
-    "ImageRules",
-    "box_iou_matrix",
-    "dedup_triplets",
-    "image_hits",
-    "mask_iou",
-    "mask_iou_matrix",
-    "match_instances",
-    "match_many_to_one",
-    "match_one_to_one",
-    "merge_masks",
-    "missing_image_hits",
-    "normalize_prediction",
-    "pairwise_mask_iou",
-]
+from importlib import import_module
+from typing import Any
+
+#: the package's names and the modules that define them, imported on first use: numba
+#: loads only when a kernel is asked for (``sgdask --help`` and the settings need none)
+_LAZY = {"ImageRules": "image", "image_hits": "image", "missing_image_hits": "image",
+         "box_iou_matrix": "iou", "mask_iou": "iou", "mask_iou_matrix": "iou",
+         "pairwise_mask_iou": "iou", "match_instances": "matching",
+         "match_many_to_one": "matching", "match_one_to_one": "matching",
+         "dedup_triplets": "normalize", "merge_masks": "normalize",
+         "normalize_prediction": "normalize"}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(f"sgdask.kernels.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'sgdask.kernels' has no attribute {name!r}")

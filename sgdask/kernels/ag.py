@@ -15,11 +15,17 @@ import numpy as np
 from numba import njit
 
 from sgdask.kernels.bits import JIT
-from sgdask.types_ag import CONSTRAINTS, OFFSETS, PREDICATES, AGFrame, AGVideoPred
+from sgdask.types_ag import (
+    CONSTRAINTS,
+    OFFSETS,
+    PREDICATES,
+    SEMI_THRESHOLD,
+    AGFrame,
+    AGVideoPred,
+)
 
 KS = (10, 20, 50, 100)
 IOU = 0.5
-SEMI_THRESHOLD = 0.9
 NO_CONSTRAINT_TOP = 100
 N_PREDICATES = len(PREDICATES)
 #: the first hit of a GT relation no candidate hits: beyond every k

@@ -18,8 +18,7 @@ import numpy as np
 from numba import njit
 
 from sgdask.kernels.bits import JIT
-
-NEVER = np.iinfo(np.int64).max
+from sgdask.kernels.selection import NEVER as NEVER  # re-exported for the kernels' callers
 
 
 @njit(**JIT)

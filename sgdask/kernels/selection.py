@@ -9,6 +9,9 @@ from fractions import Fraction
 from sgdask.errors import SettingError
 
 DEFAULT_KS = "20,50,100,x1,x10"
+#: the first position of a list that never hits (beyond every k); defined here, not beside
+#: the compiled ``hits``, so that the metric declarations that name it need no numba
+NEVER = 2**63 - 1
 
 
 @dataclass(frozen=True)

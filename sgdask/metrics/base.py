@@ -26,8 +26,7 @@ from typing import Any
 import numpy as np
 
 from sgdask.errors import Audience, Option, Text
-from sgdask.kernels.hits import NEVER
-from sgdask.kernels.selection import KSpec
+from sgdask.kernels.selection import NEVER, KSpec
 from sgdask.metrics.state import StateRows, StateSpec
 from sgdask.types import Detections, ImageHits, PanopticHits, Term
 

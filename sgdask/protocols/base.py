@@ -28,11 +28,10 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sgdask.errors import Option, Text
-from sgdask.kernels import image as _image
-from sgdask.kernels.image import ImageRules
 from sgdask.types import ImageGT, ImageHits, ImagePred
 
 if TYPE_CHECKING:
+    from sgdask.kernels.image import ImageRules
     from sgdask.metrics.base import Family
 
 # Version of the metric definitions shared by all protocols (kernels, accumulators,
@@ -121,6 +120,8 @@ class Protocol:
     @cached_property
     def rules(self) -> ImageRules:
         """The per-image rules the kernels apply."""
+        from sgdask.kernels.image import ImageRules  # numba's kernels load when first used
+
         return ImageRules(self.normalization, self.matching, self.zero_area_boxes_match,
                           self.box_iou_inclusive, self.clip_gt_boxes, self.keep_duplicate_gt,
                           self.ng_limit, self.pair_accuracy_by_index,
@@ -129,18 +130,24 @@ class Protocol:
     def leaves_out(self, pred: ImagePred | None) -> bool:
         """True when the protocol leaves this image out of every metric (and counts it):
         no prediction, or no relation proposals, under a protocol that skips those."""
-        return self.skip_images_without_proposals and _image.without_proposals(pred)
+        from sgdask.kernels.image import without_proposals
+
+        return self.skip_images_without_proposals and without_proposals(pred)
 
     def image_hits(self, gt: ImageGT, pred: ImagePred, with_ng: bool = True,
                    match_labels: bool = True, shared: dict | None = None,
                    legacy: bool = True) -> ImageHits:
         """Every hit position of one image (``shared``: what the protocols of one image
         share; ``legacy``: also the positions only the legacy metrics use)."""
-        return _image.image_hits(gt, pred, self.rules, with_ng, match_labels, shared, legacy)
+        from sgdask.kernels.image import image_hits
+
+        return image_hits(gt, pred, self.rules, with_ng, match_labels, shared, legacy)
 
     def missing_image_hits(self, gt: ImageGT, with_ng: bool = True) -> ImageHits:
         """An image of the GT without prediction: nothing hits, no PRank value."""
-        return _image.missing_image_hits(gt, self.rules, with_ng)
+        from sgdask.kernels.image import missing_image_hits
+
+        return missing_image_hits(gt, self.rules, with_ng)
 
     def merges_masks(self) -> bool:
         """Whether the protocol merges overlapping predicted masks (the lint then counts

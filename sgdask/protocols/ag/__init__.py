@@ -21,13 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from sgdask.errors import InstanceMismatch
-from sgdask.kernels.ag import NEVER, SEMI_THRESHOLD, frame_first_hits_modes
-from sgdask.kernels.hits import gt_pair_rows
-from sgdask.kernels.image import gt_relations
 from sgdask.protocols import GROUPS, register, register_board, register_group
 from sgdask.protocols.base import Protocol, Refusal
 from sgdask.types import ImageGT, ImageHits, ImagePred
-from sgdask.types_ag import CONSTRAINTS, AGFrame, AGFramePred, AGVideoPred
+from sgdask.types_ag import CONSTRAINTS, SEMI_THRESHOLD, AGFrame, AGFramePred, AGVideoPred
 
 #: the name that stands for the three modes
 GROUP = "ag"
@@ -60,6 +57,10 @@ class ActionGenomeProtocol(Protocol):
         return self._hits(gt, relations, first, pair_first, len(output.pairs))
 
     def missing_image_hits(self, gt: ImageGT, with_ng: bool = True) -> ImageHits:
+        from sgdask.kernels.ag import NEVER
+        from sgdask.kernels.hits import gt_pair_rows
+        from sgdask.kernels.image import gt_relations
+
         relations = gt_relations(gt, True)
         never = np.full(len(relations), NEVER, np.int64)
         pairs = gt_pair_rows(relations, gt.n_instances)
@@ -114,6 +115,10 @@ def _frame_modes(gt: ImageGT, output: AGVideoPred, threshold: float, shared: dic
     key = (SHARED, threshold)
     if shared is not None and key in shared:
         return shared[key]
+    from sgdask.kernels.ag import frame_first_hits_modes  # numba: loaded on first use
+    from sgdask.kernels.hits import gt_pair_rows
+    from sgdask.kernels.image import gt_relations
+
     relations = gt_relations(gt, True)
     frame = AGFrame(gt.image_id, np.asarray(gt.boxes, dtype=np.float64).reshape(-1, 4),
                     np.asarray(gt.labels, dtype=np.int64) + 1, relations)

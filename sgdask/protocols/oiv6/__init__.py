@@ -10,10 +10,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from sgdask.errors import Option, Text
-from sgdask.kernels.image import gt_relations
 from sgdask.protocols import register
 from sgdask.protocols.base import Protocol, Refusal
-from sgdask.protocols.oiv6.kernels import oiv6_hits
 from sgdask.protocols.oiv6.metrics import FAMILY
 from sgdask.types import ImageGT, ImageHits, ImagePred
 
@@ -38,6 +36,9 @@ class OpenImagesProtocol(Protocol):
     def image_hits(self, gt: ImageGT, pred: ImagePred, with_ng: bool = True,
                    match_labels: bool = True, shared: dict | None = None,
                    legacy: bool = True) -> ImageHits:
+        from sgdask.kernels.image import gt_relations
+        from sgdask.protocols.oiv6.kernels import oiv6_hits  # numba: loaded on first use
+
         return oiv6_hits(gt, pred, gt_relations(gt, self.keep_duplicate_gt))
 
     def inputs(self, with_ng: bool, has_stats: bool, legacy: bool,

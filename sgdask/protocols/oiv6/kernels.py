@@ -34,6 +34,7 @@ from sgdask.errors import InstanceMismatch, Option
 from sgdask.kernels.bits import JIT
 from sgdask.kernels.hits import NEVER
 from sgdask.kernels.lists import clipped_to_image
+from sgdask.protocols.oiv6.metrics import EPS
 from sgdask.types import Detections, ImageGT, ImageHits, ImagePred
 
 CANDIDATES = 100
@@ -201,3 +202,68 @@ def oiv6_hits(gt: ImageGT, pred: ImagePred, relations: np.ndarray) -> ImageHits:
         diagnostics={"pred_instances": pred.n_instances, "gt_instances": n_gt,
                      "candidates": len(rows)},
         detections=Detections(cand_p, scores, tp_rel, tp_phr))
+
+
+RESAMPLE_BLOCK = 64  # resamples a pass over the runs advances together
+
+
+@njit(**JIT)
+def weighted_aps(tp: np.ndarray, image: np.ndarray, bounds: np.ndarray,
+                  weights: np.ndarray, npos: np.ndarray, t: np.ndarray, f: np.ndarray
+                  ) -> np.ndarray:
+    """AP of every run (rows ``bounds[k]:bounds[k + 1]`` in rank order) under every
+    weighting of the images (``weights``: images x resamples, integer multiplicities; a row
+    weighs its image's weight, as that many copies of the detection): cumulative weighted
+    counts, the precision envelope from the end, each true positive's weight times the
+    envelope at its last copy, over ``npos + 1e-12``. The fixed order is never sorted
+    again: copies of a detection are tied with it, and ties keep false positives first.
+
+    The counts are integers (``t``, ``f``: a block of resamples' accumulators, of a dtype
+    wide enough for the largest weighted run), so the precisions are the float64
+    quotients of exact counts, as with float64 sums; narrow integer weights (``uint8``
+    when every weight is at most 255) cut the memory each row reads by 8.
+
+    The envelope is taken over the true positives' precisions only: a false positive's
+    precision is below the point before it, so it never raises an envelope (nor does a
+    true positive of weight 0, whose precision is the point's before it). Resamples advance
+    in blocks, the innermost loop running over them (contiguous weights of one image)."""
+    n_runs, n_resamples = len(bounds) - 1, weights.shape[1]
+    out = np.zeros((n_runs, n_resamples))
+    positives = 0
+    for k in range(n_runs):
+        count = 0
+        for d in range(bounds[k], bounds[k + 1]):
+            count += tp[d]
+        positives = max(positives, count)
+    eps = np.finfo(np.float64).eps
+    for lo in range(0, n_resamples, RESAMPLE_BLOCK):
+        hi = min(lo + RESAMPLE_BLOCK, n_resamples)
+        m = hi - lo
+        precision = np.empty((positives, m))
+        at = np.empty(positives, dtype=np.int64)
+        envelope, total = np.empty(m), np.empty(m)
+        for k in range(n_runs):
+            t[:m] = 0
+            f[:m] = 0
+            j = 0
+            for d in range(bounds[k], bounds[k + 1]):
+                w = weights[image[d], lo:hi]
+                if tp[d]:
+                    for b in range(m):
+                        t[b] += w[b]
+                        precision[j, b] = t[b] / max(float(t[b] + f[b]), eps)
+                    at[j] = d
+                    j += 1
+                else:
+                    for b in range(m):
+                        f[b] += w[b]
+            envelope[:] = 0.0
+            total[:] = 0.0
+            for i in range(j - 1, -1, -1):
+                w = weights[image[at[i]], lo:hi]
+                for b in range(m):
+                    envelope[b] = max(envelope[b], precision[i, b])
+                    total[b] += w[b] * envelope[b]
+            for b in range(m):
+                out[k, lo + b] = total[b] / (npos[k, lo + b] + EPS)
+    return out

@@ -28,14 +28,6 @@ from typing import ClassVar
 import numpy as np
 
 from sgdask.errors import InstanceMismatch, Text
-from sgdask.kernels.hits import gt_pair_rows
-from sgdask.kernels.pvsg import (
-    candidates,
-    gt_pairs,
-    pair_hits,
-    relation_ranks,
-    walk_video,
-)
 from sgdask.kernels.selection import parse_ks
 from sgdask.protocols import register, register_board
 from sgdask.protocols.base import Protocol, Refusal
@@ -79,6 +71,8 @@ class PVSGProtocol(Protocol):
 
     def _video_hits(self, gt: ImageGT, relations: np.ndarray, video: PVSGVideo) -> VideoHits:
         """One walk over the video's chunks, then the relations' ranks and the pairs."""
+        from sgdask.kernels.pvsg import candidates, gt_pairs, pair_hits, relation_ranks, walk_video
+
         gt_class, pred_class = video.gt_classes, video.pred_classes
         rel_keys = np.stack([[gt_class[t] for t in video.rel_tubes[:, 0].tolist()],
                              [gt_class[t] for t in video.rel_tubes[:, 1].tolist()],
@@ -111,6 +105,8 @@ class PVSGProtocol(Protocol):
 
     @staticmethod
     def _hits(gt: ImageGT, relations: np.ndarray, first: np.ndarray, ranked: int) -> VideoHits:
+        from sgdask.kernels.hits import gt_pair_rows
+
         n_gt = gt.n_instances
         pairs = gt_pair_rows(relations, n_gt)
         return VideoHits(gt.image_id, False, relations, np.asarray(gt.labels),
