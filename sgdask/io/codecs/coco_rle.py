@@ -92,7 +92,7 @@ def checked_runs(text: str, height: int, width: int) -> tuple[np.ndarray, str | 
     is wrong with it (None: nothing; the runs then cover the mask, zeros first)."""
     if not text.isascii():
         return _NO_RUNS, _PROBLEMS[_ALPHABET]
-    counts, problem = _checked_counts(np.frombuffer(text.encode("ascii"), np.uint8),
+    counts, problem = checked_run_lengths(np.frombuffer(text.encode("ascii"), np.uint8),
                                       height * width)
     if problem == _COVERS:
         return counts, f"covers {int(counts.sum())} pixels, not height x width = " \
@@ -100,15 +100,15 @@ def checked_runs(text: str, height: int, width: int) -> tuple[np.ndarray, str | 
     return counts, _PROBLEMS.get(problem)
 
 
-_OK, _ALPHABET, _INSIDE, _NEGATIVE, _COVERS = range(5)
+RUNS_OK, _ALPHABET, _INSIDE, _NEGATIVE, _COVERS = range(5)
 _PROBLEMS = {_ALPHABET: "holds a character outside COCO's RLE alphabet",
              _INSIDE: "ends inside a count", _NEGATIVE: "holds a negative run"}
 
 
 @njit(**JIT)
-def _checked_counts(raw: np.ndarray, pixels: int) -> tuple[np.ndarray, int]:
-    """``checked_runs`` of a string's ASCII bytes, compiled: (runs, what is wrong as one of
-    ``_OK`` ... ``_COVERS``)."""
+def checked_run_lengths(raw: np.ndarray, pixels: int) -> tuple[np.ndarray, int]:
+    """``checked_runs`` of a string's ASCII bytes, compiled (also called by other compiled
+    readers): (runs, what is wrong as one of ``RUNS_OK`` ... ``_COVERS``)."""
     codes = raw.astype(np.int64) - 48
     for c in codes:
         if c < 0 or c >= 64:
@@ -121,7 +121,7 @@ def _checked_counts(raw: np.ndarray, pixels: int) -> tuple[np.ndarray, int]:
         if c < 0:
             return counts, _NEGATIVE
         total += c
-    return counts, _OK if total == pixels else _COVERS
+    return counts, RUNS_OK if total == pixels else _COVERS
 
 
 def decode_rle(text: str, height: int, width: int) -> np.ndarray:
