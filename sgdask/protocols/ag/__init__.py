@@ -1,7 +1,7 @@
 """Action Genome (``ag-with``, ``ag-semi``, ``ag-no``; ``ag`` names all three): the video scene
 graph evaluation of STTran's ``lib/evaluation_recall.py`` (R@k) and TEMPURA's
 ``calc_mrecall`` (mR@k), whole in this package. ``docs/video.md`` is the definition; the
-per-frame work is ``sgdask.kernels.ag`` (one compiled pass per frame and mode, checked
+per-frame work is ``sgdask.kernels.ag`` (one compiled pass per frame for its three modes, checked
 against its literal twin in the tests).
 
 Each GT frame is an image of the store whose unit is its ``video``: intervals and paired
