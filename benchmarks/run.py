@@ -45,6 +45,7 @@ import os
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -261,12 +262,12 @@ def run_results_reference(ds: Dataset, workers: int, interval: float) -> Measure
 
 def run_results_sgdask(ds: Dataset, interval: float) -> Measurement:
     """D, one command: sgdask evaluate --pred DIR --method psgtr (sgbench protocol)."""
-    out = ds.root / "results-report"
-    argv = python("-m", "sgdask", "evaluate", "--gt", str(ds.gt_store), "--pred",
-                  str(results_dir(ds)), "--method", "psgtr", "--protocol", "sgbench",
-                  "--out", str(out))
-    m = run_measured("D sgdask evaluate --method psgtr", argv, ROOT, interval)
-    m.extra["metrics"] = json.loads((out / "metrics.json").read_text())["metrics"]
+    with tempfile.TemporaryDirectory(prefix="sgdask-bench-d-") as out:
+        argv = python("-m", "sgdask", "evaluate", "--gt", str(ds.gt_store), "--pred",
+                      str(results_dir(ds)), "--method", "psgtr", "--protocol", "sgbench",
+                      "--out", out)
+        m = run_measured("D sgdask evaluate --method psgtr", argv, ROOT, interval)
+        m.extra["metrics"] = json.loads(Path(out, "metrics.json").read_text())["metrics"]
     return m
 
 
