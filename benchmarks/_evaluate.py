@@ -6,8 +6,8 @@ With ``--processes``, ``worker_peak_rss_mb``: each worker's peak RSS (``ru_maxrs
 ``--repeats N`` evaluates N times on the same cluster (``evaluate_runs_s``: every run's
 seconds; the first is ``evaluate_s``): the later runs are a warm cluster's throughput, without
 the process's one-time costs (numba's first call, first imports).
-The cluster is the one ``sgdask evaluate`` starts (``sgdask.cluster.Local``: worker threads
-in this process unless ``--processes``).
+The cluster is the one ``sgdask evaluate`` starts (``sgdask.cluster.Local``: threads of this
+process, no ``distributed`` cluster, unless ``--processes``).
 """
 
 from __future__ import annotations
@@ -45,8 +45,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     start = time.perf_counter()
     with dask_client(scheduler=Local(args.workers, args.processes)) as client:
-        client.wait_for_workers(1)
-        worker_pids = sorted(set(client.run(os.getpid).values()))
+        if args.processes:
+            client.wait_for_workers(1)
+        worker_pids = sorted(set(client.run(os.getpid).values())) if args.processes else \
+            [os.getpid()]
         ready = time.perf_counter()
         runs = []
         for _ in range(args.repeats):

@@ -72,7 +72,6 @@ def main(argv: list[str] | None = None) -> None:
     runs: dict[str, list[float]] = {"with": [], "without": []}
     cpu: dict[str, list[float]] = {"with": [], "without": []}
     with dask_client(scheduler=Local(args.workers, False)) as client:
-        client.wait_for_workers(1)
         metrics = {kind: timed(gt, args.pred, client)[2] for kind, gt in stores.items()}
         for _ in range(args.repeat):
             for kind, gt in stores.items():

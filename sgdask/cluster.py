@@ -1,16 +1,20 @@
-"""Where Dask work runs: a given client, an existing scheduler, or an in-process LocalCluster.
+"""Where Dask work runs: a given client, an existing scheduler, a cluster started for the
+command, a LocalCluster of worker processes, or (the default) threads of this process.
 
-The LocalCluster uses the cores this process may use (CPU affinity and the cgroup CPU
-quota, not the host's count), or ``--workers N``. Its workers are threads of this process
-by default: the kernels are compiled with numba and release the GIL, as do the
-decompressors, pyarrow and zarr, so threads run in parallel without starting (and
-importing sgdask into) worker processes (``README``: Speed, start-up).
+The local choices use the cores this process may use (CPU affinity and the cgroup CPU
+quota, not the host's count), or ``--workers N``. By default they are threads of this
+process (``sgdask.thread_client``: no ``distributed`` cluster, nor its import): the kernels
+are compiled with numba and release the GIL, as do the decompressors, pyarrow and zarr, so
+threads run in parallel without starting (and importing sgdask into) worker processes
+(``README``: Speed, start-up).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import site
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,6 +25,10 @@ from sgdask.errors import SettingError, SgdaskError
 
 if TYPE_CHECKING:  # dask and distributed load where a cluster is used: not for `--help`
     from distributed import Client
+
+    from sgdask.thread_client import ThreadClient
+
+    AnyClient = Client | ThreadClient  # what the evaluation submits its tasks to
 
 LOCAL = "local"
 LOCAL_PROCESSES = False  # threads (see the module docstring); processes=True for isolation
@@ -51,7 +59,7 @@ class Described:
     config: dict[str, Any] = field(default_factory=dict)
 
 
-ClusterSpec = Union["Client", str, Local, Described, None]  # Client: named, not imported
+ClusterSpec = Union["Client", "ThreadClient", str, Local, Described, None]  # named, not imported
 
 
 def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
@@ -81,10 +89,49 @@ def usable_cores() -> int:
 
 def configured_scheduler() -> str | None:
     """Dask's own ``scheduler-address`` setting (``DASK_SCHEDULER_ADDRESS`` or a Dask config
-    file), which ``distributed.Client()`` also connects to when given no address."""
+    file), which ``distributed.Client()`` also connects to when given no address. Dask
+    (0.3 s to import) is asked only where it could hold a setting (``_dask_configurable``)."""
+    if not _dask_configurable():
+        return None
     import dask.config
 
     return dask.config.get("scheduler-address", None) or None
+
+
+def _dask_configurable() -> bool:
+    """Whether Dask could hold a ``scheduler-address``: it is imported already
+    (``dask.config.set``), a variable that can carry it is set (``DASK_SCHEDULER_ADDRESS``,
+    or the configuration a Dask process hands its children), or a file where Dask reads its
+    configuration (``dask.config.paths``) has a line that is not a comment (the files
+    dask-jobqueue and dask-gateway write to ``~/.config/dask`` are all comments)."""
+    if "dask" in sys.modules or any(name.upper() in _CARRIERS for name in os.environ):
+        return True
+    roots = [os.environ.get("DASK_ROOT_CONFIG", "/etc/dask"),
+             os.path.join(sys.prefix, "etc", "dask"),
+             *(os.path.join(prefix, "etc", "dask") for prefix in site.PREFIXES),
+             os.path.join(os.path.expanduser("~"), ".config", "dask"),
+             *([os.environ["DASK_CONFIG"]] if "DASK_CONFIG" in os.environ else [])]
+    return any(_holds_setting(path) for root in roots for path in _config_files(Path(root)))
+
+
+_CARRIERS = ("DASK_SCHEDULER_ADDRESS", "DASK_INTERNAL_INHERIT_CONFIG")
+
+
+def _config_files(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    try:
+        return [p for p in root.iterdir() if p.suffix.lower() in (".yaml", ".yml", ".json")]
+    except OSError:
+        return []
+
+
+def _holds_setting(path: Path) -> bool:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return False
+    return any(line.strip() and not line.lstrip().startswith("#") for line in lines)
 
 
 def worker_environ() -> dict[str, Any]:
@@ -103,33 +150,36 @@ def worker_environ() -> dict[str, Any]:
 
 
 @contextmanager
-def local_cluster(spec: Local) -> Iterator[Client]:
-    import dask.config
-    from distributed import Client, LocalCluster
-
+def local_cluster(spec: Local) -> Iterator[AnyClient]:
+    """A LocalCluster of worker processes (``spec.processes``), else a thread pool of this
+    process answering as a client (``ThreadClient``)."""
     workers = spec.workers or usable_cores()
     if workers < 1:
         raise SettingError("workers", f"{workers} must be at least 1")
-    if spec.processes:
-        with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=":0")
-    else:
-        cluster = LocalCluster(n_workers=1, threads_per_worker=workers, processes=False,
+    if not spec.processes:
+        from sgdask.thread_client import ThreadClient
+
+        with ThreadClient(workers) as threads:
+            yield threads
+        return
+    import dask.config
+    from distributed import Client, LocalCluster
+
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                dashboard_address=":0")
     with cluster, Client(cluster) as client:
         yield client
 
 
 @contextmanager
-def dask_client(client: Client | None = None,
-                scheduler: str | Local | Described | None = None) -> Iterator[Client]:
+def dask_client(client: AnyClient | None = None,
+                scheduler: str | Local | Described | None = None
+                ) -> Iterator[AnyClient]:
     """The given client, a client of ``scheduler`` (an address; when none is named, Dask's
     configured ``scheduler-address``, if set), of a cluster started as ``Described``
-    (released at the end), or an in-process LocalCluster (``Local(...)``, default: on the
-    usable cores)."""
-    from distributed import Client
-
+    (released at the end), or a local one (``Local(...)``, default: threads of this
+    process on the usable cores)."""
     if client is None and isinstance(scheduler, Described):
         from sgdask.cluster_file import described_client
 
@@ -141,6 +191,8 @@ def dask_client(client: Client | None = None,
     if client is not None:
         yield client
     elif address:
+        from distributed import Client
+
         try:
             connected = Client(address, timeout="20s")
         except OSError as err:
@@ -168,19 +220,19 @@ def map_tasks(func: Callable[..., Any], args: Sequence[tuple], cluster: ClusterS
             if progress:
                 progress(results[-1])
         return results
-    from distributed import Client, as_completed
+    from sgdask.thread_client import as_completed
 
-    given = cluster if isinstance(cluster, Client) else None
-    address = None if isinstance(cluster, Client) else cluster
+    named = isinstance(cluster, (str, Local, Described))
+    given, address = (None, cluster) if named else (cluster, None)
     with dask_client(given, address) as client:
         futures = [client.submit(func, *a, pure=False) for a in args]
-        index = {f.key: i for i, f in enumerate(futures)}
+        index = {f: i for i, f in enumerate(futures)}
         results: list[Any] = [None] * len(futures)
         try:
             for future in as_completed(futures):
-                results[index[future.key]] = future.result()
+                results[index[future]] = future.result()
                 if progress:
-                    progress(results[index[future.key]])
+                    progress(results[index[future]])
         finally:
             client.cancel(futures)
         return results

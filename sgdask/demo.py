@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         paths = write_dataset(args.dir / "raw", args.images, args.seed, progress=advance)
     gt, pred = str(args.dir / "gt.store"), str(args.dir / "pred.store")
     with dask_client() as client:
-        err_console.print(f"LocalCluster: {len(client.scheduler_info()['workers'])} workers")
+        err_console.print(f"working on {sum(client.nthreads().values())} threads")
         with progress_bar("ingesting GT", args.images) as advance:
             ingest_gt(str(paths.psg_json), gt, str(paths.masks_dir), overwrite=True,
                       progress=advance, cluster=client)

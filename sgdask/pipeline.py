@@ -2,8 +2,9 @@
 
 This module only plans and wires: reading is ``sgdask.io``, scoring a partition's decoded
 images and folding the results is ``sgdask.core`` (which the in-memory ``Evaluator`` runs
-too), presenting is ``sgdask.report``. The graph is ``distributed`` futures submitted by
-hand (``scored_and_finalized``): per chunk and group of submissions a scoring task, per
+too), presenting is ``sgdask.report``. The graph is futures submitted by hand
+(``scored_and_finalized``) to a ``distributed`` client or, by default, to threads of this
+process (``sgdask.thread_client``): per chunk and group of submissions a scoring task, per
 submission its share of each chunk's result and one task merging them in chunk order and
 finalizing. A ``dask.bag`` with a tree reduction per model says the same and was measured
 slower (docs/decisions.md, "The evaluation graph is futures, not a bag").
@@ -20,10 +21,9 @@ import math
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from distributed import Client, as_completed
 
 from sgdask.cluster import Local, dask_client
 from sgdask.core.finalize import report_of
@@ -51,7 +51,11 @@ from sgdask.store.consistency import check_against_gt
 from sgdask.store.partition import load_gt_images
 from sgdask.store.store import CROWD_VERSION, Corrupt, StoreReader, unseen_by_workers
 from sgdask.store.training_stats import gt_training_stats
+from sgdask.thread_client import as_completed
 from sgdask.types import ImagePred
+
+if TYPE_CHECKING:
+    from sgdask.cluster import AnyClient
 
 
 @dataclass(frozen=True)
@@ -203,7 +207,7 @@ MIN_TASK_IMAGES = 8
 MODELS_PER_TASK = 8
 
 
-def spread_size(n_images: int, n_tasks: int, client: Client, partition_size: int | None,
+def spread_size(n_images: int, n_tasks: int, client: AnyClient, partition_size: int | None,
                 groups: int = 1) -> int | None:
     """A partition size that gives every worker thread of the cluster work when the default
     (one task per GT store part) has fewer tasks than threads (a store of few large parts on
@@ -218,7 +222,7 @@ def spread_size(n_images: int, n_tasks: int, client: Client, partition_size: int
     return size if -(-n_images // size) > n_tasks else None
 
 
-def task_count(n_tasks: int, n_images: int, client: Client, partition_size: int | None,
+def task_count(n_tasks: int, n_images: int, client: AnyClient, partition_size: int | None,
                groups: int = 1) -> int:
     """Tasks of the default plan: ``n_tasks`` (one per GT store part), or fewer groups of
     consecutive parts of about ``TASK_IMAGES`` images, a multiple of the worker threads.
@@ -235,12 +239,12 @@ def task_count(n_tasks: int, n_images: int, client: Client, partition_size: int 
     return max(1, min(n_tasks, groups))
 
 
-def _threads_per_group(client: Client, groups: int) -> int:
+def _threads_per_group(client: AnyClient, groups: int) -> int:
     return max(1, -(-sum(client.nthreads().values()) // groups))
 
 
 def sized_chunks(gt: StoreReader, gt_images: pa.Table, partition_size: int | None,
-                 client: Client, groups: int) -> list[list[str]]:
+                 client: AnyClient, groups: int) -> list[list[str]]:
     """The evaluation's chunks of GT image ids, one per task of each of ``groups`` groups
     of submissions, sized to the cluster (``spread_size``, ``task_count``)."""
     unit = gt.units[0] if gt.units else None
@@ -358,7 +362,7 @@ def _is_file(url: str, method: ResultsMethod | None, options: StorageOptions | N
     return fs.isfile(path) or (fs.isdir(path) and claimed(url, options) is not None)
 
 
-def first_wave(client: Client, gt: GTPlan, submissions: list[tuple[str, str, str]],
+def first_wave(client: AnyClient, gt: GTPlan, submissions: list[tuple[str, str, str]],
                limits: ArchiveLimits | None, methods: dict[str, ResultsMethod], verify: bool,
                isolate: bool
                ) -> tuple[list[Planned], dict[str, SubmissionInput], dict[str, SgdaskError]]:
@@ -453,7 +457,7 @@ def task_io(*results: PartitionResult) -> PartitionResult:
     return io
 
 
-def scored_and_finalized(client: Client, plans: list[Planned],
+def scored_and_finalized(client: AnyClient, plans: list[Planned],
                          inputs: dict[str, SubmissionInput], chunks: list[list[str]],
                          gt_reader: StoreReader, job: Job, ctx: ReportContext,
                          then: dict[str, Finish], returned: Returned, progress: bool
@@ -513,7 +517,7 @@ def _show_progress(futures: list[Any]) -> None:
 
 
 def evaluate_many(gt: str, submissions: list[tuple[str, str, str]], options: Settings,
-                  client: Client | None = None, scheduler: str | Local | None = None,
+                  client: AnyClient | None = None, scheduler: str | Local | None = None,
                   storage_options: StorageOptions | None = None, progress: bool = False,
                   limits: ArchiveLimits | None = None, keep_stores: dict[str, str] | None = None,
                   methods: dict[str, ResultsMethod] | None = None, *, isolate: bool = False,
@@ -631,7 +635,7 @@ def _check_pair_scores(sub: Submission, given: SubmissionInput) -> None:
             raise SgdaskError(f"{given.url}: ", *refusal)
 
 
-def cluster_mapper(client: Client) -> Mapper:
+def cluster_mapper(client: AnyClient) -> Mapper:
     """Run blocks of bootstrap resamples as tasks (the shared terms sent once)."""
     def run(func: Any, shared: tuple, blocks: list[tuple]) -> list[Any]:
         [sent] = client.scatter([shared], broadcast=True, hash=False)
@@ -652,7 +656,7 @@ def kept_stores(subs: tuple[Submission, ...], keep: tuple[str | None, ...],
 
 
 def evaluate_protocols(gt: str, pred: str, protocols: str | None = None, *,
-                       settings: Settings | None = None, client: Client | None = None,
+                       settings: Settings | None = None, client: AnyClient | None = None,
                        scheduler: str | None = None,
                        storage_options: StorageOptions | None = None, progress: bool = False,
                        limits: ArchiveLimits | None = None, keep_store: str | None = None,
@@ -677,7 +681,7 @@ def evaluate_protocols(gt: str, pred: str, protocols: str | None = None, *,
 
 
 def evaluate(gt: str, pred: str, protocol: str | None = None, *,
-             settings: Settings | None = None, client: Client | None = None,
+             settings: Settings | None = None, client: AnyClient | None = None,
              scheduler: str | None = None, storage_options: StorageOptions | None = None,
              progress: bool = False, states: bool = True, **fields: Any) -> Report:
     """Score the submission ``pred`` against the GT store ``gt`` under one ``protocol``

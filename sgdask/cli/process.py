@@ -22,7 +22,7 @@ EXIT_BUG = 1
 EXIT_INTERRUPTED = 130
 #: what every scoring command imports (the Dask cluster layer, the kernels with numba, the
 #: store with pyarrow), loaded before ``freeze_imports`` freezes
-_SCORING_MODULES = ("distributed", "sgdask.kernels.image", "sgdask.store.store")
+_SCORING_MODULES = ("sgdask.kernels.image", "sgdask.store.store")
 
 
 def _click_exceptions() -> ModuleType:

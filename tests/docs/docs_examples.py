@@ -9,9 +9,10 @@ command:
   ``sgdask.cli.main(argv)``, with the argv the shell would give it, and must exit 0;
 - a ``python`` block runs in a fresh namespace and must not raise.
 
-Every command and Python call finds this page's LocalCluster (started here, in the page's
-directory, so relative paths name the same files for the workers) through Dask's
-``scheduler-address`` setting, as it would find a user's configured scheduler.
+Every command and Python call runs where it runs for a reader with no Dask scheduler
+configured: the one-off commands on threads of this process, the batch commands on the
+LocalCluster of worker processes they start (a page's LocalCluster shared through Dask's
+``scheduler-address`` setting cost 4x the CPU of the threads on tasks/compare.md).
 Exit code 1 and the failing block on stderr when a block fails.
 """
 
@@ -57,24 +58,18 @@ def run_python(code: str, label: str) -> None:
 
 
 def run_page(blocks: list[dict[str, Any]]) -> int:
-    import dask.config
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=":0", host="127.0.0.1") as cluster, \
-            dask.config.set({"scheduler-address": cluster.scheduler_address}):
-        for block in blocks:
-            label = f"docs/{block['page']}:{block['line']}"
-            try:
-                if block["lang"] == "bash":
-                    run_bash(block["code"])
-                else:
-                    run_python(block["code"], label)
-            except BaseException:
-                print(f"FAILED: {label} ({block['lang']} block)\n{block['code']}",
-                      file=sys.stderr)
-                traceback.print_exc()
-                return 1
+    for block in blocks:
+        label = f"docs/{block['page']}:{block['line']}"
+        try:
+            if block["lang"] == "bash":
+                run_bash(block["code"])
+            else:
+                run_python(block["code"], label)
+        except BaseException:
+            print(f"FAILED: {label} ({block['lang']} block)\n{block['code']}",
+                  file=sys.stderr)
+            traceback.print_exc()
+            return 1
     return 0
 
 

@@ -1,13 +1,12 @@
 """The documentation's examples run, so they never rot; its generated pages cover what they
-claim to.
-
-Every fenced block marked ``{.bash .run}`` or ``{.python .run}`` in ``docs/`` runs, page by
-page, in the page's order, in a fresh empty directory, by ``tests/docs/docs_examples.py`` (one
-interpreter and one LocalCluster per page: bash blocks are ``sgdask`` commands run through
-the ``sgdask`` entry point with the argv the shell would give them, Python blocks run as
-they are and hold their own ``assert``s). A page passes when every block does. The S3 page
-runs against a real moto S3 server on 127.0.0.1. The installed ``sgdask`` command itself is
-run from outside the repository by the wheel smoke test (``.ci/wheel-smoke``).
+claim to. Every fenced block marked ``{.bash .run}`` or ``{.python .run}`` in ``docs/``
+runs, page by page, in the page's order, in a fresh empty directory, by
+``tests/docs/docs_examples.py`` (one interpreter per page, Dask where a reader's commands
+put it: bash blocks are ``sgdask`` commands run through the ``sgdask`` entry point with the
+argv the shell would give them, Python blocks run as they are and hold their own
+``assert``s). A page passes when every block does. The S3 page runs against a real moto S3
+server on 127.0.0.1. The installed ``sgdask`` command itself is run from outside the
+repository by the wheel smoke test (``.ci/wheel-smoke``).
 
 The strict site build itself (broken links, missing pages, missing API objects) runs in
 ``make test`` (``mkdocs build --strict``), not here.
