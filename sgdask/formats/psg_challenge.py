@@ -16,7 +16,8 @@ each task decodes its images' PNGs (``ChallengeSlice``), checked against the GT 
 size. The result is a mask submission with a graph list and no NG list: categories and
 predicates 0-based, instance i the pixels of segment i, no scores; when some pixels are in
 no listed segment, with the segments grade.py's PQ scores in their place
-(``graded_segments``). A converted store holds the instances only.
+(``graded_segments``). A converted store holds those segments too (its segments table,
+format 7), so it scores the same PQ as the files.
 """
 
 from __future__ import annotations
@@ -48,7 +49,14 @@ from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, printable, rea
 from sgdask.io.bounded_json import load_json
 from sgdask.io.fs import StorageOptions, absolute, filesystem, join, unreadable
 from sgdask.io.sources import Digest, Loaded
-from sgdask.store.store import PartTables, StoreReader, StoreWriter, part_name, write_part
+from sgdask.store.store import (
+    PartTables,
+    StoreReader,
+    StoreWriter,
+    add_segment_rows,
+    part_name,
+    write_part,
+)
 from sgdask.types import EMPTY_TRIPLETS, BitMasks, ImagePred
 
 RELATIONS_FILE, PNG_FOLDER = "relation.json", "panseg"
@@ -433,14 +441,17 @@ class PartOutcome:
 def write_challenge_part(url: str, out: str, options: StorageOptions | None, index: int,
                          entries: list[ChallengeEntry], sizes: dict[str, tuple[int, int]],
                          limits: ArchiveLimits | None) -> PartOutcome:
-    """One store part (a Dask task): decodes and checks its entries' PNGs, writes them."""
+    """One store part (a Dask task): decodes and checks its entries' PNGs, writes them
+    (with grade.py's segments where they are not the listed masks)."""
     from sgdask.formats.ingest import add_submission_rows
 
     try:
         files, tables, digests = ChallengeFiles(url, options, limits), PartTables.empty(), []
         for entry in entries:
-            image, masks, _, digest = decoded(files, entry, sizes[entry.image_id])
+            image, masks, segments, digest = decoded(files, entry, sizes[entry.image_id])
             add_submission_rows(tables, image, masks.shape, part_name(index), masks)
+            if segments is not None:
+                add_segment_rows(tables, entry.image_id, *segments)
             digests.append(digest)
         return PartOutcome(write_part(out, options, index, tables), digests)
     except SgdaskError as err:
@@ -506,12 +517,13 @@ def validate_challenge(url: str, gt: str | None, options: StorageOptions | None,
 
 
 def _unlisted_warning(files: ChallengeFiles, unlisted: int, total: int) -> InputError:
-    """That PQ differs between these files and a store converted from them."""
+    """That PQ reads pixels of no listed segment as grade.py does, which panopticapi would
+    not (the files and a store converted from them score the same)."""
     return InputError(files.where(RELATIONS_FILE), f"{unlisted} of {total} PNGs hold pixels "
-                      "in no listed segment: evaluating these files scores PQ on grade.py's "
-                      "segments (they join listed ones or make their own); a store converted "
-                      "from them (as the service converts an upload) leaves them unlabelled, as "
-                      "panopticapi does",
+                      "in no listed segment: PQ scores them as grade.py does (they join listed "
+                      "segments or make their own), where panopticapi would leave them "
+                      "unlabelled; a store converted from these files keeps grade.py's "
+                      "segments",
                       field="segments_info")
 
 

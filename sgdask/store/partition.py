@@ -7,7 +7,9 @@ part's masks are one contiguous read, decoded once for all its images (one compi
 undoing the row XOR), and an image's masks are views into that buffer.
 
 Stores of format version 1 (GT label images, byte-packed crops) are converted on read;
-stores before version 4 have no crowd flags (``ImageGT.crowd`` None).
+stores before version 4 have no crowd flags (``ImageGT.crowd`` None). A part with a segments
+table (version 7) gives its images ``ImagePred.segments``: their masks are in the part's
+mask array after the instances', decoded with them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ import pyarrow as pa
 from sgdask.io.codecs.words import sparse_problem, unpack_sparse, v1_crop_words, xor_rows
 from sgdask.io.units import unit_column
 from sgdask.kernels.bits import word_layout
-from sgdask.store.store import CROWD_VERSION, PAIRS_VERSION, Corrupt, StoreReader
+from sgdask.store.store import (
+    CROWD_VERSION,
+    PAIRS_VERSION,
+    SEGMENT_SCHEMA,
+    SEGMENTS,
+    Corrupt,
+    StoreReader,
+)
 from sgdask.types import BitMasks, ImageGT, ImagePred, TopPredicates
 
 IMAGE_COLUMNS = ["image_id", "height", "width", "n_instances", "n_graph", "n_ng",
@@ -30,6 +39,7 @@ PAIR_COLUMNS = ["subject", "object", "predicate", "score"]
 INSTANCE_COLUMNS = ["category", "x1", "y1", "x2", "y2", "score", "mask_y0", "mask_x0",
                     "mask_y1", "mask_x1", "mask_offset", "area"]
 TRIPLET_COLUMNS = ["subject", "object", "predicate"]
+SEGMENT_BOX_COLUMNS = ["mask_y0", "mask_x0", "mask_y1", "mask_x1"]
 
 
 def column(table: pa.Table, name: str, dtype: type = np.int64) -> np.ndarray:
@@ -71,6 +81,48 @@ class PartRows:
     crowd: np.ndarray | None  # per instance, iscrowd (version 4 on; null read as false)
     has_crowd: np.ndarray  # per image: every instance has its iscrowd
     units: dict[str, list[str]]  # per unit the store records, each image's unit id
+    segments: SegmentRows | None = None  # the part's segments table (version 7)
+
+
+@dataclass
+class SegmentRows:
+    """A part's segments table (format 7), for the wanted images: per image its first
+    segment row (-1: no segments of its own, its instances are scored), per segment row its
+    category, mask box (y0, x0, y1, x1) and word offset."""
+
+    first: np.ndarray
+    count: np.ndarray
+    category: np.ndarray
+    mask_boxes: np.ndarray
+    mask_offset: np.ndarray
+
+
+def segment_rows(reader: StoreReader, part: str, ids: list[str], kept: list[str],
+                 masked: set[str]) -> SegmentRows | None:
+    """The segments table of ``part`` (None: the part has none) for the ``kept`` images of
+    its ``ids``; every image in it must be one of the part's, once, with masks."""
+    if part not in reader.segmented:
+        return None
+    rel = f"{SEGMENTS}/{part}.parquet"
+    table = reader.read_table(rel, SEGMENT_SCHEMA.names)
+    seg_ids = table["image_id"].to_pylist()
+    row_of = {image_id: r for r, image_id in enumerate(seg_ids)}
+    lists = table[SEGMENTS].combine_chunks()
+    flat = lists.flatten()
+    fields = [flat.field(c) for c in ("category", *SEGMENT_BOX_COLUMNS, "mask_offset")]
+    if (len(row_of) != len(seg_ids) or not set(row_of) <= set(ids) & masked
+            or lists.null_count or flat.null_count or any(f.null_count for f in fields)):
+        raise Corrupt(reader.url, rel, "corrupt (its images must be the part's, each once "
+                      "and with masks, every segment with its category, box and offset)")
+    counts = np.diff(lists.offsets.to_numpy()).astype(np.int64)
+    rows = np.array([row_of.get(i, -1) for i in kept], dtype=np.int64)
+    return SegmentRows(
+        first=np.where(rows >= 0, starts_of(counts)[rows], -1),
+        count=np.append(counts, 0)[rows],
+        category=fields[0].to_numpy(zero_copy_only=False).astype(np.int64),
+        mask_boxes=np.stack([f.to_numpy(zero_copy_only=False).astype(np.float64)
+                             for f in fields[1:5]], 1) if len(flat) else np.empty((0, 4)),
+        mask_offset=fields[5].to_numpy(zero_copy_only=False).astype(np.float64))
 
 
 def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
@@ -108,8 +160,10 @@ def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
     area = column(inst, "area", np.float64)
     crowd = (inst["iscrowd"].cast(pa.float64()).to_numpy(zero_copy_only=False) if with_crowd
              else np.full(n, np.nan))  # null (a submission's): NaN
+    kept = [i for i, k in zip(ids, keep, strict=True) if k]
+    masked = {i for i, a in zip(ids, arrays, strict=True) if a is not None}
     return PartRows(
-        ids=[i for i, k in zip(ids, keep, strict=True) if k],
+        ids=kept,
         height=column(images, "height")[keep], width=column(images, "width")[keep],
         n_instances=n_inst[keep], n_graph=n_graph[keep], n_ng=n_ng[keep],
         has_masks=np.array([a is not None for a in arrays], dtype=bool)[keep],
@@ -131,7 +185,8 @@ def part_rows(reader: StoreReader, part: str, wanted: set[str]) -> PartRows:
         crowd=np.nan_to_num(crowd).astype(bool) if with_crowd else None,
         has_crowd=~any_per_image(np.isnan(crowd), inst_starts),
         units={u: [v for v, k in zip(images[c].to_pylist(), keep, strict=True) if k]
-               for u, c in zip(reader.units, unit_columns, strict=True)})
+               for u, c in zip(reader.units, unit_columns, strict=True)},
+        segments=segment_rows(reader, part, ids, kept, masked))
 
 
 def kept_rows(table: pa.Table, starts: np.ndarray, keep: np.ndarray) -> pa.Table:
@@ -153,7 +208,8 @@ def any_per_image(flags: np.ndarray, starts: np.ndarray) -> np.ndarray:
 class PartMasks:
     """The masks of one part's wanted images, decoded once (version 2: word masks;
     version 1 predictions: byte-packed crops converted to words; version 1 GT: label
-    images, packed per image on first use)."""
+    images, packed per image on first use). The masks of a segments table (version 7)
+    follow the instances' (``segments_of``)."""
 
     def __init__(self, reader: StoreReader, rows: PartRows) -> None:
         self.reader, self.rows = reader, rows
@@ -163,11 +219,15 @@ class PartMasks:
         self.labels: dict[int, tuple[int, int]] = {}
         if rows.mask_array is None:
             return
-        with_masks = ~np.isnan(rows.mask_offset)
-        self.boxes = np.where(with_masks[:, None], rows.mask_boxes, 0).astype(np.int64)
+        mask_boxes, mask_offset = rows.mask_boxes, rows.mask_offset
+        if rows.segments is not None:
+            mask_boxes = np.concatenate([mask_boxes, rows.segments.mask_boxes])
+            mask_offset = np.concatenate([mask_offset, rows.segments.mask_offset])
+        with_masks = ~np.isnan(mask_offset)
+        self.boxes = np.where(with_masks[:, None], mask_boxes, 0).astype(np.int64)
         if reader.version == 1 and not np.isnan(rows.label_offset).all():
             return  # version 1 GT: label images, read per image
-        offsets = np.where(with_masks, rows.mask_offset, 0).astype(np.int64)
+        offsets = np.where(with_masks, mask_offset, 0).astype(np.int64)
         if reader.version == 1:
             self.v1_crops(offsets, with_masks)
         else:
@@ -200,6 +260,17 @@ class PartMasks:
     def of(self, i: int, shape: tuple[int, int]) -> BitMasks:
         a, b = self.rows.inst[i], self.rows.inst[i + 1]
         return BitMasks(shape, self.boxes[a:b], self.starts[a:b], self.words)
+
+    def segments_of(self, i: int, shape: tuple[int, int]
+                    ) -> tuple[BitMasks, np.ndarray] | None:
+        """Image i's segments and their categories (None: it has none of its own)."""
+        seg = self.rows.segments
+        if seg is None or seg.first[i] < 0:
+            return None
+        first, last = int(seg.first[i]), int(seg.first[i] + seg.count[i])
+        a, b = len(self.rows.mask_offset) + first, len(self.rows.mask_offset) + last
+        return (BitMasks(shape, self.boxes[a:b], self.starts[a:b], self.words),
+                seg.category[first:last])
 
     def label_image(self, i: int) -> np.ndarray:
         """Version 1 GT: the image's label image."""
@@ -274,7 +345,9 @@ def load_predictions(reader: StoreReader, parts: list[str], ids: list[str]
             bits = (masks.of(i, (int(rows.height[i]), int(rows.width[i])))
                     if rows.has_masks[i] else None)
             out[image_id] = ImagePred(image_id, labels, graph, ng, boxes, bits, scores,
-                                      _pairs_of(reader, rows, end, rows.trip[i + 1]))
+                                      _pairs_of(reader, rows, end, rows.trip[i + 1]),
+                                      masks.segments_of(i, (int(rows.height[i]),
+                                                            int(rows.width[i]))))
     return out
 
 

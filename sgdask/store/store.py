@@ -27,6 +27,13 @@ the groups its images belong to (``["video"]``) and the images table has a colum
 that records units is written as version 6; every other store is written as version 5, as
 before, so releases that read version 5 read it and nothing about it changes.
 
+Version 7 holds the segments panoptic quality scores where a submission's instances are not
+them (the PSG challenge's ``grade.py`` reads pixels of no listed segment as segments too:
+``sgdask.formats.psg_challenge``): ``URL/segments/part-00000.parquet``, one row per image that
+has them (``segments``: a list of category, mask box and word offset; the masks are in the
+part's mask array after its instances'), for each part whose manifest entry says
+``"segments": true``. Only such a store is written as version 7.
+
 Version 4 adds the instances' ``iscrowd`` (GT from psg.json: its ``segments_info``'s
 ``iscrowd``; null elsewhere), which panoptic quality needs; older stores are read as they
 are, without crowd flags (no panoptic quality then, with the reason in the report).
@@ -76,9 +83,11 @@ if TYPE_CHECKING:
 
 FORMAT = "sgdask-store"
 FORMAT_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 #: the version of a store whose images table records units (written only for those)
 UNITS_VERSION = 6
+#: the version of a store holding segments tables (written only for those)
+SEGMENTS_VERSION = 7
 #: the first version whose manifest lists every file with its size and hash
 CHECKSUMMED_VERSION = 3
 #: the first version whose instances table has ``iscrowd``
@@ -149,7 +158,17 @@ TRIPLET_SCHEMA = pa.schema([
     ("rank", pa.int32()), ("subject", pa.int32()), ("object", pa.int32()),
     ("predicate", pa.int32()), ("score", pa.float64()),
 ])
-SCHEMAS = {"images": IMAGE_SCHEMA, "instances": INSTANCE_SCHEMA, "triplets": TRIPLET_SCHEMA}
+SEGMENT_SCHEMA = pa.schema([
+    ("image_id", pa.string()),
+    ("segments", pa.list_(pa.struct([
+        ("category", pa.int32()), ("mask_y0", pa.int32()), ("mask_x0", pa.int32()),
+        ("mask_y1", pa.int32()), ("mask_x1", pa.int32()), ("mask_offset", pa.int64())]))),
+])
+#: the optional table of a part (format 7): the segments panoptic quality scores in place of
+#: an image's instances
+SEGMENTS = "segments"
+SCHEMAS = {"images": IMAGE_SCHEMA, "instances": INSTANCE_SCHEMA, "triplets": TRIPLET_SCHEMA,
+           SEGMENTS: SEGMENT_SCHEMA}
 
 
 def part_name(index: int) -> str:
@@ -186,6 +205,8 @@ class PartTables:
     masks: list[np.ndarray] = field(default_factory=list)
     mask_length: int = 0  # words
     units: tuple[str, ...] = ()  # the units recorded (a column each in ``images``)
+    #: rows of the segments table (``add_segment_rows``; none: the part has no such table)
+    segments: dict[str, list] = field(default_factory=lambda: {"image_id": [], SEGMENTS: []})
 
     @classmethod
     def empty(cls, units: Sequence[str] = ()) -> PartTables:
@@ -237,6 +258,20 @@ def add_instance_rows(tables: PartTables, image_id: str, categories: np.ndarray,
     for j, name in enumerate(("x1", "y1", "x2", "y2")):
         cols[name].extend([None] * n if boxes is None else boxes[:, j].tolist())
     cols["score"].extend([None] * n if scores is None else scores.tolist())
+
+
+def add_segment_rows(tables: PartTables, image_id: str, masks: BitMasks,
+                     categories: np.ndarray) -> None:
+    """The segments panoptic quality scores for an image in place of its instances (disjoint
+    masks and their categories): one row of the segments table, the masks into the part's
+    mask array."""
+    offsets = tables.add_masks(masks).tolist()
+    boxes = masks.boxes.tolist()
+    tables.segments["image_id"].append(image_id)
+    tables.segments[SEGMENTS].append([
+        {"category": int(c), "mask_y0": b[0], "mask_x0": b[1], "mask_y1": b[2],
+         "mask_x1": b[3], "mask_offset": o}
+        for c, b, o in zip(categories.tolist(), boxes, offsets, strict=True)])
 
 
 def add_triplet_rows(tables: PartTables, image_id: str, list_name: str, triplets: np.ndarray,
@@ -302,6 +337,7 @@ def write_part(url: str, storage_options: StorageOptions | None, index: int,
     """A part's three Parquet files and, if it has masks, its Zarr mask array.
 
     Runs on any worker: parts are independent files, and the masks group exists already.
+    With segments rows, also its segments table (the entry then says ``"segments": true``).
     Returns the part's manifest entry (with ``files``: each file's size and SHA-256,
     which ``StoreWriter.finish`` moves into the manifest's ``files``).
     """
@@ -318,8 +354,14 @@ def write_part(url: str, storage_options: StorageOptions | None, index: int,
                                      schema=table_schema(name, tables.units))
         rel = f"{name}/{part_name(index)}.parquet"
         files[rel] = put_file(fs, join(path, rel), parquet_bytes(table), join(url, rel))
-    return {"name": part_name(index), "first_id": ids[0], "last_id": ids[-1],
-            "n_images": len(ids), "files": files}
+    entry = {"name": part_name(index), "first_id": ids[0], "last_id": ids[-1],
+             "n_images": len(ids), "files": files}
+    if tables.segments["image_id"]:
+        rel = f"{SEGMENTS}/{part_name(index)}.parquet"
+        table = pa.Table.from_pydict(tables.segments, schema=SEGMENT_SCHEMA)
+        files[rel] = put_file(fs, join(path, rel), parquet_bytes(table), join(url, rel))
+        entry[SEGMENTS] = True
+    return entry
 
 
 def _warn(line: str) -> None:
@@ -413,7 +455,8 @@ class StoreWriter:
         try:
             for rel in self.own_files(fields):
                 files[rel] = file_entry(self.fs.cat_file(join(self.write_path, rel)))
-            version = UNITS_VERSION if fields.get("units") else FORMAT_VERSION
+            version = (SEGMENTS_VERSION if any(p.get(SEGMENTS) for p in entries)
+                       else UNITS_VERSION if fields.get("units") else FORMAT_VERSION)
             manifest = {"format": FORMAT, "format_version": version, "kind": self.kind,
                         **fields, "parts": entries, "files": dict(sorted(files.items()))}
             manifest[SELF_HASH] = manifest_digest(manifest)
@@ -525,21 +568,30 @@ def manifest_problem(manifest: dict[str, Any]) -> str | None:
     if manifest["format_version"] >= CHECKSUMMED_VERSION:
         if manifest.get(SELF_HASH) != manifest_digest(manifest):
             return f"{SELF_HASH} does not match the manifest's contents"
-        return files_problem(manifest["files"], {p["name"] for p in parts})
+        segmented = {p["name"] for p in parts if p.get(SEGMENTS)}
+        if segmented and manifest["format_version"] < SEGMENTS_VERSION:
+            return (f"parts: {min(segmented)} has segments, which a version "
+                    f"{manifest['format_version']} store cannot hold (version "
+                    f"{SEGMENTS_VERSION} on)")
+        return files_problem(manifest["files"], {p["name"] for p in parts}, segmented)
     return None
 
 
-def files_problem(files: dict[str, Any], parts: set[str]) -> str | None:
+def files_problem(files: dict[str, Any], parts: set[str],
+                  segmented: set[str] | frozenset[str] = frozenset()) -> str | None:
     """Whether the listed files and the listed parts agree: every part's three tables
-    listed, no file of a part the manifest does not list."""
+    listed, and its segments table when the part has segments (``segmented``); no file of
+    a part the manifest does not list, no segments table of a part without segments."""
     for rel in files:
         head, _, rest = rel.partition("/")
-        part = rest.split("/")[0].removesuffix(".parquet") if head in (*TABLES, "masks") \
-            else None
+        part = rest.split("/")[0].removesuffix(".parquet") \
+            if head in (*TABLES, SEGMENTS, "masks") else None
         if part is not None and part != "zarr.json" and part not in parts:
             return f"files: {rel} belongs to no part listed in parts"
+        if head == SEGMENTS and part not in segmented:
+            return f"files: {rel} belongs to {part}, whose entry in parts has no segments"
     for part in sorted(parts):
-        for name in TABLES:
+        for name in (*TABLES, *((SEGMENTS,) if part in segmented else ())):
             if f"{name}/{part}.parquet" not in files:
                 return f"files: {name}/{part}.parquet of {part} is not listed"
     return None
@@ -620,6 +672,13 @@ class StoreReader:
         if self.version < UNITS_VERSION:
             return ()
         return tuple(self.manifest.get("units") or ())
+
+    @functools.cached_property
+    def segmented(self) -> frozenset[str]:
+        """The parts holding a segments table (version 7)."""
+        if self.version < SEGMENTS_VERSION:
+            return frozenset()
+        return frozenset(p["name"] for p in self.parts if p.get(SEGMENTS))
 
     @property
     def checksummed(self) -> bool:

@@ -21,7 +21,9 @@ from sgdask.formats.sniff import expect, what_is
 from sgdask.io.archive import ArchiveLimits
 from sgdask.pipeline import evaluate_protocols
 from sgdask.service.tokens import add_token
+from sgdask.store.store import SELF_HASH, manifest_digest
 from sgdask.testing.psg import write_dataset
+from tests.helpers import run_main
 from tests.helpers.psg_challenge_files import colour_png, distinct_ids, write_challenge_submission
 from tests.helpers.servicekit import Proc, upload, wait_final
 
@@ -52,11 +54,13 @@ GRADE_PY_BLACK = {
 }
 
 
-def _lab(root: Path, seed: int, black_background: bool = False) -> tuple[Path, str]:
+def _lab(root: Path, seed: int, black_background: bool = False,
+         partition_size: int | None = None) -> tuple[Path, str]:
     data = write_dataset(root / "data", n_images=10, seed=seed, height=64, width=96,
                          missing_fraction=0.0, no_relation_fraction=0.2)
     sub = write_challenge_submission(data, root / "submission", seed, black_background)
-    ingest_gt(str(data.psg_json), str(root / "gt"), str(data.masks_dir))
+    ingest_gt(str(data.psg_json), str(root / "gt"), str(data.masks_dir),
+              **({} if partition_size is None else {"partition_size": partition_size}))
     return sub, str(root / "gt")
 
 
@@ -68,6 +72,36 @@ def test_equals_grade_py(seed, black, tmp_path, client):
     [report] = evaluate_protocols(gt, str(sub), "multimpo", ks=(20,), client=client).values()
     want = (GRADE_PY_BLACK if black else GRADE_PY)[seed]
     # grade.py takes np.mean of per-image floats; sgdask rounds the exact mean once
+    assert report.metrics["R@20"] == pytest.approx(want["Recall R 20"], rel=1e-15, abs=0)
+    assert report.metrics["mR@20"] == pytest.approx(want["MeanRecall R 20"], rel=1e-15, abs=0)
+    assert report.metrics["PQ"] * 100 == pytest.approx(want["PQ"], rel=1e-15, abs=0)
+
+
+def _converted(sub: Path, gt: str, out: Path, partition_size: int | None = None) -> dict:
+    """``sub`` converted to a store at ``out`` (as ``sgdask convert`` and the service do):
+    its manifest."""
+    FORMATS[PSG_CHALLENGE].convert(str(sub), str(out), gt, None, overwrite=False,
+                                   cluster=None, limits=None, partition_size=partition_size)
+    return json.loads((out / "manifest.json").read_text())
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("seed, black", [*((s, False) for s in sorted(GRADE_PY)),
+                                         *((s, True) for s in sorted(GRADE_PY_BLACK))])
+def test_converted_store_equals_grade_py(seed, black, tmp_path, client):
+    """A store converted from the files scores grade.py's numbers, as the files do: with
+    pixels in no listed segment (black), its parts hold grade.py's segments (format 7);
+    without, it is the format-5 store it always was (no segments table)."""
+    sub, gt = _lab(tmp_path, seed, black, partition_size=3)  # parts cut like the GT's
+    manifest = _converted(sub, gt, tmp_path / "store")
+    segmented = [p["name"] for p in manifest["parts"] if p.get("segments")]
+    assert manifest["format_version"] == (7 if black else 5)
+    assert bool(segmented) == black and len(manifest["parts"]) >= 2
+    assert sorted(r for r in manifest["files"] if r.startswith("segments/")) == [
+        f"segments/{name}.parquet" for name in segmented]
+    [report] = evaluate_protocols(gt, str(tmp_path / "store"), "multimpo", ks=(20,),
+                                  client=client).values()
+    want = (GRADE_PY_BLACK if black else GRADE_PY)[seed]
     assert report.metrics["R@20"] == pytest.approx(want["Recall R 20"], rel=1e-15, abs=0)
     assert report.metrics["mR@20"] == pytest.approx(want["MeanRecall R 20"], rel=1e-15, abs=0)
     assert report.metrics["PQ"] * 100 == pytest.approx(want["PQ"], rel=1e-15, abs=0)
@@ -263,8 +297,9 @@ def test_bad_entry_one_line(edit, where, says, hand_gt, tmp_path):
 
 
 def test_unnamed_colours_warned_for_a_store(hand_gt, tmp_path, client):
-    """A converted store holds the listed masks only (its PQ is panopticapi's reading), so
-    validation warns; recall is the same either way."""
+    """Validation warns that the PNGs hold pixels in no listed segment (grade.py reads them
+    as segments, panopticapi would not); a converted store keeps grade.py's segments (its
+    segments table), so it scores grade.py's PQ, as the files do; recall is the same too."""
     sub = _unnamed_colours(tmp_path / "sub", 3)
     fmt = FORMATS[PSG_CHALLENGE]
     [problem] = fmt.validate(str(sub), hand_gt, None, None, 10)
@@ -276,8 +311,60 @@ def test_unnamed_colours_warned_for_a_store(hand_gt, tmp_path, client):
                                          client=client)["multimpo"]
                       for p in (sub, tmp_path / "store"))
     assert direct.metrics["PQ"] * 100 == pytest.approx(GRADE_PY_UNNAMED["PQ"], rel=1e-15)
-    assert stored.metrics["PQ"] == (0.0 + 40 / 48) / 2  # a: 16 of 48 pixels, no match
+    assert stored.metrics["PQ"] == direct.metrics["PQ"]
     assert stored.metrics["R@20"] == direct.metrics["R@20"]
+
+
+SEGMENTS_REL = "segments/part-00000.parquet"
+
+
+def _rehashed(store: Path, edit) -> None:
+    manifest = json.loads((store / "manifest.json").read_text())
+    edit(manifest)
+    manifest[SELF_HASH] = manifest_digest(manifest)
+    (store / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+def _foreign_image(store: Path) -> None:
+    """The segments table rewritten (its hash recorded) for an image its part lacks."""
+    import pyarrow.parquet as pq
+
+    from sgdask.store.store import file_entry, parquet_bytes
+
+    table = pq.read_table(store / SEGMENTS_REL)
+    table = table.set_column(0, table.schema.field(0), [["zzz"] * len(table)])
+    data = parquet_bytes(table)
+    (store / SEGMENTS_REL).write_bytes(data)
+    _rehashed(store, lambda m: m["files"].__setitem__(SEGMENTS_REL, file_entry(data)))
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda s: (s / SEGMENTS_REL).unlink(), f"{SEGMENTS_REL}: corrupt (missing)"),
+    (lambda s: (s / SEGMENTS_REL).write_bytes(b"garbage"), f"{SEGMENTS_REL}: corrupt (size"),
+    (lambda s: _rehashed(s, lambda m: m["files"].pop(SEGMENTS_REL)),
+     f"files: {SEGMENTS_REL} of part-00000 is not listed"),
+    (lambda s: _rehashed(s, lambda m: m["parts"][0].pop("segments")),
+     "whose entry in parts has no segments"),
+    (lambda s: _rehashed(s, lambda m: m.__setitem__("format_version", 6)),
+     "part-00000 has segments, which a version 6 store cannot hold"),
+    (_foreign_image, f"{SEGMENTS_REL}: corrupt (its images must be the part's"),
+], ids=["deleted", "garbage", "unlisted", "unflagged", "version-6", "foreign-image"])
+def test_damaged_segments_table_is_one_line(damage, says, hand_gt, tmp_path, capsys, client):
+    """A store's segments table (format 7) is trusted no more than its other files: missing,
+    damaged, unlisted or inconsistent, evaluation refuses the store in one line naming it;
+    intact, ``sgdask verify`` finds nothing."""
+    store = tmp_path / "store"
+    manifest = _converted(_unnamed_colours(tmp_path / "sub", 3), hand_gt, store)
+    assert manifest["format_version"] == 7 and manifest["parts"][0]["segments"] is True
+    assert run_main(capsys, "verify", str(store))[0] == 0
+    damage(store)
+    code, _, err = run_main(capsys, "evaluate", "--gt", hand_gt, "--pred", str(store),
+                            "--scheduler", client.scheduler.address, "--out",
+                            str(tmp_path / "out"))
+    lines = [line for line in err.splitlines() if line.startswith("sgdask: error:")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert str(store) in lines[0] and says in lines[0], lines[0]
+    assert not (tmp_path / "out").exists()
 
 
 def test_unnamed_colour_grade_py_stops_on(hand_gt, tmp_path):
@@ -363,12 +450,14 @@ phases:
         [row] = httpx.get(f"{base}/api/leaderboard?phase=psg", timeout=30).json()
         assert row["metrics"]["mR@20"] == 1 / 56
 
-        # pixels of no listed segment: the ranked store's PQ is panopticapi's, and said so
+        # pixels of no listed segment: the ranked store's PQ is grade.py's, and the warning
+        # says how grade.py reads them
         packed = _zipped(_unnamed_colours(tmp_path / "unnamed", 3), tmp_path / "u.zip")
         sid = upload(base, team, packed, "unnamed colours", phase="psg").json()["id"]
         done = wait_final(base, team, sid, 180)
         assert done["status"] == "ranked", proc.text()[-2000:]
-        assert done["metrics"]["PQ"] == (0.0 + 40 / 48) / 2
+        assert done["metrics"]["PQ"] * 100 == pytest.approx(GRADE_PY_UNNAMED["PQ"],
+                                                            rel=1e-15, abs=0)
         assert any("1 of 1 PNGs hold pixels in no listed segment" in w
                    for w in done["warnings"]), done["warnings"]
 
