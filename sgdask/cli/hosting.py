@@ -274,7 +274,7 @@ def serve(registry: Registry, out: Board,
     The queue workers, one per phase, run in this process unless --no-worker. Uploads
     streaming in count against a team's daily and total limits too."""
     from sgdask.service.app import ServiceConfig
-    from sgdask.service.benchmark import load_benchmark, one_phase
+    from sgdask.service.benchmark import check_gts, load_benchmark, one_phase
     from sgdask.service.server import serve as run_server
     from sgdask.service.worker import WorkerConfig
 
@@ -283,6 +283,7 @@ def serve(registry: Registry, out: Board,
         raise SgdaskError("serve: give --gt GT (one phase) or --benchmark FILE (phases)")
     phases = load_benchmark(benchmark, registry, out) if benchmark is not None \
         else one_phase(registry, out, gt, limits, title)
+    check_gts(phases, storage_options(storage_option))
     service = ServiceConfig(registry, out, storage_options(storage_option), tokens,
                             max_upload_mb, limits, open_uploads, phases.title, lease,
                             benchmark=phases if benchmark is not None else None,
@@ -313,7 +314,7 @@ def worker(registry: Registry, out: Board,
     Validate, convert, evaluate and publish every submission (with --benchmark: every
     phase's). Any number of workers may poll one registry; each entry and inbox file is
     taken once. Tokens and limits apply to inbox submissions."""
-    from sgdask.service.benchmark import load_benchmark
+    from sgdask.service.benchmark import check_gts, load_benchmark, one_phase
     from sgdask.service.server import work
     from sgdask.service.worker import WorkerConfig
 
@@ -323,17 +324,21 @@ def worker(registry: Registry, out: Board,
     if benchmark is None:
         if gt is None:
             raise SgdaskError("worker: give --gt GT (one phase) or --benchmark FILE (phases)")
+        check_gts(one_phase(registry, out, gt, _team_limits(daily_limit, total_limit), "-"),
+                  options)
         work([WorkerConfig(registry, gt, out, options, poll, lease, max_attempts,
                            tokens=tokens, limits=_team_limits(daily_limit, total_limit),
                            open_uploads=open_uploads, archive_limits=archive,
                            memory_cap=memory_cap or None)], cluster)
         return
+    phases = load_benchmark(benchmark, registry, out)
+    check_gts(phases, options)
     work([WorkerConfig(p.registry, p.gt or "", p.out, options, poll, lease, max_attempts,
                        tokens=tokens, limits=p.limits, open_uploads=open_uploads,
                        archive_limits=archive, selection=p.selection, rank_by=p.headline,
                        protocols=p.protocols, direction=p.direction, phase=p,
                        memory_cap=memory_cap or None)
-          for p in load_benchmark(benchmark, registry, out).phases], cluster)
+          for p in phases.phases], cluster)
 
 
 def tokens_add(file: Annotated[Path, typer.Argument(

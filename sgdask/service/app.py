@@ -84,6 +84,7 @@ from sgdask.service.uploads import (
     unmark_in_flight,
     uploads_in_flight,
 )
+from sgdask.service.video import entry_url, upload_refusal
 
 TOKEN_COOKIE, CSRF_COOKIE = "sgdask_token", "sgdask_csrf"
 DEFAULT_MAX_UPLOAD_MB = 2048
@@ -349,7 +350,8 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
         chosen[:] = [phase]
         body.limit_to(phase.limits.upload_seconds)
         await slot.take(account, chosen[0])
-        return UploadSink(svc.registries[chosen[0].name], submission_id)
+        return UploadSink(svc.registries[chosen[0].name], submission_id,
+                          upload_refusal(phase.upload))
 
     try:
         try:
@@ -381,10 +383,12 @@ async def accept_upload(svc: Service, request: Request, token: str | None, form:
                 await svc.run(_team_limits, svc, account, submission_id, phase, completed,
                               False)
                 await svc.run(upload.sink.commit)
-                entry = Entry(submission_id, name, registry.store_url(submission_id),
+                entry = Entry(submission_id, name,
+                              entry_url(registry, submission_id, phase.upload),
                               upload_url(registry, submission_id), submitted_at,
                               upload.fields.get("board") == "approved", paper, "received", "",
-                              account.team if account else None, upload.filename, **meta)
+                              account.team if account else None, upload.filename, **meta,
+                              output_method=phase.method)
                 await svc.run(registry.add, entry)
         except BaseException:
             await svc.run(upload.sink.abort)
@@ -751,9 +755,11 @@ def _move_entries(svc: Service, phase: Phase, by: str) -> str:
         registry.fs.makedirs(join(registry.path, "uploads"), exist_ok=True)
         registry.fs.copy(upload_url(source, sub.id), upload_url(registry, new))
         _copy_marks(source, registry, sub.id, new, sub.id in baselines)
-        registry.add(replace(sub.entry, submission_id=new, url=registry.store_url(new),
+        registry.add(replace(sub.entry, submission_id=new,
+                             url=entry_url(registry, new, target.upload),
                              source=upload_url(registry, new), status="received",
-                             content_hash="", moved_from=f"{phase.name}/{sub.id}"))
+                             content_hash="", moved_from=f"{phase.name}/{sub.id}",
+                             output_method=target.method))
         moved += 1
     return f"moved {moved} submission(s) from phase {phase.name} to phase {target.name} ({by})"
 

@@ -16,13 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from sgdask.batch.rerank import BOARD_PROTOCOLS
-from sgdask.errors import InputError
+from sgdask.batch.video import video_columns
+from sgdask.errors import InputError, SgdaskError
+from sgdask.formats.methods import VIDEO_METHODS
+from sgdask.formats.video_upload import VIDEO_UPLOADS, video_upload, video_upload_of_gt
 from sgdask.io.documents import strict_yaml
-from sgdask.io.fs import join
+from sgdask.io.fs import StorageOptions, join
 from sgdask.metrics import RANK_BY, board_columns, metrics
+from sgdask.protocols import FORMAT_BOARDS, PROTOCOLS, get_protocol, get_protocols
 from sgdask.service.access import BOARDS, Refusal
 from sgdask.service.limits import DEFAULT_UPLOAD_SECONDS, Limits
 from sgdask.store.schemas import BENCHMARK, schema_problem
+from sgdask.store.store import StoreReader
 
 DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -52,10 +57,14 @@ class Phase:
     rank_ranges: bool = True
     #: what an upload is: ``submission`` (an SGBench ZIP or JSON), ``submission+scores``
     #: (a ZIP of one and its score file, converted like ``sgdask convert --from-scores``)
-    #: or ``psg-challenge`` (a ZIP of relation.json and panseg/, ``sgdask.io.psg_challenge``)
+    #: or ``psg-challenge`` (a ZIP of relation.json and panseg/, ``sgdask.io.psg_challenge``);
+    #: a video output format's name (``sgdask.formats.video_upload``): a video phase
     upload: str = "submission"
     scores_rank_by: str = "predicate"  # ``--rank-by`` of a submission+scores upload
     ng_limit: int | None = None  # ``--ng-limit`` of a submission+scores upload
+    #: how a video phase's model outputs are read (``sttran``, ``tempura``; its
+    #: ``Entry.output_method``); None: their format says
+    method: str | None = None
 
     def ended(self, now: datetime) -> bool:
         return self.end is not None and now >= self.end
@@ -74,6 +83,7 @@ class Phase:
 class Benchmark:
     title: str
     phases: tuple[Phase, ...]
+    path: str | None = None  # the benchmark file (None: ``sgdask serve``'s flags)
 
     def phase(self, name: str) -> Phase | None:
         return next((p for p in self.phases if p.name == name), None)
@@ -124,7 +134,44 @@ def load_benchmark(path: str, registry: str, out: str) -> Benchmark:
         if name in names[:i]:
             raise InputError(path, f"{name!r} names two phases", field=f"phases[{i}].name",
                              expected="a name per phase")
-    return Benchmark(doc.get("title", "sgdask leaderboard"), phases)
+    return Benchmark(doc.get("title", "sgdask leaderboard"), phases, path)
+
+
+def check_gts(benchmark: Benchmark, options: StorageOptions | None) -> None:
+    """Refuse a phase whose GT store does not fit its uploads (a video GT in a phase
+    taking image submissions, an Action Genome output against a PVSG GT...), in one line
+    naming the benchmark file (or ``--gt``) and the phase's field. A GT that cannot be
+    read now is left to the worker, which says so per submission."""
+    for i, phase in enumerate(benchmark.phases):
+        if phase.gt is None:
+            continue
+        try:
+            gt_format = StoreReader(phase.gt, options, "gt").manifest.get("gt_format")
+        except SgdaskError:
+            continue
+        problem = gt_problem(phase.upload, gt_format)
+        if problem is None:
+            continue
+        field_name, what, expected = problem
+        if benchmark.path is None:
+            raise InputError(phase.gt, what, expected="a benchmark file (--benchmark) whose "
+                             f"phase has {expected}")
+        raise InputError(benchmark.path, what, field=f"phases[{i}].{field_name}",
+                         expected=expected)
+
+
+def gt_problem(upload: str, gt_format: str | None) -> tuple[str, str, str] | None:
+    """(field, what is wrong, what is expected) when a phase taking ``upload`` cannot be
+    scored against a GT store of ``gt_format``; None when it can."""
+    have, want = video_upload_of_gt(gt_format), video_upload(upload)
+    if have is not None and want is None:
+        return ("upload", f"the GT store holds {have.dataset} ground truth, scored only on "
+                f"its model outputs, not on {upload} uploads", f"upload: {have.format}")
+    if want is not None and have is not want:
+        return ("gt", f"{upload} uploads are scored against {want.dataset} ground truth; "
+                f"this GT store holds {gt_format or 'image'} ground truth",
+                f"a GT store ingested from {want.dataset}'s annotations")
+    return None
 
 
 def _dates_as_text(doc: Any) -> Any:
@@ -149,9 +196,13 @@ def _phase(path: str, i: int, doc: dict[str, Any], base: Path, registry: str, ou
     limits, board = doc.get("limits", {}), doc.get("board", {})
     gt = doc["gt"] if "://" in doc["gt"] or Path(doc["gt"]).is_absolute() \
         else str(base / doc["gt"])
+    upload = doc.get("upload", "submission")
+    protocols = _protocols(path, i, doc.get("protocols"), upload)
+    method = _method(path, i, doc.get("method"), upload)
+    video = video_upload(upload) is not None
     headline = _columns(path, f"phases[{i}].headline", [doc.get("headline", RANK_BY)],
-                        _headlines())[0]
-    known = [*board_columns(), headline]
+                        video_columns(protocols) if video else _headlines())[0]
+    known = video_columns(protocols) if video else [*board_columns(), headline]
     direction, scores = board.get("direction", {}), doc.get("scores", {})
     _columns(path, f"phases[{i}].board.direction", list(direction), known)
     return Phase(doc["name"], gt, join(registry, "phases", doc["name"]), join(out, doc["name"]),
@@ -160,12 +211,54 @@ def _phase(path: str, i: int, doc: dict[str, Any], base: Path, registry: str, ou
                         limits.get("concurrent", 5) or None, limits.get("per_month") or None,
                         limits.get("upload_seconds", DEFAULT_UPLOAD_SECONDS) or None),
                  tuple(doc.get("boards", BOARDS)), doc.get("visibility", "public"),
-                 doc.get("selection", "all"), headline,
-                 tuple(doc.get("protocols", BOARD_PROTOCOLS)), tuple(direction.items()),
+                 doc.get("selection", "all"), headline, protocols, tuple(direction.items()),
                  _columns(path, f"phases[{i}].board.columns", board.get("columns", []), known),
                  tuple(board.get("meta", [])), board.get("intervals", True),
-                 board.get("rank_ranges", True), doc.get("upload", "submission"),
-                 scores.get("rank_by", "predicate"), scores.get("ng_limit"))
+                 board.get("rank_ranges", True), upload,
+                 scores.get("rank_by", "predicate"), scores.get("ng_limit"), method)
+
+
+def _protocols(path: str, i: int, names: list[str] | None, upload: str) -> tuple[str, ...]:
+    """A phase's protocols (a group's name standing for its members): image protocols
+    for image submissions (two at most: a ranking one and a delta one), those of the
+    output's dataset for a video phase (by default its GT format's board protocols)."""
+    video, field_name = video_upload(upload), f"phases[{i}].protocols"
+    if names is None:
+        return FORMAT_BOARDS[video.gt_format] if video else BOARD_PROTOCOLS
+    given = tuple(p.name for p in get_protocols(",".join(names)))
+    if video is None:
+        bad = next((n for n in given if get_protocol(n).unit == "video"), None)
+        if bad is not None:
+            raise InputError(path, f"{bad!r} is a video protocol, and this phase takes "
+                             f"{upload} uploads", field=field_name, expected="upload: "
+                             f"{' or '.join(VIDEO_UPLOADS)} (a video GT)")
+        if len(given) > 2:
+            raise InputError(path, f"{len(given)} image protocols", field=field_name,
+                             expected="at most 2: the first ranks, the second gives the "
+                             "delta column")
+        return given
+    family = {type(get_protocol(n)) for n in FORMAT_BOARDS[video.gt_format]}
+    allowed = [n for n, p in PROTOCOLS.items() if type(p) in family]
+    bad = next((n for n in given if n not in allowed), None)
+    if bad is not None:
+        raise InputError(path, f"{bad!r} does not score {video.dataset} outputs (upload: "
+                         f"{upload})", field=field_name, expected=f"one of {', '.join(allowed)}")
+    return given
+
+
+def _method(path: str, i: int, method: str | None, upload: str) -> str | None:
+    """A video phase's method: named where its outputs need one, nowhere else."""
+    video, field_name = video_upload(upload), f"phases[{i}].method"
+    needs = video is not None and video.method
+    if needs and method is None:
+        raise InputError(path, f"{upload} uploads need the method that reads them",
+                         field=field_name, expected=f"one of {', '.join(VIDEO_METHODS)}")
+    if method is not None and not needs:
+        takes = [v.format for v in VIDEO_UPLOADS.values() if v.method]
+        raise InputError(path, f"{upload} uploads are read without a method",
+                         field=field_name, expected=f"a method only with upload: "
+                         f"{' or '.join(takes)}")
+    return method
 
 
 def _headlines() -> list[str]:

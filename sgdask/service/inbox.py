@@ -28,6 +28,7 @@ from sgdask.service.benchmark import Phase, check_phase
 from sgdask.service.limits import LimitReached, Limits, check_limits
 from sgdask.service.queue import new_id, submissions, upload_url
 from sgdask.service.tokens import TokenBook
+from sgdask.service.video import entry_url
 from sgdask.store.lock import create_exclusive
 
 SIDECAR = ".meta.json"
@@ -109,10 +110,13 @@ def finish(registry: Registry, claim: dict[str, Any], tokens: TokenBook, limits:
         if problem:  # before the entry, so it is never seen as queued
             registry.advance(submission_id, 1, "rejected", worker=claim["worker"],
                              errors=[problem])
-        entry = Entry(submission_id, str(name)[:200], registry.store_url(submission_id),
+        entry = Entry(submission_id, str(name)[:200],
+                      entry_url(registry, submission_id,
+                                phase.upload if phase is not None else "submission"),
                       upload_url(registry, submission_id), claim["at"],
                       meta.get("board") == "approved" and not problem, paper, "received", "",
-                      account.team if account else None, filename)
+                      account.team if account else None, filename,
+                      output_method=phase.method if phase is not None else None)
         with contextlib.suppress(SgdaskError):  # another worker finished it
             registry.add(entry)
     for path in (claim["sidecar"], claim["data"]):

@@ -19,6 +19,8 @@ from sgdask.batch.leaderboard_html import (
     matching_boards,
 )
 from sgdask.batch.rerank import BOARD_PROTOCOLS, BoardRule, board_look, row_columns
+from sgdask.batch.video import is_video_board
+from sgdask.formats.video_upload import video_upload
 from sgdask.metrics import RANK_BY, board_columns, format_value
 from sgdask.protocols import DEFAULT_PROTOCOL
 from sgdask.report import page as html_page
@@ -217,7 +219,7 @@ def upload_form(account: Account | None, csrf: str, max_mb: float, open_uploads:
 <label for="board">Board</label>
 <select id="board" name="board">{boards}</select>
 <label for="file">Submission: SGBench ZIP or JSON (at most {max_mb:g} MiB)</label>
-<input type="file" id="file" name="file" required accept=".zip,.json">
+<input type="file" id="file" name="file" required accept=".zip,.json,.pkl">
 <p><button type="submit" id="upload">Upload</button></p>
 </form>
 <p class="note">The approved board takes uploads from maintainers only.</p>"""
@@ -226,6 +228,9 @@ def upload_form(account: Account | None, csrf: str, max_mb: float, open_uploads:
 
 def _upload_kind(phase: Phase) -> str:
     """What the phase option adds when an upload there is not a plain submission."""
+    video = video_upload(phase.upload)
+    if video is not None:
+        return f"; {video.what}"
     return {"submission+scores": "; a ZIP of the submission and its score file",
             "psg-challenge": "; the PSG challenge's files: a ZIP of relation.json and "
                              "panseg/"}.get(phase.upload, "")
@@ -330,8 +335,10 @@ def lint_list(warnings: list[dict[str, str]] | None) -> str:
 
 def metrics_table(metrics: dict[str, Any], protocol: str = DEFAULT_PROTOCOL) -> str:
     """The board's metrics of a submission under ``protocol``, then the other protocol's
-    ranking metric (``multimpo mR@50``)."""
-    names = [c for c in board_columns() if c in metrics] + \
+    ranking metric (``multimpo mR@50``); under a video protocol, its board's columns as
+    the worker recorded them (``report_metrics``)."""
+    names = list(metrics) if is_video_board((protocol,)) else \
+        [c for c in board_columns() if c in metrics] + \
         [k for k in metrics if k.endswith(f" {RANK_BY}")]
     rows = "".join(f'<tr><td class="text">{esc(n)}</td>'
                    f"<td>{esc(format_value(n.split()[-1], metrics[n]))}</td></tr>"

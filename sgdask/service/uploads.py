@@ -72,9 +72,12 @@ LEFTOVER_STORE = re.compile(r"([0-9A-Za-z-]+)\.(?:tmp|trash)-[0-9a-f]{32}")
 
 
 class UploadSink:
-    """Where one upload's bytes go; nothing is visible before ``commit``."""
+    """Where one upload's bytes go; nothing is visible before ``commit``. ``refusal``:
+    why a file of these first bytes can never be scored by the phase (None: it may be)."""
 
-    def __init__(self, registry: Registry, submission_id: str) -> None:
+    def __init__(self, registry: Registry, submission_id: str,
+                 refusal: Callable[[bytes, str], str | None] = unscorable) -> None:
+        self.refusal = refusal
         self.fs = registry.fs
         self.final = join(registry.path, "uploads", submission_id + UPLOAD_SUFFIX)
         self.local = is_local(self.fs)
@@ -326,7 +329,7 @@ async def handle(kind: str, value: Any, part: PartState, upload: Upload, limit: 
         if len(part.buffer) > FIELD_CAPS[part.name]:
             raise Refusal(400, f"{part.name}: too long")
     elif kind == "end" and part.name == FILE_FIELD:
-        refused = unscorable(bytes(part.head), upload.filename or "upload")
+        refused = upload.sink.refusal(bytes(part.head), upload.filename or "upload")
         if refused is not None:  # answered now, not 202 and a failed conversion later
             raise Refusal(415, refused)
     elif kind == "end":

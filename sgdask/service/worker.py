@@ -41,10 +41,12 @@ from sgdask.batch.rerank import (
     read_json,
     rerank,
 )
+from sgdask.batch.video import column_value, is_video_board, video_columns
 from sgdask.core.settings import Settings
 from sgdask.errors import InputError, SgdaskError
 from sgdask.formats import PSG_CHALLENGE, submission_format
 from sgdask.formats.validate import Problem
+from sgdask.formats.video_upload import video_upload
 from sgdask.io.archive import ArchiveLimits, SafeZip
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.metrics import RANK_BY
@@ -62,6 +64,7 @@ from sgdask.service.queue import (
     upload_url,
 )
 from sgdask.service.tokens import TokenBook
+from sgdask.service.video import checked_video_upload, unpacked_video_upload, video_ready
 from sgdask.store.lock import DEFAULT_LEASE, LockHeld
 from sgdask.store.store import StoreReader
 
@@ -225,6 +228,7 @@ class Job:
     scores: str | None = None  # the score file the conversion reads
     scores_options: tuple[tuple[str, Any], ...] = ()  # ``rank_by``, ``ng_limit``
     upload_kind: str = "submission"  # the phase's ``upload``
+    method: str | None = None  # the phase's ``method`` (a video output's)
 
 
 @dataclass(frozen=True)
@@ -245,6 +249,10 @@ def checked(job: Job) -> Verdict:
     """The upload's parts (a ``submission+scores`` upload) and ``sgdask validate``'s
     problems."""
     upload, scores = job.upload, None
+    video = video_upload(job.upload_kind)
+    if video is not None:  # a model output, scored as it is (sgdask.service.video)
+        checked_video_upload(video, upload, job.options, job.limits, job.shown_as)
+        return Verdict(parts=(upload, None))
     if job.upload_kind == PSG_CHALLENGE_UPLOAD:
         challenge_upload(upload, job.options, job.shown_as)
     if job.parts is not None:
@@ -258,7 +266,13 @@ def checked(job: Job) -> Verdict:
 
 
 def converted(job: Job) -> Verdict:
-    """The upload converted to its store (in this process: the job's memory is capped)."""
+    """The upload converted to its store (in this process: the job's memory is capped);
+    a video output written where the entry reads it and paired with the GT."""
+    video = video_upload(job.upload_kind)
+    if video is not None:
+        unpacked_video_upload(video, job.upload, job.out, job.gt, job.method, job.options,
+                              job.limits, job.shown_as)
+        return Verdict()
     scores = {"from_scores": job.scores, **dict(job.scores_options)} if job.scores else {}
     submission_format(job.upload, job.options).convert(
         job.upload, job.out, job.gt, job.options, overwrite=True, cluster=None,
@@ -330,7 +344,11 @@ def run_capped(run: Callable[[Job], Verdict], job: Job) -> Verdict:
 def report_metrics(reports: dict[str, Any], protocols: tuple[str, ...] = BOARD_PROTOCOLS
                    ) -> dict[str, Any]:
     """The metrics of the board's protocol shown on the status page, plus the ranking
-    metric of the protocol its delta column compares with (``multimpo mR@50``)."""
+    metric of the protocol its delta column compares with (``multimpo mR@50``); a board of
+    video protocols: its columns (``sgdask.batch.video.video_columns``)."""
+    if is_video_board(protocols):
+        found = {c: column_value(reports, protocols[0], c) for c in video_columns(protocols)}
+        return {c: v for c, v in found.items() if isinstance(v, (int, float)) and v == v}
     single = reports.get(protocols[0])
     out = {k: v for k, v in (single.metrics if single else {}).items()
            if isinstance(v, (int, float)) and v == v}
@@ -471,7 +489,7 @@ class Worker:
         """Validate and convert, each a job under the memory cap; True when the entry is
         ready to be scored."""
         try:
-            if self.store_complete(claim.sub.entry.url):
+            if self.output_complete(claim.sub.entry.url):
                 return True
             job = self.job(claim)
             verdict = self.run_job(checked, job)
@@ -503,7 +521,8 @@ class Worker:
                    self.config.hide_gt, _parts_url(upload) if scores else None,
                    scores_options=(("rank_by", phase.scores_rank_by),
                                    ("ng_limit", phase.ng_limit)) if scores and phase else (),
-                   upload_kind=phase.upload if phase is not None else "submission")
+                   upload_kind=phase.upload if phase is not None else "submission",
+                   method=phase.method if phase is not None else None)
 
     def run_job(self, run: Callable[[Job], Verdict], job: Job) -> Verdict:
         """``run(job)`` in a job process under the memory cap, or without a cap as one
@@ -526,7 +545,8 @@ class Worker:
                                                      ("scores", SCORE_SUFFIXES))
                               for ext in suffixes),
                           (upload, shown),
-                          (claim.sub.entry.url, f"the store of {claim.id}"),
+                          (claim.sub.entry.url, shown if self.video else
+                           f"the store of {claim.id}"),
                           (self.config.gt.rstrip("/"), "the GT store")):
             path = filesystem(url, self.config.storage_options)[1]
             names.update({url: name, path: name})
@@ -547,8 +567,17 @@ class Worker:
             claim.step("rejected", errors=reasons, **fields)
         self.log(f"worker {self.id}: {claim.id}: rejected ({reasons[0]})")
 
-    def store_complete(self, url: str) -> bool:
-        """A store left complete by an earlier attempt (its manifest is written last)."""
+    @property
+    def video(self) -> bool:
+        """Whether this worker's phase takes video model outputs."""
+        return self.config.phase is not None and \
+            video_upload(self.config.phase.upload) is not None
+
+    def output_complete(self, url: str) -> bool:
+        """A store (a video output) left complete by an earlier attempt (its manifest, the
+        output's ``complete.json``, is written last)."""
+        if self.video:
+            return video_ready(url, self.config.storage_options)
         try:
             StoreReader(url, self.config.storage_options, "submission")
         except SgdaskError:
