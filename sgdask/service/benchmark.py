@@ -17,7 +17,7 @@ from typing import Any
 
 from sgdask.batch.rerank import BOARD_PROTOCOLS
 from sgdask.batch.video import video_columns
-from sgdask.errors import InputError, SgdaskError
+from sgdask.errors import InputError, Option, SgdaskError
 from sgdask.formats.methods import VIDEO_METHODS
 from sgdask.formats.video_upload import VIDEO_UPLOADS, video_upload, video_upload_of_gt
 from sgdask.io.documents import strict_yaml
@@ -154,8 +154,8 @@ def check_gts(benchmark: Benchmark, options: StorageOptions | None) -> None:
             continue
         field_name, what, expected = problem
         if benchmark.path is None:
-            raise InputError(phase.gt, what, expected="a benchmark file (--benchmark) whose "
-                             f"phase has {expected}")
+            raise InputError(phase.gt, what, expected=(
+                "a benchmark file (", Option("benchmark"), f") whose phase has {expected}"))
         raise InputError(benchmark.path, what, field=f"phases[{i}].{field_name}",
                          expected=expected)
 
