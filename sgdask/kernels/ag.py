@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from sgdask.kernels.bits import JIT
+from sgdask.kernels.hits import gt_pair_rows
 from sgdask.types_ag import (
     CONSTRAINTS,
     OFFSETS,
@@ -80,6 +81,85 @@ def frame_first_hits_modes(frame: AGFrame, pred: AGVideoPred, constraints: tuple
         np.ascontiguousarray(pred.contacting, np.float64),
         codes, float(threshold))
     return list(zip(first, pair_first, strict=True))
+
+
+def frames_first_hits_modes(frames: list[AGFrame], preds: list[AGVideoPred],
+                            threshold: float = SEMI_THRESHOLD
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``frame_first_hits_modes`` of many frames under every mode (``CONSTRAINTS`` order)
+    in one compiled call, each frame's GT pairs its ``gt_pair_rows``: (``first`` (3, all GT
+    relations) and its offsets per frame, ``pair_first`` (3, all GT pairs) and its offsets),
+    frame ``i``'s ``first[:, offsets[i]:offsets[i + 1]]``. ``preds[i]``: frame ``i``'s
+    output as a one-frame video; every frame's box scores of one dtype (the no-constraint
+    ranking multiplies them in it) and every array in the kernel's shape ((n, 4) boxes,
+    (n, 2) pairs...)."""
+    relations = _stacked([f.relations for f in frames], np.int64, 3)
+    rel_at = _offsets([len(f.relations) for f in frames])
+    boxes = _stacked([f.boxes for f in frames], np.float64, 4)
+    pred_boxes = _stacked([p.boxes for p in preds], np.float64, 4)
+    pairs = _stacked([p.pairs for p in preds], np.int64, 2)
+    pred_scores = [np.asarray(p.scores) for p in preds]
+    dtype = pred_scores[0].dtype if pred_scores else np.dtype(np.float64)
+    if any(s.dtype != dtype for s in pred_scores):
+        raise ValueError("frames' box scores of more than one dtype")
+    first, pair_first, pair_offsets = _frames_first_hits(
+        relations, rel_at, _stacked([f.classes for f in frames], np.int64, None), boxes,
+        _offsets([len(f.classes) for f in frames]), pred_boxes,
+        _stacked([p.labels for p in preds], np.int64, None),
+        np.concatenate(pred_scores) if pred_scores else np.zeros(0, dtype),
+        _offsets([len(p.labels) for p in preds]), pairs,
+        _stacked([p.attention for p in preds], np.float64, 3),
+        _stacked([p.spatial for p in preds], np.float64, 6),
+        _stacked([p.contacting for p in preds], np.float64, 17),
+        _offsets([len(p.pairs) for p in preds]), _ALL_CODES, float(threshold))
+    return first, rel_at, pair_first, pair_offsets
+
+
+def _stacked(arrays: list[np.ndarray], dtype: type, columns: int | None) -> np.ndarray:
+    """``arrays`` (each of rows of ``columns``, or 1-d) concatenated as one contiguous
+    ``dtype`` array."""
+    shape = (-1,) if columns is None else (-1, columns)
+    if not arrays:
+        return np.zeros((0,) if columns is None else (0, columns), dtype)
+    return np.ascontiguousarray(np.concatenate(arrays).astype(dtype, copy=False)
+                                .reshape(shape))
+
+
+def _offsets(sizes: list[int]) -> np.ndarray:
+    """CSR offsets of consecutive blocks of ``sizes``."""
+    out = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=out[1:])
+    return out
+
+
+@njit(**JIT)
+def _frames_first_hits(relations: np.ndarray, rel_at: np.ndarray, classes: np.ndarray,
+                       boxes: np.ndarray, gt_at: np.ndarray, pred_boxes: np.ndarray,
+                       labels: np.ndarray, box_scores: np.ndarray, box_at: np.ndarray,
+                       pred_pairs: np.ndarray, attention: np.ndarray, spatial: np.ndarray,
+                       contacting: np.ndarray, pair_at: np.ndarray, constraints: np.ndarray,
+                       threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_first_hits`` of each frame (its blocks of the stacked arrays: ``*_at`` the CSR
+    offsets), its GT pairs ``gt_pair_rows``: (first, pair_first, pair_first's offsets)."""
+    n_frames = rel_at.shape[0] - 1
+    first = np.empty((len(constraints), relations.shape[0]), np.int64)
+    pair_first = np.empty((len(constraints), relations.shape[0]), np.int64)
+    pair_out = np.zeros(n_frames + 1, np.int64)
+    for f in range(n_frames):
+        a, b = rel_at[f], rel_at[f + 1]
+        c, d = gt_at[f], gt_at[f + 1]
+        e, g = box_at[f], box_at[f + 1]
+        h, i = pair_at[f], pair_at[f + 1]
+        frame_relations = relations[a:b]
+        rows = gt_pair_rows(frame_relations, d - c)
+        found, pair_found = _first_hits(
+            frame_relations, rows, classes[c:d], boxes[c:d], pred_boxes[e:g], labels[e:g],
+            box_scores[e:g], pred_pairs[h:i], attention[h:i], spatial[h:i],
+            contacting[h:i], constraints, threshold)
+        first[:, a:b] = found
+        pair_out[f + 1] = pair_out[f] + len(rows)
+        pair_first[:, pair_out[f]:pair_out[f + 1]] = pair_found
+    return first, pair_first[:, :pair_out[n_frames]].copy(), pair_out
 
 
 @njit(**JIT)

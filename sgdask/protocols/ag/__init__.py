@@ -16,6 +16,7 @@ over all 26 predicates (an absent one counting 0).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +56,21 @@ class ActionGenomeProtocol(Protocol):
         relations, found = _frame_modes(gt, output, self.semi_threshold, shared)
         first, pair_first = found[self.constraint]
         return self._hits(gt, relations, first, pair_first, len(output.pairs))
+
+    def share_partition(self, gts: Sequence[ImageGT], preds: Mapping[str, ImagePred],
+                        shared: Sequence[dict]) -> None:
+        """Every frame's GT relations and first hits under every mode (``_frame_modes``),
+        one compiled call for the partition's frames (per dtype of their box scores)."""
+        key = (SHARED, self.semi_threshold)
+        groups: dict[np.dtype, list[tuple[int, ImageGT, AGVideoPred]]] = {}
+        for i, gt in enumerate(gts):
+            pred = preds.get(gt.image_id)
+            if isinstance(pred, AGFramePred) and pred.output is not None \
+                    and key not in shared[i]:
+                output = pred.output
+                groups.setdefault(np.asarray(output.scores).dtype, []).append((i, gt, output))
+        for group in groups.values():
+            _share_frames(group, self.semi_threshold, shared)
 
     def missing_image_hits(self, gt: ImageGT, with_ng: bool = True) -> ImageHits:
         from sgdask.kernels.ag import NEVER
@@ -120,14 +136,35 @@ def _frame_modes(gt: ImageGT, output: AGVideoPred, threshold: float, shared: dic
     from sgdask.kernels.image import gt_relations
 
     relations = gt_relations(gt, True)
-    frame = AGFrame(gt.image_id, np.asarray(gt.boxes, dtype=np.float64).reshape(-1, 4),
-                    np.asarray(gt.labels, dtype=np.int64) + 1, relations)
+    frame = _gt_frame(gt, relations)
     pairs = gt_pair_rows(relations, gt.n_instances)
     found = (relations, dict(zip(CONSTRAINTS, frame_first_hits_modes(
         frame, output, CONSTRAINTS, threshold, pairs), strict=True)))
     if shared is not None:
         shared[key] = found
     return found
+
+
+def _share_frames(group: list[tuple[int, ImageGT, AGVideoPred]], threshold: float,
+                  shared: Sequence[dict]) -> None:
+    """``_frame_modes`` of frames ``(i, gt, output)`` (box scores of one dtype) in one
+    compiled call (``frames_first_hits_modes``), each put in ``shared[i]``."""
+    from sgdask.kernels.ag import frames_first_hits_modes  # numba: loaded on first use
+    from sgdask.kernels.image import gt_relations
+
+    frames = [_gt_frame(gt, gt_relations(gt, True)) for _, gt, _ in group]
+    first, at, pair_first, pair_at = frames_first_hits_modes(
+        frames, [output for _, _, output in group], threshold)
+    for f, ((i, _, _), frame) in enumerate(zip(group, frames, strict=True)):
+        a, b, c, d = at[f], at[f + 1], pair_at[f], pair_at[f + 1]
+        shared[i][(SHARED, threshold)] = (frame.relations, {
+            mode: (first[m, a:b], pair_first[m, c:d]) for m, mode in enumerate(CONSTRAINTS)})
+
+
+def _gt_frame(gt: ImageGT, relations: np.ndarray) -> AGFrame:
+    """The GT image as the kernel reads a frame (classes 1-based, as the annotations)."""
+    return AGFrame(gt.image_id, np.asarray(gt.boxes, dtype=np.float64).reshape(-1, 4),
+                   np.asarray(gt.labels, dtype=np.int64) + 1, relations)
 
 
 def _mode(constraint: str, description: str) -> ActionGenomeProtocol:
