@@ -83,19 +83,23 @@ def frame_first_hits_modes(frame: AGFrame, pred: AGVideoPred, constraints: tuple
     return list(zip(first, pair_first, strict=True))
 
 
-def frames_first_hits_modes(frames: list[AGFrame], preds: list[AGVideoPred],
-                            threshold: float = SEMI_THRESHOLD
-                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def stacked_first_hits_modes(relations: list[np.ndarray], boxes: list[np.ndarray],
+                             classes: list[np.ndarray], preds: list[AGVideoPred],
+                             threshold: float = SEMI_THRESHOLD, class_offset: int = 0
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``frame_first_hits_modes`` of many frames under every mode (``CONSTRAINTS`` order)
-    in one compiled call, each frame's GT pairs its ``gt_pair_rows``: (``first`` (3, all GT
-    relations) and its offsets per frame, ``pair_first`` (3, all GT pairs) and its offsets),
-    frame ``i``'s ``first[:, offsets[i]:offsets[i + 1]]``. ``preds[i]``: frame ``i``'s
-    output as a one-frame video; every frame's box scores of one dtype (the no-constraint
-    ranking multiplies them in it) and every array in the kernel's shape ((n, 4) boxes,
-    (n, 2) pairs...)."""
-    relations = _stacked([f.relations for f in frames], np.int64, 3)
-    rel_at = _offsets([len(f.relations) for f in frames])
-    boxes = _stacked([f.boxes for f in frames], np.float64, 4)
+    in one compiled call, frame ``i`` given by its GT arrays (``relations[i]``, ``boxes[i]``
+    (n, 4), ``classes[i]`` + ``class_offset``: 1 for the GT store's 0-based categories) and
+    its output as a one-frame video ``preds[i]``, its GT pairs its ``gt_pair_rows``. All
+    frames' box scores of one dtype (the no-constraint ranking multiplies them in it).
+
+    Returns (``first`` (3, all GT relations), its offsets per frame, ``pair_first`` (3, all
+    GT pairs), its offsets): frame ``i``'s ``first[:, offsets[i]:offsets[i + 1]]``."""
+    rel_at = _offsets([len(r) for r in relations])
+    gt_at = _offsets([len(c) for c in classes])
+    relations = _stacked(relations, np.int64, 3)
+    boxes = _stacked(boxes, np.float64, 4)
+    classes = _stacked(classes, np.int64, None) + class_offset
     pred_boxes = _stacked([p.boxes for p in preds], np.float64, 4)
     pairs = _stacked([p.pairs for p in preds], np.int64, 2)
     pred_scores = [np.asarray(p.scores) for p in preds]
@@ -103,8 +107,7 @@ def frames_first_hits_modes(frames: list[AGFrame], preds: list[AGVideoPred],
     if any(s.dtype != dtype for s in pred_scores):
         raise ValueError("frames' box scores of more than one dtype")
     first, pair_first, pair_offsets = _frames_first_hits(
-        relations, rel_at, _stacked([f.classes for f in frames], np.int64, None), boxes,
-        _offsets([len(f.classes) for f in frames]), pred_boxes,
+        relations, rel_at, classes, boxes, gt_at, pred_boxes,
         _stacked([p.labels for p in preds], np.int64, None),
         np.concatenate(pred_scores) if pred_scores else np.zeros(0, dtype),
         _offsets([len(p.labels) for p in preds]), pairs,

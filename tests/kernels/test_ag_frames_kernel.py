@@ -1,4 +1,4 @@
-"""The Action Genome batch path (``sgdask.kernels.ag.frames_first_hits_modes``: many frames
+"""The Action Genome batch path (``sgdask.kernels.ag.stacked_first_hits_modes``: many frames
 in one compiled call, which the ``ag`` protocols' ``share_partition`` runs on a partition's
 frames) equals the per-frame path (``frame_first_hits_modes`` on each frame, itself checked
 against the literal twin in ``test_ag_kernel.py``): every frame's first hits and GT pairs'
@@ -38,8 +38,9 @@ def _frames_of(videos: list[tuple[AGVideo, AGVideoPred]]
 @given(st.lists(frames(), min_size=1, max_size=3), st.sampled_from([ag.SEMI_THRESHOLD, 0.5]))
 def test_frames_kernel_equals_the_frame_kernel(videos, threshold):
     pairs = _frames_of(videos)
-    first, at, pair_first, pair_at = ag.frames_first_hits_modes(
-        [frame for frame, _ in pairs], [output for _, output in pairs], threshold)
+    first, at, pair_first, pair_at = ag.stacked_first_hits_modes(
+        [frame.relations for frame, _ in pairs], [frame.boxes for frame, _ in pairs],
+        [frame.classes for frame, _ in pairs], [output for _, output in pairs], threshold)
     assert first.shape == (len(CONSTRAINTS), at[-1])
     assert pair_first.shape == (len(CONSTRAINTS), pair_at[-1])
     for f, (frame, output) in enumerate(pairs):
@@ -51,7 +52,7 @@ def test_frames_kernel_equals_the_frame_kernel(videos, threshold):
 
 
 def test_no_frames():
-    first, at, pair_first, pair_at = ag.frames_first_hits_modes([], [])
+    first, at, pair_first, pair_at = ag.stacked_first_hits_modes([], [], [], [])
     assert first.shape == (3, 0) and pair_first.shape == (3, 0)
     assert at.tolist() == [0] and pair_at.tolist() == [0]
 

@@ -148,16 +148,19 @@ def _frame_modes(gt: ImageGT, output: AGVideoPred, threshold: float, shared: dic
 def _share_frames(group: list[tuple[int, ImageGT, AGVideoPred]], threshold: float,
                   shared: Sequence[dict]) -> None:
     """``_frame_modes`` of frames ``(i, gt, output)`` (box scores of one dtype) in one
-    compiled call (``frames_first_hits_modes``), each put in ``shared[i]``."""
-    from sgdask.kernels.ag import frames_first_hits_modes  # numba: loaded on first use
+    compiled call (``stacked_first_hits_modes``), each put in ``shared[i]``."""
+    from sgdask.kernels.ag import stacked_first_hits_modes  # numba: loaded on first use
     from sgdask.kernels.image import gt_relations
 
-    frames = [_gt_frame(gt, gt_relations(gt, True)) for _, gt, _ in group]
-    first, at, pair_first, pair_at = frames_first_hits_modes(
-        frames, [output for _, _, output in group], threshold)
-    for f, ((i, _, _), frame) in enumerate(zip(group, frames, strict=True)):
+    relations = [gt_relations(gt, True) for _, gt, _ in group]
+    first, at, pair_first, pair_at = stacked_first_hits_modes(
+        relations, [np.asarray(gt.boxes).reshape(-1, 4) for _, gt, _ in group],
+        [np.asarray(gt.labels) for _, gt, _ in group], [output for _, _, output in group],
+        threshold, class_offset=1)
+    at, pair_at = at.tolist(), pair_at.tolist()
+    for f, ((i, _, _), frame_relations) in enumerate(zip(group, relations, strict=True)):
         a, b, c, d = at[f], at[f + 1], pair_at[f], pair_at[f + 1]
-        shared[i][(SHARED, threshold)] = (frame.relations, {
+        shared[i][(SHARED, threshold)] = (frame_relations, {
             mode: (first[m, a:b], pair_first[m, c:d]) for m, mode in enumerate(CONSTRAINTS)})
 
 
