@@ -2,12 +2,12 @@
 that hits it (``docs/video.md``, section "Action Genome", is the definition; the literal
 twin in ``tests/literal/ag.py`` is its plain-Python reading).
 
-One compiled call per frame for all its constraint modes, no I/O: the frame's rows are
-built and matched to the GT pairs once, then each mode's candidates chosen, ranked and
-matched. Every float is computed in the reference's order
-of operations (box IoU with +1, the no-constraint top 100 by box scores multiplied in their
-own dtype, the ranking by the float64 product), and ties rank in candidate order (stable
-sorts), so the counts equal the twin's exactly.
+One compiled call per frame for all its constraint modes, or one for many frames stacked
+(``stacked_first_hits_modes``), no I/O: a frame's rows are built and matched to the GT
+pairs once, then each mode's candidates chosen, ranked and matched. Every float is computed
+in the reference's order of operations (box IoU with +1, the no-constraint top 100 by box
+scores multiplied in their own dtype, the ranking by the float64 product), and ties rank in
+candidate order (stable sorts), so the counts equal the twin's exactly.
 """
 
 from __future__ import annotations

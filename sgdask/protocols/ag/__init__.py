@@ -2,7 +2,8 @@
 graph evaluation of STTran's ``lib/evaluation_recall.py`` (R@k) and TEMPURA's
 ``calc_mrecall`` (mR@k), whole in this package. ``docs/video.md`` is the definition; the
 per-frame work is ``sgdask.kernels.ag`` (one compiled pass per frame for its three modes, checked
-against its literal twin in the tests).
+against its literal twin in the tests; ``share_partition`` runs a task's frames through it in
+one call, checked against the frame-by-frame call).
 
 Each GT frame is an image of the store whose unit is its ``video``: intervals and paired
 tests resample videos. A frame's hits: its three rows per predicted pair (attention,
