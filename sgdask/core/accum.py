@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from sgdask.kernels.rows import lexsort_rows
+from sgdask.kernels.rows import lexsort_rows, packed_rows
 from sgdask.metrics.base import IMAGE, MEAN, RATIO, Block
 from sgdask.metrics.state import STATE, StateRows, merged_by_name
 from sgdask.types import ImageResult, Term
@@ -102,6 +102,15 @@ def compacted(keys: np.ndarray, values: np.ndarray) -> KeyedSums:
     """Rows with equal keys summed, keys sorted (lexicographically) and unique."""
     if len(keys) == 0:
         return KeyedSums(keys.shape[1], values.shape[1], keys, values)
+    packed = packed_rows(list(keys.T))
+    if packed is not None:  # one int64 per row: sorted and compared without the rows
+        order = np.argsort(packed)  # (equal rows in any order: their sums are the same)
+        packed = packed[order]
+        new = np.ones(len(packed), dtype=bool)
+        np.not_equal(packed[1:], packed[:-1], out=new[1:])
+        starts = np.flatnonzero(new)
+        return KeyedSums(keys.shape[1], values.shape[1], keys[order[starts]],
+                         np.add.reduceat(values[order], starts, axis=0))
     order = lexsort_rows(list(keys.T))
     keys, values = keys[order], values[order]
     new = np.ones(len(keys), dtype=bool)

@@ -30,6 +30,8 @@ def scored_partition(gts: Sequence[ImageGT],
     out = PartitionResult() if result is None else result
     for sub, preds in decoded:
         shared: list[dict] = [{} for _ in gts]
+        for protocol in sub.protocols:
+            protocol.share_partition(gts, preds, shared)
         merged_masks: dict[str, int] | None = None
         for protocol in sub.protocols:
             skipped: dict[str, int] = {}

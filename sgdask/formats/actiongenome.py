@@ -191,18 +191,29 @@ class OutputSlice:
                 fields = npz_fields(video.file, video.name, limits, options)
             output = video_prediction(fields, video.name, len(video.frames),
                                       setting_of(fields), self.attention, video.file, limits)
-            for name, frame in zip(video.frames, frame_outputs(output, len(video.frames)),
-                                   strict=True):
-                if name in self.wanted:
-                    preds[name] = _frame_pred(name, frame)
+            kept = [(name, frame) for name, frame in zip(
+                video.frames, frame_outputs(output, len(video.frames)), strict=True)
+                if name in self.wanted]
+            preds.update(_frame_preds(kept))
         return Loaded(preds)
 
 
-def _frame_pred(name: str, frame: AGVideoPred) -> AGFramePred:
-    graph = np.zeros((len(frame.pairs), 3), np.int64)
-    graph[:, :2] = frame.pairs
-    return AGFramePred(name, frame.labels - 1, graph, boxes=frame.boxes, scores=frame.scores,
-                       output=frame)
+def _frame_preds(frames: list[tuple[str, AGVideoPred]]) -> dict[str, AGFramePred]:
+    """Frame name -> the frame's prediction: its output, its boxes with 0-based labels and
+    one graph row (subject, object, 0) per pair (the arrays of all frames built at once,
+    each frame's a slice)."""
+    if not frames:
+        return {}
+    outputs = [frame for _, frame in frames]
+    pair_at = np.cumsum([0] + [len(f.pairs) for f in outputs]).tolist()
+    box_at = np.cumsum([0] + [len(f.labels) for f in outputs]).tolist()
+    graph = np.zeros((pair_at[-1], 3), np.int64)
+    graph[:, :2] = np.concatenate([f.pairs for f in outputs]).reshape(-1, 2)
+    labels = np.concatenate([f.labels for f in outputs]) - 1
+    return {name: AGFramePred(name, labels[box_at[i]:box_at[i + 1]],
+                              graph[pair_at[i]:pair_at[i + 1]], boxes=frame.boxes,
+                              scores=frame.scores, output=frame)
+            for i, (name, frame) in enumerate(frames)}
 
 
 #: the output pickle last loaded in this process: (url, version) -> its dict (the driver's

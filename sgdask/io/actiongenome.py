@@ -410,21 +410,24 @@ def frame_outputs(pred: AGVideoPred, n_frames: int) -> list[AGVideoPred]:
     """The video's output cut into its frames: per frame the boxes its pairs name (in
     box order, re-indexed), its pairs in order and their distributions, as a one-frame
     video (``frames`` all 0). Every number the evaluation reads of a frame is the same.
-    The boxes of every frame are found in one ``unique`` over (frame, box) keys."""
+    The boxes of every frame are found in one ``unique`` over (frame, box) keys, and every
+    array is gathered once in frame order: a frame's arrays are slices of those."""
     order = np.argsort(pred.frames, kind="stable")
     frames = pred.frames[order]
-    cuts = np.searchsorted(frames, np.arange(n_frames + 1))
+    cuts = np.searchsorted(frames, np.arange(n_frames + 1)).tolist()
     n_boxes = max(len(pred.boxes), 1)
     keys, inverse = np.unique((frames[:, None] * n_boxes + pred.pairs[order]).ravel(),
                               return_inverse=True)
     box_cuts = np.searchsorted(keys, np.arange(n_frames + 1) * n_boxes)
-    inverse = inverse.reshape(-1, 2).astype(np.int64)
+    local = inverse.reshape(-1, 2).astype(np.int64) - box_cuts[frames][:, None]
+    used = keys % n_boxes
+    boxes, labels, scores = pred.boxes[used], pred.labels[used], pred.scores[used]
+    attention, spatial = pred.attention[order], pred.spatial[order]
+    contacting, zeros = pred.contacting[order], np.zeros(len(order), np.int64)
+    box_cuts = box_cuts.tolist()
     out = []
     for f in range(n_frames):
-        rows = order[cuts[f]:cuts[f + 1]]
-        used = keys[box_cuts[f]:box_cuts[f + 1]] % n_boxes
-        out.append(AGVideoPred(
-            pred.boxes[used], pred.labels[used], pred.scores[used],
-            inverse[cuts[f]:cuts[f + 1]] - box_cuts[f], np.zeros(len(rows), np.int64),
-            pred.attention[rows], pred.spatial[rows], pred.contacting[rows]))
+        a, b, c, d = cuts[f], cuts[f + 1], box_cuts[f], box_cuts[f + 1]
+        out.append(AGVideoPred(boxes[c:d], labels[c:d], scores[c:d], local[a:b], zeros[a:b],
+                               attention[a:b], spatial[a:b], contacting[a:b]))
     return out

@@ -2,12 +2,12 @@
 that hits it (``docs/video.md``, section "Action Genome", is the definition; the literal
 twin in ``tests/literal/ag.py`` is its plain-Python reading).
 
-One compiled call per frame for all its constraint modes, no I/O: the frame's rows are
-built and matched to the GT pairs once, then each mode's candidates chosen, ranked and
-matched. Every float is computed in the reference's order
-of operations (box IoU with +1, the no-constraint top 100 by box scores multiplied in their
-own dtype, the ranking by the float64 product), and ties rank in candidate order (stable
-sorts), so the counts equal the twin's exactly.
+One compiled call per frame for all its constraint modes, or one for many frames stacked
+(``stacked_first_hits_modes``), no I/O: a frame's rows are built and matched to the GT
+pairs once, then each mode's candidates chosen, ranked and matched. Every float is computed
+in the reference's order of operations (box IoU with +1, the no-constraint top 100 by box
+scores multiplied in their own dtype, the ranking by the float64 product), and ties rank in
+candidate order (stable sorts), so the counts equal the twin's exactly.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from sgdask.kernels.bits import JIT
+from sgdask.kernels.hits import gt_pair_rows
 from sgdask.types_ag import (
     CONSTRAINTS,
     OFFSETS,
@@ -80,6 +81,88 @@ def frame_first_hits_modes(frame: AGFrame, pred: AGVideoPred, constraints: tuple
         np.ascontiguousarray(pred.contacting, np.float64),
         codes, float(threshold))
     return list(zip(first, pair_first, strict=True))
+
+
+def stacked_first_hits_modes(relations: list[np.ndarray], boxes: list[np.ndarray],
+                             classes: list[np.ndarray], preds: list[AGVideoPred],
+                             threshold: float = SEMI_THRESHOLD, class_offset: int = 0
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``frame_first_hits_modes`` of many frames under every mode (``CONSTRAINTS`` order)
+    in one compiled call, frame ``i`` given by its GT arrays (``relations[i]``, ``boxes[i]``
+    (n, 4), ``classes[i]`` + ``class_offset``: 1 for the GT store's 0-based categories) and
+    its output as a one-frame video ``preds[i]``, its GT pairs its ``gt_pair_rows``. All
+    frames' box scores of one dtype (the no-constraint ranking multiplies them in it).
+
+    Returns (``first`` (3, all GT relations), its offsets per frame, ``pair_first`` (3, all
+    GT pairs), its offsets): frame ``i``'s ``first[:, offsets[i]:offsets[i + 1]]``."""
+    rel_at = _offsets([len(r) for r in relations])
+    gt_at = _offsets([len(c) for c in classes])
+    relations = _stacked(relations, np.int64, 3)
+    boxes = _stacked(boxes, np.float64, 4)
+    classes = _stacked(classes, np.int64, None) + class_offset
+    pred_boxes = _stacked([p.boxes for p in preds], np.float64, 4)
+    pairs = _stacked([p.pairs for p in preds], np.int64, 2)
+    pred_scores = [np.asarray(p.scores) for p in preds]
+    dtype = pred_scores[0].dtype if pred_scores else np.dtype(np.float64)
+    if any(s.dtype != dtype for s in pred_scores):
+        raise ValueError("frames' box scores of more than one dtype")
+    first, pair_first, pair_offsets = _frames_first_hits(
+        relations, rel_at, classes, boxes, gt_at, pred_boxes,
+        _stacked([p.labels for p in preds], np.int64, None),
+        np.concatenate(pred_scores) if pred_scores else np.zeros(0, dtype),
+        _offsets([len(p.labels) for p in preds]), pairs,
+        _stacked([p.attention for p in preds], np.float64, 3),
+        _stacked([p.spatial for p in preds], np.float64, 6),
+        _stacked([p.contacting for p in preds], np.float64, 17),
+        _offsets([len(p.pairs) for p in preds]), _ALL_CODES, float(threshold))
+    return first, rel_at, pair_first, pair_offsets
+
+
+def _stacked(arrays: list[np.ndarray], dtype: type, columns: int | None) -> np.ndarray:
+    """``arrays`` (each of rows of ``columns``, or 1-d) concatenated as one contiguous
+    ``dtype`` array."""
+    shape = (-1,) if columns is None else (-1, columns)
+    if not arrays:
+        return np.zeros((0,) if columns is None else (0, columns), dtype)
+    return np.ascontiguousarray(np.concatenate(arrays).astype(dtype, copy=False)
+                                .reshape(shape))
+
+
+def _offsets(sizes: list[int]) -> np.ndarray:
+    """CSR offsets of consecutive blocks of ``sizes``."""
+    out = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=out[1:])
+    return out
+
+
+@njit(**JIT)
+def _frames_first_hits(relations: np.ndarray, rel_at: np.ndarray, classes: np.ndarray,
+                       boxes: np.ndarray, gt_at: np.ndarray, pred_boxes: np.ndarray,
+                       labels: np.ndarray, box_scores: np.ndarray, box_at: np.ndarray,
+                       pred_pairs: np.ndarray, attention: np.ndarray, spatial: np.ndarray,
+                       contacting: np.ndarray, pair_at: np.ndarray, constraints: np.ndarray,
+                       threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_first_hits`` of each frame (its blocks of the stacked arrays: ``*_at`` the CSR
+    offsets), its GT pairs ``gt_pair_rows``: (first, pair_first, pair_first's offsets)."""
+    n_frames = rel_at.shape[0] - 1
+    first = np.empty((len(constraints), relations.shape[0]), np.int64)
+    pair_first = np.empty((len(constraints), relations.shape[0]), np.int64)
+    pair_out = np.zeros(n_frames + 1, np.int64)
+    for f in range(n_frames):
+        a, b = rel_at[f], rel_at[f + 1]
+        c, d = gt_at[f], gt_at[f + 1]
+        e, g = box_at[f], box_at[f + 1]
+        h, i = pair_at[f], pair_at[f + 1]
+        frame_relations = relations[a:b]
+        rows = gt_pair_rows(frame_relations, d - c)
+        found, pair_found = _first_hits(
+            frame_relations, rows, classes[c:d], boxes[c:d], pred_boxes[e:g], labels[e:g],
+            box_scores[e:g], pred_pairs[h:i], attention[h:i], spatial[h:i],
+            contacting[h:i], constraints, threshold)
+        first[:, a:b] = found
+        pair_out[f + 1] = pair_out[f] + len(rows)
+        pair_first[:, pair_out[f]:pair_out[f + 1]] = pair_found
+    return first, pair_first[:, :pair_out[n_frames]].copy(), pair_out
 
 
 @njit(**JIT)

@@ -369,9 +369,16 @@ def batch_of(images: list[ImageHits]) -> HitsBatch:
     """Concatenate the hits of ``images``."""
     n_gt_triplets = np.array([h.n_gt_triplets for h in images], dtype=np.int64)
     t_image = np.repeat(np.arange(len(images), dtype=np.int64), n_gt_triplets)
-    predicates = concat([h.relations[:, 2] for h in images])
-    reachable = concat([h.matched_gt[h.relations[:, 0]] & h.matched_gt[h.relations[:, 1]]
-                        for h in images], bool)
+    relations = concat([h.relations.reshape(-1, 3) for h in images]).reshape(-1, 3)
+    predicates = relations[:, 2]
+    n_instances = np.array([len(h.matched_gt) for h in images], dtype=np.int64)
+    # every image's matched flags in one array: an image's instance i at its offset + i
+    matched = concat([h.matched_gt for h in images], bool)
+    matched_before = np.zeros(len(matched) + 1, np.int64)
+    np.cumsum(matched, out=matched_before[1:])
+    starts = np.cumsum(n_instances) - n_instances
+    shift = starts[t_image]
+    reachable = matched[relations[:, 0] + shift] & matched[relations[:, 1] + shift]
     n_pairs = np.array([len(h.pair_first) for h in images], dtype=np.int64)
     top = int(predicates.max(initial=0)) + 1
     cells, group = np.unique(t_image * top + predicates, return_inverse=True)
@@ -379,8 +386,8 @@ def batch_of(images: list[ImageHits]) -> HitsBatch:
         image_ids=[h.image_id for h in images],
         missing=np.array([h.missing for h in images], dtype=bool),
         n_gt_triplets=n_gt_triplets,
-        n_instances=np.array([len(h.matched_gt) for h in images], dtype=np.int64),
-        n_matched=np.array([int(h.matched_gt.sum()) for h in images], dtype=np.int64),
+        n_instances=n_instances,
+        n_matched=matched_before[starts + n_instances] - matched_before[starts],
         t_image=t_image, predicates=predicates, reachable=reachable,
         graph_first=concat([h.graph_first for h in images]),
         q_image=np.repeat(np.arange(len(images), dtype=np.int64), n_pairs),

@@ -31,6 +31,8 @@ from sgdask.errors import Option, Text
 from sgdask.types import ImageGT, ImageHits, ImagePred
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from sgdask.kernels.image import ImageRules
     from sgdask.metrics.base import Family
 
@@ -130,9 +132,17 @@ class Protocol:
     def leaves_out(self, pred: ImagePred | None) -> bool:
         """True when the protocol leaves this image out of every metric (and counts it):
         no prediction, or no relation proposals, under a protocol that skips those."""
+        if not self.skip_images_without_proposals:  # (called per image: no import then)
+            return False
         from sgdask.kernels.image import without_proposals
 
-        return self.skip_images_without_proposals and without_proposals(pred)
+        return without_proposals(pred)
+
+    def share_partition(self, gts: Sequence[ImageGT], preds: Mapping[str, ImagePred],
+                        shared: Sequence[dict]) -> None:
+        """Put what the protocols of each image share (``shared[i]``: ``gts[i]``'s) in for a
+        whole partition at once, when the protocol can compute it faster so; by default
+        nothing: each image computes its own on first use (``image_hits``)."""
 
     def image_hits(self, gt: ImageGT, pred: ImagePred, with_ng: bool = True,
                    match_labels: bool = True, shared: dict | None = None,

@@ -2,7 +2,8 @@
 graph evaluation of STTran's ``lib/evaluation_recall.py`` (R@k) and TEMPURA's
 ``calc_mrecall`` (mR@k), whole in this package. ``docs/video.md`` is the definition; the
 per-frame work is ``sgdask.kernels.ag`` (one compiled pass per frame for its three modes, checked
-against its literal twin in the tests).
+against its literal twin in the tests; ``share_partition`` runs a task's frames through it in
+one call, checked against the frame-by-frame call).
 
 Each GT frame is an image of the store whose unit is its ``video``: intervals and paired
 tests resample videos. A frame's hits: its three rows per predicted pair (attention,
@@ -16,6 +17,7 @@ over all 26 predicates (an absent one counting 0).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +57,21 @@ class ActionGenomeProtocol(Protocol):
         relations, found = _frame_modes(gt, output, self.semi_threshold, shared)
         first, pair_first = found[self.constraint]
         return self._hits(gt, relations, first, pair_first, len(output.pairs))
+
+    def share_partition(self, gts: Sequence[ImageGT], preds: Mapping[str, ImagePred],
+                        shared: Sequence[dict]) -> None:
+        """Every frame's GT relations and first hits under every mode (``_frame_modes``),
+        one compiled call for the partition's frames (per dtype of their box scores)."""
+        key = (SHARED, self.semi_threshold)
+        groups: dict[np.dtype, list[tuple[int, ImageGT, AGVideoPred]]] = {}
+        for i, gt in enumerate(gts):
+            pred = preds.get(gt.image_id)
+            if isinstance(pred, AGFramePred) and pred.output is not None \
+                    and key not in shared[i]:
+                output = pred.output
+                groups.setdefault(np.asarray(output.scores).dtype, []).append((i, gt, output))
+        for group in groups.values():
+            _share_frames(group, self.semi_threshold, shared)
 
     def missing_image_hits(self, gt: ImageGT, with_ng: bool = True) -> ImageHits:
         from sgdask.kernels.ag import NEVER
@@ -120,14 +137,38 @@ def _frame_modes(gt: ImageGT, output: AGVideoPred, threshold: float, shared: dic
     from sgdask.kernels.image import gt_relations
 
     relations = gt_relations(gt, True)
-    frame = AGFrame(gt.image_id, np.asarray(gt.boxes, dtype=np.float64).reshape(-1, 4),
-                    np.asarray(gt.labels, dtype=np.int64) + 1, relations)
+    frame = _gt_frame(gt, relations)
     pairs = gt_pair_rows(relations, gt.n_instances)
     found = (relations, dict(zip(CONSTRAINTS, frame_first_hits_modes(
         frame, output, CONSTRAINTS, threshold, pairs), strict=True)))
     if shared is not None:
         shared[key] = found
     return found
+
+
+def _share_frames(group: list[tuple[int, ImageGT, AGVideoPred]], threshold: float,
+                  shared: Sequence[dict]) -> None:
+    """``_frame_modes`` of frames ``(i, gt, output)`` (box scores of one dtype) in one
+    compiled call (``stacked_first_hits_modes``), each put in ``shared[i]``."""
+    from sgdask.kernels.ag import stacked_first_hits_modes  # numba: loaded on first use
+    from sgdask.kernels.image import gt_relations
+
+    relations = [gt_relations(gt, True) for _, gt, _ in group]
+    first, at, pair_first, pair_at = stacked_first_hits_modes(
+        relations, [np.asarray(gt.boxes).reshape(-1, 4) for _, gt, _ in group],
+        [np.asarray(gt.labels) for _, gt, _ in group], [output for _, _, output in group],
+        threshold, class_offset=1)
+    at, pair_at = at.tolist(), pair_at.tolist()
+    for f, ((i, _, _), frame_relations) in enumerate(zip(group, relations, strict=True)):
+        a, b, c, d = at[f], at[f + 1], pair_at[f], pair_at[f + 1]
+        shared[i][(SHARED, threshold)] = (frame_relations, {
+            mode: (first[m, a:b], pair_first[m, c:d]) for m, mode in enumerate(CONSTRAINTS)})
+
+
+def _gt_frame(gt: ImageGT, relations: np.ndarray) -> AGFrame:
+    """The GT image as the kernel reads a frame (classes 1-based, as the annotations)."""
+    return AGFrame(gt.image_id, np.asarray(gt.boxes, dtype=np.float64).reshape(-1, 4),
+                   np.asarray(gt.labels, dtype=np.int64) + 1, relations)
 
 
 def _mode(constraint: str, description: str) -> ActionGenomeProtocol:
