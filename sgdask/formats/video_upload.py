@@ -46,9 +46,9 @@ class VideoUpload:
         """Why an upload starting with ``head`` can never be this output, or None."""
         return None if self.accepts(head) else f"{name}: not {self.what}"
 
-    def layout(self, members: list[str], shown_as: str) -> tuple[str, dict[str, str]]:
-        """The folder inside a ZIP that holds the output, and its files: member -> path
-        relative to the output (each video's files; nothing else is copied)."""
+    def layout(self, members: list[str], shown_as: str) -> dict[str, str]:
+        """The output's files in a ZIP (all under one folder): member -> path relative to
+        that folder (each video's files; nothing else is copied)."""
         files = [m for m in members if not m.endswith("/") and not m.startswith(_IGNORED)]
         keys = [m for m in files if m.endswith(self.key) and len(m) > len(self.key)]
         if not keys:
@@ -67,10 +67,10 @@ class VideoUpload:
             relative = member[len(prefix):] if member.startswith(prefix) else None
             if relative is None:
                 continue
-            video = relative.split("/", 1)[0] if "/" in relative else relative
+            video = relative.split("/", 1)[0]
             if prefix + video in videos or member in keys:
                 wanted[member] = relative
-        return root, wanted
+        return wanted
 
 
 VIDEO_UPLOADS = {

@@ -15,7 +15,8 @@ model output (``Entry.output_method``: the phase's method), on the cluster.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from sgdask.batch.registry import Registry
 from sgdask.errors import InputError
@@ -52,11 +53,8 @@ def checked_video_upload(video: VideoUpload, upload: str, options: StorageOption
     """Refuse an upload that is not ``video``'s output: its head, and a ZIP's entries and
     layout (nothing is extracted)."""
     if _is_zip(upload, options, video, shown_as):
-        fs, path = filesystem(upload, options)
-        with fs.open(path, "rb") as f:
-            archive = SafeZip(f, shown_as, limits or ArchiveLimits())
-            archive.check()
-            video.layout(list(archive.entries), shown_as)
+        with _zipped_output(video, upload, options, limits or ArchiveLimits(), shown_as):
+            pass
 
 
 def unpacked_video_upload(video: VideoUpload, upload: str, out: str, gt: str,
@@ -105,16 +103,25 @@ def _is_zip(upload: str, options: StorageOptions | None, video: VideoUpload,
 
 def _extract(video: VideoUpload, upload: str, out: str, options: StorageOptions | None,
              limits: ArchiveLimits, shown_as: str) -> None:
-    fs, path = filesystem(upload, options)
     out_fs, out_path = filesystem(out, options)
-    with fs.open(path, "rb") as f:
-        archive = SafeZip(f, shown_as, limits)
-        archive.check()
-        _, files = video.layout(list(archive.entries), shown_as)
+    with _zipped_output(video, upload, options, limits, shown_as) as (archive, files):
         for member, relative in sorted(files.items()):
             target = f"{out_path}/{relative}"
             out_fs.makedirs(out_fs._parent(target), exist_ok=True)
             out_fs.pipe_file(target, archive.read(member))
+
+
+@contextmanager
+def _zipped_output(video: VideoUpload, upload: str, options: StorageOptions | None,
+                   limits: ArchiveLimits, shown_as: str
+                   ) -> Iterator[tuple[SafeZip, dict[str, str]]]:
+    """The uploaded ZIP, its entries checked against ``limits``, and the output's files in
+    it (``VideoUpload.layout``)."""
+    fs, path = filesystem(upload, options)
+    with fs.open(path, "rb") as f:
+        archive = SafeZip(f, shown_as, limits)
+        archive.check()
+        yield archive, video.layout(list(archive.entries), shown_as)
 
 
 def _copy(source: str, target: str, options: StorageOptions | None) -> None:

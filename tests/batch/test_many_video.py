@@ -15,12 +15,11 @@ import pytest
 
 from sgdask.batch.many import load_manifest, run_many
 from sgdask.errors import InputError
-from sgdask.formats.actiongenome import ingest_ag
 from sgdask.formats.pvsg import ingest_pvsg
 from sgdask.formats.results import ResultsMethod
 from sgdask.pipeline import evaluate_protocols
-from sgdask.testing.ag import write_ag
 from sgdask.testing.pvsg import write_pvsg
+from tests.helpers.ag_data import ag_with_gt
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +33,8 @@ def client():
 
 @pytest.fixture(scope="module")
 def ag(tmp_path_factory) -> tuple[Path, str]:
-    root = write_ag(tmp_path_factory.mktemp("ag"), videos=6, frames=6, seed=3,
-                    settings=("sgcls", "sgdet"))
-    a = root / "annotations"
-    gt = str(root / "gt.store")
-    ingest_ag(str(a / "object_bbox_and_relationship.pkl"), gt, str(a / "person_bbox.pkl"),
-              str(a / "frame_list.txt"), partition_size=16)
-    return root, gt
+    return ag_with_gt(tmp_path_factory.mktemp("ag"), partition_size=16, videos=6, frames=6,
+                      seed=3, settings=("sgcls", "sgdet"))
 
 
 @pytest.fixture(scope="module")

@@ -8,20 +8,14 @@ import json
 
 import pytest
 
-from sgdask.formats.actiongenome import ingest_ag
-from sgdask.testing.ag import write_ag
 from tests.helpers import run_main
+from tests.helpers.ag_data import ag_with_gt
 
 
 @pytest.fixture(scope="module")
 def ag(tmp_path_factory):
-    root = write_ag(tmp_path_factory.mktemp("ag"), videos=5, frames=5, seed=7,
-                    settings=("sgcls",))
-    a = root / "annotations"
-    gt = str(root / "gt.store")
-    ingest_ag(str(a / "object_bbox_and_relationship.pkl"), gt, str(a / "person_bbox.pkl"),
-              str(a / "frame_list.txt"))
-    return root, gt
+    return ag_with_gt(tmp_path_factory.mktemp("ag"), videos=5, frames=5, seed=7,
+                      settings=("sgcls",))
 
 
 @pytest.mark.timeout(180)

@@ -19,14 +19,13 @@ import pytest
 
 from sgdask.batch.video import column_value, video_columns
 from sgdask.errors import InputError
-from sgdask.formats.actiongenome import ingest_ag
 from sgdask.formats.pvsg import ingest_pvsg
 from sgdask.formats.results import ResultsMethod
 from sgdask.pipeline import evaluate_protocols
 from sgdask.service.benchmark import check_gts, load_benchmark
 from sgdask.service.tokens import add_token
-from sgdask.testing.ag import write_ag
 from sgdask.testing.pvsg import write_pvsg
+from tests.helpers.ag_data import ag_with_gt
 from tests.helpers.servicekit import Proc, auth, upload, wait_final
 
 AG_PROTOCOLS = ("ag-with", "ag-semi", "ag-no")
@@ -45,12 +44,8 @@ class Videos:
 def videos(tmp_path_factory) -> Videos:
     """A few generated Action Genome videos and PVSG videos, each ingested into its GT
     store."""
-    root = write_ag(tmp_path_factory.mktemp("ag"), videos=4, frames=5, seed=7,
-                    settings=("sgcls",))
-    a = root / "annotations"
-    ag_gt = str(root / "gt.store")
-    ingest_ag(str(a / "object_bbox_and_relationship.pkl"), ag_gt, str(a / "person_bbox.pkl"),
-              str(a / "frame_list.txt"))
+    root, ag_gt = ag_with_gt(tmp_path_factory.mktemp("ag"), videos=4, frames=5, seed=7,
+                             settings=("sgcls",))
     raw = write_pvsg(tmp_path_factory.mktemp("pvsg"), n_videos=3, n_frames=6, seed=4)
     pvsg_gt = str(raw.annotation.parent.parent / "gt.store")
     ingest_pvsg(str(raw.annotation), pvsg_gt, str(raw.data_dir), partition_size=2)
