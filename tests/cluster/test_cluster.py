@@ -123,10 +123,11 @@ def local_report(stores, client):
 
 @pytest.fixture(scope="module")
 def big_stores(tmp_path_factory) -> tuple[str, str]:
-    """60 larger images, ingested and converted locally: a few seconds of scoring with
-    one image per task, long enough to kill a worker mid-run."""
+    """120 larger images, ingested and converted locally: a few seconds of scoring with
+    one image per task, long enough to kill a worker mid-run (60 were scored before the
+    victim held a result in one run of three once scoring got faster)."""
     root = tmp_path_factory.mktemp("big")
-    paths = write_dataset(root / "raw", n_images=60, seed=3, height=240, width=320)
+    paths = write_dataset(root / "raw", n_images=120, seed=3, height=240, width=320)
     gt, pred = str(root / "gt"), str(root / "pred")
     ingest_gt(str(paths.psg_json), gt, str(paths.masks_dir))
     convert_submission(str(paths.submission_zip), pred, gt)
