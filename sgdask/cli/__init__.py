@@ -45,11 +45,11 @@ def _versions() -> list[str]:
     """``--version --verbose``'s lines after sgdask's own: what a report's provenance
     records."""
     from sgdask.protocols import METRICS_VERSION, PROTOCOLS
-    from sgdask.store.store import FORMAT_VERSION
+    from sgdask.store.store import store_formats
 
     protocols = ", ".join(f"{p.name} {p.version}" for p in PROTOCOLS.values())
     return [f"protocols {protocols}", f"metrics {METRICS_VERSION}",
-            f"store format {FORMAT_VERSION}",
+            store_formats(),
             *(f"{name} {number}" for name, number in dependency_versions().items())]
 
 

@@ -218,12 +218,20 @@ def upload_form(account: Account | None, csrf: str, max_mb: float, open_uploads:
 <option value="no">no</option><option value="yes">yes</option></select>
 <label for="board">Board</label>
 <select id="board" name="board">{boards}</select>
-<label for="file">Submission: SGBench ZIP or JSON (at most {max_mb:g} MiB)</label>
+<label for="file">Submission: {_file_kind(phases)} (at most {max_mb:g} MiB)</label>
 <input type="file" id="file" name="file" required accept=".zip,.json,.pkl">
 <p><button type="submit" id="upload">Upload</button></p>
 </form>
 <p class="note">The approved board takes uploads from maintainers only.</p>"""
     return page("Submit a model", body, account, csrf)
+
+
+def _file_kind(phases: list[Phase] | None) -> str:
+    """What the file field takes: an SGBench ZIP or JSON, unless a phase takes another
+    kind (then its option says which)."""
+    if phases and any(p.upload != "submission" for p in phases):
+        return "the file its phase takes (beside the phase's name; else an SGBench ZIP or JSON)"
+    return "SGBench ZIP or JSON"
 
 
 def _upload_kind(phase: Phase) -> str:

@@ -101,6 +101,14 @@ SELF_HASH = "manifest_sha256"
 MASK_CHUNK = 1 << 20
 
 
+def store_formats() -> str:
+    """The store formats this sgdask writes and reads, as ``--version --verbose`` says
+    them (a store is written at the lowest version that holds what it records)."""
+    return (f"store format {FORMAT_VERSION} ({UNITS_VERSION} with evaluation units, "
+            f"{SEGMENTS_VERSION} with segments tables; reads {READABLE_VERSIONS[0]}-"
+            f"{READABLE_VERSIONS[-1]})")
+
+
 @functools.cache
 def _zarr() -> ModuleType:
     """zarr, imported on first use and configured before any array is opened or written.

@@ -15,7 +15,7 @@ import pytest
 import sgdask
 from sgdask.cluster import dask_client
 from sgdask.protocols import METRICS_VERSION, PROTOCOLS
-from sgdask.store.store import FORMAT_VERSION
+from sgdask.store.store import FORMAT_VERSION, READABLE_VERSIONS, SEGMENTS_VERSION, UNITS_VERSION
 from sgdask.versions import PACKAGES, dependency_versions
 from tests.helpers import ROOT, run_main
 
@@ -32,7 +32,9 @@ def test_version_verbose_lists_the_libraries_that_decide_the_numbers(capsys):
     assert code == 0 and lines[0] == f"sgdask {sgdask.__version__}"
     assert lines[1:4] == [
         "protocols " + ", ".join(f"{p.name} {p.version}" for p in PROTOCOLS.values()),
-        f"metrics {METRICS_VERSION}", f"store format {FORMAT_VERSION}"]
+        f"metrics {METRICS_VERSION}",
+        f"store format {FORMAT_VERSION} ({UNITS_VERSION} with evaluation units, "
+        f"{SEGMENTS_VERSION} with segments tables; reads 1-{READABLE_VERSIONS[-1]})"]
     listed = dict(line.split(" ", 1) for line in lines[4:])
     assert listed == dependency_versions()
     assert list(listed)[-1] == "python"

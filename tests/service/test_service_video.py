@@ -286,3 +286,13 @@ def test_serve_refuses_a_video_gt_without_a_benchmark_file(videos, tmp_path, cap
     assert exc.value.code == 2 and len(err.splitlines()) == 1, err
     assert "PVSG ground truth" in err and "upload: pvsg-results" in err
     assert not json.dumps(err).count("Traceback")
+
+
+def test_the_upload_form_says_what_each_phase_takes(served):
+    """The file field does not promise an SGBench ZIP where a phase takes model outputs;
+    each phase's option says what it takes."""
+    page = httpx.get(f"{served.base}/submit", timeout=30)
+    assert page.status_code == 200
+    assert "Submission: the file its phase takes" in page.text
+    assert "SGBench ZIP or JSON (at most" not in page.text
+    assert page.text.count('<option value="ag">') == page.text.count('<option value="pvsg">') == 1
