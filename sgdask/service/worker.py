@@ -76,7 +76,7 @@ Log = Callable[[str], None]
 DEFAULT_MAX_ERRORS = 20
 MiB = 1 << 20
 #: what the job processes import once, in the fork server they are forked from
-JOB_PRELOAD = ["sgdask.service.worker", "sgdask.formats.ingest", "sgdask.formats.validate"]
+JOB_PRELOAD = ["sgdask.service.preload"]
 
 
 @dataclass
