@@ -3,6 +3,7 @@ datasets and their stores, a moto S3 server per module and a headless Chromium p
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import zipfile
@@ -28,10 +29,17 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 @pytest.fixture(scope="session")
 def client():
     """A real two-process distributed cluster on 127.0.0.1."""
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=":0", host="127.0.0.1") as cluster, \
-            Client(cluster) as c:
-        yield c
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                           dashboard_address=":0", host="127.0.0.1")
+    try:
+        with Client(cluster) as c:
+            yield c
+    finally:
+        # distributed's own deadline for a worker process to close (a few seconds) can pass
+        # on a machine that runs other test files at once; its processes end with the
+        # session either way, and a test's outcome is already decided
+        with contextlib.suppress(TimeoutError):
+            cluster.close()
 
 
 @pytest.fixture(scope="session")
