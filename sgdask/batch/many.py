@@ -317,8 +317,10 @@ def write_outputs(job: ManyJob, reports: dict[str, dict[str, Report]]) -> None:
 
 
 def write_summary(job: ManyJob, reports: dict[str, dict[str, Report]]) -> None:
-    """``summary.json``: one row per (submission, protocol) with every overall metric."""
+    """``summary.json``: one row per (submission, protocol) with every overall metric
+    (none when every submission failed: ``job.out`` may then have no report yet)."""
     assert job.out is not None
     fs, path = filesystem(join(job.out, "summary.json"), job.storage_options)
+    fs.makedirs(fs._parent(path), exist_ok=True)
     with fs.open(path, "w") as f:
         json.dump(summary_rows(reports), f, indent=1)

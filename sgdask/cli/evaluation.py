@@ -400,5 +400,6 @@ def evaluate_many(manifest: Annotated[str, typer.Argument(
     if outcome.failed:  # each failed alone: the others are evaluated and written
         (_, first), *others = outcome.failed.items()
         for name, err in others:
-            err_console.print(f"{name}: {err.render('cli')}", markup=False, highlight=False)
+            err_console.print(f"{name}: {err.render('cli')}", markup=False, highlight=False,
+                              soft_wrap=True)
         raise first

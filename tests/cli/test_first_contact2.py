@@ -404,3 +404,20 @@ def test_an_empty_upload_is_refused_as_empty():
     assert unscorable(b"", "submission.zip") == (
         "submission.zip: an empty file (0 bytes), not a submission (expected an SGBench ZIP "
         "or JSON)")
+
+
+def test_evaluate_many_where_every_submission_fails_names_each(capsys, tiny, tmp_path):
+    """Every submission failing its checks is each one's line, not an internal error about
+    the summary: ``summary.json`` is written, empty."""
+    (tmp_path / "a.json").write_text('{"x": 1}')
+    (tmp_path / "b.json").write_text("nope")
+    manifest = tmp_path / "many.yaml"
+    manifest.write_text(f"gt: {tiny.gt}\nout: {tmp_path / 'out'}\nsubmissions:\n"
+                        f"  - {{name: a, url: {tmp_path / 'a.json'}}}\n"
+                        f"  - {{name: b, url: {tmp_path / 'b.json'}}}\n")
+    code, _, err = run_main(capsys, "evaluate-many", str(manifest), "--threads")
+    assert code == 2, err
+    assert "internal error" not in err and "summary.json" not in err
+    assert "b: " in err and "b.json: not valid JSON" in err
+    assert "sgdask: error: " in err and "a.json: version: missing" in err
+    assert (tmp_path / "out" / "summary.json").read_text() == "[]"
