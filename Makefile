@@ -17,7 +17,7 @@ CONSTRAINTS ?= constraints.txt
 # make lock: resolved in a throw-away venv
 LOCK_VENV = .lock-venv
 
-.PHONY: demo test lint docs bench lock wheel-test clean
+.PHONY: demo test test-slow lint docs bench lock wheel-test clean
 
 # The versions the suite last passed with (constraints.txt); pyproject.toml keeps ranges.
 $(STAMP): pyproject.toml $(CONSTRAINTS)
@@ -30,10 +30,16 @@ demo: $(STAMP)
 	$(PY) -m sgdask.demo --dir $(DEMO) --images $(IMAGES)
 	@echo "sgdask is installed in $(VENV): 'source $(VENV)/bin/activate' puts it on your PATH (docs/getting-started.md)"
 
+# Every test but the slow tier: ruff, the strict docs build, pytest (under 10 minutes on 2 cores)
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(DOCS_BUILD)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
+
+# The slow tier (marker `slow`): end-to-end runs that start their own servers, clusters, browser
+# and S3 server, load them and kill them. CI runs it after `make test`.
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m slow tests
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

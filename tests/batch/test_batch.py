@@ -157,6 +157,7 @@ def run_rerank_cli(registry: str, gt: str, out: str, *extra: str) -> subprocess.
         start_new_session=True)
 
 
+@pytest.mark.slow
 def test_killed_rerank_keeps_previous_leaderboard(registry, dataset, stores, tmp_path,
                                                   client):
     out = tmp_path / "board"
@@ -180,6 +181,7 @@ def test_killed_rerank_keeps_previous_leaderboard(registry, dataset, stores, tmp
     assert after.returncode == 0 and "(process gone)" in err, err
 
 
+@pytest.mark.slow
 def test_two_reranks_on_s3_publish_once(s3, dataset, stores, client):
     opts = s3.options
     registry = s3.url("registry")

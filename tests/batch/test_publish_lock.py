@@ -180,6 +180,7 @@ def test_dead_lock_on_s3_is_taken_over_by_one_contender(s3):
         assert not s3.fs.exists(url) and not s3.fs.glob(f"{url}.*")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_rerank_killed_holding_the_lock_does_not_stall_the_next(tiny, tmp_path):
     """A real `sgdask rerank` killed with SIGKILL while it holds OUT/lock.json; the next
@@ -221,6 +222,7 @@ def board_names(board: Path) -> list[str]:
     return [row["name"] for row in rows]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_worker_killed_while_publishing_does_not_stall_the_board(tiny, client, tmp_path):
     """A real `sgdask worker` SIGKILLed while its rerank holds OUT/lock.json; the restarted

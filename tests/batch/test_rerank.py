@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 
 import pyarrow.parquet as pq
+import pytest
 
 from sgdask.batch.registry import submit
 from sgdask.batch.rerank import rerank
 from tests.helpers import run_cli as sgdask
 
 
+@pytest.mark.slow
 def test_stale_top_level_copies_are_repaired(dataset, stores, client, tmp_path):
     """Item 7: current.json is the truth. A crash after the pointer swap and before the
     top-level copies leaves them stale; the next rerank rewrites them."""

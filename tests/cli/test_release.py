@@ -92,6 +92,7 @@ def test_constraints_pin_every_installed_dependency_exactly():
     assert {"numba", "llvmlite"} <= names  # locked ahead of the speed work's dependency
 
 
+@pytest.mark.slow
 def test_schemas_ship_in_the_wheel_and_have_one_source(tmp_path):
     """The readers' schemas are package data: the sdist and the wheel built from it (as
     ``.ci/wheel-smoke`` builds them) hold every file of ``sgdask/schemas/``, and the

@@ -29,6 +29,7 @@ image.instance_iou = broken
 '''
 
 
+@pytest.mark.slow
 def test_kernel_bug_is_an_internal_error(stores, tmp_path):
     """Item 3: a ValueError inside a kernel is a bug: exit 1, 'internal error', and the
     traceback (with the kernel's frame) under --debug. The bug is injected into the real

@@ -92,7 +92,12 @@ def s3_env(s3) -> dict[str, str]:
     return {**AWS_ENV, "ENDPOINT": s3.endpoint, "BUCKET": f"s3://{BUCKET}/docs-example"}
 
 
-@pytest.mark.parametrize("page", sorted(EXAMPLES))
+#: pages whose examples start servers and an S3 server: the slow tier (``make test-slow``)
+SLOW_PAGES = {"tasks/hosting.md", "tasks/s3.md"}
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW_PAGES
+                                  else p for p in sorted(EXAMPLES)])
 def test_examples_run(page, tmp_path, request):
     extra = request.getfixturevalue("s3_env") if page in NEEDS_S3 else None
     run_page(EXAMPLES[page], tmp_path, example_env(extra))

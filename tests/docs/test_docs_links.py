@@ -147,6 +147,7 @@ def docs_build_command() -> str:
     return line
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_broken_link_fails_the_docs_build_of_make_test(tmp_path):
     command = docs_build_command()

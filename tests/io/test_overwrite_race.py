@@ -19,6 +19,8 @@ from sgdask.store.lock import LockHeld, exclusive_lock
 from sgdask.store.store import StoreReader
 from tests.helpers import run_cli
 
+pytestmark = pytest.mark.slow
+
 
 def sgdask(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "sgdask", *args], stdout=subprocess.PIPE,

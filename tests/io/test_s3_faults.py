@@ -26,6 +26,8 @@ from sgdask.formats.sgbench import convert_submission
 from sgdask.store.store import StoreReader
 from tests.helpers import AWS_ENV, run_main
 
+pytestmark = pytest.mark.slow
+
 #: storage options that keep a dead endpoint's retries short (botocore: one retry, a
 #: 2 s connect timeout; s3fs's own loop, for dropped connections, is bounded by its class)
 FAST_RETRIES = {"config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 2}}

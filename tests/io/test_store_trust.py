@@ -584,6 +584,7 @@ def test_ingest_gt_limits(good, tmp_path, capsys, limit, fragment):
 
 # ------------------------------------------------------------------- faults of the storage
 
+@pytest.mark.slow
 def test_s3_server_stopped_between_reads(good, tmp_path, capsys, monkeypatch, client):
     """A real moto S3 server stops after a reader opened a store: the next read is one
     line naming the object's URL (after s3fs's retries), never an internal error; the CLI

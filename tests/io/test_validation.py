@@ -462,6 +462,7 @@ def convert_cmd(submission: Path, out: str, *extra: str) -> list[str]:
             "--in-process", *extra]
 
 
+@pytest.mark.slow
 def test_killed_convert_leaves_no_valid_store(big_dataset, stores, tmp_path):
     """SIGKILL mid-conversion: what is left is refused by evaluate; --overwrite then works."""
     out = tmp_path / "store"
@@ -477,6 +478,7 @@ def test_killed_convert_leaves_no_valid_store(big_dataset, stores, tmp_path):
     assert (out / "manifest.json").exists()
 
 
+@pytest.mark.slow
 def test_killed_convert_to_s3_leaves_no_valid_store(big_dataset, stores, s3):
     options, fs = s3.cli_options(), s3.fs
     out, key = s3.url("killed", "store"), f"{BUCKET}/killed/store"

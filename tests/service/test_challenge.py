@@ -245,6 +245,7 @@ def open_model(served, tiny) -> str:
     return sent.json()["id"]
 
 
+@pytest.mark.slow
 def test_serve_benchmark_ranks_each_phase_on_its_own_board(served, tiny, open_model):
     """The open phase's upload is ranked on the phase's board (OUT/NAME), the page shows
     each phase under its name and dates; the closed phase refuses with its dates."""
@@ -306,6 +307,7 @@ def test_a_private_phase_answers_carry_no_score_for_participants(served, private
     assert [r["name"] for r in rows.json()] == ["hidden test model"]
 
 
+@pytest.mark.slow
 def test_a_private_phase_in_chromium_and_the_maintainers_reveal(
         served, private_submission, chromium_page, tmp_path):
     """In the browser: the team sees its status without scores; the maintainer sees the
@@ -372,6 +374,7 @@ def test_the_example_challenge_file_is_valid():
         [("validation", "public"), ("test", "private")]
 
 
+@pytest.mark.slow
 def test_exports_equal_the_page_and_baselines_stand_outside(
         served, tiny, open_model, chromium_page, tmp_path):
     """The open phase's board (its columns from the benchmark file, metadata included) read

@@ -194,6 +194,7 @@ def test_form_needs_the_csrf_token(server, tiny):
 
 # --- the queue -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_twenty_concurrent_uploads_from_four_teams(server, tiny):
     """20 uploads at once, five per team: 20 entries, none lost, each evaluated once and
     ranked once; the board holds all 20; a sixth upload of a team is over the daily limit."""
@@ -283,6 +284,7 @@ def test_html_payload_is_shown_as_text(server, tiny):
     assert 'href="https://example.org/?q=&quot;&gt;&lt;script&gt;' in page
 
 
+@pytest.mark.slow
 def test_hidden_results_leave_the_board(server, tiny):
     """A team hides its ranked result: others get 404 and the board drops it; a maintainer
     hides another team's result, which that team then cannot show again."""
@@ -315,6 +317,7 @@ def test_hidden_results_leave_the_board(server, tiny):
     assert refused.status_code == 403 and "may not change" in refused.json()["detail"]
 
 
+@pytest.mark.slow
 def test_submit_cli_waits_for_the_result(server, tiny, tmp_path):
     base, _, teams = server
     import subprocess
@@ -356,6 +359,7 @@ def multipart_head(boundary: str, name: str) -> bytes:
             'filename="big.zip"\r\nContent-Type: application/zip\r\n\r\n').encode()
 
 
+@pytest.mark.slow
 def test_server_killed_mid_upload_leaves_nothing(tiny, tokens, tmp_path):
     """SIGKILL while the file streams in: no entry, no upload, no store; a restarted
     server (and worker) on the same registry sees nothing."""
@@ -393,6 +397,7 @@ def test_server_killed_mid_upload_leaves_nothing(tiny, tokens, tmp_path):
         again.stop()
 
 
+@pytest.mark.slow
 def test_worker_killed_mid_evaluation_is_retried_and_ranked_once(tiny, tokens, client,
                                                                  tmp_path):
     """An inbox submission; the first worker is SIGKILLed while the entry is `evaluating`;

@@ -462,6 +462,7 @@ phases:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_one_team_flooding_does_not_slow_another(tiny, tmp_path):
     """5,000 registry entries of 100 teams; `sgdask serve` (a real uvicorn process). A

@@ -16,6 +16,8 @@ import pytest
 from sgdask.service.tokens import add_token
 from tests.helpers.servicekit import Proc, upload, wait_final
 
+pytestmark = pytest.mark.slow
+
 XSS_NAME = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 XSS_PAPER = 'https://example.org/paper?x="><script>window.__pwned=3</script>'
 

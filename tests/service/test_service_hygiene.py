@@ -227,6 +227,7 @@ def test_submit_checks_token_board_and_size_before_sending(small_server, tiny, t
 
 # --- no host path in any answer -----------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_no_host_path_in_any_page_or_answer(tiny, tokens, client, tmp_path, tmp_path_factory):
     """A ranked, a rejected, a zip-bomb-rejected and a failed submission (the registry's
@@ -385,6 +386,7 @@ def test_board_csv_cells_that_a_spreadsheet_would_run_are_quoted():
     assert all(r[1:] == ["0.5", "-0.25"] for r in rows)
 
 
+@pytest.mark.slow
 def test_unlisted_is_a_capability_url_and_private_warnings_say_counts(tiny, client, tokens,
                                                                       tmp_path):
     """An unlisted phase (docs/security.md: capability URLs): its board is refused to

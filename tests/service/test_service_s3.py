@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from sgdask.service.tokens import add_token
 from tests.helpers import AWS_ENV, BUCKET
 from tests.helpers.servicekit import Proc, auth, upload, wait_final, wait_for
+
+pytestmark = pytest.mark.slow
 
 
 def records(s3, submission_id: str) -> list[dict]:
