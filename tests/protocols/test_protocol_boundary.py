@@ -42,6 +42,8 @@ ALLOWED = {
     # the registry converts submissions with the SGBench format's converter: the import
     # path ``sgdask.formats.sgbench`` names the file format, not the protocol
     ("batch/registry.py", "sgbench"),
+    # the service's job processes are forked with the SGBench format's validators compiled
+    ("service/preload.py", "sgbench"),
     # PVSG is the dataset before it is the protocol: its records and its generator are
     # named after the dataset (as its readers in io/ and formats/ are)
     ("types_pvsg.py", "pvsg"), ("testing/pvsg.py", "pvsg"),
