@@ -53,7 +53,7 @@ from sgdask.formats.validate import (
     Problem,
 )
 from sgdask.io.archive import ArchiveLimits, SafeZip, limit_hint, read_capped
-from sgdask.io.bounded_json import check_json_memory, load_json
+from sgdask.io.bounded_json import check_json_memory, gc_paused, load_json
 from sgdask.io.fs import (
     StorageOptions,
     absolute,
@@ -841,9 +841,15 @@ def validate_submission(url: str, gt: str | None = None,
 
 
 def checked_submission(source: SubmissionSource, gt: GTInfo | None) -> SubmissionCheck:
-    """The checks ``validate`` runs (TIFF contents aside), raising the first error."""
+    """The checks ``validate`` runs (TIFF contents aside), raising the first error.
+
+    The cyclic collector stays paused until the parsed document is gone (freed by its
+    reference counts: it has no cycles). Re-enabled any sooner, each of its passes would walk
+    the document's millions of lists and dicts again: 0.2 to 0.35 s a pass on a 15 MB
+    ``triplets.json``, in the driver before the first task."""
     check = SubmissionCheck(source, gt)
-    first = next((p for p in check.problems(decode=False) if p.is_error), None)
+    with gc_paused():
+        first = next((p for p in check.problems(decode=False) if p.is_error), None)
     if first is not None:
         raise first.error
     return check

@@ -6,7 +6,8 @@ series into a dense (n, H, W) stack. ``read_tiff_masks`` returns the same masks 
 rows (``BitMasks``) without building that stack, for the layout SGBench's conversion writes
 (``tifffile.imwrite(..., compression="deflate")``): little-endian pages of 8-bit, one
 sample, deflate strips, no predictor, all alike. For those it walks the page chain itself
-(``plain_layout``: tifffile's page objects cost about 1 ms per image) and inflates every
+(``plain_layout``: tifffile's page objects cost about 1 ms per image; the pages after the
+second, which repeat its directory, in compiled code) and inflates every
 strip with the compiled decoder of ``io/codecs/inflate``, which sets the bits of nonzero
 pixels and skips the runs of zeros instead of writing 6.8 MB of pixels per image. Anything
 else, or anything that does not decode to exactly the size its tags give with a matching
@@ -126,8 +127,9 @@ class PlainLayout(NamedTuple):
     height: int
     width: int
     rows_per_strip: int
-    offsets: list[tuple[int, ...]]
-    counts: list[tuple[int, ...]]
+    #: (layers, strips): where each strip starts and its length in bytes
+    offsets: np.ndarray
+    counts: np.ndarray
 
     @property
     def layers(self) -> int:
@@ -201,19 +203,29 @@ def described_shape(description: bytes | None) -> list[int] | None:
 
 
 def plain_layout(data: bytes, limits: ArchiveLimits) -> PlainLayout | None:
-    """The strips of a plain layered TIFF within the limits, or None (see the module)."""
+    """The strips of a plain layered TIFF within the limits, or None (see the module). The
+    first two pages are parsed here, tag by tag; the pages after them, when they repeat the
+    second's directory (as tifffile writes them), by the compiled walk of
+    ``io/codecs/tiff_pages``, which otherwise leaves them to this walk."""
     if data[:4] != b"II*\x00" or len(data) < 8:
         return None
     pages: list[dict[int, tuple | bytes]] = []
+    positions: list[int] = []
+    rest = None
     (at,) = struct.unpack_from("<I", data, 4)
     seen = set()
     while at:
         if at in seen or len(pages) >= limits.max_tiff_layers:
             return None
+        if len(pages) == 2 and rest is None:
+            rest = _repeated_strips(data, positions, limits)
+            if rest is not None:
+                break
         seen.add(at)
         parsed = page_tags(data, at, not pages)
         if parsed is None:
             return None
+        positions.append(at)
         tags, at = parsed
         pages.append(tags)
     if not pages:
@@ -232,7 +244,7 @@ def plain_layout(data: bytes, limits: ArchiveLimits) -> PlainLayout | None:
             return None
     except (KeyError, ValueError):
         return None
-    n = len(pages)
+    n = len(pages) + (0 if rest is None else len(rest[0]))
     shape = described_shape(description)
     if (bits != 8 or compression not in STRIP_CODECS or photometric not in (0, 1)
             or not (h and w and rows_per_strip) or h * w > limits.max_layer_pixels
@@ -243,11 +255,29 @@ def plain_layout(data: bytes, limits: ArchiveLimits) -> PlainLayout | None:
     strips = -(-h // rows_per_strip)
     offsets = [p.get(273, ()) for p in pages]
     counts = [p.get(279, ()) for p in pages]
-    for off, cnt in zip(offsets, counts, strict=True):
-        if len(off) != strips or len(cnt) != strips or max(
-                o + c for o, c in zip(off, cnt, strict=True)) > len(data):
+    if any(len(off) != strips or len(cnt) != strips for off, cnt in zip(offsets, counts,
+                                                                       strict=True)):
+        return None
+    offsets_array, counts_array = (np.array(v, dtype=np.int64) for v in (offsets, counts))
+    if rest is not None:
+        if rest[0].shape[1] != strips:
             return None
-    return PlainLayout(h, w, rows_per_strip, offsets, counts)
+        offsets_array = np.concatenate([offsets_array, rest[0]])
+        counts_array = np.concatenate([counts_array, rest[1]])
+    if int((offsets_array + counts_array).max()) > len(data):
+        return None
+    return PlainLayout(h, w, rows_per_strip, offsets_array, counts_array)
+
+
+def _repeated_strips(data: bytes, positions: list[int], limits: ArchiveLimits
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(offsets, counts) of the strips of the pages after the first two (at
+    ``positions``), when they repeat the second's directory; None: parse them here."""
+    from sgdask.io.codecs.tiff_pages import OK, repeated_pages
+
+    status, offsets, counts = repeated_pages(np.frombuffer(data, dtype=np.uint8), positions[0],
+                                   positions[1], limits.max_tiff_layers)
+    return (offsets, counts) if status == OK else None
 
 
 def layer_rows(data: bytes, layout: PlainLayout) -> np.ndarray | None:
@@ -255,10 +285,8 @@ def layer_rows(data: bytes, layout: PlainLayout) -> np.ndarray | None:
     (``io/codecs/inflate``); None when a strip does not decode to exactly its pixels."""
     from sgdask.io.codecs.inflate import OK, inflate_layers
 
-    rows, status = inflate_layers(np.frombuffer(data, dtype=np.uint8),
-                                  np.array(layout.offsets, dtype=np.int64),
-                                  np.array(layout.counts, dtype=np.int64),
-                                  layout.rows_per_strip, layout.height, layout.width)
+    rows, status = inflate_layers(np.frombuffer(data, dtype=np.uint8), layout.offsets,
+                                  layout.counts, layout.rows_per_strip, layout.height, layout.width)
     return rows if status == OK else None
 
 
