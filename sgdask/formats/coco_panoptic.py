@@ -148,8 +148,13 @@ def _segments(url: str, entry: Any, index: int, gt: bool,
 
 
 def _read(url: str, options: StorageOptions | None, field: str) -> bytes:
-    fs, path = filesystem(url, options)
+    """A file's bytes: a plain local path opened directly (fsspec's URL parsing and file
+    object cost 0.15 ms a PNG, as much as decoding it), any URL through fsspec."""
     try:
+        if "://" not in url and "::" not in url and not url.startswith("~"):
+            with open(url, "rb") as f:
+                return f.read()
+        fs, path = filesystem(url, options)
         with fs.open(path, "rb") as f:
             return f.read()
     except (FileNotFoundError, IsADirectoryError):
