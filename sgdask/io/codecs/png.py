@@ -38,6 +38,8 @@ IHDR = b"\x00\x00\x00\x0dIHDR"
 PLAIN_RGB8 = bytes([8, 2, 0, 0, 0])
 NONE, SUB, UP, AVERAGE, PAETH = 0, 1, 2, 3, 4
 _BUFFERS = threading.local()
+#: the largest inflating buffer a thread keeps (a 1920x1080 image's rows are 6.2 MB)
+KEPT_BUFFER = 16 << 20
 
 
 @njit(**INLINE)
@@ -96,8 +98,9 @@ def _append(starts: np.ndarray, ids: np.ndarray, n: int, x: int, colour: int) ->
 @njit(**JIT)
 def raw_runs(raw: np.ndarray, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     """The runs (``ends``, ``ids``) of the inflated, filtered rows of an 8-bit RGB PNG
-    (``raw``: ``height`` rows of a filter byte and 3 ``width`` bytes, padded to a multiple
-    of 8 bytes); (empty, empty) when a row's filter type is not one of PNG's five."""
+    (``raw``: ``height`` rows of a filter byte and 3 ``width`` bytes, then up to 7 bytes
+    more, never read, for its length to be a multiple of 8); (empty, empty) when a row's
+    filter type is not one of PNG's five."""
     words = raw.view(np.uint64)
     stride = 3 * width + 1
     above_starts = np.zeros(width + 1, dtype=np.int64)
@@ -181,14 +184,15 @@ def png_runs(png: bytes) -> tuple[int, int, np.ndarray, np.ndarray] | None:
 
 
 def _buffer(size: int) -> np.ndarray:
-    """A zeroed buffer of ``size`` bytes, the thread's own: reused while images are no
-    larger (a fresh one would page-fault in every page of it, as long as the inflating)."""
+    """A buffer of ``size`` bytes, the thread's own up to
+    ``KEPT_BUFFER`` bytes (a fresh one page-faults in every page of it, about as long as
+    the inflating takes); a larger image gets one of its own, not kept."""
     held = getattr(_BUFFERS, "raw", None)
     if held is None or len(held) < size:
-        held = _BUFFERS.raw = np.zeros(size, dtype=np.uint8)
-    raw = held[:size]
-    raw[-8:] = 0  # the padding past the rows
-    return raw
+        held = np.zeros(size, dtype=np.uint8)
+        if size <= KEPT_BUFFER:
+            _BUFFERS.raw = held
+    return held[:size]
 
 
 def _idat(png: bytes) -> bytes | None:
