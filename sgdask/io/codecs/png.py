@@ -119,29 +119,23 @@ def raw_runs(raw: np.ndarray, height: int, width: int) -> tuple[np.ndarray, np.n
         n, colour, k, x = 0, 0, 0, 0  # colour: pixel x - 1's (0 left of the row); k: the
         while x < width:              # run above pixel x
             z = (_nonzero(raw, words, base + 3 * x, base + 3 * width) - base) // 3
-            while x <= z and x < width:  # pixels [x, z) are zero bytes, z is not
+            while x <= z and x < width:  # the zero pixels [x, z), then pixel z
                 while above_starts[k + 1] <= x:
                     k += 1
-                s = x
-                if x == z:
-                    colour = _pixel(f, raw, base + 3 * x, colour, above_ids[k],
-                                    _upper_left(above_starts, above_ids, k, x))
-                    x += 1
-                elif f == NONE:
+                s, zero = x, x < z
+                if zero and f == NONE:
                     colour, x = 0, z
-                elif f == SUB and x > 0:
+                elif zero and f == SUB and x > 0:
                     x = z
-                elif f == UP:
+                elif zero and f == UP:
                     colour, x = above_ids[k], min(z, above_starts[k + 1])
-                elif f == PAETH and x > 0 and above_starts[k] != x:
+                elif zero and f == PAETH and x > 0 and above_starts[k] != x:
                     x = min(z, above_starts[k + 1])  # upper = upper-left: the left colour
                 else:
                     colour = _pixel(f, raw, base + 3 * x, colour, above_ids[k],
                                     _upper_left(above_starts, above_ids, k, x))
                     x += 1
                 n = _append(starts, ids, n, s, colour)
-                if s == z:
-                    break
         starts[n] = width
         for r in range(n):
             if n_out and out_ids[n_out - 1] == ids[r]:
