@@ -95,6 +95,14 @@ def _append(starts: np.ndarray, ids: np.ndarray, n: int, x: int, colour: int) ->
     return n + 1
 
 
+@njit(**INLINE)
+def _upper_left(above_starts: np.ndarray, above_ids: np.ndarray, k: int, x: int) -> int:
+    """The colour above pixel x - 1 (0 for the first pixel); ``k``: the run above x."""
+    if x == 0:
+        return 0
+    return above_ids[k - 1] if above_starts[k] == x else above_ids[k]
+
+
 @njit(**JIT)
 def raw_runs(raw: np.ndarray, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     """The runs (``ends``, ``ids``) of the inflated, filtered rows of an 8-bit RGB PNG
@@ -148,17 +156,10 @@ def raw_runs(raw: np.ndarray, height: int, width: int) -> tuple[np.ndarray, np.n
     return ends[:n_out].copy(), out_ids[:n_out].copy()
 
 
-@njit(**INLINE)
-def _upper_left(above_starts: np.ndarray, above_ids: np.ndarray, k: int, x: int) -> int:
-    """The colour above pixel x - 1 (0 for the first pixel); ``k``: the run above x."""
-    if x == 0:
-        return 0
-    return above_ids[k - 1] if above_starts[k] == x else above_ids[k]
-
-
 def png_runs(png: bytes) -> tuple[int, int, np.ndarray, np.ndarray] | None:
     """(height, width, ends, ids) of a plain 8-bit RGB PNG, or None (another kind, or
-    anything amiss: the caller's decoder decides)."""
+    anything amiss: the caller's decoder decides). The caller checks the pixel count in
+    IHDR first: the rows are inflated into memory whole."""
     if png[:16] != SIGNATURE + IHDR or png[24:29] != PLAIN_RGB8:
         return None
     width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
