@@ -9,6 +9,7 @@ import io
 import itertools
 import struct
 import zlib
+from pathlib import Path
 
 import imagecodecs
 import numpy as np
@@ -17,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from sgdask.formats.coco_panoptic import Segments, panoptic_runs
 from sgdask.io.codecs.png import png_runs
 from sgdask.kernels.panoptic import rgb_runs
 
@@ -134,3 +136,24 @@ def test_other_or_damaged_pngs_are_left_to_libpng_and_pillow() -> None:
     for png in (interlaced, rgba, bad_crc, bad_filter, short, plain[:-12], plain[:40],
                 b"\x89PNG\r\n\x1a\n", b"GIF89a" + plain[6:]):
         assert png_runs(png) is None
+
+
+def test_a_panoptic_png_of_any_kind_gives_the_same_runs(tmp_path: Path) -> None:
+    """``panoptic_runs``: the plain PNG through this codec, a palette, RGBA or 16-bit one
+    through libpng or Pillow, all the same runs."""
+    ids = np.zeros((6, 9), np.int64)
+    ids[1:4, 2:7], ids[4:, :3] = 70000, 258
+    rgb = np.stack([ids & 255, (ids >> 8) & 255, ids >> 16], -1).astype(np.uint8)
+    Image.fromarray(rgb).save(tmp_path / "plain.png")
+    Image.fromarray(rgb).convert("P", palette=Image.Palette.ADAPTIVE).save(
+        tmp_path / "palette.png")
+    Image.fromarray(rgb).convert("RGBA").save(tmp_path / "rgba.png")
+    (tmp_path / "deep.png").write_bytes(imagecodecs.png_encode(rgb.astype(np.uint16) * 257))
+    expected = rgb_runs(rgb)
+    for name in ("plain", "palette", "rgba", "deep"):
+        segments = Segments("1", f"{name}.png", np.array([70000, 258]), np.array([1, 2]),
+                            np.zeros(2, bool), None)
+        shape, ends, runs = panoptic_runs(str(tmp_path), segments, None)
+        assert shape == (6, 9)
+        np.testing.assert_array_equal(ends, expected[0])
+        np.testing.assert_array_equal(runs, expected[1])
