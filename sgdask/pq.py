@@ -4,11 +4,12 @@ prediction JSON + PNG directory against a COCO panoptic GT JSON + PNG directory
 (``sgdask evaluate --pred panoptic.json --pred-masks DIR --gt gt.json --gt-masks DIR``).
 
 The driver reads the two JSONs (``sgdask.formats.coco_panoptic``), pairs their images and
-plans one task per chunk of images; a task decodes each image's two PNGs and counts it
-(``sgdask.kernels.panoptic.pair_areas``, ``table_hits``); the chunks' counts fold into the
-panoptic family's states, finalized by ``sgdask.metrics.panoptic`` as every evaluation's
-PQ is. True positives are kept as integer (intersection, union) rows and summed in one
-canonical order, so any chunking gives the same bits.
+plans one task per chunk of images; a task decodes each image's two PNGs to runs of
+segment ids and counts it (``sgdask.kernels.panoptic.pair_runs``, ``table_hits``); the
+chunks' counts fold into the panoptic family's states, finalized by
+``sgdask.metrics.panoptic`` as every evaluation's PQ is. True positives are kept as
+integer (intersection, union) rows and summed in one canonical order, so any chunking
+gives the same bits.
 
 Where panopticapi stops (an image without prediction), its GT segments are false
 negatives (SPEC section 6) and the report says how many images had none.
@@ -23,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from sgdask.errors import InputError
-from sgdask.formats.coco_panoptic import PanopticFile, Segments, panoptic_pixels, read_panoptic_json
+from sgdask.formats.coco_panoptic import PanopticFile, Segments, panoptic_runs, read_panoptic_json
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions
-from sgdask.kernels.panoptic import pair_areas, table_hits
+from sgdask.kernels.panoptic import pair_runs, table_hits
 from sgdask.metrics import panoptic
 from sgdask.metrics.base import Context, Finals
 from sgdask.report import Report
@@ -75,13 +76,13 @@ def image_hits(gt: Segments, pred: Segments | None, chunk: Chunk,
     empty = np.empty(0, dtype=np.int64)
     if pred is None:
         return PanopticHits(empty, empty, empty, empty, gt.categories[~gt.crowd])
-    gt_rgb = panoptic_pixels(chunk.gt_masks, gt, options, chunk.limits)
-    pred_rgb = panoptic_pixels(chunk.pred_masks, pred, options, chunk.limits)
-    if gt_rgb.shape != pred_rgb.shape:
-        raise InputError(pred.file_name, f"PNG is {pred_rgb.shape[1]}x{pred_rgb.shape[0]}",
+    gt_shape, gt_ends, gt_runs = panoptic_runs(chunk.gt_masks, gt, options, chunk.limits)
+    shape, pred_ends, pred_runs = panoptic_runs(chunk.pred_masks, pred, options, chunk.limits)
+    if gt_shape != shape:
+        raise InputError(pred.file_name, f"PNG is {shape[1]}x{shape[0]}",
                          image=gt.image_id, field="file_name",
-                         expected=f"{gt_rgb.shape[1]}x{gt_rgb.shape[0]} as the GT's PNG")
-    table, unlisted = pair_areas(gt_rgb, gt.ids, pred_rgb, pred.ids)
+                         expected=f"{gt_shape[1]}x{gt_shape[0]} as the GT's PNG")
+    table, unlisted = pair_runs(gt_ends, gt_runs, gt.ids, pred_ends, pred_runs, pred.ids)
     if unlisted >= 0:
         raise InputError(pred.file_name, f"segment {unlisted} is in the PNG, not in the JSON",
                          image=gt.image_id, field="segments_info")

@@ -160,40 +160,10 @@ def _position(sorted_ids: np.ndarray, order: np.ndarray, segment: int, missing: 
 
 
 @njit(**JIT)
-def pair_areas(gt_rgb: np.ndarray, gt_ids: np.ndarray, pred_rgb: np.ndarray,
-               pred_ids: np.ndarray) -> tuple[np.ndarray, int]:
-    """The pixels each (predicted, GT) pair of segments shares, from two panoptic RGB
-    images and the segment ids their JSON lists (in its order): rows are the predicted
-    segments, then VOID (id 0); columns the GT segments, then VOID, then ids the GT's JSON
-    does not list. Returns the table and the first id the prediction's PNG holds but its
-    JSON does not list (-1: none). Runs of one colour are looked up once."""
-    n_pred, n_gt = len(pred_ids), len(gt_ids)
-    pred_order, gt_order = np.argsort(pred_ids), np.argsort(gt_ids)
-    pred_sorted, gt_sorted = pred_ids[pred_order], gt_ids[gt_order]
-    table = np.zeros((n_pred + 1, n_gt + 2), dtype=np.int64)
-    height, width = gt_rgb.shape[0], gt_rgb.shape[1]
-    last_pred, last_gt, p, g = -1, -1, n_pred, n_gt
-    for i in range(height):
-        for j in range(width):
-            segment = _segment_of(pred_rgb, i, j)
-            if segment != last_pred:
-                last_pred = segment
-                p = n_pred if segment == 0 else _position(pred_sorted, pred_order, segment, -1)
-                if p < 0:
-                    return table, segment
-            segment = _segment_of(gt_rgb, i, j)
-            if segment != last_gt:
-                last_gt = segment
-                g = n_gt if segment == 0 else _position(gt_sorted, gt_order, segment, n_gt + 1)
-            table[p, g] += 1
-    return table, -1
-
-
-@njit(**JIT)
 def _table_counts(table: np.ndarray, labels: np.ndarray, gt_labels: np.ndarray,
                   gt_area: np.ndarray, crowd: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``_categorised`` from a ``pair_areas`` table: a prediction's area is its pixel
+    """``_categorised`` from a ``pair_runs`` table: a prediction's area is its pixel
     count, a GT segment's the JSON's ``area``, VOID is GT id 0."""
     n_pred, n_gt = len(labels), len(gt_labels)
     area = table[:n_pred].sum(axis=1)
@@ -203,9 +173,66 @@ def _table_counts(table: np.ndarray, labels: np.ndarray, gt_labels: np.ndarray,
 
 def table_hits(table: np.ndarray, labels: np.ndarray, gt_labels: np.ndarray,
                gt_area: np.ndarray, crowd: np.ndarray) -> PanopticHits:
-    """One image's counts from its ``pair_areas`` table, the predicted segments'
+    """One image's counts from its ``pair_runs`` table, the predicted segments'
     categories and the GT segments' categories, areas and crowd flags (JSON order)."""
     found = _table_counts(table, np.asarray(labels, dtype=np.int64),
                           np.asarray(gt_labels, dtype=np.int64),
                           np.asarray(gt_area, dtype=np.int64), np.asarray(crowd, dtype=np.bool_))
     return PanopticHits(*found, False)
+
+
+@njit(**JIT)
+def rgb_runs(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A panoptic RGB image as runs in raster order: ``ends`` (one past each run's last
+    pixel, as a flat index) and ``ids`` (its segment id, R + 256 G + 65536 B)."""
+    height, width = rgb.shape[0], rgb.shape[1]
+    ends = np.empty(height * width, dtype=np.int64)
+    ids = np.empty(height * width, dtype=np.int64)
+    n, last = 0, -1
+    for i in range(height):
+        for j in range(width):
+            segment = _segment_of(rgb, i, j)
+            if segment != last:
+                if n:
+                    ends[n - 1] = i * width + j
+                ids[n], last = segment, segment
+                n += 1
+    if n:
+        ends[n - 1] = height * width
+    return ends[:n], ids[:n]
+
+
+@njit(**JIT)
+def pair_runs(gt_ends: np.ndarray, gt_runs: np.ndarray, gt_ids: np.ndarray,
+              pred_ends: np.ndarray, pred_runs: np.ndarray, pred_ids: np.ndarray
+              ) -> tuple[np.ndarray, int]:
+    """The pixels each (predicted, GT) pair of segments shares, from two panoptic images of
+    the same pixel count as runs in raster order (``rgb_runs``: ``*_ends`` and the runs'
+    segment ids ``*_runs``) and the segment ids their JSON lists (``*_ids``, in its order):
+    rows are the predicted segments, then VOID (id 0); columns the GT segments, then VOID,
+    then ids the GT's JSON does not list. Returns the table and the first id (raster
+    order) the prediction's PNG holds but its JSON does not list (-1: none). Each run is
+    looked up once, each overlap of two runs added at once."""
+    n_pred, n_gt = len(pred_ids), len(gt_ids)
+    pred_order, gt_order = np.argsort(pred_ids), np.argsort(gt_ids)
+    pred_sorted, gt_sorted = pred_ids[pred_order], gt_ids[gt_order]
+    table = np.zeros((n_pred + 1, n_gt + 2), dtype=np.int64)
+    a, b, at = 0, 0, 0
+    p, g = -1, -1
+    while a < len(pred_ends) and b < len(gt_ends):
+        if p < 0:
+            segment = pred_runs[a]
+            p = n_pred if segment == 0 else _position(pred_sorted, pred_order, segment, -1)
+            if p < 0:
+                return table, segment
+        if g < 0:
+            segment = gt_runs[b]
+            g = n_gt if segment == 0 else _position(gt_sorted, gt_order, segment, n_gt + 1)
+        end = min(pred_ends[a], gt_ends[b])
+        table[p, g] += end - at
+        at = end
+        if pred_ends[a] == end:
+            a, p = a + 1, -1
+        if gt_ends[b] == end:
+            b, g = b + 1, -1
+    return table, -1

@@ -233,7 +233,7 @@ def derived_metric_gets_interval_and_paired_test(report) -> None:
 
 def test_kernels_and_codecs_import_without_dask_pyarrow_zarr():
     code = ("import sys, sgdask.kernels, sgdask.metrics.terms, sgdask.io.codecs.inflate, "
-            "sgdask.io.codecs.words; "
+            "sgdask.io.codecs.words, sgdask.io.codecs.png; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & "
             "{'dask', 'distributed', 'pyarrow', 'zarr', 's3fs'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
