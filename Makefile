@@ -30,15 +30,23 @@ demo: $(STAMP)
 	$(PY) -m sgdask.demo --dir $(DEMO) --images $(IMAGES)
 	@echo "sgdask is installed in $(VENV): 'source $(VENV)/bin/activate' puts it on your PATH (docs/getting-started.md)"
 
+# numba's cache filled once (tests/helpers/warm_kernels.py), beside ruff and the docs build:
+# in a fresh clone every test process would otherwise compile the same kernels at once
+WARM = $(PY) -m tests.helpers.warm_kernels
+WARM_PID = $(VENV)/warm.pid
+
 # Every test but the slow tier: ruff, the strict docs build, pytest (under 10 minutes on 2 cores)
 test: $(STAMP)
+	$(WARM) & echo $$! > $(WARM_PID)
 	$(PY) -m ruff check .
 	$(DOCS_BUILD)
+	while kill -0 $$(cat $(WARM_PID)) 2>/dev/null; do sleep 1; done; rm -f $(WARM_PID)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
 
 # The slow tier (marker `slow`): end-to-end runs that start their own servers, clusters, browser
 # and S3 server, load them and kill them. CI runs it after `make test`.
 test-slow: $(STAMP)
+	$(WARM)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m slow tests
 
 lint: $(STAMP)
