@@ -15,7 +15,6 @@ import tifffile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sgdask.errors import InputError
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.codecs.tiff_pages import OK, repeated_pages
 from sgdask.io.tiff import (
@@ -27,6 +26,7 @@ from sgdask.io.tiff import (
     read_tiff_masks,
 )
 from sgdask.types import BitMasks
+from tests.io.test_fast_readers import outcome
 
 LIMITS = ArchiveLimits(max_tiff_layers=12, max_layer_pixels=1 << 14)
 CHECKS = settings(max_examples=120, deadline=None, derandomize=True,
@@ -95,15 +95,6 @@ def corrupted(data: bytes, draw: Any) -> bytes:
         at = draw(st.integers(page, min(len(raw) - 1, page + 2 + 12 * 16 + 4)))
         raw[at] = draw(st.integers(0, 255))
     return bytes(raw)
-
-
-def outcome(read: Any) -> tuple[str, Any]:
-    try:
-        masks = read()
-    except InputError as err:
-        return "error", str(err)
-    return "ok", (masks.shape, masks.boxes.tolist(), masks.starts.tolist(),
-                  masks.words.tolist())
 
 
 def check_against_python(data: bytes) -> None:
