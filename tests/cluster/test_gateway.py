@@ -23,7 +23,7 @@ import pytest
 from sgdask.pipeline import evaluate
 from tests.helpers import ROOT, run_cli, stop_group
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)  # in make test: issue 39 asks for it there
 
 SERVER = Path(sys.executable).with_name("dask-gateway-server")
 

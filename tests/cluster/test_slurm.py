@@ -30,7 +30,7 @@ import yaml
 from sgdask.pipeline import evaluate
 from tests.helpers import ROOT, stop_group
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = pytest.mark.timeout(240)  # in make test: issue 39 asks for it there
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
 
