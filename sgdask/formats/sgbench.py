@@ -17,7 +17,8 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator
+import zipfile
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -601,9 +602,13 @@ class SubmissionSource:
     """A submission file: JSON (boxes) or ZIP (triplets.json + layered TIFFs), via fsspec."""
 
     def __init__(self, url: str, storage_options: StorageOptions | None,
-                 limits: ArchiveLimits | None = None) -> None:
+                 limits: ArchiveLimits | None = None,
+                 members: Mapping[str, zipfile.ZipInfo] | None = None) -> None:
+        """``members``: the ZIP entries a task reads, as the driver's check saw them
+        (``SafeZip.checked_entries``): the task reads them without the central directory."""
         self.url, self.options = str(url), storage_options
         self.limits = limits or DEFAULT_LIMITS
+        self._members = members
         self.fs, self.path = filesystem(self.url, storage_options)
         try:
             if not self.fs.exists(self.path):
@@ -634,8 +639,15 @@ class SubmissionSource:
     def archive(self) -> SafeZip:
         """The ZIP, its entries checked (raises the first unsafe entry)."""
         if self._zip is None:
-            self._zip = SafeZip(self._open(), self.url, self.limits)
+            self._zip = SafeZip(self._open(), self.url, self.limits, self._members)
         return self._zip
+
+    def members_of(self, images: Iterable[SubmissionImage]) -> dict[str, zipfile.ZipInfo] | None:
+        """The checked ZIP entries of ``images``' TIFFs (None for a JSON submission)."""
+        if not self.is_zip:
+            return None
+        return self.archive().checked_entries(img.seg_filename for img in images
+                                              if img.seg_filename is not None)
 
     def document(self) -> Any:
         """The parsed triplets document (``triplets.json`` of a ZIP, or the JSON file)."""
@@ -722,7 +734,7 @@ def convert_submission(submission: str, out: str, gt: str | None = None,
     with StoreWriter(out, "submission", storage_options, overwrite) as writer:
         tasks = [(submission, writer.write_url, storage_options, i, part,
                   {img.image_id: sizes[img.image_id] for img in part if img.image_id in sizes},
-                  limits)
+                  limits, source.members_of(part))
                  for i, part in enumerate(parts)]
         infos = map_tasks(write_submission_part, tasks, cluster,
                           (lambda info: progress(info["n_images"])) if progress else None)
@@ -775,10 +787,13 @@ def _pair_places(images: list[SubmissionImage]) -> int | None:
 def write_submission_part(submission: str, out: str, options: StorageOptions | None,
                           index: int, images: list[SubmissionImage],
                           sizes: dict[str, tuple[int, int]],
-                          limits: ArchiveLimits | None = None) -> dict[str, Any]:
+                          limits: ArchiveLimits | None = None,
+                          members: Mapping[str, zipfile.ZipInfo] | None = None
+                          ) -> dict[str, Any]:
     """One submission part (a Dask task): decodes its TIFFs (each checked against its
-    image's instance count and GT size first), writes tables and masks."""
-    source = SubmissionSource(submission, options, limits)
+    image's instance count and GT size first), writes tables and masks; ``members``: as
+    ``SubmissionSource``."""
+    source = SubmissionSource(submission, options, limits, members)
     return write_decoded_part(out, options, index, decoded_images(source, images, sizes))
 
 
@@ -910,6 +925,7 @@ class FileSlice:
     images: tuple[SubmissionImage, ...]
     sizes: tuple[tuple[str, tuple[int, int]], ...]
     limits: ArchiveLimits | None
+    members: tuple[zipfile.ZipInfo, ...] | None = None  # as ``SubmissionSource``
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -918,7 +934,8 @@ class FileSlice:
     def decode(self, options: StorageOptions | None) -> list[Decoded]:
         if not self.images:
             return []
-        source = SubmissionSource(self.url, options, self.limits)
+        members = None if self.members is None else {m.filename: m for m in self.members}
+        source = SubmissionSource(self.url, options, self.limits, members)
         return decoded_images(source, list(self.images), dict(self.sizes))
 
     def read(self, options: StorageOptions | None) -> Loaded:
@@ -947,8 +964,11 @@ class FileInput:
         return sorted(self.images)
 
     def slice(self, ids: list[str]) -> FileSlice:
-        return FileSlice(self.url, tuple(self.images[i] for i in ids),
-                         tuple((i, self.sizes[i]) for i in ids if i in self.sizes), self.limits)
+        images = tuple(self.images[i] for i in ids)
+        members = self.source.members_of(images)
+        return FileSlice(self.url, images,
+                         tuple((i, self.sizes[i]) for i in ids if i in self.sizes), self.limits,
+                         None if members is None else tuple(members.values()))
 
     def finish(self, digests: list[Digest]) -> None:
         """Nothing to complete: the file's content hash is known before the tasks run."""

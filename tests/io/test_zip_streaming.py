@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sgdask.errors import InputError
 from sgdask.io.archive import ArchiveLimits, SafeZip
 
 MEMBER = 1 << 20
@@ -55,3 +56,35 @@ def test_reading_one_member_reads_only_it(big_zip: Path) -> None:
         assert info.compress_size <= member_bytes <= info.compress_size + 30 + 64
         assert archive.read("triplets.json") == b'{"version": 1, "images": []}'
         assert f.bytes_read < 2 * MEMBER < big_zip.stat().st_size
+
+
+def test_a_task_reads_its_checked_members_without_the_central_directory(big_zip: Path) -> None:
+    """A task given the entries the driver's check saw (``checked``) reads its members
+    straight at their offsets: not a byte of the central directory, the same bytes."""
+    with open(big_zip, "rb") as f:
+        driver = SafeZip(f, str(big_zip), ArchiveLimits())
+        entries = driver.checked_entries(["1.tiff", "3.tiff", "absent.tiff"])
+        expected = {name: driver.read(name) for name in entries}
+    assert sorted(entries) == ["1.tiff", "3.tiff"]
+    with CountingFile(big_zip) as f:
+        task = SafeZip(f, str(big_zip), ArchiveLimits(), checked=entries)
+        assert f.bytes_read == 0 and task.problems == []
+        for name, data in expected.items():
+            assert task.read(name) == data
+        member_bytes = sum(e.compress_size for e in entries.values())
+        assert member_bytes <= f.bytes_read <= member_bytes + 2 * (30 + 64)
+        with pytest.raises(InputError, match="missing from the archive"):
+            task.read("0.tiff")  # not one of the task's members
+
+
+def test_a_member_changed_after_the_check_is_one_line(big_zip: Path) -> None:
+    """The task still checks each member it reads (local header, size, CRC-32)."""
+    with open(big_zip, "rb") as f:
+        entries = SafeZip(f, str(big_zip), ArchiveLimits()).checked_entries(["2.tiff"])
+    info = entries["2.tiff"]
+    data = bytearray(big_zip.read_bytes())
+    data[info.header_offset + 30 + len("2.tiff") + 100] ^= 0xFF  # inside the deflate stream
+    big_zip.write_bytes(bytes(data))
+    with open(big_zip, "rb") as f:
+        with pytest.raises(InputError, match=r"2\.tiff: cannot be read from the archive"):
+            SafeZip(f, str(big_zip), ArchiveLimits(), checked=entries).read("2.tiff")
