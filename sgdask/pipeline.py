@@ -33,7 +33,7 @@ from sgdask.core.result import PartitionResult
 from sgdask.core.settings import ONE_PROTOCOL, ScoringSettings, Settings, Submission
 from sgdask.errors import InputError, SettingError, SgdaskError
 from sgdask.formats import claimed, opened
-from sgdask.formats.results import ResultsMethod
+from sgdask.formats.methods import ResultsMethod
 from sgdask.formats.sniff import expect
 from sgdask.formats.validate import GTInfo
 from sgdask.io.archive import ArchiveLimits

@@ -18,7 +18,6 @@ from sgdask.cli import data, evaluation, hosting
 from sgdask.cli.helptext import Command, Group
 from sgdask.cli.process import end_process, run_command
 from sgdask.errors import SgdaskError
-from sgdask.versions import dependency_versions
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   cls=Group, help="Distributed evaluation of scene graph generation models.")
@@ -46,6 +45,7 @@ def _versions() -> list[str]:
     records."""
     from sgdask.protocols import METRICS_VERSION, PROTOCOLS
     from sgdask.store.store import store_formats
+    from sgdask.versions import dependency_versions  # distributions' metadata: only here
 
     protocols = ", ".join(f"{p.name} {p.version}" for p in PROTOCOLS.values())
     return [f"protocols {protocols}", f"metrics {METRICS_VERSION}",

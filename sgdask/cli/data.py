@@ -362,7 +362,6 @@ def verify(urls: Annotated[list[str] | None, typer.Argument(
 
     One line per problem, or per intact store or registry. Exit codes: 0 all intact, 2 a
     problem."""
-    from sgdask.batch.audit import verify_registry
     from sgdask.store.verify import verify_store
 
     if not urls and registry is None:
@@ -381,16 +380,24 @@ def verify(urls: Annotated[list[str] | None, typer.Argument(
         else:
             damaged += 1
     if registry is not None:
-        found = verify_registry(registry, options)
-        for line in (*found.problems, *found.notes):
-            print(one_line(line))
-        checked = (f"{found.entries} entries, {found.stores} stores, {found.cache_entries} "
-                   f"cache entries, {found.pages} report pages checked")
-        print(f"{found.url}: intact ({checked})" if found.intact else
-              f"{found.url}: {len(found.problems)} problem(s) ({checked})")
-        damaged += not found.intact
+        damaged += not _registry_intact(registry, options)
     if damaged:
         raise typer.Exit(EXIT_ERROR)
+
+
+def _registry_intact(registry: str, options: StorageOptions | None) -> bool:
+    """``verify --registry``: prints its problems, notes and verdict (the registry's
+    modules, which convert submissions, are imported only then)."""
+    from sgdask.batch.audit import verify_registry
+
+    found = verify_registry(registry, options)
+    for line in (*found.problems, *found.notes):
+        print(one_line(line))
+    checked = (f"{found.entries} entries, {found.stores} stores, {found.cache_entries} "
+               f"cache entries, {found.pages} report pages checked")
+    print(f"{found.url}: intact ({checked})" if found.intact else
+          f"{found.url}: {len(found.problems)} problem(s) ({checked})")
+    return found.intact
 
 
 def stats(psg_json: Annotated[str, typer.Argument(

@@ -134,7 +134,7 @@ def evaluate(gt: Annotated[str, typer.Option(
     from sgdask.cli.setting_files import check_setting_files
     from sgdask.cluster import dask_client
     from sgdask.core.settings import Settings
-    from sgdask.formats.results import ResultsMethod
+    from sgdask.formats.methods import ResultsMethod
     from sgdask.formats.sniff import evaluation_inputs
     from sgdask.pipeline import evaluate_protocols
     from sgdask.report.writers import check_report_target, write_reports

@@ -27,7 +27,6 @@ from sgdask import __version__
 from sgdask.cluster import ClusterSpec
 from sgdask.errors import Option, SgdaskError
 from sgdask.formats.ingest import Progress, read_bytes
-from sgdask.formats.psg import gt_records, ingest_gt
 from sgdask.io.archive import ArchiveLimits
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.sources import is_store
@@ -58,6 +57,8 @@ def png_names(raw: bytes, raw_digest: str, psg_json: str, root: Path | None) -> 
     """The PNG names of psg.json's test records, in ingest order. Remembered in the cache
     directory under psg.json's digest, so that a warm run reads the PNGs' bytes without
     parsing psg.json again (a third of a second for PSG's 10 MB)."""
+    from sgdask.formats.psg import gt_records  # psg.json's reader: only when --gt is one
+
     memo = root / f"png-names-{raw_digest[:40]}.json" if root is not None else None
     if memo is not None:
         try:
@@ -96,6 +97,8 @@ def cached_gt_store(psg_json: str, masks_dir: str | None, cache_dir: str | Path 
                     entry: Path | None = None) -> str:
     """The GT store of ``psg_json`` (+ masks), from the cache or ingested into it
     (``entry``: its ``cache_entry``, when the caller has it already)."""
+    from sgdask.formats.psg import ingest_gt
+
     root = Path(cache_dir) if cache_dir else default_cache_dir()
     entry = entry or cache_entry(psg_json, masks_dir, cache_dir, storage_options)
     if is_cached(entry):

@@ -21,7 +21,9 @@ import numpy as np
 from sgdask.errors import InputError, Option, SgdaskError
 from sgdask.formats.psg import PSG_KEYS, plain_rgb
 from sgdask.formats.registry import (
+    COCO_JSON,
     COCO_PANOPTIC,
+    COCO_PANOPTIC_JSON,
     SUBMISSION,
     Format,
     Signature,
@@ -216,9 +218,8 @@ FORMAT = register(Format(
 
 # --------------------------------------------------------------------------- sniffing
 
-#: what ``sniff`` tells apart of this format: segments (a prediction, or a GT whose
-#: ``annotations`` come first), or a COCO JSON whose image list comes first
-COCO_PANOPTIC_JSON, COCO_JSON = "coco panoptic", "coco json"
+# what ``sniff`` tells apart of this format: segments (a prediction, or a GT whose
+# ``annotations`` come first), or a COCO JSON whose image list comes first
 _COCO_KEYS = {"images", "file_name"}
 
 register_signature(Signature(

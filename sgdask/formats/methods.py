@@ -18,11 +18,21 @@ import numpy as np
 
 from sgdask.method_names import METHODS, ONE_STAGE, VIDEO_METHODS
 
-__all__ = ["METHODS", "ONE_STAGE", "VIDEO_METHODS", "Lists", "fields_of", "lists_for"]
+__all__ = ["METHODS", "ONE_STAGE", "VIDEO_METHODS", "Lists", "ResultsMethod", "fields_of",
+           "lists_for"]
 #: Result attributes every method reads
 COMMON_FIELDS = ("masks", "labels", "refine_bboxes", "rel_pair_idxes", "rel_dists")
 #: and the ones only two-stage results carry
 TWO_STAGE_FIELDS = ("refine_scores", "rels")
+
+
+@dataclass(frozen=True)
+class ResultsMethod:
+    """How to read a model's result file: ``--method`` and ``--instance-scores`` (here, not
+    in ``results``, so that an evaluation of stores names it without importing the reader)."""
+
+    method: str
+    instance_scores: bool = False
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ from sgdask.formats.psg import GTRecord, write_gt_store
 from sgdask.formats.registry import (
     GROUND_TRUTH,
     GT,
+    OI_ANNO,
+    OI_CATEGORIES,
     OIV6,
     Format,
     Signature,
@@ -264,9 +266,8 @@ FORMAT = register(Format(
 
 # --------------------------------------------------------------------------- sniffing
 
-#: what ``sniff`` tells apart of this format: the annotation list (a list of objects with
-#: these keys), its categories_dict.json (an object with these keys)
-OI_ANNO, OI_CATEGORIES = "oi annotations", "oi categories"
+# what ``sniff`` tells apart of this format: the annotation list (a list of objects with
+# these keys), its categories_dict.json (an object with these keys)
 _OI_KEYS, _OI_CATEGORY_KEYS = {"img_fn", "det_labels"}, {"obj", "rel"}
 
 

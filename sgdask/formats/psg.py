@@ -18,8 +18,11 @@ from sgdask.formats.ingest import DEFAULT_STORE_PARTITION, Progress, map_tasks, 
 from sgdask.formats.registry import (
     GROUND_TRUTH,
     GT,
+    MASK_ZIP,
     PASS_AS_GT,
+    PNG_DIR,
     PSG,
+    PSG_JSON,
     Format,
     Signature,
     register,
@@ -343,9 +346,8 @@ FORMAT = register(Format(
 
 # --------------------------------------------------------------------------- sniffing
 
-#: what ``sniff`` tells apart of this format: psg.json, a directory of its panoptic PNGs,
-#: a ZIP of PNGs
-PSG_JSON, PNG_DIR, MASK_ZIP = "psg json", "png directory", "mask zip"
+# what ``sniff`` tells apart of this format: psg.json, a directory of its panoptic PNGs,
+# a ZIP of PNGs
 #: psg.json's keys (its first key, ``data``, is a huge list: the first key decides)
 PSG_KEYS = frozenset({"data", "thing_classes", "stuff_classes", "predicate_classes",
                       "test_image_ids"})

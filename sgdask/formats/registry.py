@@ -8,6 +8,11 @@ validate it. ``convert``, ``validate``, ``ingest-gt``, ``evaluate`` and the serv
 find the format here; adding one is one module that makes one ``register`` call
 (``docs/development.md``), as each built-in format's module does.
 
+The built-in formats' modules (``BUILT_IN_MODULES``) are imported the first time the
+registry is read (``recognised``, ``claimed``, ``signatures``, ``sgdask.formats.FORMATS``),
+not when ``sgdask.formats`` is: a command that only reads stores never imports them, nor
+what they import (the readers, PyArrow's compute functions, image codecs).
+
 Recognition tries the formats newest first, so a registered format is seen before the
 built-in fallbacks: SGBench JSON for submissions and psg.json for ground truth (their
 readers say what is wrong with a file that is neither). Result files are not recognisable
@@ -16,6 +21,8 @@ from their bytes (a pickle, or a directory of ``.npz`` files): ``--method`` choo
 
 from __future__ import annotations
 
+import importlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from sgdask.errors import Option, SgdaskError, Text
 from sgdask.formats.validate import GTInfo, Problem
 from sgdask.io.archive import ArchiveLimits
-from sgdask.io.fs import StorageOptions, filesystem
+from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.io.sources import StoreInput, SubmissionInput
 
 if TYPE_CHECKING:
@@ -37,6 +44,26 @@ SGBENCH, RESULTS, PSG, VG150, OIV6 = ("sgbench", "results", "psg-json", "vg150-h
 COCO_PANOPTIC, PSG_CHALLENGE = "coco-panoptic", "psg-challenge"
 #: the formats sgdask itself reads (``sgdask.formats.sniff`` knows their files by content)
 BUILT_IN = frozenset({SGBENCH, RESULTS, PSG, VG150, OIV6, COCO_PANOPTIC, PSG_CHALLENGE})
+#: the built-in formats' modules, imported (each registering itself) the first time the
+#: registry is read; ``FORMATS`` lists their formats in this order, whatever order they were
+#: imported in, and recognition reads it newest first within a kind
+BUILT_IN_MODULES = ("psg", "vg150", "oiv6", "sgbench", "results", "scores", "coco_panoptic",
+                    "psg_challenge", "actiongenome", "pvsg")
+#: the kinds of file ``sniff`` tells apart by the built-in formats' ``Signature``s (each
+#: declared by its format's module; named here so that ``sniff`` knows them without it):
+#: psg.json, a directory of its panoptic PNGs, a ZIP of PNGs (``psg``); Visual Genome's
+#: h5 file and its dicts JSON (``vg150``); Open Images V6's annotation list and
+#: categories_dict.json (``oiv6``); an SGBench ZIP and JSON (``sgbench``); a pickle, a
+#: directory of ``.npz`` files, one ``.npz`` file (``results``); a Parquet file
+#: (``scores``); COCO panoptic segments, a COCO JSON whose image list comes first
+#: (``coco_panoptic``)
+PSG_JSON, PNG_DIR, MASK_ZIP = "psg json", "png directory", "mask zip"
+VG_H5, VG_DICTS = "vg h5", "vg dicts"
+OI_ANNO, OI_CATEGORIES = "oi annotations", "oi categories"
+SGBENCH_ZIP, SGBENCH_JSON = "sgbench zip", "sgbench json"
+PICKLE, NPZ_DIR, NPZ = "pickle", "npz directory", "npz"
+PARQUET = "parquet"
+COCO_PANOPTIC_JSON, COCO_JSON = "coco panoptic", "coco json"
 #: what a format can yield per image (``Format.yields``)
 YIELDS = frozenset({
     "boxes", "masks", "instance_scores", "graph", "graph_scores", "ng",  # submissions
@@ -81,7 +108,8 @@ FORMATS: dict[str, Format] = {}
 
 
 def register(fmt: Format) -> Format:
-    """Add ``fmt`` (recognised before every format registered earlier)."""
+    """Add ``fmt`` (recognised before every format registered earlier; a built-in module's
+    formats keep their place in ``BUILT_IN_MODULES``' order)."""
     if fmt.kind not in (SUBMISSION, GT):
         raise SgdaskError(f"format {fmt.name}: kind {fmt.kind!r} is not {SUBMISSION} or {GT}")
     unknown = sorted(set(fmt.yields) - YIELDS)
@@ -91,7 +119,40 @@ def register(fmt: Format) -> Format:
     if fmt.name in FORMATS:
         raise SgdaskError(f"format {fmt.name} is registered already")
     FORMATS[fmt.name] = fmt
+    ordered = sorted(FORMATS.values(), key=_place)
+    FORMATS.clear()
+    FORMATS.update((f.name, f) for f in ordered)
     return fmt
+
+
+def _place(fmt: Format) -> int:
+    """Where ``fmt`` goes in ``FORMATS``: a built-in module's formats in that module's
+    place (a module imported before the registry was first read registers out of order),
+    every other after them, in the order registered (the sort is stable)."""
+    return _module_place(fmt.convert.__module__)
+
+
+def _module_place(module: str) -> int:
+    """A built-in format module's place in ``BUILT_IN_MODULES``; after them, any other's."""
+    name = module.removeprefix(f"{__package__}.")
+    return BUILT_IN_MODULES.index(name) if name in BUILT_IN_MODULES else len(BUILT_IN_MODULES)
+
+
+_LOADING = threading.RLock()
+_loaded = False
+
+
+def load_built_in() -> None:
+    """Import the built-in formats' modules (each registers its formats, signatures and
+    claims) once, before the registry is first read."""
+    global _loaded
+    if _loaded:
+        return
+    with _LOADING:
+        if not _loaded:
+            for module in BUILT_IN_MODULES:
+                importlib.import_module(f"{__package__}.{module}")
+            _loaded = True
 
 
 def unregister(name: str) -> None:
@@ -112,6 +173,7 @@ def _head(url: str, options: StorageOptions | None) -> bytes:
 
 def recognised(url: str, options: StorageOptions | None, kind: str) -> Format:
     """The newest registered format of ``kind`` that recognises the file at ``url``."""
+    load_built_in()
     head, name = _head(url, options), str(url).rsplit("/", 1)[-1]
     for fmt in reversed(FORMATS.values()):
         if fmt.kind == kind and fmt.recognises(head, name):
@@ -124,6 +186,7 @@ def submission_format(url: str, options: StorageOptions | None, method: str | No
                       ) -> Format:
     """A submission file's format: a model's result file when ``method`` is given, else
     the one that recognises it."""
+    load_built_in()
     if method is not None:
         return FORMATS[_METHOD_FORMATS.get(method, RESULTS)]
     found = claimed(url, options)
@@ -144,15 +207,24 @@ def register_method(method: str, fmt: str) -> None:
 
 def claimed(url: str, options: StorageOptions | None) -> Format | None:
     """The format that claims ``url`` by more than its first bytes (a directory, a ZIP's
-    member names: ``register_claim``), if one does."""
+    member names: ``register_claim``), if one does; never a store (a directory with a
+    store's manifest.json: told without importing any format)."""
+    from sgdask.store.store import MANIFEST, store_kind
+
+    fs, path = filesystem(url, options)
+    if store_kind(fs, join(path, MANIFEST)) is not None:
+        return None
+    load_built_in()
     return next((FORMATS[name] for name, test in _CLAIMS if name in FORMATS
                  and test(url, options)), None)
 
 
 def register_claim(name: str, test: Callable[[str, StorageOptions | None], bool]) -> None:
     """Let format ``name`` claim paths ``test`` recognises before recognition by first bytes
-    (``submission_format``) and before a directory is taken for a store (``opened``)."""
+    (``submission_format``) and before a directory is taken for a store (``opened``;
+    ``test`` is never asked about a store)."""
     _CLAIMS.append((name, test))
+    _CLAIMS.sort(key=lambda claim: _module_place(claim[1].__module__))
 
 
 def opened(url: str, options: StorageOptions | None, gt_reader: StoreReader, gt_info: GTInfo,
@@ -241,7 +313,20 @@ def register_signature(sig: Signature) -> Signature:
 
 def signatures(place: str) -> list[Signature]:
     """The registered signatures of ``place``, in the order they are tried."""
+    load_built_in()
     return sorted((s for s in SIGNATURES.values() if s.place == place), key=lambda s: s.order)
+
+
+def signature(kind: str) -> Signature | None:
+    """The registered signature of ``kind``, if any."""
+    load_built_in()
+    return SIGNATURES.get(kind)
+
+
+def accepted_in(role: str) -> frozenset[str]:
+    """The kinds of file the formats' signatures say ``role`` takes."""
+    load_built_in()
+    return frozenset(s.kind for s in SIGNATURES.values() if role in s.accepted_as)
 
 
 #: hints several formats give: a ground-truth file where a submission was expected

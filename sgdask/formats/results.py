@@ -34,8 +34,11 @@ from sgdask.formats.ingest import (
     map_tasks,
     submission_parts,
 )
-from sgdask.formats.methods import METHODS, fields_of, lists_for
+from sgdask.formats.methods import METHODS, ResultsMethod, fields_of, lists_for
 from sgdask.formats.registry import (
+    NPZ,
+    NPZ_DIR,
+    PICKLE,
     RESULTS,
     SUBMISSION,
     Format,
@@ -75,14 +78,6 @@ PAIRING = "one result per GT test image with at least one relation, in psg.json'
 #: Result attribute -> the numpy dtype kinds it may have
 KINDS = {"masks": "biuf", "labels": "iu", "refine_bboxes": "iuf", "rel_pair_idxes": "iu",
          "rel_dists": "iuf", "refine_scores": "f", "rels": "iu"}
-
-
-@dataclass(frozen=True)
-class ResultsMethod:
-    """How to read a model's result file: ``--method`` and ``--instance-scores``."""
-
-    method: str
-    instance_scores: bool = False
 
 
 @dataclass(frozen=True)
@@ -748,9 +743,8 @@ FORMAT = register(Format(
 
 # --------------------------------------------------------------------------- sniffing
 
-#: what ``sniff`` tells apart of this format: a pickle, a directory of ``.npz`` files, one
-#: ``.npz`` file (a ZIP of ``.npy`` members)
-PICKLE, NPZ_DIR, NPZ = "pickle", "npz directory", "npz"
+# what ``sniff`` tells apart of this format: a pickle, a directory of ``.npz`` files, one
+# ``.npz`` file (a ZIP of ``.npy`` members)
 
 
 def _hint(role: str) -> Text | None:

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sgdask.errors import Choose, InputError, Option, SettingError, SgdaskError, SgdaskWarning
-from sgdask.formats.registry import Signature, register_signature
+from sgdask.formats.registry import PARQUET, Signature, register_signature
 from sgdask.io.archive import (
     ZIP_ERRORS,
     ArchiveLimits,
@@ -510,8 +510,7 @@ def npz_array(archive: np.lib.npyio.NpzFile, name: str, file: str,
 
 # --------------------------------------------------------------------------- sniffing
 
-#: what ``sniff`` tells apart of this format (an ``.npz`` score file is ``results.NPZ``)
-PARQUET = "parquet"
+# what ``sniff`` tells apart of this format (an ``.npz`` score file is ``results.NPZ``)
 register_signature(Signature(
     PARQUET, "a Parquet file (a score file or training statistics)", "head", 20,
     lambda head: head.startswith(PARQUET_MAGIC), accepted_as=frozenset({"scores"})))

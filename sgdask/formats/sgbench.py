@@ -39,6 +39,8 @@ from sgdask.formats.ingest import (
 from sgdask.formats.registry import (
     OIV6,
     SGBENCH,
+    SGBENCH_JSON,
+    SGBENCH_ZIP,
     SUBMISSION,
     Format,
     Signature,
@@ -988,8 +990,7 @@ FORMAT = register(Format(
 
 # --------------------------------------------------------------------------- sniffing
 
-#: what ``sniff`` tells apart of this format: a ZIP with ``triplets.json``, a JSON document
-SGBENCH_ZIP, SGBENCH_JSON = "sgbench zip", "sgbench json"
+# what ``sniff`` tells apart of this format: a ZIP with ``triplets.json``, a JSON document
 _SUBMITTED: Text = "a submission: convert it with sgdask convert"
 _NOT_RESULTS: Text = ("an SGBench submission, not a model's result file: drop ",
                       Option("method"))

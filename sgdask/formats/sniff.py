@@ -31,24 +31,34 @@ from typing import BinaryIO
 from fsspec import AbstractFileSystem
 
 from sgdask.errors import Hint, InputError, Option, Text
-from sgdask.formats.coco_panoptic import COCO_JSON, COCO_PANOPTIC_JSON
-from sgdask.formats.oiv6 import OI_ANNO as OI_ANNO
-from sgdask.formats.oiv6 import OI_CATEGORIES as OI_CATEGORIES
-from sgdask.formats.psg import MASK_ZIP as MASK_ZIP
-from sgdask.formats.psg import PNG_DIR, PSG_JSON
-from sgdask.formats.registry import PASS_AS_GT, PSG_CHALLENGE, SIGNATURES, Signature, signatures
-from sgdask.formats.results import NPZ as NPZ
-from sgdask.formats.results import NPZ_DIR as NPZ_DIR
-from sgdask.formats.results import PICKLE as PICKLE
-from sgdask.formats.scores import PARQUET as PARQUET
-from sgdask.formats.sgbench import SGBENCH_JSON, SGBENCH_ZIP
-from sgdask.formats.vg150 import VG_DICTS as VG_DICTS
-from sgdask.formats.vg150 import VG_H5 as VG_H5
+from sgdask.formats.registry import (
+    COCO_JSON,
+    COCO_PANOPTIC_JSON,
+    PASS_AS_GT,
+    PNG_DIR,
+    PSG_CHALLENGE,
+    PSG_JSON,
+    SGBENCH_JSON,
+    SGBENCH_ZIP,
+    Signature,
+    accepted_in,
+    signature,
+    signatures,
+)
+from sgdask.formats.registry import MASK_ZIP as MASK_ZIP
+from sgdask.formats.registry import NPZ as NPZ
+from sgdask.formats.registry import NPZ_DIR as NPZ_DIR
+from sgdask.formats.registry import OI_ANNO as OI_ANNO
+from sgdask.formats.registry import OI_CATEGORIES as OI_CATEGORIES
+from sgdask.formats.registry import PARQUET as PARQUET
+from sgdask.formats.registry import PICKLE as PICKLE
+from sgdask.formats.registry import VG_DICTS as VG_DICTS
+from sgdask.formats.registry import VG_H5 as VG_H5
 from sgdask.io.fs import StorageOptions, filesystem, join
 from sgdask.store.store import MANIFEST, StoreReader, store_kind
 
 #: the kinds of path ``what_is`` tells apart by itself; each format's module declares its
-#: own (``Signature``s: ``psg.PSG_JSON``, ``sgbench.SGBENCH_ZIP``, ...), imported here
+#: own (``Signature``s of the kinds ``registry`` names: ``PSG_JSON``, ``SGBENCH_ZIP``, ...)
 (MISSING, GT_STORE, SUBMISSION_STORE, DIRECTORY, ZIP, JSON, IMAGE, EMPTY, OTHER) = (
     "missing", "gt store", "submission store", "directory", "zip", "json", "image", "empty",
     "other")
@@ -222,14 +232,15 @@ ROLES = {r.name: r for r in (
 
 def accepts(role: str) -> frozenset[str]:
     """The kinds ``role`` takes: its own, and every format's that says it is taken there."""
-    return ROLES[role].accepts | {s.kind for s in SIGNATURES.values() if role in s.accepted_as}
+    return ROLES[role].accepts | accepted_in(role)
 
 
 def _hint(kind: str, role: str) -> Text | None:
     """The option or command that fixes a path of ``kind`` given as ``role``: the format's
     hint for its kinds, else the stores'."""
-    if kind in SIGNATURES:
-        return SIGNATURES[kind].hint(role)
+    sig = signature(kind)
+    if sig is not None:
+        return sig.hint(role)
     if kind == GT_STORE:
         return PASS_AS_GT if role != "psg" else None
     if kind == SUBMISSION_STORE:
@@ -253,7 +264,8 @@ def expect(url: str, role: str, options: StorageOptions | None = None) -> Found:
     file, what it is, what was expected and the option that fixes it."""
     found = existing(url, options)
     given = ROLES[role]
-    if found.kind in accepts(role) or _registered_format(url, options, role):
+    if (found.kind in given.accepts  # a store: told without importing any format
+            or found.kind in accepts(role) or _registered_format(url, options, role)):
         return found
     hint = _hint(found.kind, role)
     raise InputError(str(url), f"{found.what}, where {given.expected} is expected",
@@ -292,7 +304,7 @@ def evaluation_inputs(gt: str, pred: str, gt_masks: str | None = None,
 
 def _of_format(kind: str, name: str) -> bool:
     """Whether a file ``sniff`` calls ``kind`` belongs to the format called ``name``."""
-    sig = SIGNATURES.get(kind)
+    sig = signature(kind)
     return sig is not None and sig.format == name
 
 

@@ -54,6 +54,8 @@ from sgdask.formats.registry import (
     GROUND_TRUTH,
     GT,
     VG150,
+    VG_DICTS,
+    VG_H5,
     Format,
     Signature,
     register,
@@ -575,8 +577,7 @@ FORMAT = register(Format(
 
 # --------------------------------------------------------------------------- sniffing
 
-#: what ``sniff`` tells apart of this format: the h5 file, its dicts JSON
-VG_H5, VG_DICTS = "vg h5", "vg dicts"
+# what ``sniff`` tells apart of this format: the h5 file, its dicts JSON
 
 
 def _h5_hint(role: str) -> Text | None:

@@ -25,6 +25,7 @@ from numba.core.registry import cpu_target
 import sgdask.formats.ingest
 import sgdask.formats.validate
 import sgdask.service.worker
+from sgdask.formats.registry import load_built_in
 from sgdask.formats.sgbench import validators
 from sgdask.store.schemas import STORE_MANIFEST, validator
 
@@ -32,6 +33,7 @@ from sgdask.store.schemas import STORE_MANIFEST, validator
 MODULES = (zarr, zarr.codecs, zarr.core.buffer, zarr.storage, sgdask.formats.ingest,
            sgdask.formats.validate, sgdask.service.worker)
 
+load_built_in()  # every format's module, which a job's first sniff would import
 cpu_target.target_context.refresh()
 cpu_target.typing_context.refresh()
 validators()

@@ -5,7 +5,11 @@ the readers, the store and the readers' tools import one another without a circl
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import sgdask.formats
 from sgdask.formats import BUILT_IN, BUILT_IN_MODULES, FORMATS
@@ -44,6 +48,23 @@ def test_built_in_formats_register_themselves_in_the_old_order():
     for module, names in OWNERS.items():
         for name in names & set(FORMATS):
             assert FORMATS[name].convert.__module__ == f"sgdask.formats.{module}", name
+
+
+@pytest.mark.timeout(60)
+def test_the_order_holds_whatever_imports_a_format_first():
+    """The registry imports the built-in formats when first read; a module imported before
+    (a result file's reader, PVSG's) registers early, yet takes its place in the order,
+    and so do the claims (PSG challenge's before PVSG's)."""
+    code = ("import sgdask.formats.pvsg, sgdask.formats.results\n"
+            "from sgdask.formats import FORMATS\n"
+            "from sgdask.formats.registry import _CLAIMS\n"
+            "print(' '.join(FORMATS))\nprint(' '.join(name for name, _ in _CLAIMS))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    names, claims = run.stdout.splitlines()
+    assert [n for n in names.split() if n in BUILT_IN] == FORMAT_ORDER, run.stderr[-2000:]
+    assert names.split() == list(FORMATS)
+    assert claims.split() == ["psg-challenge", "pvsg-results"]
 
 
 def test_sniff_tries_each_formats_signatures_in_the_old_order():
