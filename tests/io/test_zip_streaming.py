@@ -85,6 +85,6 @@ def test_a_member_changed_after_the_check_is_one_line(big_zip: Path) -> None:
     data = bytearray(big_zip.read_bytes())
     data[info.header_offset + 30 + len("2.tiff") + 100] ^= 0xFF  # inside the deflate stream
     big_zip.write_bytes(bytes(data))
-    with open(big_zip, "rb") as f:
-        with pytest.raises(InputError, match=r"2\.tiff: cannot be read from the archive"):
-            SafeZip(f, str(big_zip), ArchiveLimits(), checked=entries).read("2.tiff")
+    with open(big_zip, "rb") as f, \
+            pytest.raises(InputError, match=r"2\.tiff: cannot be read from the archive"):
+        SafeZip(f, str(big_zip), ArchiveLimits(), checked=entries).read("2.tiff")
