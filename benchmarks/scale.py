@@ -178,6 +178,18 @@ def _task_row(runs: list[dict[str, Any]], workers: int) -> dict[str, Any]:
     }
 
 
+def _marginal_per_task(one: list[dict[str, Any]], ten: list[dict[str, Any]]
+                       ) -> dict[str, float]:
+    """The driver's and the scheduler's CPU per task added by the 10-model job's extra tasks
+    over the 1-model job's (what the job costs whatever its size, and the scheduler's
+    periodic work, cancel out)."""
+    extra = (statistics.median(r["tasks"]["n"] for r in ten)
+             - statistics.median(r["tasks"]["n"] for r in one))
+    return {f"{who}_cpu_per_task_marginal_ms": 1000 * (
+        _median(ten, f"{who}_cpu_s") - _median(one, f"{who}_cpu_s")) / max(1.0, extra)
+        for who in ("driver", "scheduler")}
+
+
 def _kind_medians(runs: list[dict[str, Any]], kind: str) -> dict[str, float]:
     costs = [r["tasks"]["kinds"].get(kind, {"n": 0, "compute_s": 0.0}) for r in runs]
     return {"n": statistics.median(c["n"] for c in costs),
@@ -204,8 +216,9 @@ def summary(by_workers: dict[int, dict[str, Any]], cores: int) -> dict[str, Any]
                "driver_rss_10_mb": _median(m["ten"], "driver_peak_rss") / 2**20,
                "load": [round(r["load_before"], 1) for r in m["ten"]],
                "oversubscribed": w > cores}
-        if all("tasks" in r for r in m["ten"]):
+        if all("tasks" in r for r in m["ten"] + m["one"]):
             row["per_task_10"] = _task_row(m["ten"], w)
+            row["per_task_10"].update(_marginal_per_task(m["one"], m["ten"]))
         if "tasks" in m.get("fresh", {}):  # the first job of fresh workers: their start-up
             row["fresh_1"] = {"wall_s": m["fresh"]["wall_s"], "first_task_s": min(
                 x["first_s"] for x in m["fresh"]["tasks"]["workers"])}
@@ -269,7 +282,8 @@ def _task_lines(s: dict[str, Any]) -> list[str]:
     if not counts:
         return []
     lines = ["", "Per task of the 10-model job (medians; the scheduler's task stream):", "",
-             "| worker processes | tasks | driver CPU-ms per task | scheduler CPU-ms per task "
+             "| worker processes | tasks | driver CPU-ms per task (marginal) | scheduler "
+             "CPU-ms per task (marginal) "
              "| worker CPU-ms per task | compute s: scoring / finalizing / checks / shares "
              "| worker idle before first / after last task, s | worker utilisation "
              "| fresh workers' first job (1 model): wall, first task at |",
@@ -277,8 +291,11 @@ def _task_lines(s: dict[str, Any]) -> list[str]:
     for w in counts:
         t = s[w]["per_task_10"]
         k, c = t["kinds"], _kind_cell
-        lines.append(f"| {w} | {t['tasks']:.0f} | {t['driver_cpu_per_task_ms']:.1f} | "
-                     f"{t['scheduler_cpu_per_task_ms']:.1f} | {t['worker_cpu_per_task_ms']:.0f} "
+        lines.append(f"| {w} | {t['tasks']:.0f} | {t['driver_cpu_per_task_ms']:.1f} "
+                     f"({t['driver_cpu_per_task_marginal_ms']:.1f}) | "
+                     f"{t['scheduler_cpu_per_task_ms']:.1f} "
+                     f"({t['scheduler_cpu_per_task_marginal_ms']:.1f}) | "
+                     f"{t['worker_cpu_per_task_ms']:.0f} "
                      f"| {c(k, 'score_partition')} / {c(k, 'finalized')} / {c(k, 'planned')} "
                      f"/ {c(k, 'of')} | {t['idle_first_s']:.2f} / {t['idle_last_s']:.2f} | "
                      f"{100 * t['utilisation']:.0f} % | {_fresh_cell(s[w])} |")
