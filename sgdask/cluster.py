@@ -151,6 +151,20 @@ def worker_environ() -> dict[str, Any]:
     return environ
 
 
+def worker_preloads() -> dict[str, list[Any]]:
+    """The worker processes' preloads: Dask's configured ones (``distributed.worker.preload``,
+    which an explicit list would replace) and ``WORKER_PRELOAD``, with their arguments."""
+    import dask.config
+
+    given = dask.config.get("distributed.worker.preload", None) or []
+    preload = [given] if isinstance(given, str) else list(given)
+    argv = list(dask.config.get("distributed.worker.preload-argv", None) or [])
+    if argv and isinstance(argv[0], str):  # one argument list for every preload
+        argv = [argv] * len(preload)
+    argv = argv or [[] for _ in preload]
+    return {"preload": [*preload, WORKER_PRELOAD], "preload_argv": [*argv, []]}
+
+
 @contextmanager
 def local_cluster(spec: Local) -> Iterator[AnyClient]:
     """A LocalCluster of worker processes (``spec.processes``; each loads what its tasks
@@ -170,7 +184,7 @@ def local_cluster(spec: Local) -> Iterator[AnyClient]:
 
     with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=":0", preload=[WORKER_PRELOAD])
+                               dashboard_address=":0", **worker_preloads())
     with cluster, Client(cluster) as client:
         yield client
 

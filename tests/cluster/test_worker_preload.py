@@ -35,14 +35,26 @@ LOADED = {"modules": ["numba.np.arraymath", "numba.typed.dictimpl", "sgdask.batc
                       "sgdask.pipeline", "zarr"], "numba_runtime": True}
 
 
+def _configured_preload_ran() -> bool:
+    return bool(getattr(sys, "_sgdask_test_preloaded", False))
+
+
 @pytest.mark.timeout(120)
-def test_local_process_cluster_workers_are_ready_before_their_first_task():
+def test_local_process_cluster_workers_are_ready_before_their_first_task(tmp_path):
     """sgdask's LocalCluster of worker processes preloads: before any task each worker
     holds the evaluation modules and numba's filled target (a first task used to fill it
-    under numba's compiler lock); Dask's own LocalCluster without the preload holds none of
-    it, so the preload is what loads them."""
-    with dask_client(scheduler=Local(1, processes=True)) as client:
+    under numba's compiler lock), and a preload of Dask's configuration still runs beside
+    it; Dask's own LocalCluster without the preload holds none of it, so the preload is
+    what loads them."""
+    import dask.config
+
+    configured = tmp_path / "configured_preload.py"
+    configured.write_text("import sys\n\n\ndef dask_setup(worker):\n"
+                          "    sys._sgdask_test_preloaded = True\n")
+    with dask.config.set({"distributed.worker.preload": [str(configured)]}), \
+            dask_client(scheduler=Local(1, processes=True)) as client:
         assert list(client.run(_loaded).values()) == [LOADED]
+        assert list(client.run(_configured_preload_ran).values()) == [True]
         from sgdask.kernels.bits import areas  # a cached kernel runs in a task
 
         boxes = np.array([[0, 0, 2, 70]], dtype=np.int64)  # 2 rows of 2 words
