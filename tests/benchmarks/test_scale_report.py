@@ -52,3 +52,4 @@ def test_report_gives_each_count_its_speedup_and_marks_oversubscription():
     assert rows[0].startswith("| 4 (oversubscribed: 2 cores) | 1.5 s | 6.0 s | 2.00x |")
     assert "4 worker processes ran on 2 usable cores" in text
     assert "2 worker processes vs 1: 1.85x (target >= 1.8x" in text
+    assert "driver CPU per model (marginal), 2 worker processes: 0.010 s (target <= 0.05" in text
