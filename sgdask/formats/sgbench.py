@@ -440,10 +440,11 @@ def checked_image(img: Any, index: int, file: str, masks: bool,
     over = size_problem(img, file, image or prefix, limits)
     if over is not None:
         return None, [over]
+    is_object = isinstance(img, dict)
     rows = {key: _plain_triplet_array(img.get(key)) for key in TRIPLET_LISTS} \
-        if isinstance(img, dict) else {}
+        if is_object else {}
     plain = [key for key, value in rows.items() if value is not None] + \
-        [key for key in INSTANCE_OBJECTS if _plain_instances(img.get(key))]
+        [key for key in INSTANCE_OBJECTS if is_object and _plain_instances(img.get(key))]
     try:
         validators()[1]({**img, **{key: [] for key in plain}} if plain else img)
     except fastjsonschema.JsonSchemaValueException as err:

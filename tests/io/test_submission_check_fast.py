@@ -5,6 +5,7 @@ validator refuses, or an image's first problem could change."""
 from __future__ import annotations
 
 import fastjsonschema
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -74,3 +75,9 @@ def test_a_bad_instance_is_still_reported_by_the_schema():
     image, problems = checked_image(img, 0, "sub.json", masks=False)
     assert image is None and len(problems) == 1
     assert "annotation[1].category" in str(problems[0]), problems[0]
+
+
+@pytest.mark.parametrize("img", [None, [], "img", 3])
+def test_an_image_that_is_not_an_object_is_one_schema_problem(img):
+    image, problems = checked_image(img, 4, "sub.json", masks=False)
+    assert image is None and len(problems) == 1 and "images[4]" in str(problems[0])
