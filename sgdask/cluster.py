@@ -33,8 +33,6 @@ if TYPE_CHECKING:  # dask and distributed load where a cluster is used: not for 
 LOCAL = "local"
 LOCAL_PROCESSES = False  # threads (see the module docstring); processes=True for isolation
 DEFAULT_WAIT = 600.0  # seconds a started cluster's first worker may take to join
-#: preloaded by the worker processes sgdask starts (``dask worker --preload`` for others)
-WORKER_PRELOAD = "sgdask.worker_preload"
 
 
 @dataclass(frozen=True)
@@ -151,25 +149,10 @@ def worker_environ() -> dict[str, Any]:
     return environ
 
 
-def worker_preloads() -> dict[str, list[Any]]:
-    """The worker processes' preloads: Dask's configured ones (``distributed.worker.preload``,
-    which an explicit list would replace) and ``WORKER_PRELOAD``, with their arguments."""
-    import dask.config
-
-    given = dask.config.get("distributed.worker.preload", None) or []
-    preload = [given] if isinstance(given, str) else list(given)
-    argv = list(dask.config.get("distributed.worker.preload-argv", None) or [])
-    if argv and isinstance(argv[0], str):  # one argument list for every preload
-        argv = [argv] * len(preload)
-    argv = argv or [[] for _ in preload]
-    return {"preload": [*preload, WORKER_PRELOAD], "preload_argv": [*argv, []]}
-
-
 @contextmanager
 def local_cluster(spec: Local) -> Iterator[AnyClient]:
-    """A LocalCluster of worker processes (``spec.processes``; each loads what its tasks
-    need when it starts, ``WORKER_PRELOAD``), else a thread pool of this process answering
-    as a client (``ThreadClient``)."""
+    """A LocalCluster of worker processes (``spec.processes``), else a thread pool of this
+    process answering as a client (``ThreadClient``)."""
     workers = spec.workers or usable_cores()
     if workers < 1:
         raise SettingError("workers", f"{workers} must be at least 1")
@@ -184,7 +167,7 @@ def local_cluster(spec: Local) -> Iterator[AnyClient]:
 
     with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ()}):
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=":0", **worker_preloads())
+                               dashboard_address=":0")
     with cluster, Client(cluster) as client:
         yield client
 

@@ -1,7 +1,10 @@
 """What a Dask scheduler or worker process of sgdask's evaluations needs before its first
 task, done when it starts: ``dask worker --preload sgdask.worker_preload`` and
-``dask scheduler --preload sgdask.worker_preload`` (the LocalCluster of worker processes
-that sgdask starts itself preloads it too, ``sgdask.cluster.local_cluster``).
+``dask scheduler --preload sgdask.worker_preload``, or Dask's configuration
+(``distributed.worker.preload``) for a LocalCluster. sgdask's own LocalCluster of processes
+does not preload it: its workers run one thread each, so no task waits on another's
+numba lock, and the preparation would only move from the first tasks to the start (about
+2 CPU-s a worker, paid even by a cluster that never runs a kernel).
 
 Without it, each fresh worker process paid at its first tasks what no task should wait on:
 importing sgdask's evaluation modules (to unpickle the task) and zarr (at the first read),

@@ -1,6 +1,6 @@
 """``sgdask.worker_preload``: worker processes load what their tasks need (the evaluation
-modules, zarr, numba's filled CPU target) when they start, before their first task, in the
-LocalCluster of worker processes sgdask starts and in ``dask scheduler``/``dask worker``
+modules, zarr, numba's filled CPU target) when they start, before their first task: in a
+LocalCluster through Dask's configuration, and in ``dask scheduler``/``dask worker``
 processes started by hand with ``--preload``."""
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-from sgdask.cluster import WORKER_PRELOAD, Local, dask_client
+from sgdask.cluster import Local, dask_client
 from tests.helpers import stop_group
 
 DASK = str(Path(sys.executable).with_name("dask"))
+WORKER_PRELOAD = "sgdask.worker_preload"
 
 
 def _loaded() -> dict[str, Any]:
@@ -40,18 +41,17 @@ def _configured_preload_ran() -> bool:
 
 
 @pytest.mark.timeout(120)
-def test_local_process_cluster_workers_are_ready_before_their_first_task(tmp_path):
-    """sgdask's LocalCluster of worker processes preloads: before any task each worker
-    holds the evaluation modules and numba's filled target (a first task used to fill it
-    under numba's compiler lock), and a preload of Dask's configuration still runs beside
-    it; Dask's own LocalCluster without the preload holds none of it, so the preload is
-    what loads them."""
+def test_a_configured_preload_readies_local_workers_before_their_first_task(tmp_path):
+    """Given in Dask's configuration beside another preload, each worker holds the
+    evaluation modules and numba's filled target before any task (a first task used to
+    fill it under numba's compiler lock), and the other preload still runs; Dask's own
+    LocalCluster without it holds none of it, so the preload is what loads them."""
     import dask.config
 
     configured = tmp_path / "configured_preload.py"
     configured.write_text("import sys\n\n\ndef dask_setup(worker):\n"
                           "    sys._sgdask_test_preloaded = True\n")
-    with dask.config.set({"distributed.worker.preload": [str(configured)]}), \
+    with dask.config.set({"distributed.worker.preload": [str(configured), WORKER_PRELOAD]}), \
             dask_client(scheduler=Local(1, processes=True)) as client:
         assert list(client.run(_loaded).values()) == [LOADED]
         assert list(client.run(_configured_preload_ran).values()) == [True]
