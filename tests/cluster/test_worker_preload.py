@@ -16,7 +16,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from sgdask.cluster import Local, dask_client
-from tests.helpers import stop_group
+from tests.helpers import cli_env, stop_group
 
 DASK = str(Path(sys.executable).with_name("dask"))
 WORKER_PRELOAD = "sgdask.worker_preload"
@@ -89,7 +89,7 @@ def test_hand_started_scheduler_and_workers_preload(tmp_path):
             procs.append(subprocess.Popen([DASK, *args, "--preload", WORKER_PRELOAD],
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL, start_new_session=True,
-                                          cwd=tmp_path))
+                                          cwd=tmp_path, env=cli_env()))
             _wait_for_address(Path(scheduler_file), procs[0])
         with Client(scheduler_file=scheduler_file, timeout="30s") as client:
             client.wait_for_workers(2, timeout=90)
